@@ -1,0 +1,407 @@
+"""The DiskArray value and its JAX type.
+
+A ``DiskArray`` is a value, like a ``jax.Array``: its type
+(:class:`DiskArrayType`) is its shape and dtype, so ``jax.jit`` compiles once
+per shape. What flows through a compiled program is an int32 *handle*; a
+callback resolves it to a Zarr store when it runs (see :mod:`jask.storage`).
+Each op writes a fresh store, so a value never changes under its holder;
+``update_`` is the one operation that writes into an existing store.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import zarr
+from jax.experimental.hijax import HiType, ShapedArray, aval_method, aval_property, register_hitype
+
+from jask import storage
+from jask._jax_internals import is_tracer
+
+__all__ = ["DiskArray", "DiskArrayType"]
+
+HANDLE_DTYPE = np.int32
+
+
+class DiskArrayType(HiType):
+    """The JAX type of a DiskArray: shape and dtype, nothing else.
+
+    The lo-level value is one int32 handle naming a store.
+    """
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+
+    def __hash__(self):
+        return hash((DiskArrayType, self.shape, self.dtype))
+
+    def __eq__(self, other):
+        return (isinstance(other, DiskArrayType) and self.shape == other.shape
+                and self.dtype == other.dtype)
+
+    def __repr__(self):
+        return f"DiskArrayType({self.shape}, {self.dtype.name})"
+
+    def str_short(self, short_dtypes=False, **_):
+        return f"Disk[{self.dtype.name}{list(self.shape)}]"
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    # --- lowering: a DiskArray is one int32 handle -----------------------------
+    def lo_ty(self):
+        return [ShapedArray((), HANDLE_DTYPE)]
+
+    def lower_val(self, value: "DiskArray"):
+        if value._owner is None:
+            return [value._handle]
+        # A compiled call is about to start: earlier calls' garbage can go.
+        from jask.lifetime import collect_if_idle
+        collect_if_idle()
+        return [np.asarray(value._handle, HANDLE_DTYPE)]
+
+    def raise_val(self, handle):
+        return DiskArray._from_handle(handle, self)
+
+    # --- autodiff: cotangents are DiskArrays of the same type ----------------
+    def to_tangent_aval(self):
+        return self
+
+    def vspace_zero(self):
+        from jask import primitives
+        return primitives.fill(0, self, grad=True)
+
+    def vspace_add(self, x, y):
+        from jask import primitives
+        return primitives.add(x, y, grad=True)
+
+    # --- what tracers of this type answer to (operators, methods) ------------
+    @staticmethod
+    def _add(x, y):
+        from jask import ops
+        return ops.add(x, y)
+
+    @staticmethod
+    def _radd(x, y):
+        from jask import ops
+        return ops.add(y, x)
+
+    @staticmethod
+    def _sub(x, y):
+        from jask import ops
+        return ops.sub(x, y)
+
+    @staticmethod
+    def _rsub(x, y):
+        from jask import ops
+        return ops.sub(y, x)
+
+    @staticmethod
+    def _mul(x, y):
+        from jask import ops
+        return ops.mul(x, y)
+
+    @staticmethod
+    def _rmul(x, y):
+        from jask import ops
+        return ops.mul(y, x)
+
+    @staticmethod
+    def _matmul(x, y):
+        from jask import ops
+        return ops.dot(x, y)
+
+    @staticmethod
+    def _rmatmul(x, y):
+        from jask import ops
+        return ops.dot(y, x)
+
+    @staticmethod
+    def _neg(x):
+        from jask import ops
+        return ops.mul(x, -1)
+
+    @staticmethod
+    def _pos(x):
+        return x
+
+    @aval_method
+    def update_(self, new_value):
+        from jask import ops
+        return ops.update_(self, new_value)
+
+    @aval_property
+    def T(self):
+        from jask import ops
+        return ops.transpose(self)
+
+    @aval_property
+    def nbytes(self):
+        aval = self.aval
+        return aval.size * aval.dtype.itemsize
+
+    @aval_property
+    def filename(self):
+        raise AttributeError(
+            "a traced DiskArray has no filename yet: its store is chosen when the "
+            "compiled function runs. Read .filename on the result outside the trace.")
+
+
+class DiskArray:
+    """A disk-backed array that behaves as a native JAX value.
+
+    Its data lives in a Zarr v3 store on disk and is streamed through memory
+    one tile at a time; it composes with ``jax.grad``, ``jax.jit``,
+    ``jax.tree_util`` and optax like a ``jax.Array``. Every op returns a new
+    DiskArray in a fresh store; the store is deleted once no DiskArray refers
+    to it. ``jask.open`` (or this constructor) wraps an existing Zarr array,
+    which jask never deletes and writes only through :meth:`update_`.
+
+    Args:
+      filename: path of an existing Zarr array.
+      shape: its shape (checked against the store).
+      dtype: its dtype (checked against the store).
+
+    Example:
+      >>> import numpy as np
+      >>> import jask
+      >>> jask.set_memory_budget("1GB")
+      >>> a = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
+      >>> a.shape
+      (4, 4)
+    """
+
+    # numpy must not convert a DiskArray (that would load it whole): a numpy
+    # scalar on the left then defers to our __rmul__ and friends.
+    __array_ufunc__ = None
+    __array_priority__ = 1000
+
+    def __init__(self, filename, shape, dtype, _lo_tracer=None):
+        if _lo_tracer is not None:  # internal: a handle inside a trace
+            self._init(_lo_tracer, None, DiskArrayType(shape, dtype))
+            return
+        store = storage.register_external(_checked_store(filename, shape, dtype))
+        self._init(store.handle, storage.claim(store.handle), DiskArrayType(shape, dtype))
+
+    def _init(self, handle, owner, aval):
+        self._handle = handle
+        self._owner = owner
+        self._aval = aval
+
+    @classmethod
+    def _from_handle(cls, handle, aval: DiskArrayType) -> "DiskArray":
+        """Wrap a handle: a tracer inside a trace, else a store to own."""
+        self = cls.__new__(cls)
+        if is_tracer(handle):
+            self._init(handle, None, aval)
+        else:
+            handle = int(handle)  # waits for the program that computed it
+            self._init(handle, storage.claim(handle), aval)
+        return self
+
+    # --- what it is ------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def filename(self) -> str:
+        """Path of the Zarr store holding this array's data."""
+        return self._store().path
+
+    @property
+    def chunks(self) -> tuple:
+        """Chunk shape of the backing store (one tile of most ops)."""
+        return self._store().chunks
+
+    def _store(self) -> storage.StoreSpec:
+        if self._owner is None:
+            raise AttributeError(
+                "a traced DiskArray has no store yet: its store is chosen when the "
+                "compiled function runs. Read it on the result outside the trace.")
+        return self._owner.spec
+
+    def __repr__(self):
+        if self._owner is None:
+            return f"DiskArray(shape={self.shape}, dtype={self.dtype.name}, traced)"
+        return (f"DiskArray(shape={self.shape}, dtype={self.dtype.name}, "
+                f"filename={self.filename!r})")
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d DiskArray")
+        return self.shape[0]
+
+    def __iter__(self):
+        raise TypeError("a DiskArray cannot be iterated; use jask.materialize on a "
+                        "small array or to_memmap() for tile access")
+
+    def __bool__(self):
+        raise TypeError("the truth value of a DiskArray is ambiguous")
+
+    # --- construction and access -----------------------------------------------
+    @classmethod
+    def from_numpy(cls, arr) -> "DiskArray":
+        """Write a numpy array to a new store and wrap it as a DiskArray.
+
+        Meant for arrays small enough to build in memory first; for large
+        data, write a Zarr array yourself and open it with ``jask.open``.
+
+        Args:
+          arr: the array to copy to disk.
+
+        Returns:
+          A new DiskArray holding a copy of ``arr``.
+
+        Example:
+          >>> import numpy as np
+          >>> import jask
+          >>> a = jask.DiskArray.from_numpy(np.arange(4, dtype=np.float32))
+          >>> np.asarray(a.to_memmap())
+          array([0., 1., 2., 3.], dtype=float32)
+        """
+        from jask import ops
+        return ops.from_numpy(arr)
+
+    def to_memmap(self) -> zarr.Array:
+        """A read/write view of this array's store that touches tiles on access.
+
+        A chunked Zarr store has no single file to memory-map, so this
+        returns the ``zarr.Array`` itself: indexing it reads only the chunks
+        the index covers, assigning to it writes them, and
+        ``np.asarray(view)`` reads the whole array. Writing through the view
+        bypasses jask (it is seen by every DiskArray of this store).
+
+        Returns:
+          A ``zarr.Array`` of this array's shape and dtype.
+
+        Example:
+          >>> import numpy as np
+          >>> import jask
+          >>> a = jask.DiskArray.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+          >>> view = a.to_memmap()
+          >>> view[1, 2]
+          array(5., dtype=float32)
+        """
+        from jask.lifetime import collect_if_idle
+        collect_if_idle()
+        return zarr.open_array(self.filename, mode="r+")
+
+    def update_(self, new_value: "DiskArray") -> "DiskArray":
+        """Overwrite this array's store with ``new_value``'s data.
+
+        Copies tile by tile into a new store beside this one and then swaps
+        it in, so a failure never leaves this array half-written. Returns a
+        DiskArray of the same store (same ``filename``), which is what lets a
+        jitted training loop carry its parameters without retracing.
+
+        Args:
+          new_value: the data to write; same shape and dtype as ``self``.
+
+        Returns:
+          A DiskArray of this same store, now holding ``new_value``.
+
+        Example:
+          >>> import numpy as np
+          >>> import jask
+          >>> jask.set_memory_budget("1GB")
+          >>> a = jask.DiskArray.from_numpy(np.zeros((4, 4), dtype=np.float32))
+          >>> original_path = a.filename
+          >>> new_value = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
+          >>> a = a.update_(new_value)
+          >>> a.filename == original_path
+          True
+          >>> np.asarray(a.to_memmap())[0, 0]
+          1.0
+        """
+        from jask import ops
+        return ops.update_(self, new_value)
+
+    def to_numpy(self) -> np.ndarray:
+        """Read the whole array into a numpy array (small arrays only).
+
+        Example:
+          >>> import numpy as np
+          >>> import jask
+          >>> jask.DiskArray.from_numpy(np.eye(2)).to_numpy()
+          array([[1., 0.],
+                 [0., 1.]])
+        """
+        return np.asarray(self.to_memmap())
+
+    # --- operators -------------------------------------------------------------
+    def __add__(self, other):
+        return DiskArrayType._add(self, other)
+
+    def __radd__(self, other):
+        return DiskArrayType._radd(self, other)
+
+    def __sub__(self, other):
+        return DiskArrayType._sub(self, other)
+
+    def __rsub__(self, other):
+        return DiskArrayType._rsub(self, other)
+
+    def __mul__(self, other):
+        return DiskArrayType._mul(self, other)
+
+    def __rmul__(self, other):
+        return DiskArrayType._rmul(self, other)
+
+    def __matmul__(self, other):
+        return DiskArrayType._matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return DiskArrayType._rmatmul(self, other)
+
+    def __neg__(self):
+        return DiskArrayType._neg(self)
+
+    def __pos__(self):
+        return self
+
+    @property
+    def T(self) -> "DiskArray":
+        """The transpose (all axes reversed), as a new DiskArray."""
+        from jask import ops
+        return ops.transpose(self)
+
+
+def _checked_store(filename, shape, dtype) -> str:
+    path = os.fspath(filename)
+    try:
+        arr = zarr.open_array(path, mode="r")
+    except Exception as err:  # zarr raises several kinds for a missing or bad store
+        raise FileNotFoundError(f"no Zarr array at {path!r}: {err}") from None
+    if tuple(arr.shape) != tuple(shape) or np.dtype(arr.dtype) != np.dtype(dtype):
+        raise ValueError(
+            f"the Zarr array at {path!r} has shape {tuple(arr.shape)} and dtype "
+            f"{np.dtype(arr.dtype).name}, not shape {tuple(shape)} and dtype "
+            f"{np.dtype(dtype).name}")
+    return path
+
+
+register_hitype(DiskArray, lambda value: value._aval)

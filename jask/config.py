@@ -1,0 +1,196 @@
+"""Process-wide configuration: the memory budget and the scratch directory.
+
+Every op reads the active :class:`Config` (or one passed explicitly) to size
+its tiles and to know where its output stores go.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from dataclasses import dataclass
+
+import dask.utils
+import psutil
+
+__all__ = ["Config", "set_memory_budget", "get_config", "parse_budget"]
+
+#: Budget used when a program never calls :func:`set_memory_budget`.
+DEFAULT_MAX_MEMORY = "1GiB"
+#: Scratch directory (relative to the working directory) when none is given.
+DEFAULT_SCRATCH_DIR = ".jask_scratch"
+#: Fraction of the RAM available at configuration time that a budget may use.
+AVAILABLE_RAM_FRACTION = 0.8
+
+# statfs(2) f_type magic numbers of RAM-backed filesystems.
+_RAM_FS_MAGIC = {0x01021994: "tmpfs", 0x858458F6: "ramfs"}
+_RAM_FS_NAMES = {"tmpfs", "ramfs"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one op needs to know about its environment.
+
+    Attributes:
+      max_memory: effective budget in bytes for all tasks of an op that run
+        at once (already clamped to the available RAM).
+      requested_memory: the budget as the user asked for it, in bytes.
+      scratch_dir: absolute path of the directory for jask's own stores.
+      allow_tmpfs: whether ``scratch_dir`` may be RAM-backed.
+      workers: how many tasks run at once on the local threaded scheduler.
+
+    Example:
+      >>> import jask
+      >>> cfg = jask.Config(max_memory=64 * 2**20, requested_memory=64 * 2**20,
+      ...                   scratch_dir="/tmp/jask-example")
+      >>> cfg.max_memory
+      67108864
+    """
+
+    max_memory: int
+    requested_memory: int
+    scratch_dir: str
+    allow_tmpfs: bool = False
+    workers: int = os.cpu_count() or 1
+
+
+def parse_budget(max_memory: int | str) -> int:
+    """Return a budget in bytes from an int or a string with a unit.
+
+    Decimal (``"512MB"``, ``"4GB"``) and binary (``"1GiB"``) units are
+    accepted, as Dask spells them.
+
+    Example:
+      >>> parse_budget("512MB"), parse_budget("1GiB"), parse_budget(1000)
+      (512000000, 1073741824, 1000)
+    """
+    if isinstance(max_memory, bool):
+        raise ValueError(f"memory budget must be bytes or a size string, got {max_memory!r}")
+    if isinstance(max_memory, int):
+        nbytes = max_memory
+    elif isinstance(max_memory, str):
+        try:
+            nbytes = dask.utils.parse_bytes(max_memory.strip())
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"cannot read memory budget {max_memory!r}: use bytes or a number "
+                "with a unit such as '512MB', '4GB' or '1GiB'") from None
+    else:
+        raise ValueError(f"memory budget must be int bytes or a string like '4GB', "
+                         f"got {max_memory!r}")
+    if nbytes <= 0:
+        raise ValueError(f"memory budget must be positive, got {max_memory!r}")
+    return int(nbytes)
+
+
+def filesystem_type(path: str) -> str | None:
+    """Name of the RAM-backed filesystem holding ``path``, or ``None``.
+
+    Looks at the nearest existing ancestor, so the path need not exist yet.
+    Uses ``statfs(2)`` and falls back to the mount table.
+    """
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    magic = _statfs_magic(probe)
+    if magic is not None:
+        return _RAM_FS_MAGIC.get(magic)
+    best = None
+    for part in psutil.disk_partitions(all=True):
+        mount = part.mountpoint
+        if probe == mount or probe.startswith(mount.rstrip("/") + "/"):
+            if best is None or len(mount) > len(best.mountpoint):
+                best = part
+    return best.fstype if best is not None and best.fstype in _RAM_FS_NAMES else None
+
+
+def _statfs_magic(path: str) -> int | None:
+    """f_type of statfs(2) for path, or None where it cannot be called."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None or not hasattr(os, "uname") or os.uname().sysname != "Linux":
+        return None
+    # struct statfs on Linux starts with `long f_type`; the rest we ignore.
+    buf = ctypes.create_string_buffer(256)
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def make_config(max_memory: int | str, scratch_dir: str | None = None,
+                allow_tmpfs: bool = False, workers: int | None = None) -> Config:
+    """Build a checked :class:`Config` without installing it.
+
+    Example:
+      >>> cfg = make_config("256MB", scratch_dir="/tmp/jask-example")
+      >>> cfg.max_memory <= 256_000_000
+      True
+    """
+    requested = parse_budget(max_memory)
+    available = psutil.virtual_memory().available
+    effective = min(requested, int(AVAILABLE_RAM_FRACTION * available))
+    scratch = os.path.abspath(scratch_dir if scratch_dir is not None else DEFAULT_SCRATCH_DIR)
+    fstype = filesystem_type(scratch)
+    if fstype is not None and not allow_tmpfs:
+        raise RuntimeError(
+            f"scratch_dir {scratch!r} is on a RAM-backed filesystem ({fstype}): jask's "
+            "stores there would use memory, not disk. Choose a directory on disk, or "
+            "pass allow_tmpfs=True to use it anyway.")
+    return Config(max_memory=effective, requested_memory=requested, scratch_dir=scratch,
+                  allow_tmpfs=allow_tmpfs, workers=workers or (os.cpu_count() or 1))
+
+
+_lock = threading.Lock()
+_active: Config | None = None
+
+
+def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
+                      allow_tmpfs: bool = False) -> None:
+    """Set the process-wide configuration used by every jask op.
+
+    The effective budget is ``min(max_memory, 0.8 * available RAM)``, taken
+    once, now. Tiles are sized from it for the rest of the session. The
+    scratch directory (default ``./.jask_scratch``) holds jask's own stores;
+    it is created when first used, and refused if it is RAM-backed (tmpfs,
+    ramfs) unless ``allow_tmpfs=True``.
+
+    Args:
+      max_memory: bytes, or a string with a unit: ``"512MB"``, ``"4GB"``,
+        ``"1GiB"``.
+      scratch_dir: directory for op outputs and gradients.
+      allow_tmpfs: accept a RAM-backed ``scratch_dir``.
+
+    Raises:
+      ValueError: if ``max_memory`` cannot be read.
+      RuntimeError: if ``scratch_dir`` is RAM-backed and ``allow_tmpfs`` is
+        False.
+
+    Example:
+      >>> import jask
+      >>> jask.set_memory_budget("1GB")
+      >>> jask.get_config().max_memory <= 1_000_000_000
+      True
+    """
+    global _active
+    config = make_config(max_memory, scratch_dir, allow_tmpfs)
+    with _lock:
+        _active = config
+
+
+def get_config() -> Config:
+    """The active configuration, creating the default one on first use.
+
+    The default is a budget of ``1GiB`` (clamped to 80% of available RAM)
+    and ``./.jask_scratch``.
+
+    Example:
+      >>> import jask
+      >>> jask.get_config().max_memory > 0
+      True
+    """
+    global _active
+    with _lock:
+        if _active is None:
+            _active = make_config(DEFAULT_MAX_MEMORY)
+        return _active

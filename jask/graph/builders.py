@@ -1,0 +1,251 @@
+"""Graph builders: one function per kind of op, returning a Dask graph.
+
+A graph is a plain dict of block tasks; its keys are named
+``jask-<op>-<token>`` so the Dask dashboard groups tiles by op. Each
+``*_chunks`` planner picks the output tiles and checks the memory model
+before anything is written; each ``*_graph`` builder lays out the tasks.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from dask.base import tokenize
+
+from jask import memory
+from jask.graph import tasks
+from jask.storage import StoreSpec
+
+#: Most partial results one combine task adds up (tree reductions).
+FAN_IN = 8
+
+
+def key_name(op: str, *parts) -> str:
+    """Task-key prefix for an op: what the dashboard shows.
+
+    Example:
+      >>> key_name("add", "x").startswith("jask-add-")
+      True
+    """
+    return f"jask-{op}-{tokenize(*parts)}"
+
+
+def regions(shape: tuple, chunks: tuple):
+    """Every chunk-aligned region of an array, as tuples of slices.
+
+    Example:
+      >>> list(regions((3,), (2,)))
+      [(slice(0, 2, None),), (slice(2, 3, None),)]
+    """
+    ranges = [range(0, max(s, 1), max(c, 1)) for s, c in zip(shape, chunks)]
+    for starts in itertools.product(*ranges):
+        yield tuple(slice(b, min(b + c, s)) for b, c, s in zip(starts, chunks, shape))
+
+
+def _span_bytes(store: StoreSpec, tile: tuple) -> int:
+    """Bytes of the whole chunks a tile-sized read of ``store`` may touch."""
+    elems = 1
+    for t, c, s in zip(tile, store.chunks, store.shape):
+        touched = (math.ceil(max(t - 1, 0) / c) + 1) * c if c < s else s
+        elems *= min(max(touched, t), s)
+    return elems * store.dtype.itemsize
+
+
+def _fits(cost: memory.TileCost, budget: int) -> bool:
+    return cost.total <= budget
+
+
+def default_chunks(shape, dtype, budget: int, workers: int) -> tuple:
+    """Chunks of a new store under this budget (see :mod:`jask.memory`)."""
+    return memory.chunk_shape(tuple(shape), np.dtype(dtype).itemsize,
+                              memory.chunk_bytes(budget, workers))
+
+
+def _elementwise_cost(op, tile, dtype, inputs, workers):
+    tile_bytes = memory.nbytes(tile, dtype)
+    held = sum(memory.READ_COPIES * _span_bytes(x, tile) for x in inputs)
+    return memory.TileCost(op, tile, held + memory.WRITE_COPIES * tile_bytes, workers)
+
+
+def elementwise_chunks(op: str, shape, dtype, inputs, budget: int, workers: int) -> tuple:
+    """Output chunks for an elementwise op: the first input's chunks when
+    they fit (so reads stay chunk-aligned), else the default."""
+    candidates = [x.chunks for x in inputs if x.shape == tuple(shape) and x.chunks]
+    candidates.append(default_chunks(shape, dtype, budget, workers))
+    for tile in candidates:
+        cost = _elementwise_cost(op, tile, dtype, inputs, workers)
+        if _fits(cost, budget):
+            return tile
+    memory.check_fits(cost, budget)
+    return candidates[-1]
+
+
+def elementwise_graph(op: str, kernel: str, out: StoreSpec, inputs: tuple,
+                      scalars: tuple = ()) -> tuple[dict, list]:
+    """out = kernel(*inputs, *scalars), one task per output chunk."""
+    name = key_name(op, out.path, [x.path for x in inputs], scalars)
+    graph, keys = {}, []
+    for i, region in enumerate(regions(out.shape, out.chunks)):
+        key = (name, i)
+        graph[key] = (tasks.elementwise_block, kernel, out, region, tuple(inputs), tuple(scalars))
+        keys.append(key)
+    return graph, keys
+
+
+def fill_graph(out: StoreSpec, value) -> tuple[dict, list]:
+    """Every element of out set to a scalar (the cotangent of a sum)."""
+    name = key_name("fill", out.path, value)
+    graph = {(name, i): (tasks.fill_block, out, region, value)
+             for i, region in enumerate(regions(out.shape, out.chunks))}
+    return graph, list(graph)
+
+
+def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int) -> tuple:
+    """Output chunks for a permuted copy: the source's chunks, permuted."""
+    shape = tuple(source.shape[a] for a in axes)
+    candidates = [tuple(source.chunks[a] for a in axes),
+                  default_chunks(shape, source.dtype, budget, workers)]
+    for tile in candidates:
+        source_tile = tuple(tile[i] for i in np.argsort(axes))
+        tile_bytes = memory.nbytes(tile, source.dtype)
+        cost = memory.TileCost("transpose", tile, memory.READ_COPIES * _span_bytes(
+            source, source_tile) + memory.WRITE_COPIES * tile_bytes, workers)
+        if _fits(cost, budget):
+            return tile
+    memory.check_fits(cost, budget)
+    return candidates[-1]
+
+
+def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose"):
+    """out = transpose(source, axes), one task per output chunk."""
+    name = key_name(op, out.path, source.path, axes)
+    graph = {(name, i): (tasks.copy_block, out, region, source, tuple(axes))
+             for i, region in enumerate(regions(out.shape, out.chunks))}
+    return graph, list(graph)
+
+
+def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update"):
+    """out = source, chunk by chunk of out."""
+    return transpose_graph(out, source, tuple(range(len(out.shape))), op=op)
+
+
+def _tree(graph: dict, name: str, leaves: list, finish) -> object:
+    """Add a bounded fan-in tree summing ``leaves``; return the root key."""
+    level, depth = leaves, 0
+    while len(level) > 1:
+        depth += 1
+        nxt = []
+        for i in range(0, len(level), FAN_IN):
+            key = (f"{name}-combine", depth, i // FAN_IN)
+            graph[key] = (tasks.combine, *level[i:i + FAN_IN])
+            nxt.append(key)
+        level = nxt
+    root = (f"{name}-result",)
+    graph[root] = (finish, level[0])
+    return root
+
+
+def _as_scalar(x):
+    return np.asarray(x)
+
+
+def sum_graph(source: StoreSpec, op: str = "sum") -> tuple[dict, list]:
+    """A tree reduction of every element of ``source`` to one scalar."""
+    name = key_name(op, source.path)
+    graph = {(name, i): (tasks.sum_block, source, region)
+             for i, region in enumerate(regions(source.shape, source.chunks))}
+    root = _tree(graph, name, list(graph), _as_scalar)
+    return graph, [root]
+
+
+def vdot_graph(a: StoreSpec, b: StoreSpec, op: str = "vdot") -> tuple[dict, list]:
+    """sum(a * b) as a tree reduction (the gradient of a scale factor)."""
+    name = key_name(op, a.path, b.path)
+    graph = {(name, i): (tasks.vdot_block, a, b, region)
+             for i, region in enumerate(regions(a.shape, a.chunks))}
+    root = _tree(graph, name, list(graph), _as_scalar)
+    return graph, [root]
+
+
+# --- dot ---------------------------------------------------------------------
+
+def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
+    """(rows, cols, row_chunk, col_chunk) of a matrix operand as used."""
+    r, c = store.shape[-2:]
+    cr, cc = store.chunks[-2:]
+    return (c, r, cc, cr) if transposed else (r, c, cr, cc)
+
+
+def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
+             budget: int, workers: int) -> tuple[tuple, int, int]:
+    """Output chunks, the contraction tile, and how many ways to split K.
+
+    Tiles follow the operands' own chunks so every read is chunk-aligned; a
+    product with fewer output tiles than workers splits the contraction
+    into partial products summed by a tree.
+    """
+    m, k, cm, ck = _matrix(a, ta)
+    k2, n, ck2, cn = _matrix(b, tb)
+    batch = a.shape[:-2]
+    itemsize = np.dtype(out_dtype).itemsize
+    tk = min(k, max(ck, ck2))
+    tiles = [(cm, cn, tk)]
+    side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
+    tiles.append((min(m, side), min(n, side), min(k, side)))
+    for tm, tn, tk in tiles:
+        a_bytes = memory.READ_COPIES * _span_bytes(a, (1,) * len(batch) + ((tk, tm) if ta else (tm, tk)))
+        b_bytes = memory.READ_COPIES * _span_bytes(b, (1,) * len(batch) + ((tn, tk) if tb else (tk, tn)))
+        out_bytes = tm * tn * itemsize
+        n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
+        splits = 1
+        if n_out < 2 * workers:
+            splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
+        # accumulator + product + (when split) the partials awaiting their combine
+        held = a_bytes + b_bytes + (memory.WRITE_COPIES + 1) * out_bytes
+        partial_bytes = (FAN_IN if splits > 1 else 0) * out_bytes
+        cost = memory.TileCost("dot", (tm, tn, tk), held, workers)
+        if cost.total + partial_bytes <= budget:
+            chunks = (1,) * len(batch) + (tm, tn)
+            return chunks, tk, splits
+    memory.check_fits(cost, budget - partial_bytes)
+    raise memory.BudgetError(f"jask.dot: partial products of {out_bytes} bytes do not fit")
+
+
+def dot_graph(out: StoreSpec, a: StoreSpec, b: StoreSpec, ta: bool, tb: bool,
+              tk: int, splits: int, op: str = "dot") -> tuple[dict, list]:
+    """out[..., i, j] = sum_k a[..., i, k] @ b[..., k, j], streaming k.
+
+    Each task holds one tile of a, one of b and an accumulator; with
+    ``splits > 1`` the k tiles are shared among tasks whose partial products
+    a bounded fan-in tree adds before writing.
+    """
+    name = key_name(op, out.path, a.path, b.path, ta, tb)
+    k = _matrix(a, ta)[1]
+    ks = [slice(s, min(s + tk, k)) for s in range(0, k, tk)]
+    groups = [tuple(ks[i::splits]) for i in range(min(splits, len(ks)))]
+    graph, keys = {}, []
+    for t, region in enumerate(regions(out.shape, out.chunks)):
+        batch, rows, cols = region[:-2], region[-2], region[-1]
+        if len(groups) == 1:
+            key = (name, t)
+            graph[key] = (tasks.dot_block, out, a, b, ta, tb, batch, rows, cols, groups[0])
+            keys.append(key)
+            continue
+        parts = []
+        for g, group in enumerate(groups):
+            part = (f"{name}-partial", t, g)
+            graph[part] = (tasks.dot_partial, a, b, ta, tb, batch, rows, cols, group)
+            parts.append(part)
+        while len(parts) > FAN_IN:
+            parts = [_combine_key(graph, name, t, parts[i:i + FAN_IN], i) for i in range(0, len(parts), FAN_IN)]
+        key = (name, t)
+        graph[key] = (tasks.dot_combine, out, region, *parts)
+        keys.append(key)
+    return graph, keys
+
+
+def _combine_key(graph, name, t, parts, i):
+    key = (f"{name}-combine", t, len(graph), i)
+    graph[key] = (tasks.combine, *parts)
+    return key

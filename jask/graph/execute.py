@@ -1,0 +1,25 @@
+"""Run a graph on the scheduler in effect.
+
+A ``dask.distributed.Client`` that is the default client runs jask's graphs
+(its dashboard then shows every tile); otherwise the scheduler set with
+``dask.config.set(scheduler=...)``; otherwise Dask's threaded scheduler with
+as many threads as the memory model assumed.
+"""
+from __future__ import annotations
+
+import dask
+import dask.threaded
+from dask.base import get_scheduler
+
+
+def run(graph: dict, keys: list, workers: int) -> list:
+    """Compute ``keys`` of ``graph``; return their values in order.
+
+    Example:
+      >>> run({("x", 0): 1, ("y", 0): (sum, [("x", 0), 2])}, [("y", 0)], workers=2)
+      [3]
+    """
+    scheduler = get_scheduler()
+    if scheduler is None or scheduler is dask.threaded.get:
+        return list(dask.threaded.get(graph, keys, num_workers=workers))
+    return list(scheduler(graph, keys))

@@ -1,0 +1,118 @@
+"""The functions a block task runs. Each reads whole chunks where it can,
+computes one tile, and writes one whole output chunk, so concurrent tasks
+never share a chunk file."""
+from __future__ import annotations
+
+import numpy as np
+
+from jask.storage import StoreSpec, open_array
+
+
+def read(store: StoreSpec, region: tuple) -> np.ndarray:
+    """One tile of a store as a numpy array."""
+    return open_array(store.path)[region]
+
+
+def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+    """Write one tile (whole chunks) of a store."""
+    open_array(store.path)[region] = block
+
+
+# Elementwise kernels, by name so that tasks pickle cheaply to remote workers.
+def _scale(x, s):
+    return x * s
+
+
+def _shift(x, s):
+    return x + s
+
+
+def _rsub(x, s):
+    return s - x
+
+
+def _square_vjp(x, g):
+    return (x + x) * g
+
+
+KERNELS = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "neg": np.negative,
+    "square": np.square,
+    "scale": _scale,
+    "shift": _shift,
+    "rsub": _rsub,
+    "square_vjp": _square_vjp,
+}
+
+
+def elementwise_block(kernel: str, out: StoreSpec, region: tuple,
+                      inputs: tuple, scalars: tuple) -> None:
+    blocks = [read(x, region) for x in inputs]
+    result = KERNELS[kernel](*blocks, *(np.asarray(s, out.dtype) for s in scalars))
+    write(out, region, np.asarray(result, dtype=out.dtype))
+
+
+def fill_block(out: StoreSpec, region: tuple, value) -> None:
+    shape = tuple(s.stop - s.start for s in region)
+    write(out, region, np.full(shape, value, dtype=out.dtype))
+
+
+def copy_block(out: StoreSpec, region: tuple, source: StoreSpec, axes: tuple) -> None:
+    """out[region] = transpose(source, axes)[region]."""
+    inverse = tuple(np.argsort(axes))
+    source_region = tuple(region[i] for i in inverse)
+    block = read(source, source_region)
+    write(out, region, np.ascontiguousarray(np.transpose(block, axes)))
+
+
+def _accumulator_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if dtype.kind == "f" else (
+        np.dtype(np.complex128) if dtype.kind == "c" else np.dtype(np.int64))
+
+
+def sum_block(store: StoreSpec, region: tuple):
+    block = read(store, region)
+    return np.sum(block, dtype=_accumulator_dtype(store.dtype))
+
+
+def vdot_block(a: StoreSpec, b: StoreSpec, region: tuple):
+    x, y = read(a, region), read(b, region)
+    return np.vdot(x.astype(_accumulator_dtype(a.dtype), copy=False), y)
+
+
+def combine(*partials):
+    return sum(partials[1:], partials[0])
+
+
+def _operand(store: StoreSpec, transposed: bool, batch: tuple, rows: slice, cols: slice):
+    """A (rows, cols) tile of a matrix operand, which may be read transposed."""
+    if transposed:
+        return np.swapaxes(read(store, batch + (cols, rows)), -1, -2)
+    return read(store, batch + (rows, cols))
+
+
+def dot_partial(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, batch: tuple,
+                rows: slice, cols: slice, ks: tuple) -> np.ndarray:
+    """Sum over the contraction tiles ``ks`` of a[rows, k] @ b[k, cols]."""
+    acc = None
+    for k in ks:
+        prod = _operand(a, ta, batch, rows, k) @ _operand(b, tb, batch, k, cols)
+        if acc is None:
+            acc = prod
+        else:
+            acc += prod
+            del prod
+    return acc
+
+
+def dot_block(out: StoreSpec, a: StoreSpec, b: StoreSpec, ta: bool, tb: bool,
+              batch: tuple, rows: slice, cols: slice, ks: tuple) -> None:
+    acc = dot_partial(a, b, ta, tb, batch, rows, cols, ks)
+    write(out, batch + (rows, cols), acc.astype(out.dtype, copy=False))
+
+
+def dot_combine(out: StoreSpec, region: tuple, *partials) -> None:
+    write(out, region, combine(*partials).astype(out.dtype, copy=False))

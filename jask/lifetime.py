@@ -1,0 +1,46 @@
+"""When unreachable stores are deleted.
+
+A store made inside a compiled call and not returned by it, or one whose
+last DiskArray was garbage collected, is deleted at the next safe point:
+the start of a compiled call with DiskArray arguments, any eager jask op,
+``to_memmap``, or :func:`collect`. A safe point first waits for running
+programs (``jax.effects_barrier``) so nothing still reading a store loses it.
+"""
+from __future__ import annotations
+
+import gc
+
+import jax
+
+from jask import storage
+
+__all__ = ["collect", "collect_if_idle"]
+
+
+def collect_if_idle() -> int:
+    """Delete unreachable stores unless called from inside a running program."""
+    if storage.in_callback() or not storage.has_garbage():
+        return 0
+    jax.effects_barrier()
+    return storage.sweep()
+
+
+def collect() -> int:
+    """Delete every store no DiskArray can reach; return how many went.
+
+    jask does this on its own at its next op; call it to free disk now,
+    for example after dropping a large result.
+
+    Example:
+      >>> import numpy as np
+      >>> import jask
+      >>> a = jask.DiskArray.from_numpy(np.ones(3))
+      >>> del a
+      >>> jask.collect() >= 1
+      True
+    """
+    gc.collect()
+    if storage.in_callback():
+        return 0
+    jax.effects_barrier()
+    return storage.sweep()

@@ -1,0 +1,159 @@
+"""What each op does to stores: plan tiles, create the output, run a graph.
+
+Each function here takes input :class:`~jask.storage.StoreSpec` s, scalar
+operands as numpy values and a :class:`~jask.config.Config`, and returns the
+output store (or an in-memory value). The plan is checked against the budget
+before the output store exists; an output whose graph fails is removed, so a
+half-written store is never returned.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import numpy as np
+import zarr
+
+from jask import graph, memory, storage
+from jask.config import Config
+from jask.graph import builders
+
+
+def _produce(config: Config, op: str, shape, dtype, chunks, build, *, grad: bool):
+    out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
+    try:
+        dsk, keys = build(out)
+        graph.run(dsk, keys, config.workers)
+    except BaseException:
+        storage.discard(out)
+        raise
+    return out
+
+
+def elementwise(op: str, kernel: str, *, grad: bool = False):
+    """Work for ``out = kernel(*inputs, *scalars)`` on same-shaped inputs."""
+    def work(stores, scalars, config: Config):
+        first = stores[0]
+        chunks = builders.elementwise_chunks(op, first.shape, first.dtype, stores,
+                                             config.max_memory, config.workers)
+        return _produce(config, op, first.shape, first.dtype, chunks,
+                        lambda out: builders.elementwise_graph(op, kernel, out, tuple(stores),
+                                                               tuple(s.item() for s in scalars)),
+                        grad=grad)
+    return work
+
+
+def fill(shape, dtype, *, grad: bool = False):
+    """Work for an array of ``shape`` with every element the scalar operand."""
+    def work(stores, scalars, config: Config):
+        chunks = builders.default_chunks(shape, dtype, config.max_memory, config.workers)
+        value = scalars[0].item()
+        return _produce(config, "fill", shape, dtype, chunks,
+                        lambda out: builders.fill_graph(out, value), grad=grad)
+    return work
+
+
+def transpose(axes: tuple, *, grad: bool = False):
+    """Work for a permuted copy of the input."""
+    def work(stores, scalars, config: Config):
+        (source,) = stores
+        chunks = builders.transpose_chunks(source, axes, config.max_memory, config.workers)
+        shape = tuple(source.shape[a] for a in axes)
+        return _produce(config, "transpose", shape, source.dtype, chunks,
+                        lambda out: builders.transpose_graph(out, source, axes), grad=grad)
+    return work
+
+
+def dot(ta: bool, tb: bool, *, grad: bool = False):
+    """Work for ``op(a) @ op(b)``, where op transposes the last two axes
+    of an operand whose flag is set (the backward products)."""
+    def work(stores, scalars, config: Config):
+        a, b = stores
+        chunks, tk, splits = builders.dot_plan(a, b, ta, tb, a.dtype, config.max_memory,
+                                               config.workers)
+        m = a.shape[-1] if ta else a.shape[-2]
+        n = b.shape[-2] if tb else b.shape[-1]
+        shape = a.shape[:-2] + (m, n)
+        return _produce(config, "dot", shape, a.dtype, chunks,
+                        lambda out: builders.dot_graph(out, a, b, ta, tb, tk, splits),
+                        grad=grad)
+    return work
+
+
+def total(stores, scalars, config: Config) -> np.ndarray:
+    """Work for the sum of every element."""
+    dsk, keys = builders.sum_graph(stores[0])
+    return graph.run(dsk, keys, config.workers)[0]
+
+
+def vdot(stores, scalars, config: Config) -> np.ndarray:
+    """Work for ``sum(a * b)``."""
+    dsk, keys = builders.vdot_graph(*stores)
+    return graph.run(dsk, keys, config.workers)[0]
+
+
+def read_all(stores, scalars, config: Config) -> np.ndarray:
+    """Work for loading a whole store into memory."""
+    return storage.open_array(stores[0].path)[...]
+
+
+def write_value(*, grad: bool = False, op: str = "from_value"):
+    """Work for writing an in-memory array (the scalar operand) to a new store."""
+    def work(stores, scalars, config: Config):
+        (value,) = scalars
+        chunks = builders.default_chunks(value.shape, value.dtype, config.max_memory,
+                                         config.workers)
+        out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad)
+        try:
+            zarr.open_array(out.path, mode="r+")[...] = value
+        except BaseException:
+            storage.discard(out)
+            raise
+        return out
+    return work
+
+
+def update(stores, scalars, config: Config) -> storage.StoreSpec:
+    """Work for ``target.update_(source)``: copy, then swap the copy in.
+
+    The copy goes to a sibling folder with the target's own chunks; only once
+    it is complete does it replace the target, so a failed copy leaves the
+    target as it was.
+    """
+    target, source = stores
+    if target.path == source.path:
+        return target
+    memory.check_fits(_copy_cost(target, source, config), config.max_memory)
+    folder, name = os.path.split(target.path)
+    staging = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
+    original = zarr.open_array(target.path, mode="r")
+    zarr.create_array(store=staging, shape=target.shape, chunks=target.chunks,
+                      dtype=target.dtype, compressors=original.compressors,
+                      filters=original.filters, fill_value=original.fill_value,
+                      attributes=dict(original.attrs), zarr_format=3)
+    tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
+    try:
+        dsk, keys = builders.copy_graph(tmp, source)
+        graph.run(dsk, keys, config.workers)
+    except BaseException:
+        storage.discard(tmp)
+        raise
+    _swap(staging, target.path)
+    return target
+
+
+def _copy_cost(target, source, config: Config) -> memory.TileCost:
+    tile_bytes = memory.nbytes(target.chunks, target.dtype)
+    held = memory.READ_COPIES * builders._span_bytes(source, target.chunks)
+    return memory.TileCost("update_", target.chunks, held + memory.WRITE_COPIES * tile_bytes,
+                           config.workers)
+
+
+def _swap(new: str, target: str) -> None:
+    """Replace folder ``target`` by folder ``new`` (two renames)."""
+    old = f"{target}.replaced-{uuid.uuid4().hex[:8]}"
+    os.rename(target, old)
+    os.rename(new, target)
+    storage.forget_array(target)
+    shutil.rmtree(old, ignore_errors=True)
