@@ -27,3 +27,25 @@ def wants_cotangent(accum) -> bool:
     """Whether a VJP accumulator collects a cotangent (its input needs one)."""
     from jax._src.interpreters import ad
     return not isinstance(accum, ad.NullAccum)
+
+
+def defer_scalar_operators_to(hi_type) -> None:
+    """Let a traced scalar on the left of ``+ - *`` defer to a traced hi value.
+
+    ``lr * a`` with both traced calls the scalar tracer's ``__mul__``; JAX's
+    array operators do not know ``hi_type`` and give up, and Python never
+    tries ``a.__rmul__`` for two tracers of the same class. Route those cases
+    to ``hi_type``'s reflected operator instead; every other case is JAX's.
+    """
+    for name, reflected in (("add", "radd"), ("sub", "rsub"), ("mul", "rmul")):
+        original = getattr(core.ShapedArray, f"_{name}")
+        if getattr(original, "_defers_to", None) is hi_type:
+            continue
+
+        def op(self, other, _original=original, _reflected=f"_{reflected}"):
+            if isinstance(other, core.Tracer) and isinstance(other.aval, hi_type):
+                return getattr(other.aval, _reflected)(other, self)
+            return _original(self, other)
+
+        op._defers_to = hi_type
+        setattr(core.ShapedArray, f"_{name}", staticmethod(op))

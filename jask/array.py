@@ -17,7 +17,7 @@ import zarr
 from jax.experimental.hijax import HiType, ShapedArray, aval_method, aval_property, register_hitype
 
 from jask import storage
-from jask._jax_internals import is_tracer
+from jask._jax_internals import defer_scalar_operators_to, is_tracer
 
 __all__ = ["DiskArray", "DiskArrayType"]
 
@@ -405,3 +405,4 @@ def _checked_store(filename, shape, dtype) -> str:
 
 
 register_hitype(DiskArray, lambda value: value._aval)
+defer_scalar_operators_to(DiskArrayType)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import threading
 from dataclasses import dataclass
 
@@ -70,6 +71,9 @@ def parse_budget(max_memory: int | str) -> int:
     if isinstance(max_memory, int):
         nbytes = max_memory
     elif isinstance(max_memory, str):
+        if not re.match(r"\s*\d", max_memory):
+            raise ValueError(f"cannot read memory budget {max_memory!r}: it must start "
+                             "with a number, as in '512MB', '4GB' or '1GiB'")
         try:
             nbytes = dask.utils.parse_bytes(max_memory.strip())
         except (ValueError, TypeError):

@@ -69,6 +69,8 @@ def chunk_shape(shape: tuple[int, ...], itemsize: int, max_bytes: int) -> tuple[
     Example:
       >>> chunk_shape((1000, 1000), 4, 4 * 100 * 100)
       (100, 100)
+      >>> chunk_shape((100000, 3), 4, 4 * 900)
+      (300, 3)
       >>> chunk_shape((7, 5, 3), 8, 8 * 30)
       (2, 5, 3)
     """
@@ -78,14 +80,15 @@ def chunk_shape(shape: tuple[int, ...], itemsize: int, max_bytes: int) -> tuple[
     if len(shape) == 1:
         return (max(1, min(shape[0], budget)),)
     rows, cols = shape[-2], shape[-1]
+    side = max(1, math.isqrt(budget))
     if rows * cols <= budget:
         tail = (max(rows, 1), max(cols, 1))
+    elif cols < side:
+        tail = (min(rows, budget // cols), cols)
+    elif rows < side:
+        tail = (rows, min(cols, budget // rows))
     else:
-        side = max(1, math.isqrt(budget))
-        c = min(cols, side)
-        r = min(rows, max(1, budget // c))
-        c = min(cols, max(1, budget // r))
-        tail = (r, c)
+        tail = (side, side)
     lead = []
     room = budget // (tail[0] * tail[1]) if rows * cols <= budget else 1
     for dim in reversed(shape[:-2]):

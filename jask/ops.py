@@ -8,10 +8,11 @@ import os
 import jax
 import numpy as np
 
-from jask import primitives, storage
+from jask import primitives, storage, work
 from jask._jax_internals import is_tracer
 from jask.array import DiskArray, DiskArrayType
-from jask.config import Config
+from jask.config import Config, get_config
+from jask.lifetime import collect_if_idle
 
 __all__ = ["open", "from_numpy", "add", "sub", "mul", "square", "transpose", "sum", "dot",
            "materialize", "update_"]
@@ -124,7 +125,12 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
     value = np.asarray(arr)
     if value.dtype == object:
         raise TypeError("jask.from_numpy: cannot store an object array")
-    return primitives.from_value(value, config=config)
+    # A numpy array is a constant: write it now, in its own dtype, even
+    # inside a trace (it then enters the program as a constant DiskArray).
+    collect_if_idle()
+    store = work.write_value(op="from_numpy")([], [value], config or get_config())
+    store = storage.register(store, pending=False)
+    return DiskArray._from_handle(store.handle, DiskArrayType(store.shape, store.dtype))
 
 
 def add(a, b, *, config: Config | None = None):

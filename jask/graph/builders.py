@@ -44,10 +44,19 @@ def regions(shape: tuple, chunks: tuple):
 
 
 def _span_bytes(store: StoreSpec, tile: tuple) -> int:
-    """Bytes of the whole chunks a tile-sized read of ``store`` may touch."""
+    """Bytes of the whole chunks a tile-sized read of ``store`` may touch.
+
+    Tiles start at multiples of their own size, so a tile that is a whole
+    number of chunks touches exactly those; any other may straddle one more.
+    """
     elems = 1
     for t, c, s in zip(tile, store.chunks, store.shape):
-        touched = (math.ceil(max(t - 1, 0) / c) + 1) * c if c < s else s
+        if c >= s:
+            touched = s
+        elif t % c == 0:
+            touched = t
+        else:
+            touched = (math.ceil(max(t - 1, 0) / c) + 1) * c
         elems *= min(max(touched, t), s)
     return elems * store.dtype.itemsize
 
@@ -177,39 +186,53 @@ def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
     return (c, r, cc, cr) if transposed else (r, c, cr, cc)
 
 
+def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
+    """Candidate (tm, tn, tk) tiles, best first: the operands' own chunks
+    (chunk-aligned reads), then square tiles shrinking until one fits."""
+    m, k, cm, ck = _matrix(a, ta)
+    _, n, ck2, cn = _matrix(b, tb)
+    yield cm, cn, min(k, min(ck, ck2))
+    yield cm, cn, min(k, max(ck, ck2))
+    side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
+    while True:
+        yield min(m, side), min(n, side), min(k, side)
+        if side == 1:
+            return
+        side = max(1, side // 2)
+
+
 def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
              budget: int, workers: int) -> tuple[tuple, int, int]:
     """Output chunks, the contraction tile, and how many ways to split K.
 
-    Tiles follow the operands' own chunks so every read is chunk-aligned; a
-    product with fewer output tiles than workers splits the contraction
-    into partial products summed by a tree.
+    A task holds one tile of each operand (as read: twice), the running sum
+    and the product of the current pair. A product with fewer output tiles
+    than twice the workers splits the contraction among several tasks whose
+    partial sums a bounded fan-in tree adds before writing.
     """
-    m, k, cm, ck = _matrix(a, ta)
-    k2, n, ck2, cn = _matrix(b, tb)
+    m, k = _matrix(a, ta)[:2]
+    n = _matrix(b, tb)[1]
     batch = a.shape[:-2]
+    ones = (1,) * len(batch)
     itemsize = np.dtype(out_dtype).itemsize
-    tk = min(k, max(ck, ck2))
-    tiles = [(cm, cn, tk)]
-    side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
-    tiles.append((min(m, side), min(n, side), min(k, side)))
-    for tm, tn, tk in tiles:
-        a_bytes = memory.READ_COPIES * _span_bytes(a, (1,) * len(batch) + ((tk, tm) if ta else (tm, tk)))
-        b_bytes = memory.READ_COPIES * _span_bytes(b, (1,) * len(batch) + ((tn, tk) if tb else (tk, tn)))
+    for tm, tn, tk in _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
+        a_bytes = memory.READ_COPIES * _span_bytes(a, ones + ((tk, tm) if ta else (tm, tk)))
+        b_bytes = memory.READ_COPIES * _span_bytes(b, ones + ((tn, tk) if tb else (tk, tn)))
         out_bytes = tm * tn * itemsize
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
         splits = 1
         if n_out < 2 * workers:
             splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
-        # accumulator + product + (when split) the partials awaiting their combine
         held = a_bytes + b_bytes + (memory.WRITE_COPIES + 1) * out_bytes
-        partial_bytes = (FAN_IN if splits > 1 else 0) * out_bytes
+        # partial sums waiting for their combine task
+        waiting = FAN_IN * out_bytes if splits > 1 else 0
         cost = memory.TileCost("dot", (tm, tn, tk), held, workers)
-        if cost.total + partial_bytes <= budget:
-            chunks = (1,) * len(batch) + (tm, tn)
-            return chunks, tk, splits
-    memory.check_fits(cost, budget - partial_bytes)
-    raise memory.BudgetError(f"jask.dot: partial products of {out_bytes} bytes do not fit")
+        if cost.total + waiting <= budget:
+            return ones + (tm, tn), tk, splits
+    memory.check_fits(cost, budget - waiting)
+    raise memory.BudgetError(
+        f"jask.dot: partial sums of {FAN_IN} x {out_bytes} bytes do not fit the budget "
+        f"of {budget} bytes")
 
 
 def dot_graph(out: StoreSpec, a: StoreSpec, b: StoreSpec, ta: bool, tb: bool,

@@ -1,0 +1,32 @@
+"""Fixtures for jask's own tests: small budgets that force many tiles."""
+import jax
+import numpy as np
+import pytest
+
+import jask
+
+from helpers import SMALL_BUDGET
+
+DTYPES = [np.float32, np.float64]
+
+
+@pytest.fixture
+def small_budget(tmp_path):
+    jask.set_memory_budget(SMALL_BUDGET, scratch_dir=str(tmp_path / "scratch"))
+    return jask.get_config()
+
+
+@pytest.fixture(params=DTYPES, ids=lambda d: np.dtype(d).name)
+def dtype(request):
+    """float32 and float64; float64 runs with JAX's x64 mode on."""
+    if request.param == np.float64:
+        with jax.enable_x64(True):
+            yield request.param
+    else:
+        yield request.param
+
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

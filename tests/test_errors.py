@@ -1,0 +1,127 @@
+"""Bad input fails early with a message that names the problem, and nothing
+is lost: no output appears, and inputs are never modified by a failed op."""
+import glob
+import os
+
+import jax
+import numpy as np
+import pytest
+import zarr
+
+import jask
+
+
+def _scratch_stores(config):
+    return sorted(glob.glob(os.path.join(config.scratch_dir, "*", "*.zarr"))
+                  + glob.glob(os.path.join(config.scratch_dir, "*", "*.grad")))
+
+
+@pytest.fixture
+def a(small_budget):
+    return jask.from_numpy(np.ones((9, 7), np.float32))
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_shape_mismatch_names_both_shapes(a, op, small_budget):
+    b = jask.from_numpy(np.ones((7, 9), np.float32))
+    before = _scratch_stores(small_budget)
+    with pytest.raises(ValueError, match=r"\(9, 7\).*\(7, 9\)"):
+        getattr(jask, op)(a, b)
+    assert _scratch_stores(small_budget) == before
+
+
+def test_dtype_mismatch_names_both_dtypes(a):
+    b = jask.from_numpy(np.ones((9, 7), np.float64))
+    with pytest.raises(ValueError, match="float32.*float64"):
+        a + b
+
+
+def test_dot_errors(a):
+    with pytest.raises(ValueError, match="contraction"):
+        jask.dot(a, a)
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        jask.dot(a, jask.from_numpy(np.ones(7, np.float32)))
+    with pytest.raises(ValueError, match="batch"):
+        jask.dot(jask.from_numpy(np.ones((2, 9, 7), np.float32)),
+                 jask.from_numpy(np.ones((3, 7, 4), np.float32)))
+
+
+def test_non_diskarray_operands_are_type_errors(a):
+    with pytest.raises(TypeError, match="at least one operand must be a DiskArray"):
+        jask.mul(2.0, 3.0)
+    with pytest.raises(TypeError, match="must be a DiskArray"):
+        jask.sum(np.ones(3))
+    with pytest.raises(TypeError, match="scalar"):
+        jask.mul(a, np.ones((9, 7)))
+    with pytest.raises(TypeError):
+        a + "x"
+    with pytest.raises(TypeError, match="must be a DiskArray"):
+        jask.dot(np.ones((2, 2)), a)
+
+
+def test_invalid_axes(a):
+    with pytest.raises(ValueError, match="permutation"):
+        jask.transpose(a, (0, 0))
+    with pytest.raises(ValueError, match="permutation"):
+        jask.transpose(a, (0, 1, 2))
+
+
+def test_update_checks_shape_and_dtype(a):
+    with pytest.raises(ValueError, match=r"\(7, 9\).*\(9, 7\)"):
+        a.update_(jask.from_numpy(np.ones((7, 9), np.float32)))
+    with pytest.raises(ValueError, match="float64.*float32"):
+        a.update_(jask.from_numpy(np.ones((9, 7), np.float64)))
+    np.testing.assert_array_equal(a.to_numpy(), np.ones((9, 7)))
+
+
+def test_open_missing_or_not_an_array(tmp_path, small_budget):
+    with pytest.raises(FileNotFoundError, match="no Zarr array at .*missing.zarr"):
+        jask.open(tmp_path / "missing.zarr")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(FileNotFoundError, match="folder.*not a Zarr array"):
+        jask.open(tmp_path / "folder")
+    zarr.create_group(store=str(tmp_path / "group.zarr"))
+    with pytest.raises(FileNotFoundError, match="group.zarr"):
+        jask.open(tmp_path / "group.zarr")
+
+
+def test_constructor_checks_the_store(tmp_path, small_budget):
+    path = str(tmp_path / "x.zarr")
+    zarr.create_array(store=path, shape=(3, 4), dtype="float32")
+    with pytest.raises(ValueError, match=r"shape \(3, 4\).*float32.*shape \(4, 3\)"):
+        jask.DiskArray(path, (4, 3), np.float32)
+
+
+def test_budget_too_small_is_refused_before_writing(tmp_path):
+    # A store whose chunks are far larger than the budget allows per task.
+    path = str(tmp_path / "big-chunks.zarr")
+    z = zarr.create_array(store=path, shape=(256, 256), chunks=(256, 256), dtype="float64")
+    z[:] = 1.0
+    jask.set_memory_budget(4096, scratch_dir=str(tmp_path / "scratch"))
+    x = jask.open(path)
+    before = _scratch_stores(jask.get_config())
+    with pytest.raises(jask.BudgetError, match=r"jask.add: .* bytes.*budget of 4096 bytes"):
+        x + x
+    assert _scratch_stores(jask.get_config()) == before
+
+
+def test_failed_op_leaves_no_output_and_inputs_intact(tmp_path, small_budget):
+    path = str(tmp_path / "x.zarr")
+    z = zarr.create_array(store=path, shape=(64, 64), chunks=(16, 16), dtype="float32",
+                          compressors=None)
+    z[:] = 1.0
+    x = jask.open(path)
+    target = jask.from_numpy(np.full((64, 64), 7.0, np.float32))
+    with open(os.path.join(path, "c", "3", "3"), "wb") as f:
+        f.write(b"truncated")  # one corrupt chunk: reading it fails mid-graph
+    before = _scratch_stores(small_budget)
+    with pytest.raises(Exception):
+        x + x
+    with pytest.raises(Exception):
+        target.update_(x)
+    with pytest.raises(Exception):
+        jax.jit(lambda t, x: t.update_(x))(target, x)
+    jask.collect()
+    assert _scratch_stores(small_budget) == before
+    np.testing.assert_array_equal(target.to_numpy(), np.full((64, 64), 7.0, np.float32))
+    assert not [p for p in os.listdir(os.path.dirname(target.filename)) if "incoming" in p]

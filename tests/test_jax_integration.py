@@ -1,0 +1,87 @@
+"""DiskArray as a JAX value: pytrees, jit caching, optax."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import jask
+from helpers import rand
+
+
+def test_is_a_pytree_leaf(small_budget):
+    a = jask.from_numpy(np.ones((3, 4), np.float32))
+    tree = {"w": a, "b": [a, 1.0]}
+    leaves = jax.tree_util.tree_leaves(tree)
+    assert len(leaves) == 3 and leaves[0] is a and leaves[1] == 1.0 and leaves[2] is a
+    doubled = jax.tree.map(lambda x: x * 2, {"w": a})
+    np.testing.assert_array_equal(doubled["w"].to_numpy(), 2 * np.ones((3, 4)))
+
+
+def test_jax_typeof_and_jnp_rejection(small_budget):
+    a = jask.from_numpy(np.ones((3, 4), np.float32))
+    assert jax.typeof(a) == jask.DiskArrayType((3, 4), np.float32)
+    with pytest.raises(TypeError):
+        jnp.sum(a)
+
+
+def test_jit_compiles_once_per_shape(small_budget, rng):
+    traces = []
+
+    @jax.jit
+    def f(a, b):
+        traces.append(1)
+        return jask.sum(a * b)
+
+    for _ in range(3):
+        f(jask.from_numpy(rand(rng, (9, 7), np.float32)), jask.from_numpy(rand(rng, (9, 7), np.float32)))
+    assert len(traces) == 1
+    f(jask.from_numpy(rand(rng, (9, 8), np.float32)), jask.from_numpy(rand(rng, (9, 8), np.float32)))
+    assert len(traces) == 2
+
+
+def test_traced_methods_and_properties(small_budget, rng):
+    x = rand(rng, (9, 7), np.float32)
+
+    @jax.jit
+    def f(a, lr):
+        return (lr * a).T, a.nbytes, a.shape, a.ndim
+
+    t, nbytes, shape, ndim = f(jask.from_numpy(x), 0.5)
+    np.testing.assert_allclose(t.to_numpy(), 0.5 * x.T)
+    assert (int(nbytes), shape, ndim) == (x.nbytes, (9, 7), 2)
+
+    with pytest.raises(AttributeError, match="no filename yet"):
+        jax.jit(lambda a: a.filename)(jask.from_numpy(x))
+
+
+def _loss(params, X, Y):
+    return jask.sum(jask.square(X @ params["w"] + params["b"] - Y))
+
+
+def test_optax_sgd_on_a_dict_of_diskarrays(small_budget, rng):
+    x, y = rand(rng, (97, 5), np.float32), rand(rng, (97, 1), np.float32)
+    w0, b0 = rand(rng, (5, 1), np.float32), rand(rng, (97, 1), np.float32)
+    X, Y = jask.from_numpy(x), jask.from_numpy(y)
+    params = {"w": jask.from_numpy(w0), "b": jask.from_numpy(b0)}
+    paths = {k: v.filename for k, v in params.items()}
+    opt = optax.sgd(0.01)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state):
+        grads = jax.grad(_loss)(params, X, Y)
+        updates, state = opt.update(grads, state, params)
+        params = jax.tree.map(lambda p, u: p.update_(p + u), params, updates)
+        return params, state
+
+    ref = {"w": jnp.asarray(w0), "b": jnp.asarray(b0)}
+    ref_state = opt.init(ref)
+    ref_loss = lambda p: jnp.sum(jnp.square(x @ p["w"] + p["b"] - y))
+    for _ in range(3):
+        params, state = step(params, state)
+        updates, ref_state = opt.update(jax.grad(ref_loss)(ref), ref_state, ref)
+        ref = optax.apply_updates(ref, updates)
+    for k in params:
+        assert params[k].filename == paths[k]
+        np.testing.assert_allclose(params[k].to_numpy(), ref[k], rtol=1e-4, atol=1e-5)
