@@ -2,15 +2,17 @@
 
 One plain formula governs every op::
 
-    footprint(task) = sum(copies * bytes of each tile the task holds)
-    footprint(task) * tasks_at_once <= budget
+    task_bytes = sum(bytes of the input tiles it keeps)
+               + IN_FLIGHT_COPIES * (bytes of the largest chunk span it reads)
+               + out_copies * (bytes of its output tile)
+    task_bytes * tasks_at_once <= budget
 
-A tile read from Zarr is held twice (the chunk bytes Zarr reads and the
-array it decodes them into), a tile written is held twice (the array and the
-bytes Zarr encodes), and a computed result once more for numpy's
-temporaries. The constants below count those copies per op; ``chunk_bytes``
-turns the worst of them into one chunk size for the stores jask creates, so
-that a task of any op over jask-made stores fits.
+Reading a tile from Zarr decodes every chunk the tile touches (its *span*):
+while one is read, its raw bytes and the decoded chunk are both held, and
+the tile is then copied out. Writing holds the result and its encoded bytes;
+numpy temporaries or a matmul accumulator add copies of the output tile.
+``chunk_bytes`` sizes the chunks of the stores jask creates so that a task
+of any op over them fits.
 """
 from __future__ import annotations
 
@@ -19,16 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BudgetError", "TileCost", "chunk_bytes", "chunk_shape", "check_fits", "nbytes"]
+__all__ = ["BudgetError", "TileCost", "chunk_bytes", "chunk_shape", "check_fits", "nbytes",
+           "span_bytes", "task_cost", "first_fit"]
 
-#: Copies of a tile held while it is read (raw chunk bytes + decoded array).
-READ_COPIES = 2
-#: Copies held while a result tile is computed and written (result, a numpy
-#: temporary, the encoded bytes).
-WRITE_COPIES = 3
-#: The most tile-sized buffers any op's task holds: dot reads two tiles and
-#: keeps an accumulator and the product of the current pair.
-MAX_TILES_PER_TASK = 2 * READ_COPIES + WRITE_COPIES + 1
+#: Buffers of a chunk's size held while it is read: raw bytes + decoded chunk.
+IN_FLIGHT_COPIES = 2
+#: Output-tile buffers of an elementwise task: result, a numpy temporary,
+#: encoded bytes.
+ELEMENTWISE_OUT_COPIES = 3
+#: The most chunk-sized buffers a task over jask-made stores holds: two input
+#: tiles, one chunk in flight (twice), and three output-tile buffers.
+MAX_TILES_PER_TASK = 2 + IN_FLIGHT_COPIES + ELEMENTWISE_OUT_COPIES
 #: Upper bound on a chunk, so that even huge budgets keep tasks many and
 #: parallel.
 MAX_CHUNK_BYTES = 128 * 2**20
@@ -48,9 +51,82 @@ def nbytes(shape, dtype) -> int:
     return math.prod(shape) * np.dtype(dtype).itemsize
 
 
+def span_bytes(store, tile: tuple) -> int:
+    """Bytes of the whole chunks that reading one tile of ``store`` decodes.
+
+    Tiles start at multiples of their own size, so a tile that is a whole
+    number of chunks touches exactly those, one that divides a chunk touches
+    that chunk, and any other may straddle one more chunk per axis. ``store`` needs ``shape``, ``chunks`` and ``dtype``.
+
+    Example:
+      >>> from types import SimpleNamespace as S
+      >>> x = S(shape=(100, 100), chunks=(10, 100), dtype=np.dtype("float32"))
+      >>> span_bytes(x, (20, 100)), span_bytes(x, (5, 50)), span_bytes(x, (15, 100))
+      (8000, 4000, 12000)
+    """
+    elems = 1
+    for t, c, s in zip(tile, store.chunks, store.shape):
+        if c >= s:
+            touched = s
+        elif t % c == 0:
+            touched = t
+        elif c % t == 0:
+            touched = c
+        else:
+            touched = (math.ceil(max(t - 1, 0) / c) + 1) * c
+        elems *= min(max(touched, t), s)
+    return elems * np.dtype(store.dtype).itemsize
+
+
+def task_cost(op: str, tile: tuple, reads, out_bytes: int, out_copies: int,
+              tasks_at_once: int) -> "TileCost":
+    """The formula above for one task reading ``reads`` = [(store, tile), ...].
+
+    Example:
+      >>> from types import SimpleNamespace as S
+      >>> x = S(shape=(100, 100), chunks=(10, 100), dtype=np.dtype("float32"))
+      >>> task_cost("add", (10, 100), [(x, (10, 100))] * 2, 4000, 3, 2).task_bytes
+      28000
+    """
+    kept = sum(nbytes(t, s.dtype) for s, t in reads)
+    in_flight = max((span_bytes(s, t) for s, t in reads), default=0)
+    held = kept + IN_FLIGHT_COPIES * in_flight + out_copies * out_bytes
+    return TileCost(op, tuple(tile), held, tasks_at_once)
+
+
+def first_fit(candidates, cost_of, budget: int):
+    """The first candidate tile whose cost fits the budget.
+
+    Raises BudgetError, naming the smallest plan tried, when none fits.
+    """
+    cost = None
+    for tile in candidates:
+        cost = cost_of(tile)
+        if cost.total <= budget:
+            return tile
+    check_fits(cost, budget)
+    return tile  # pragma: no cover - check_fits raised
+
+
+def shrinking(tile: tuple):
+    """``tile``, then halved along its largest axis until every axis is 1.
+
+    Example:
+      >>> list(shrinking((4, 2)))
+      [(4, 2), (2, 2), (1, 2), (1, 1)]
+    """
+    tile = tuple(max(1, t) for t in tile)
+    yield tile
+    while any(t > 1 for t in tile):
+        i = max(range(len(tile)), key=lambda k: tile[k])
+        tile = tile[:i] + (max(1, tile[i] // 2),) + tile[i + 1:]
+        yield tile
+
+
 def chunk_bytes(budget: int, workers: int) -> int:
-    """Chunk size for jask-made stores: a task of any op holds at most
-    ``MAX_TILES_PER_TASK`` chunks, and ``workers`` tasks run at once.
+    """Chunk size for jask-made stores: a task of any op over them holds at
+    most ``MAX_TILES_PER_TASK`` chunk-sized buffers, and ``workers`` tasks
+    run at once.
 
     Example:
       >>> chunk_bytes(512 * 2**20, 2) == 512 * 2**20 // (2 * MAX_TILES_PER_TASK)

@@ -144,10 +144,8 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
 
 
 def _copy_cost(target, source, config: Config) -> memory.TileCost:
-    tile_bytes = memory.nbytes(target.chunks, target.dtype)
-    held = memory.READ_COPIES * builders._span_bytes(source, target.chunks)
-    return memory.TileCost("update_", target.chunks, held + memory.WRITE_COPIES * tile_bytes,
-                           config.workers)
+    return memory.task_cost("update_", target.chunks, [(source, target.chunks)],
+                            memory.nbytes(target.chunks, target.dtype), 2, config.workers)
 
 
 def _swap(new: str, target: str) -> None:

@@ -43,51 +43,31 @@ def regions(shape: tuple, chunks: tuple):
         yield tuple(slice(b, min(b + c, s)) for b, c, s in zip(starts, chunks, shape))
 
 
-def _span_bytes(store: StoreSpec, tile: tuple) -> int:
-    """Bytes of the whole chunks a tile-sized read of ``store`` may touch.
-
-    Tiles start at multiples of their own size, so a tile that is a whole
-    number of chunks touches exactly those; any other may straddle one more.
-    """
-    elems = 1
-    for t, c, s in zip(tile, store.chunks, store.shape):
-        if c >= s:
-            touched = s
-        elif t % c == 0:
-            touched = t
-        else:
-            touched = (math.ceil(max(t - 1, 0) / c) + 1) * c
-        elems *= min(max(touched, t), s)
-    return elems * store.dtype.itemsize
-
-
-def _fits(cost: memory.TileCost, budget: int) -> bool:
-    return cost.total <= budget
-
-
 def default_chunks(shape, dtype, budget: int, workers: int) -> tuple:
     """Chunks of a new store under this budget (see :mod:`jask.memory`)."""
     return memory.chunk_shape(tuple(shape), np.dtype(dtype).itemsize,
                               memory.chunk_bytes(budget, workers))
 
 
-def _elementwise_cost(op, tile, dtype, inputs, workers):
-    tile_bytes = memory.nbytes(tile, dtype)
-    held = sum(memory.READ_COPIES * _span_bytes(x, tile) for x in inputs)
-    return memory.TileCost(op, tile, held + memory.WRITE_COPIES * tile_bytes, workers)
+def _min_chunks(stores) -> tuple:
+    return tuple(min(cs) for cs in zip(*(x.chunks for x in stores)))
 
 
 def elementwise_chunks(op: str, shape, dtype, inputs, budget: int, workers: int) -> tuple:
-    """Output chunks for an elementwise op: the first input's chunks when
-    they fit (so reads stay chunk-aligned), else the default."""
-    candidates = [x.chunks for x in inputs if x.shape == tuple(shape) and x.chunks]
-    candidates.append(default_chunks(shape, dtype, budget, workers))
-    for tile in candidates:
-        cost = _elementwise_cost(op, tile, dtype, inputs, workers)
-        if _fits(cost, budget):
-            return tile
-    memory.check_fits(cost, budget)
-    return candidates[-1]
+    """Output chunks for an elementwise op: an input's own chunks when they
+    fit (reads stay chunk-aligned), else the default, else smaller tiles."""
+    shape = tuple(shape)
+    same = [x for x in inputs if x.shape == shape and x.chunks]
+    candidates = [x.chunks for x in same]
+    if same:
+        candidates.append(_min_chunks(same))
+    candidates.extend(memory.shrinking(default_chunks(shape, dtype, budget, workers)))
+
+    def cost(tile):
+        return memory.task_cost(op, tile, [(x, tile) for x in inputs],
+                                memory.nbytes(tile, dtype), memory.ELEMENTWISE_OUT_COPIES,
+                                workers)
+    return memory.first_fit(candidates, cost, budget)
 
 
 def elementwise_graph(op: str, kernel: str, out: StoreSpec, inputs: tuple,
@@ -110,20 +90,21 @@ def fill_graph(out: StoreSpec, value) -> tuple[dict, list]:
     return graph, list(graph)
 
 
-def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int) -> tuple:
-    """Output chunks for a permuted copy: the source's chunks, permuted."""
+def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
+                     op: str = "transpose") -> tuple:
+    """Output chunks for a permuted copy: the source's chunks, permuted,
+    else the default, else smaller tiles."""
     shape = tuple(source.shape[a] for a in axes)
-    candidates = [tuple(source.chunks[a] for a in axes),
-                  default_chunks(shape, source.dtype, budget, workers)]
-    for tile in candidates:
-        source_tile = tuple(tile[i] for i in np.argsort(axes))
-        tile_bytes = memory.nbytes(tile, source.dtype)
-        cost = memory.TileCost("transpose", tile, memory.READ_COPIES * _span_bytes(
-            source, source_tile) + memory.WRITE_COPIES * tile_bytes, workers)
-        if _fits(cost, budget):
-            return tile
-    memory.check_fits(cost, budget)
-    return candidates[-1]
+    inverse = tuple(int(i) for i in np.argsort(axes))
+    candidates = [tuple(source.chunks[a] for a in axes)]
+    candidates.extend(memory.shrinking(default_chunks(shape, source.dtype, budget, workers)))
+
+    def cost(tile):
+        source_tile = tuple(tile[i] for i in inverse)
+        # the tile read, its transposed copy, and the encoded bytes
+        return memory.task_cost(op, tile, [(source, source_tile)],
+                                memory.nbytes(tile, source.dtype), 2, workers)
+    return memory.first_fit(candidates, cost, budget)
 
 
 def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose"):
@@ -216,17 +197,18 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     ones = (1,) * len(batch)
     itemsize = np.dtype(out_dtype).itemsize
     for tm, tn, tk in _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
-        a_bytes = memory.READ_COPIES * _span_bytes(a, ones + ((tk, tm) if ta else (tm, tk)))
-        b_bytes = memory.READ_COPIES * _span_bytes(b, ones + ((tn, tk) if tb else (tk, tn)))
+        a_tile = ones + ((tk, tm) if ta else (tm, tk))
+        b_tile = ones + ((tn, tk) if tb else (tk, tn))
         out_bytes = tm * tn * itemsize
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
         splits = 1
         if n_out < 2 * workers:
             splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
-        held = a_bytes + b_bytes + (memory.WRITE_COPIES + 1) * out_bytes
+        # accumulator, product of the current pair, encoded output
+        cost = memory.task_cost("dot", (tm, tn, tk), [(a, a_tile), (b, b_tile)], out_bytes, 3,
+                                workers)
         # partial sums waiting for their combine task
         waiting = FAN_IN * out_bytes if splits > 1 else 0
-        cost = memory.TileCost("dot", (tm, tn, tk), held, workers)
         if cost.total + waiting <= budget:
             return ones + (tm, tn), tk, splits
     memory.check_fits(cost, budget - waiting)
