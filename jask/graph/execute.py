@@ -10,6 +10,12 @@ from __future__ import annotations
 import dask
 import dask.threaded
 from dask.base import get_scheduler
+from threadpoolctl import ThreadpoolController
+
+from jask import progress
+
+
+_blas = ThreadpoolController()
 
 
 def run(graph: dict, keys: list, workers: int) -> list:
@@ -19,7 +25,17 @@ def run(graph: dict, keys: list, workers: int) -> list:
       >>> run({("x", 0): 1, ("y", 0): (sum, [("x", 0), 2])}, [("y", 0)], workers=2)
       [3]
     """
+    # Tasks already run in parallel, one per worker thread; BLAS threads on
+    # top of them only contend (a tile's matvec ran 100x slower with two).
+    with _blas.limit(limits=1, user_api="blas"):
+        return _run(graph, keys, workers)
+
+
+def _run(graph: dict, keys: list, workers: int) -> list:
     scheduler = get_scheduler()
+    progress_bar = progress.bar(graph, keys)  # None unless jask.show_progress is on
+    if progress_bar is not None:
+        return progress.run_with_bar(progress_bar, scheduler, graph, keys, workers)
     if scheduler is None or scheduler is dask.threaded.get:
         return list(dask.threaded.get(graph, keys, num_workers=workers))
     return list(scheduler(graph, keys))
