@@ -249,9 +249,11 @@ def open_array(path: str) -> zarr.Array:
 
 
 def forget_array(path: str) -> None:
-    """Drop a cached ``zarr.Array`` whose store is gone or replaced."""
+    """Drop what is cached about a store that is gone or replaced."""
+    from jask import chunkio
     with _arrays_lock:
         _arrays.pop(path, None)
+    chunkio.forget(path)
 
 
 def has_garbage() -> bool:

@@ -5,17 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jask.storage import StoreSpec, open_array
-
-
-def read(store: StoreSpec, region: tuple) -> np.ndarray:
-    """One tile of a store as a numpy array."""
-    return open_array(store.path)[region]
-
-
-def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
-    """Write one tile (whole chunks) of a store."""
-    open_array(store.path)[region] = block
+from jask.chunkio import read, write
+from jask.storage import StoreSpec
 
 
 # Elementwise kernels, by name so that tasks pickle cheaply to remote workers.

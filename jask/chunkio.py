@@ -1,0 +1,159 @@
+"""Reading and writing tiles of a store, whole chunks at a time.
+
+Most stores jask touches are uncompressed Zarr v3 arrays on a local disk:
+each chunk is one file holding the chunk's bytes in C order. For those, a
+tile is read with one ``readinto`` per chunk and written with one ``write``,
+which measured 3-10x faster than going through ``zarr.Array`` indexing, whose
+per-chunk overhead dominated jask's tasks. Any other store (compressed,
+sharded, remote, big-endian) goes through ``zarr.Array`` unchanged. Files
+written here are exactly what Zarr writes, so every Zarr reader opens them.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import zarr
+from zarr.codecs import BytesCodec
+from zarr.storage import LocalStore
+
+from jask.storage import StoreSpec, open_array
+
+__all__ = ["read", "write", "forget"]
+
+
+@dataclass(frozen=True)
+class RawLayout:
+    """Where each chunk of an uncompressed local Zarr v3 array lives."""
+
+    root: str
+    shape: tuple
+    chunks: tuple
+    dtype: np.dtype
+    fill_value: object
+    encode_key: object  # (chunk index) -> "c/0/1"
+
+    def path(self, index: tuple) -> str:
+        return os.path.join(self.root, *self.encode_key(index).split("/"))
+
+
+_layouts: dict[str, RawLayout | None] = {}
+_lock = threading.Lock()
+
+
+def _raw_layout(path: str) -> RawLayout | None:
+    """The raw layout of a store, or None when Zarr's codecs are needed."""
+    try:
+        return _layouts[path]
+    except KeyError:
+        pass
+    arr = open_array(path)
+    meta = arr.metadata
+    layout = None
+    codecs = getattr(meta, "codecs", None)
+    if (getattr(meta, "zarr_format", None) == 3 and isinstance(arr.store, LocalStore)
+            and codecs is not None and len(codecs) == 1 and isinstance(codecs[0], BytesCodec)
+            and (codecs[0].endian is None or codecs[0].endian.value == "little")
+            and np.dtype(arr.dtype).isnative and np.little_endian
+            and not getattr(meta, "storage_transformers", ())
+            and arr.shape and all(c > 0 for c in arr.chunks)):
+        layout = RawLayout(os.fspath(arr.store.root / arr.path) if arr.path else os.fspath(arr.store.root),
+                           tuple(arr.shape), tuple(arr.chunks), np.dtype(arr.dtype),
+                           arr.fill_value, meta.encode_chunk_key)
+    with _lock:
+        _layouts[path] = layout
+    return layout
+
+
+def forget(path: str) -> None:
+    """Drop what is cached about a store that is gone or replaced."""
+    with _lock:
+        _layouts.pop(path, None)
+
+
+def _chunk_ranges(region: tuple, chunks: tuple):
+    return [range(s.start // c, (s.stop - 1) // c + 1) for s, c in zip(region, chunks)]
+
+
+def _load_chunk(layout: RawLayout, index: tuple) -> np.ndarray:
+    chunk = np.empty(layout.chunks, dtype=layout.dtype)
+    path = layout.path(index)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            got = f.readinto(memoryview(chunk).cast("B"))
+            extra = f.read(1)
+    except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
+        chunk.fill(layout.fill_value)
+        return chunk
+    if got != chunk.nbytes or extra:
+        raise ValueError(f"corrupt Zarr chunk {path!r}: expected {chunk.nbytes} bytes")
+    return chunk
+
+
+def read(store: StoreSpec, region: tuple) -> np.ndarray:
+    """One tile of a store as a numpy array.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.arange(12.0).reshape(3, 4))
+      >>> read(jask.storage.spec(a._handle), (slice(1, 3), slice(0, 2)))
+      array([[4., 5.],
+             [8., 9.]])
+    """
+    layout = _raw_layout(store.path)
+    if layout is None:
+        return open_array(store.path)[region]
+    ranges = _chunk_ranges(region, layout.chunks)
+    out = None
+    for index in itertools.product(*ranges):
+        chunk = _load_chunk(layout, index)
+        src, dst = [], []
+        for i, s, c in zip(index, region, layout.chunks):
+            lo, hi = max(s.start, i * c), min(s.stop, (i + 1) * c)
+            src.append(slice(lo - i * c, hi - i * c))
+            dst.append(slice(lo - s.start, hi - s.start))
+        if out is None and all(len(r) == 1 for r in ranges):
+            part = chunk[tuple(src)]
+            # a view would keep the whole chunk alive: copy only a strict part
+            return part if part.shape == chunk.shape else part.copy()
+        if out is None:
+            out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
+        out[tuple(dst)] = chunk[tuple(src)]
+    return out
+
+
+def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+    """Write a tile made of whole chunks (the last ones may be cut by the
+    array's edge).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.zeros((2, 2)))
+      >>> write(jask.storage.spec(a._handle), (slice(0, 2), slice(0, 2)), np.eye(2))
+      >>> a.to_numpy()
+      array([[1., 0.],
+             [0., 1.]])
+    """
+    layout = _raw_layout(store.path)
+    whole = layout is not None and all(
+        s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
+        for s, c, n in zip(region, layout.chunks, layout.shape))
+    if not whole:
+        open_array(store.path)[region] = block
+        return
+    block = np.asarray(block, dtype=layout.dtype)
+    for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
+        src = tuple(slice(i * c - s.start, min((i + 1) * c, n) - s.start)
+                    for i, c, s, n in zip(index, layout.chunks, region, layout.shape))
+        part = block[src]
+        if part.shape != layout.chunks:  # edge chunk: Zarr stores it full size
+            full = np.full(layout.chunks, layout.fill_value, dtype=layout.dtype)
+            full[tuple(slice(0, d) for d in part.shape)] = part
+            part = full
+        path = layout.path(index)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb", buffering=0) as f:
+            f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
