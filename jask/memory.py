@@ -94,8 +94,8 @@ def task_cost(op: str, tile: tuple, reads, out_bytes: int, out_copies: int,
     return TileCost(op, tuple(tile), held, tasks_at_once)
 
 
-def first_fit(candidates, cost_of, budget: int):
-    """The first candidate tile whose cost fits the budget.
+def first_fit(candidates, cost_of, budget: int) -> tuple[tuple, "TileCost"]:
+    """The first candidate tile whose cost fits the budget, and its cost.
 
     Raises BudgetError, naming the smallest plan tried, when none fits.
     """
@@ -103,9 +103,9 @@ def first_fit(candidates, cost_of, budget: int):
     for tile in candidates:
         cost = cost_of(tile)
         if cost.total <= budget:
-            return tile
+            return tile, cost
     check_fits(cost, budget)
-    return tile  # pragma: no cover - check_fits raised
+    raise AssertionError("unreachable: check_fits raised")
 
 
 def shrinking(tile: tuple):

@@ -20,11 +20,12 @@ from jask.config import Config
 from jask.graph import builders
 
 
-def _produce(config: Config, op: str, shape, dtype, chunks, build, *, grad: bool):
+def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
+    chunks, cost = plan
     out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
     try:
         dsk, keys = build(out)
-        graph.run(dsk, keys, config.workers)
+        graph.run(dsk, keys, config.workers, cost)
     except BaseException:
         storage.discard(out)
         raise
@@ -35,9 +36,9 @@ def elementwise(op: str, kernel: str, *, grad: bool = False):
     """Work for ``out = kernel(*inputs, *scalars)`` on same-shaped inputs."""
     def work(stores, scalars, config: Config):
         first = stores[0]
-        chunks = builders.elementwise_chunks(op, first.shape, first.dtype, stores,
-                                             config.max_memory, config.workers)
-        return _produce(config, op, first.shape, first.dtype, chunks,
+        plan = builders.elementwise_chunks(op, first.shape, first.dtype, stores,
+                                           config.max_memory, config.workers)
+        return _produce(config, op, first.shape, first.dtype, plan,
                         lambda out: builders.elementwise_graph(op, kernel, out, tuple(stores),
                                                                tuple(s.item() for s in scalars)),
                         grad=grad)
@@ -48,8 +49,10 @@ def fill(shape, dtype, *, grad: bool = False):
     """Work for an array of ``shape`` with every element the scalar operand."""
     def work(stores, scalars, config: Config):
         chunks = builders.default_chunks(shape, dtype, config.max_memory, config.workers)
+        cost = memory.task_cost("fill", chunks, [], memory.nbytes(chunks, dtype), 2,
+                                config.workers)
         value = scalars[0].item()
-        return _produce(config, "fill", shape, dtype, chunks,
+        return _produce(config, "fill", shape, dtype, (chunks, cost),
                         lambda out: builders.fill_graph(out, value), grad=grad)
     return work
 
@@ -58,9 +61,9 @@ def transpose(axes: tuple, *, grad: bool = False):
     """Work for a permuted copy of the input."""
     def work(stores, scalars, config: Config):
         (source,) = stores
-        chunks = builders.transpose_chunks(source, axes, config.max_memory, config.workers)
+        plan = builders.transpose_chunks(source, axes, config.max_memory, config.workers)
         shape = tuple(source.shape[a] for a in axes)
-        return _produce(config, "transpose", shape, source.dtype, chunks,
+        return _produce(config, "transpose", shape, source.dtype, plan,
                         lambda out: builders.transpose_graph(out, source, axes), grad=grad)
     return work
 
@@ -70,12 +73,12 @@ def dot(ta: bool, tb: bool, *, grad: bool = False):
     of an operand whose flag is set (the backward products)."""
     def work(stores, scalars, config: Config):
         a, b = stores
-        chunks, tk, splits = builders.dot_plan(a, b, ta, tb, a.dtype, config.max_memory,
-                                               config.workers)
+        chunks, tk, splits, cost = builders.dot_plan(a, b, ta, tb, a.dtype,
+                                                     config.max_memory, config.workers)
         m = a.shape[-1] if ta else a.shape[-2]
         n = b.shape[-2] if tb else b.shape[-1]
         shape = a.shape[:-2] + (m, n)
-        return _produce(config, "dot", shape, a.dtype, chunks,
+        return _produce(config, "dot", shape, a.dtype, (chunks, cost),
                         lambda out: builders.dot_graph(out, a, b, ta, tb, tk, splits),
                         grad=grad)
     return work
@@ -83,14 +86,18 @@ def dot(ta: bool, tb: bool, *, grad: bool = False):
 
 def total(stores, scalars, config: Config) -> np.ndarray:
     """Work for the sum of every element."""
+    cost = builders.reduction_cost("sum", stores, config.workers)
+    memory.check_fits(cost, config.max_memory)
     dsk, keys = builders.sum_graph(stores[0])
-    return graph.run(dsk, keys, config.workers)[0]
+    return graph.run(dsk, keys, config.workers, cost)[0]
 
 
 def vdot(stores, scalars, config: Config) -> np.ndarray:
     """Work for ``sum(a * b)``."""
+    cost = builders.reduction_cost("vdot", stores, config.workers)
+    memory.check_fits(cost, config.max_memory)
     dsk, keys = builders.vdot_graph(*stores)
-    return graph.run(dsk, keys, config.workers)[0]
+    return graph.run(dsk, keys, config.workers, cost)[0]
 
 
 def read_all(stores, scalars, config: Config) -> np.ndarray:
@@ -124,7 +131,8 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
     target, source = stores
     if target.path == source.path:
         return target
-    memory.check_fits(_copy_cost(target, source, config), config.max_memory)
+    cost = _copy_cost(target, source, config)
+    memory.check_fits(cost, config.max_memory)
     folder, name = os.path.split(target.path)
     staging = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
     original = zarr.open_array(target.path, mode="r")
@@ -135,7 +143,7 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
     tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
     try:
         dsk, keys = builders.copy_graph(tmp, source)
-        graph.run(dsk, keys, config.workers)
+        graph.run(dsk, keys, config.workers, cost)
     except BaseException:
         storage.discard(tmp)
         raise

@@ -21,14 +21,21 @@ from jask.storage import StoreSpec
 FAN_IN = 8
 
 
-def key_name(op: str, *parts) -> str:
-    """Task-key prefix for an op: what the dashboard shows.
+def key_name(op: str, *parts, stage: str = "") -> str:
+    """Task-key prefix for an op (and a stage of it): what the dashboard shows.
+
+    Dask groups keys by their words before the token, so the op name is
+    spelled with hyphens and a stage comes before the token.
 
     Example:
-      >>> key_name("add", "x").startswith("jask-add-")
-      True
+      >>> from dask.utils import key_split
+      >>> key_split((key_name("square_vjp", "x"), 0))
+      'jask-square-vjp'
+      >>> key_split((key_name("sum", "x", stage="combine"), 0))
+      'jask-sum-combine'
     """
-    return f"jask-{op}-{tokenize(*parts)}"
+    words = ["jask", op.replace("_", "-")] + ([stage] if stage else [])
+    return "-".join(words + [tokenize(*parts)])
 
 
 def regions(shape: tuple, chunks: tuple):
@@ -53,7 +60,8 @@ def _min_chunks(stores) -> tuple:
     return tuple(min(cs) for cs in zip(*(x.chunks for x in stores)))
 
 
-def elementwise_chunks(op: str, shape, dtype, inputs, budget: int, workers: int) -> tuple:
+def elementwise_chunks(op: str, shape, dtype, inputs, budget: int,
+                       workers: int) -> tuple[tuple, memory.TileCost]:
     """Output chunks for an elementwise op: an input's own chunks when they
     fit (reads stay chunk-aligned), else the default, else smaller tiles."""
     shape = tuple(shape)
@@ -91,7 +99,7 @@ def fill_graph(out: StoreSpec, value) -> tuple[dict, list]:
 
 
 def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
-                     op: str = "transpose") -> tuple:
+                     op: str = "transpose") -> tuple[tuple, memory.TileCost]:
     """Output chunks for a permuted copy: the source's chunks, permuted,
     else the default, else smaller tiles."""
     shape = tuple(source.shape[a] for a in axes)
@@ -120,18 +128,19 @@ def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update"):
     return transpose_graph(out, source, tuple(range(len(out.shape))), op=op)
 
 
-def _tree(graph: dict, name: str, leaves: list, finish) -> object:
+def _tree(graph: dict, op: str, token_parts: tuple, leaves: list, finish) -> object:
     """Add a bounded fan-in tree summing ``leaves``; return the root key."""
+    combine = key_name(op, *token_parts, stage="combine")
     level, depth = leaves, 0
     while len(level) > 1:
         depth += 1
         nxt = []
         for i in range(0, len(level), FAN_IN):
-            key = (f"{name}-combine", depth, i // FAN_IN)
+            key = (combine, depth, i // FAN_IN)
             graph[key] = (tasks.combine, *level[i:i + FAN_IN])
             nxt.append(key)
         level = nxt
-    root = (f"{name}-result",)
+    root = (key_name(op, *token_parts, stage="result"),)
     graph[root] = (finish, level[0])
     return root
 
@@ -140,12 +149,18 @@ def _as_scalar(x):
     return np.asarray(x)
 
 
+def reduction_cost(op: str, stores, workers: int) -> memory.TileCost:
+    """What one task of a chunk-by-chunk reduction (sum, vdot) holds."""
+    tile = stores[0].chunks
+    return memory.task_cost(op, tile, [(x, tile) for x in stores], 0, 0, workers)
+
+
 def sum_graph(source: StoreSpec, op: str = "sum") -> tuple[dict, list]:
     """A tree reduction of every element of ``source`` to one scalar."""
     name = key_name(op, source.path)
     graph = {(name, i): (tasks.sum_block, source, region)
              for i, region in enumerate(regions(source.shape, source.chunks))}
-    root = _tree(graph, name, list(graph), _as_scalar)
+    root = _tree(graph, op, (source.path,), list(graph), _as_scalar)
     return graph, [root]
 
 
@@ -154,7 +169,7 @@ def vdot_graph(a: StoreSpec, b: StoreSpec, op: str = "vdot") -> tuple[dict, list
     name = key_name(op, a.path, b.path)
     graph = {(name, i): (tasks.vdot_block, a, b, region)
              for i, region in enumerate(regions(a.shape, a.chunks))}
-    root = _tree(graph, name, list(graph), _as_scalar)
+    root = _tree(graph, op, (a.path, b.path), list(graph), _as_scalar)
     return graph, [root]
 
 
@@ -183,8 +198,9 @@ def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
 
 
 def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
-             budget: int, workers: int) -> tuple[tuple, int, int]:
-    """Output chunks, the contraction tile, and how many ways to split K.
+             budget: int, workers: int) -> tuple[tuple, int, int, memory.TileCost]:
+    """Output chunks, the contraction tile, how many ways to split K, and
+    the cost of one task.
 
     A task holds one tile of each operand (as read: twice), the running sum
     and the product of the current pair. A product with fewer output tiles
@@ -210,7 +226,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         # partial sums waiting for their combine task
         waiting = FAN_IN * out_bytes if splits > 1 else 0
         if cost.total + waiting <= budget:
-            return ones + (tm, tn), tk, splits
+            return ones + (tm, tn), tk, splits, cost
     memory.check_fits(cost, budget - waiting)
     raise memory.BudgetError(
         f"jask.dot: partial sums of {FAN_IN} x {out_bytes} bytes do not fit the budget "
@@ -225,10 +241,14 @@ def dot_graph(out: StoreSpec, a: StoreSpec, b: StoreSpec, ta: bool, tb: bool,
     ``splits > 1`` the k tiles are shared among tasks whose partial products
     a bounded fan-in tree adds before writing.
     """
-    name = key_name(op, out.path, a.path, b.path, ta, tb)
+    token_parts = (out.path, a.path, b.path, ta, tb)
+    name = key_name(op, *token_parts)
+    partial = key_name(op, *token_parts, stage="partial")
+    combine = key_name(op, *token_parts, stage="combine")
     k = _matrix(a, ta)[1]
     ks = [slice(s, min(s + tk, k)) for s in range(0, k, tk)]
-    groups = [tuple(ks[i::splits]) for i in range(min(splits, len(ks)))]
+    size = math.ceil(len(ks) / max(splits, 1))  # contiguous runs of k: sequential reads
+    groups = [tuple(ks[i:i + size]) for i in range(0, len(ks), size)]
     graph, keys = {}, []
     for t, region in enumerate(regions(out.shape, out.chunks)):
         batch, rows, cols = region[:-2], region[-2], region[-1]
@@ -239,18 +259,19 @@ def dot_graph(out: StoreSpec, a: StoreSpec, b: StoreSpec, ta: bool, tb: bool,
             continue
         parts = []
         for g, group in enumerate(groups):
-            part = (f"{name}-partial", t, g)
+            part = (partial, t, g)
             graph[part] = (tasks.dot_partial, a, b, ta, tb, batch, rows, cols, group)
             parts.append(part)
         while len(parts) > FAN_IN:
-            parts = [_combine_key(graph, name, t, parts[i:i + FAN_IN], i) for i in range(0, len(parts), FAN_IN)]
+            parts = [_combine_key(graph, combine, t, parts[i:i + FAN_IN], i)
+                     for i in range(0, len(parts), FAN_IN)]
         key = (name, t)
         graph[key] = (tasks.dot_combine, out, region, *parts)
         keys.append(key)
     return graph, keys
 
 
-def _combine_key(graph, name, t, parts, i):
-    key = (f"{name}-combine", t, len(graph), i)
+def _combine_key(graph, combine, t, parts, i):
+    key = (combine, t, len(graph), i)
     graph[key] = (tasks.combine, *parts)
     return key

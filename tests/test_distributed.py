@@ -1,0 +1,67 @@
+"""jask on a real dask.distributed LocalCluster of two worker processes."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import jask
+from helpers import rand
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, memory_limit="1GB") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster, small_budget):
+    with Client(cluster) as client:
+        yield client
+
+
+def _task_prefixes(client):
+    return client.run_on_scheduler(lambda dask_scheduler: set(dask_scheduler.task_prefixes))
+
+
+def test_ops_and_gradients_match_on_a_cluster(client, rng):
+    x, w, y = rand(rng, (97, 13), np.float32), rand(rng, (13, 3), np.float32), rand(rng, (97, 3), np.float32)
+    X, W, Y = jask.from_numpy(x), jask.from_numpy(w), jask.from_numpy(y)
+    np.testing.assert_allclose((X @ W).to_numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jask.transpose(X).to_numpy(), x.T)
+    np.testing.assert_allclose(float(jask.sum(X * 2.0 + X)), 3 * x.sum(), rtol=1e-4)
+    loss = lambda w: jask.sum(jask.square(X @ w - Y))
+    g = jax.jit(jax.grad(loss))(W)
+    want = jax.grad(lambda w: jnp.sum(jnp.square(x @ w - y)))(w)
+    np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-4, atol=1e-4)
+    prefixes = _task_prefixes(client)
+    assert {"jask-dot", "jask-transpose", "jask-sum", "jask-scale", "jask-add",
+            "jask-square-vjp"} <= prefixes, prefixes
+
+
+def test_training_step_runs_on_the_cluster(client, rng):
+    x, y = rand(rng, (97, 5), np.float32), rand(rng, (97, 1), np.float32)
+    X, Y = jask.from_numpy(x), jask.from_numpy(y)
+    w = jask.from_numpy(np.zeros((5, 1), np.float32))
+    step = jax.jit(lambda w: w.update_(w - jax.grad(lambda w: jask.sum(jask.square(X @ w - Y)))(w) * 0.002))
+    before = len(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+    for _ in range(3):
+        w = step(w)
+    ref = np.zeros((5, 1), np.float32)
+    for _ in range(3):
+        ref = ref - 0.002 * 2 * x.T @ (x @ ref - y)
+    np.testing.assert_allclose(w.to_numpy(), ref, rtol=1e-4, atol=1e-5)
+    assert "jask-update" in _task_prefixes(client) and before > 0
+
+
+def test_worker_memory_limit_below_a_task_is_a_clear_error(tmp_path, rng):
+    jask.set_memory_budget("64MB", scratch_dir=str(tmp_path / "scratch"))
+    x = rand(rng, (1000, 1000), np.float32)  # one 4 MB chunk: a task holds ~28 MB
+    a = jask.from_numpy(x)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None, memory_limit="16MB") as small, Client(small):
+        with pytest.raises(jask.BudgetError, match=r"jask.add: a task holds \d+ bytes.*"
+                                                   r"memory limit of \d+ bytes for 2 threads"):
+            a + a
