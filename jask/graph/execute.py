@@ -7,6 +7,8 @@ as many threads as the memory model assumed.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import dask
 import dask.threaded
 from dask.base import get_scheduler
@@ -45,5 +47,8 @@ def _run(scheduler, graph: dict, keys: list, workers: int) -> list:
     if progress_bar is not None:
         return progress.run_with_bar(progress_bar, scheduler, graph, keys, workers)
     if scheduler is None or scheduler is dask.threaded.get:
-        return list(dask.threaded.get(graph, keys, num_workers=workers))
+        # Our own pool, so that after a failed task we wait for the tasks
+        # still running before the caller removes the half-written output.
+        with ThreadPoolExecutor(workers, thread_name_prefix="jask") as pool:
+            return list(dask.threaded.get(graph, keys, num_workers=workers, pool=pool))
     return list(scheduler(graph, keys))
