@@ -46,6 +46,8 @@ def _run(scheduler, graph: dict, keys: list, workers: int) -> list:
     progress_bar = progress.bar(graph, keys)  # None unless jask.show_progress is on
     if progress_bar is not None:
         return progress.run_with_bar(progress_bar, scheduler, graph, keys, workers)
+    if (scheduler is None or scheduler is dask.threaded.get) and len(graph) == 1:
+        return list(dask.get(graph, keys))  # nothing to run in parallel: skip the pool
     if scheduler is None or scheduler is dask.threaded.get:
         # Our own pool, so that after a failed task we wait for the tasks
         # still running before the caller removes the half-written output.
