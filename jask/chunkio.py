@@ -16,7 +16,6 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-import zarr
 from zarr.codecs import BytesCodec
 from zarr.storage import LocalStore
 

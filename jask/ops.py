@@ -17,9 +17,6 @@ from jask.lifetime import collect_if_idle
 __all__ = ["open", "from_numpy", "add", "sub", "mul", "square", "transpose", "sum", "dot",
            "materialize", "update_"]
 
-_builtin_open = open
-
-
 def _disk_type(x) -> DiskArrayType | None:
     """The DiskArrayType of a DiskArray or of a tracer of one, else None."""
     if isinstance(x, DiskArray):

@@ -15,7 +15,7 @@ import uuid
 import numpy as np
 import zarr
 
-from jask import graph, memory, storage
+from jask import chunkio, graph, memory, storage
 from jask.config import Config
 from jask.graph import builders
 
@@ -102,7 +102,8 @@ def vdot(stores, scalars, config: Config) -> np.ndarray:
 
 def read_all(stores, scalars, config: Config) -> np.ndarray:
     """Work for loading a whole store into memory."""
-    return storage.open_array(stores[0].path)[...]
+    (store,) = stores
+    return chunkio.read(store, _whole(store.shape))
 
 
 def write_value(*, grad: bool = False, op: str = "from_value"):
@@ -113,12 +114,16 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
                                          config.workers)
         out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad)
         try:
-            zarr.open_array(out.path, mode="r+")[...] = value
+            chunkio.write(out, _whole(value.shape), value)
         except BaseException:
             storage.discard(out)
             raise
         return out
     return work
+
+
+def _whole(shape) -> tuple:
+    return tuple(slice(0, n) for n in shape)
 
 
 def update(stores, scalars, config: Config) -> storage.StoreSpec:
