@@ -1,4 +1,6 @@
-"""jask on a real dask.distributed LocalCluster of two worker processes."""
+"""jask on Dask's synchronous and threaded schedulers, and on a real
+dask.distributed LocalCluster of two worker processes."""
+import dask
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +9,17 @@ from distributed import Client, LocalCluster
 
 import jask
 from helpers import rand
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+def test_local_schedulers_give_the_same_results(small_budget, rng, scheduler):
+    x, w = rand(rng, (97, 13), np.float32), rand(rng, (13, 3), np.float32)
+    with dask.config.set(scheduler=scheduler):
+        X, W = jask.from_numpy(x), jask.from_numpy(w)
+        np.testing.assert_allclose((X @ W).to_numpy(), x @ w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(float(jask.sum(X * X)), np.sum(x * x), rtol=1e-4)
+        g = jax.jit(jax.grad(lambda w: jask.sum(jask.square(X @ w))))(W)
+        np.testing.assert_allclose(g.to_numpy(), 2 * x.T @ (x @ w), rtol=1e-4, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
