@@ -25,7 +25,7 @@ def test_local_schedulers_give_the_same_results(small_budget, rng, scheduler):
 @pytest.fixture(scope="module")
 def cluster():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, memory_limit="1GB") as cluster:
+                      dashboard_address=":0", memory_limit="1GB") as cluster:
         yield cluster
 
 
@@ -74,7 +74,7 @@ def test_worker_memory_limit_below_a_task_is_a_clear_error(tmp_path, rng):
     x = rand(rng, (1000, 1000), np.float32)  # one 4 MB chunk: a task holds ~28 MB
     a = jask.from_numpy(x)
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=None, memory_limit="16MB") as small, Client(small):
+                      dashboard_address=":0", memory_limit="16MB") as small, Client(small):
         with pytest.raises(jask.BudgetError, match=r"jask.add: a task holds \d+ bytes.*"
                                                    r"memory limit of \d+ bytes for 2 threads"):
             a + a
