@@ -1,17 +1,19 @@
-"""Test-wide setup shared by the doctests in jask/ and the tests in tests/."""
+"""Test-wide setup shared by the doctests in jask/ and the tests in tests/.
+
+jask's own suite uses its pytest plugin: every test and doctest gets its own
+scratch directory and budget, and fails if it leaves stores alive.
+"""
 import numpy as np
 import pytest
 
-import jask
+pytest_plugins = ["jask.testing"]
 
 
 @pytest.fixture(autouse=True)
-def _scratch_and_budget(tmp_path, monkeypatch):
-    """Each test and doctest gets its own scratch directory and budget."""
-    monkeypatch.chdir(tmp_path)  # so the default ./.jask_scratch lands here too
-    jask.set_memory_budget("64MB", scratch_dir=str(tmp_path / "scratch"))
-    yield
-    jask.collect()
+def _isolated(jask_scratch, tmp_path, monkeypatch):
+    """Run in tmp_path, so the default ./.jask_scratch lands there too."""
+    monkeypatch.chdir(tmp_path)
+    return jask_scratch
 
 
 @pytest.fixture(autouse=True, scope="session")

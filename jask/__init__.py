@@ -13,6 +13,8 @@ from jask.lifetime import collect
 from jask.memory import BudgetError
 from jask.ops import (add, dot, from_numpy, materialize, mul, open, square, sub, sum,
                       transpose, update_)
+from jask.interop import from_dask, to_dask
+from jask.progress import progress_bars, progress_enabled, show_progress
 
 __version__ = "0.1.0"
 
@@ -21,3 +23,4 @@ __all__ = [
     "from_numpy", "get_config", "materialize", "mul", "open", "set_memory_budget",
     "square", "sub", "sum", "transpose", "update_",
 ]
+__all__ += ["from_dask", "progress_bars", "progress_enabled", "show_progress", "to_dask"]

@@ -340,6 +340,17 @@ class DiskArray:
         from jask import ops
         return ops.update_(self, new_value)
 
+    def to_dask(self):
+        """A lazy ``dask.array.Array`` over this store (see :func:`jask.to_dask`).
+
+        Example:
+          >>> import numpy as np, jask
+          >>> float(jask.from_numpy(np.ones(4)).to_dask().sum().compute())
+          4.0
+        """
+        from jask.interop import to_dask
+        return to_dask(self)
+
     def to_numpy(self) -> np.ndarray:
         """Read the whole array into a numpy array (small arrays only).
 

@@ -123,7 +123,7 @@ def main(argv=None) -> int:
 def _run(args, folder: str) -> int:
     jask.set_memory_budget(args.budget, scratch_dir=os.path.join(folder, "scratch"))
     config = jask.get_config()
-    if args.progress and hasattr(jask, "show_progress"):
+    if args.progress:
         jask.show_progress(True)
     data_bytes = args.rows * args.features * 4
     print(f"jask demo: X is {args.rows} x {args.features} float32 = {data_bytes / 1e6:.0f} MB, "

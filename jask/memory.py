@@ -91,7 +91,7 @@ def task_cost(op: str, tile: tuple, reads, out_bytes: int, out_copies: int,
     kept = sum(nbytes(t, s.dtype) for s, t in reads)
     in_flight = max((span_bytes(s, t) for s, t in reads), default=0)
     held = kept + IN_FLIGHT_COPIES * in_flight + out_copies * out_bytes
-    return TileCost(op, tuple(tile), held, tasks_at_once)
+    return TileCost(op, tuple(tile), held, tasks_at_once, in_flight)
 
 
 def first_fit(candidates, cost_of, budget: int) -> tuple[tuple, "TileCost"]:
@@ -182,6 +182,7 @@ class TileCost:
     tile: tuple
     task_bytes: int
     tasks_at_once: int
+    chunk_read_bytes: int = 0  # the largest chunk span one read decodes
 
     @property
     def total(self) -> int:
@@ -199,7 +200,11 @@ def check_fits(cost: TileCost, budget: int) -> None:
       jask.memory.BudgetError: jask.add: tiles of shape (10, 10) need 800 bytes per task x 2 tasks at once = 1600 bytes, over the memory budget of 1000 bytes
     """
     if cost.total > budget:
+        hint = ""
+        if IN_FLIGHT_COPIES * cost.chunk_read_bytes * cost.tasks_at_once > budget // 2:
+            hint = (f" (most of it is reading whole input chunks of {cost.chunk_read_bytes} "
+                    "bytes: rechunk the input store smaller or raise the budget)")
         raise BudgetError(
             f"jask.{cost.op}: tiles of shape {cost.tile} need {cost.task_bytes} bytes per "
             f"task x {cost.tasks_at_once} tasks at once = {cost.total} bytes, over the "
-            f"memory budget of {budget} bytes")
+            f"memory budget of {budget} bytes{hint}")

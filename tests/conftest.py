@@ -11,8 +11,10 @@ DTYPES = [np.float32, np.float64]
 
 
 @pytest.fixture
-def small_budget(tmp_path):
-    jask.set_memory_budget(SMALL_BUDGET, scratch_dir=str(tmp_path / "scratch"))
+def small_budget(jask_scratch):
+    """A budget small enough to split the test arrays into many tiles, in
+    the test's own (leak-checked) scratch directory."""
+    jask.set_memory_budget(SMALL_BUDGET, scratch_dir=jask_scratch.path)
     return jask.get_config()
 
 

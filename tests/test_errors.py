@@ -105,6 +105,10 @@ def test_budget_too_small_is_refused_before_writing(tmp_path):
     assert _scratch_stores(jask.get_config()) == before
 
 
+# JAX logs the failed callback with its traceback, and pytest's log capture
+# keeps that record (and through its frames, this test's locals) until the
+# test is torn down: the plugin's leak check would see `target` alive.
+@pytest.mark.jask_allow_leaks
 def test_failed_op_leaves_no_output_and_inputs_intact(tmp_path, small_budget):
     path = str(tmp_path / "x.zarr")
     z = zarr.create_array(store=path, shape=(64, 64), chunks=(16, 16), dtype="float32",

@@ -184,17 +184,16 @@ def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
 
 def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
     """Candidate (tm, tn, tk) tiles, best first: the operands' own chunks
-    (chunk-aligned reads), then square tiles shrinking until one fits."""
+    (chunk-aligned reads), square tiles of the default chunk size, then the
+    chunk-based tile halved (halves of a chunk still read one chunk each)."""
     m, k, cm, ck = _matrix(a, ta)
     _, n, ck2, cn = _matrix(b, tb)
-    yield cm, cn, min(k, min(ck, ck2))
+    aligned = (cm, cn, min(k, min(ck, ck2)))
+    yield aligned
     yield cm, cn, min(k, max(ck, ck2))
     side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
-    while True:
-        yield min(m, side), min(n, side), min(k, side)
-        if side == 1:
-            return
-        side = max(1, side // 2)
+    yield min(m, side), min(n, side), min(k, side)
+    yield from memory.shrinking(aligned)
 
 
 def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,

@@ -7,7 +7,8 @@ as many threads as the memory model assumed.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
 
 import dask
 import dask.threaded
@@ -20,13 +21,44 @@ from jask.memory import TileCost
 
 
 _blas = ThreadpoolController()
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """One long-lived pool per size: fresh threads per op would each get a
+    fresh malloc arena, and the process's memory crept up op after op."""
+    with _pools_lock:
+        pool = _pools.get(workers)
+        if pool is None:
+            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="jask")
+        return pool
+
+
+class _TrackedPool(Executor):
+    """The shared pool, remembering the tasks of one run so that after a
+    failure we can wait for those still running before the caller removes
+    the half-written output."""
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self._pool, self.futures = pool, []
+        self._max_workers = pool._max_workers  # what dask.threaded.get reads
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = self._pool.submit(fn, *args, **kwargs)
+        self.futures.append(future)
+        return future
+
+    def wait(self) -> None:
+        wait(self.futures)
 
 
 def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> list:
     """Compute ``keys`` of ``graph``; return their values in order.
 
     ``cost``, what one task holds, is checked against the memory limits of
-    a distributed cluster's workers before anything runs.
+    a distributed cluster's workers before anything runs. A progress bar is
+    drawn when :func:`jask.show_progress` is on.
 
     Example:
       >>> run({("x", 0): 1, ("y", 0): (sum, [("x", 0), 2])}, [("y", 0)], workers=2)
@@ -36,21 +68,34 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     client = cluster.distributed_client(scheduler)
     if client is not None and cost is not None:
         cluster.check_workers(client, cost)
+    bar = progress.bar(graph, keys)  # None unless progress bars are on
     # Tasks already run in parallel, one per worker thread; BLAS threads on
     # top of them only contend (a tile's matvec ran 100x slower with two).
-    with _blas.limit(limits=1, user_api="blas"):
-        return _run(scheduler, graph, keys, workers)
+    try:
+        with _blas.limit(limits=1, user_api="blas"):
+            if client is not None:
+                if bar is not None:
+                    return progress.run_distributed(bar, client, graph, keys)
+                return list(client.get(graph, keys))
+            return _run_local(scheduler, graph, keys, workers,
+                              progress.local_callbacks(bar) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
-def _run(scheduler, graph: dict, keys: list, workers: int) -> list:
-    progress_bar = progress.bar(graph, keys)  # None unless jask.show_progress is on
-    if progress_bar is not None:
-        return progress.run_with_bar(progress_bar, scheduler, graph, keys, workers)
-    if (scheduler is None or scheduler is dask.threaded.get) and len(graph) == 1:
-        return list(dask.get(graph, keys))  # nothing to run in parallel: skip the pool
-    if scheduler is None or scheduler is dask.threaded.get:
-        # Our own pool, so that after a failed task we wait for the tasks
-        # still running before the caller removes the half-written output.
-        with ThreadPoolExecutor(workers, thread_name_prefix="jask") as pool:
-            return list(dask.threaded.get(graph, keys, num_workers=workers, pool=pool))
+def _run_local(scheduler, graph, keys, workers, callbacks) -> list:
+    threaded = scheduler is None or scheduler is dask.threaded.get
+    if threaded and len(graph) == 1:
+        return list(dask.get(graph, keys, callbacks=callbacks))  # nothing to parallelize
+    if threaded:
+        pool = _TrackedPool(_pool(workers))
+        try:
+            return list(dask.threaded.get(graph, keys, num_workers=workers, pool=pool,
+                                          callbacks=callbacks))
+        except BaseException:
+            pool.wait()
+            raise
+    if callbacks is not None and getattr(scheduler, "__module__", "").startswith("dask."):
+        return list(scheduler(graph, keys, callbacks=callbacks))
     return list(scheduler(graph, keys))
