@@ -42,6 +42,15 @@ class DiskPrimitive(VJPHiPrimitive):
     def vjp_fwd(self, nzs_in, *args):
         return self(*args), args
 
+    def vjp_bwd(self, res, g, *accums):
+        if isinstance(g, Zero):  # nothing flows back
+            return
+        self.backward(res, g, *accums)
+
+    def backward(self, res, g, *accums):
+        """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
+        raise NotImplementedError(f"{type(self).__name__} is not differentiable")
+
     @property
     def _in(self):
         return self.in_avals[0]
@@ -57,56 +66,28 @@ class DiskPrimitive(VJPHiPrimitive):
 
 # --- elementwise -------------------------------------------------------------
 
-class Add(DiskPrimitive):
-    """a + b."""
+class Binary(DiskPrimitive):
+    """a + b, a - b or a * b, elementwise (``kernel``: add, sub, mul)."""
 
-    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((aval, aval), aval, grad=grad, config=config)
-
-    def expand(self, a, b):
-        return dispatch.to_store(work.elementwise("add", "add", grad=self.grad), [a, b], [],
-                                 self.out_aval, self.config)
-
-    def vjp_bwd(self, res, g, ca, cb):
-        if isinstance(g, Zero):
-            return
-        _accum(ca, lambda: g)
-        _accum(cb, lambda: g)
-
-
-class Sub(DiskPrimitive):
-    """a - b."""
-
-    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((aval, aval), aval, grad=grad, config=config)
+    def __init__(self, kernel: str, aval: DiskArrayType, grad: bool, config: Config | None):
+        super().__init__((aval, aval), aval, kernel=kernel, grad=grad, config=config)
 
     def expand(self, a, b):
-        return dispatch.to_store(work.elementwise("sub", "sub", grad=self.grad), [a, b], [],
-                                 self.out_aval, self.config)
+        return dispatch.to_store(work.elementwise(self.kernel, self.kernel, grad=self.grad),
+                                 [a, b], [], self.out_aval, self.config)
 
-    def vjp_bwd(self, res, g, ca, cb):
-        if isinstance(g, Zero):
-            return
-        _accum(ca, lambda: g)
-        _accum(cb, lambda: scalar_op("scale", g, -1, config=self.config, grad=True))
-
-
-class Mul(DiskPrimitive):
-    """a * b, elementwise."""
-
-    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((aval, aval), aval, grad=grad, config=config)
-
-    def expand(self, a, b):
-        return dispatch.to_store(work.elementwise("mul", "mul", grad=self.grad), [a, b], [],
-                                 self.out_aval, self.config)
-
-    def vjp_bwd(self, res, g, ca, cb):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ca, cb):
         a, b = res
-        _accum(ca, lambda: mul(g, b, config=self.config, grad=True))
-        _accum(cb, lambda: mul(g, a, config=self.config, grad=True))
+        cfg = self.config
+        if self.kernel == "add":
+            _accum(ca, lambda: g)
+            _accum(cb, lambda: g)
+        elif self.kernel == "sub":
+            _accum(ca, lambda: g)
+            _accum(cb, lambda: scalar_op("scale", g, -1, config=cfg, grad=True))
+        else:  # mul
+            _accum(ca, lambda: mul(g, b, config=cfg, grad=True))
+            _accum(cb, lambda: mul(g, a, config=cfg, grad=True))
 
 
 class Square(DiskPrimitive):
@@ -119,9 +100,7 @@ class Square(DiskPrimitive):
         return dispatch.to_store(work.elementwise("square", "square", grad=self.grad), [a], [],
                                  self.out_aval, self.config)
 
-    def vjp_bwd(self, res, g, ca):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ca):
         (a,) = res
         _accum(ca, lambda: SquareVJP(self.out_aval, self.config)(a, g))
 
@@ -136,9 +115,7 @@ class SquareVJP(DiskPrimitive):
         return dispatch.to_store(work.elementwise("square_vjp", "square_vjp", grad=True),
                                  [a, g], [], self.out_aval, self.config)
 
-    def vjp_bwd(self, res, h, ca, cg):
-        if isinstance(h, Zero):
-            return
+    def backward(self, res, h, ca, cg):
         a, g = res
         _accum(ca, lambda: scalar_op("scale", mul(h, g, config=self.config, grad=True), 2,
                                      config=self.config, grad=True))
@@ -157,9 +134,7 @@ class ScalarOp(DiskPrimitive):
         return dispatch.to_store(work.elementwise(self.kernel, self.kernel, grad=self.grad),
                                  [a], [s], self.out_aval, self.config)
 
-    def vjp_bwd(self, res, g, ca, cs):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ca, cs):
         a, s = res
         cfg = self.config
         if self.kernel == "scale":
@@ -184,9 +159,7 @@ class Fill(DiskPrimitive):
         return dispatch.to_store(work.fill(aval.shape, aval.dtype, grad=self.grad), [], [s],
                                  aval, self.config)
 
-    def vjp_bwd(self, res, g, cs):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, cs):
         _accum(cs, lambda: total(g, config=self.config))
 
 
@@ -203,9 +176,7 @@ class Transpose(DiskPrimitive):
         return dispatch.to_store(work.transpose(self.axes, grad=self.grad), [a], [],
                                  self.out_aval, self.config)
 
-    def vjp_bwd(self, res, g, ca):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ca):
         inverse = tuple(int(i) for i in np.argsort(self.axes))
         _accum(ca, lambda: transpose(g, inverse, config=self.config, grad=True))
 
@@ -226,9 +197,7 @@ class Update(DiskPrimitive):
     def dce(self, used_outs):
         return True, True, self
 
-    def vjp_bwd(self, res, g, ctarget, cnew):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ctarget, cnew):
         _accum(cnew, lambda: g)
 
 
@@ -249,10 +218,8 @@ class Dot(DiskPrimitive):
         return dispatch.to_store(work.dot(self.ta, self.tb, grad=self.grad), [a, b], [],
                                  self.out_aval, self.config)
 
-    def vjp_bwd(self, res, g, ca, cb):
+    def backward(self, res, g, ca, cb):
         # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.
-        if isinstance(g, Zero):
-            return
         a, b = res
         ta, tb, cfg = self.ta, self.tb, self.config
         if ta:  # da = dA.T = B @ G.T
@@ -275,9 +242,7 @@ class Sum(DiskPrimitive):
         return dispatch.to_value(work.total, [a], [], jax.ShapeDtypeStruct((), self._in.dtype),
                                  self.config)
 
-    def vjp_bwd(self, res, g, ca):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ca):
         _accum(ca, lambda: Fill(self._in, True, self.config)(g))
 
 
@@ -291,9 +256,7 @@ class Vdot(DiskPrimitive):
         return dispatch.to_value(work.vdot, [a, b], [],
                                  jax.ShapeDtypeStruct((), self._in.dtype), self.config)
 
-    def vjp_bwd(self, res, g, ca, cb):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ca, cb):
         a, b = res
         _accum(ca, lambda: scalar_op("scale", b, g, config=self.config, grad=True))
         _accum(cb, lambda: scalar_op("scale", a, g, config=self.config, grad=True))
@@ -312,9 +275,7 @@ class Materialize(DiskPrimitive):
                                  jax.ShapeDtypeStruct(self._in.shape, self._in.dtype),
                                  self.config)
 
-    def vjp_bwd(self, res, g, ca):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, ca):
         _accum(ca, lambda: FromValue(self._in, True, self.config)(g))
 
 
@@ -328,9 +289,7 @@ class FromValue(DiskPrimitive):
         return dispatch.to_store(work.write_value(grad=self.grad), [], [x], self.out_aval,
                                  self.config)
 
-    def vjp_bwd(self, res, g, cx):
-        if isinstance(g, Zero):
-            return
+    def backward(self, res, g, cx):
         _accum(cx, lambda: Materialize(self.out_aval, self.config)(g))
 
 
@@ -341,15 +300,15 @@ def _aval(x) -> DiskArrayType:
 
 
 def add(a, b, *, config=None, grad=False):
-    return Add(_aval(a), grad, config)(a, b)
+    return Binary("add", _aval(a), grad, config)(a, b)
 
 
 def sub(a, b, *, config=None, grad=False):
-    return Sub(_aval(a), grad, config)(a, b)
+    return Binary("sub", _aval(a), grad, config)(a, b)
 
 
 def mul(a, b, *, config=None, grad=False):
-    return Mul(_aval(a), grad, config)(a, b)
+    return Binary("mul", _aval(a), grad, config)(a, b)
 
 
 def square(a, *, config=None, grad=False):
