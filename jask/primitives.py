@@ -51,6 +51,11 @@ class DiskPrimitive(VJPHiPrimitive):
         """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
         raise NotImplementedError(f"{type(self).__name__} is not differentiable")
 
+    def batch_dim_rule(self, axis_data, dims):
+        raise NotImplementedError(
+            "jax.vmap over DiskArrays is not supported: jask ops work on whole arrays; "
+            "use a leading batch axis with jask.dot, or a Python loop")
+
     @property
     def _in(self):
         return self.in_avals[0]

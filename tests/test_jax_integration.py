@@ -85,3 +85,9 @@ def test_optax_sgd_on_a_dict_of_diskarrays(small_budget, rng):
     for k in params:
         assert params[k].filename == paths[k]
         np.testing.assert_allclose(params[k].to_numpy(), ref[k], rtol=1e-4, atol=1e-5)
+
+
+def test_vmap_is_refused_clearly(small_budget):
+    a = jask.from_numpy(np.ones((3, 4), np.float32))
+    with pytest.raises(NotImplementedError, match="vmap over DiskArrays is not supported"):
+        jax.vmap(lambda s: jask.sum(a * s))(jnp.arange(3.0))
