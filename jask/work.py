@@ -140,11 +140,7 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
     memory.check_fits(cost, config.max_memory)
     folder, name = os.path.split(target.path)
     staging = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
-    original = zarr.open_array(target.path, mode="r")
-    zarr.create_array(store=staging, shape=target.shape, chunks=target.chunks,
-                      dtype=target.dtype, compressors=original.compressors,
-                      filters=original.filters, fill_value=original.fill_value,
-                      attributes=dict(original.attrs), zarr_format=3)
+    _create_like(zarr.open_array(target.path, mode="r"), staging)
     tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
     try:
         dsk, keys = builders.copy_graph(tmp, source)
@@ -154,6 +150,22 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
         raise
     _swap(staging, target.path)
     return target
+
+
+def _create_like(original: zarr.Array, path: str) -> None:
+    """An empty array at ``path`` laid out exactly as ``original`` (format,
+    chunks, shards, codecs, fill value, attributes, dimension names)."""
+    meta = original.metadata
+    if meta.zarr_format == 3:
+        extra = dict(shards=original.shards, dimension_names=meta.dimension_names,
+                     serializer=original.serializer, chunk_key_encoding=meta.chunk_key_encoding)
+    else:
+        extra = dict(order=original.order, chunk_key_encoding={
+            "name": "v2", "separator": meta.dimension_separator})
+    zarr.create_array(store=path, shape=original.shape, chunks=original.chunks,
+                      dtype=original.dtype, compressors=original.compressors,
+                      filters=original.filters, fill_value=original.fill_value,
+                      attributes=dict(original.attrs), zarr_format=meta.zarr_format, **extra)
 
 
 def _copy_cost(target, source, config: Config) -> memory.TileCost:

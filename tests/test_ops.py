@@ -135,3 +135,21 @@ def test_open_existing_store_is_never_modified_or_deleted(small_budget, tmp_path
     # The constructor wraps an existing store the same way.
     b = jask.DiskArray(path, (50, 40), np.float32)
     np.testing.assert_allclose(float(jask.sum(b)), x.sum(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_update_keeps_an_opened_store_layout(small_budget, tmp_path, rng, zarr_format):
+    import zarr
+    path = str(tmp_path / "params.zarr")
+    extra = {"dimension_names": ("row", "col")} if zarr_format == 3 else {}
+    z = zarr.create_array(store=path, shape=(20, 10), chunks=(8, 5), dtype="float32",
+                          zarr_format=zarr_format, attributes={"units": "m"}, **extra)
+    z[:] = 0.0
+    x = rand(rng, (20, 10), np.float32)
+    jask.open(path).update_(jask.from_numpy(x))
+    after = zarr.open_array(path)
+    assert after.metadata.zarr_format == zarr_format and after.chunks == (8, 5)
+    assert dict(after.attrs) == {"units": "m"}
+    if zarr_format == 3:
+        assert after.metadata.dimension_names == ("row", "col")
+    np.testing.assert_array_equal(after[:], x)
