@@ -3,7 +3,7 @@
 Most stores jask touches are uncompressed Zarr v3 arrays on a local disk:
 each chunk is one file holding the chunk's bytes in C order. For those, a
 tile is read with one ``readinto`` per chunk and written with one ``write``,
-which measured 3-10x faster than going through ``zarr.Array`` indexing, whose
+which made jask's ops 3-4x faster than ``zarr.Array`` indexing, whose
 per-chunk overhead dominated jask's tasks. Any other store (compressed,
 sharded, remote, big-endian) goes through ``zarr.Array`` unchanged. Files
 written here are exactly what Zarr writes, so every Zarr reader opens them.
