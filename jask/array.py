@@ -10,7 +10,6 @@ Each op writes a fresh store, so a value never changes under its holder;
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import zarr
@@ -22,6 +21,30 @@ from jask._jax_internals import defer_scalar_operators_to, is_tracer
 __all__ = ["DiskArray", "DiskArrayType"]
 
 HANDLE_DTYPE = np.int32
+
+
+def _operator(op: str, reflected: bool = False):
+    """``x <op> y`` (or ``y <op> x``) through jask.ops, for values and tracers."""
+    def apply(x, y):
+        from jask import ops
+        return getattr(ops, op)(y, x) if reflected else getattr(ops, op)(x, y)
+    apply.__name__ = f"_{'r' if reflected else ''}{op}"
+    return apply
+
+
+_add, _radd = _operator("add"), _operator("add", reflected=True)
+_sub, _rsub = _operator("sub"), _operator("sub", reflected=True)
+_mul, _rmul = _operator("mul"), _operator("mul", reflected=True)
+_matmul, _rmatmul = _operator("dot"), _operator("dot", reflected=True)
+
+
+def _neg(x):
+    from jask import ops
+    return ops.mul(x, -1)
+
+
+def _pos(x):
+    return x
 
 
 class DiskArrayType(HiType):
@@ -83,54 +106,11 @@ class DiskArrayType(HiType):
         return primitives.add(x, y, grad=True)
 
     # --- what tracers of this type answer to (operators, methods) ------------
-    @staticmethod
-    def _add(x, y):
-        from jask import ops
-        return ops.add(x, y)
-
-    @staticmethod
-    def _radd(x, y):
-        from jask import ops
-        return ops.add(y, x)
-
-    @staticmethod
-    def _sub(x, y):
-        from jask import ops
-        return ops.sub(x, y)
-
-    @staticmethod
-    def _rsub(x, y):
-        from jask import ops
-        return ops.sub(y, x)
-
-    @staticmethod
-    def _mul(x, y):
-        from jask import ops
-        return ops.mul(x, y)
-
-    @staticmethod
-    def _rmul(x, y):
-        from jask import ops
-        return ops.mul(y, x)
-
-    @staticmethod
-    def _matmul(x, y):
-        from jask import ops
-        return ops.dot(x, y)
-
-    @staticmethod
-    def _rmatmul(x, y):
-        from jask import ops
-        return ops.dot(y, x)
-
-    @staticmethod
-    def _neg(x):
-        from jask import ops
-        return ops.mul(x, -1)
-
-    @staticmethod
-    def _pos(x):
-        return x
+    _add, _radd = staticmethod(_add), staticmethod(_radd)
+    _sub, _rsub = staticmethod(_sub), staticmethod(_rsub)
+    _mul, _rmul = staticmethod(_mul), staticmethod(_rmul)
+    _matmul, _rmatmul = staticmethod(_matmul), staticmethod(_rmatmul)
+    _neg, _pos = staticmethod(_neg), staticmethod(_pos)
 
     @aval_method
     def update_(self, new_value):
@@ -187,13 +167,25 @@ class DiskArray:
         if _lo_tracer is not None:  # internal: a handle inside a trace
             self._init(_lo_tracer, None, DiskArrayType(shape, dtype))
             return
-        store = storage.register_external(_checked_store(filename, shape, dtype))
-        self._init(store.handle, storage.claim(store.handle), DiskArrayType(shape, dtype))
+        store = storage.register_external(filename)
+        aval = DiskArrayType(shape, dtype)
+        if (store.shape, store.dtype) != (aval.shape, aval.dtype):
+            raise ValueError(
+                f"the Zarr array at {store.path!r} has shape {store.shape} and dtype "
+                f"{store.dtype.name}, not shape {aval.shape} and dtype {aval.dtype.name}")
+        self._init(store.handle, storage.claim(store.handle), aval)
 
     def _init(self, handle, owner, aval):
         self._handle = handle
         self._owner = owner
         self._aval = aval
+
+    @classmethod
+    def _from_store(cls, store: storage.StoreSpec) -> "DiskArray":
+        """Own a completed store, registering it first if it has no handle."""
+        if not store.handle:
+            store = storage.register(store, pending=False)
+        return cls._from_handle(store.handle, DiskArrayType(store.shape, store.dtype))
 
     @classmethod
     def _from_handle(cls, handle, aval: DiskArrayType) -> "DiskArray":
@@ -363,56 +355,18 @@ class DiskArray:
         """
         return np.asarray(self.to_memmap())
 
-    # --- operators -------------------------------------------------------------
-    def __add__(self, other):
-        return DiskArrayType._add(self, other)
-
-    def __radd__(self, other):
-        return DiskArrayType._radd(self, other)
-
-    def __sub__(self, other):
-        return DiskArrayType._sub(self, other)
-
-    def __rsub__(self, other):
-        return DiskArrayType._rsub(self, other)
-
-    def __mul__(self, other):
-        return DiskArrayType._mul(self, other)
-
-    def __rmul__(self, other):
-        return DiskArrayType._rmul(self, other)
-
-    def __matmul__(self, other):
-        return DiskArrayType._matmul(self, other)
-
-    def __rmatmul__(self, other):
-        return DiskArrayType._rmatmul(self, other)
-
-    def __neg__(self):
-        return DiskArrayType._neg(self)
-
-    def __pos__(self):
-        return self
+    # --- operators: the same functions tracers of DiskArrayType use ----------
+    __add__, __radd__ = _add, _radd
+    __sub__, __rsub__ = _sub, _rsub
+    __mul__, __rmul__ = _mul, _rmul
+    __matmul__, __rmatmul__ = _matmul, _rmatmul
+    __neg__, __pos__ = _neg, _pos
 
     @property
     def T(self) -> "DiskArray":
         """The transpose (all axes reversed), as a new DiskArray."""
         from jask import ops
         return ops.transpose(self)
-
-
-def _checked_store(filename, shape, dtype) -> str:
-    path = os.fspath(filename)
-    try:
-        arr = zarr.open_array(path, mode="r")
-    except Exception as err:  # zarr raises several kinds for a missing or bad store
-        raise FileNotFoundError(f"no Zarr array at {path!r}: {err}") from None
-    if tuple(arr.shape) != tuple(shape) or np.dtype(arr.dtype) != np.dtype(dtype):
-        raise ValueError(
-            f"the Zarr array at {path!r} has shape {tuple(arr.shape)} and dtype "
-            f"{np.dtype(arr.dtype).name}, not shape {tuple(shape)} and dtype "
-            f"{np.dtype(dtype).name}")
-    return path
 
 
 register_hitype(DiskArray, lambda value: value._aval)

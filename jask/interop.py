@@ -14,7 +14,7 @@ import numpy as np
 import zarr
 
 from jask import graph, storage
-from jask.array import DiskArray, DiskArrayType
+from jask.array import DiskArray
 from jask.config import Config, get_config
 from jask.graph import builders
 from jask.lifetime import collect_if_idle
@@ -90,8 +90,7 @@ def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
     except BaseException:
         storage.discard(out)
         raise
-    out = storage.register(out, pending=False)
-    return DiskArray._from_handle(out.handle, DiskArrayType(out.shape, out.dtype))
+    return DiskArray._from_store(out)
 
 
 def _store(x: da.Array, out: storage.StoreSpec, config: Config) -> None:

@@ -98,14 +98,7 @@ def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like 
       >>> float(jask.sum(jask.open("/tmp/jask-open-example.zarr")))
       6.0
     """
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"jask.open: no Zarr array at {path!r} (no such folder)")
-    try:
-        store = storage.register_external(path)
-    except Exception as err:
-        raise FileNotFoundError(f"jask.open: {path!r} is not a Zarr array: {err}") from None
-    return DiskArray._from_handle(store.handle, DiskArrayType(store.shape, store.dtype))
+    return DiskArray._from_store(storage.register_external(path))
 
 
 def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
@@ -125,9 +118,8 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
     # A numpy array is a constant: write it now, in its own dtype, even
     # inside a trace (it then enters the program as a constant DiskArray).
     collect_if_idle()
-    store = work.write_value(op="from_numpy")([], [value], config or get_config())
-    store = storage.register(store, pending=False)
-    return DiskArray._from_handle(store.handle, DiskArrayType(store.shape, store.dtype))
+    return DiskArray._from_store(work.write_value(op="from_numpy")([], [value],
+                                                                   config or get_config()))
 
 
 def add(a, b, *, config: Config | None = None):

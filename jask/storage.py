@@ -207,9 +207,18 @@ def discard(store: StoreSpec) -> None:
     shutil.rmtree(store.path, ignore_errors=True)
 
 
-def register_external(path: str) -> StoreSpec:
-    """Register an existing Zarr array that jask must never delete."""
-    arr = zarr.open_array(path, mode="r")
+def register_external(path) -> StoreSpec:
+    """Register an existing Zarr array that jask must never delete.
+
+    Raises FileNotFoundError, naming the path, when there is no Zarr array.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
+    try:
+        arr = zarr.open_array(path, mode="r")
+    except Exception as err:  # zarr raises several kinds for a folder that is no array
+        raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
     store = StoreSpec(os.path.abspath(path), tuple(arr.shape), np.dtype(arr.dtype),
                       tuple(arr.chunks), managed=False)
     return register(store, pending=False)
