@@ -37,6 +37,19 @@ def _resolve(args, n_arrays: int):
     return stores, scalars
 
 
+def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalars: Sequence):
+    """``run(*handles, *scalars, pending=...)`` now, or staged as an ordered callback."""
+    if is_eager():
+        collect_if_idle()
+        return run(*[x._handle for x in arrays], *scalars, pending=False)
+
+    def callback(*args):
+        with storage.callback_scope():
+            return np.asarray(run(*args, pending=True), result.dtype)
+
+    return io_callback(callback, result, *_handles(arrays), *scalars, ordered=True)
+
+
 def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
              out_aval: DiskArrayType, config: Config | None) -> DiskArray:
     """Run ``work`` producing a store; return it as a DiskArray."""
@@ -45,21 +58,11 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
     def run(*args, pending: bool):
         stores, values = _resolve(args, n)
         out = work(stores, values, config or get_config())
-        if not out.handle:
+        if not out.handle:  # a new store (update_ returns its target's)
             out = storage.register(out, pending=pending)
         return out.handle
 
-    if is_eager():
-        collect_if_idle()
-        handle = run(*[x._handle for x in arrays], *scalars, pending=False)
-        return DiskArray._from_handle(handle, out_aval)
-
-    def callback(*args):
-        with storage.callback_scope():
-            return np.asarray(run(*args, pending=True), HANDLE_DTYPE)
-
-    handle = io_callback(callback, jax.ShapeDtypeStruct((), HANDLE_DTYPE),
-                         *_handles(arrays), *scalars, ordered=True)
+    handle = _call(run, jax.ShapeDtypeStruct((), HANDLE_DTYPE), arrays, scalars)
     return DiskArray._from_handle(handle, out_aval)
 
 
@@ -68,16 +71,8 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
     """Run ``work`` producing an in-memory value; return it as a jax.Array."""
     n = len(arrays)
 
-    def run(*args):
+    def run(*args, pending: bool):
         stores, values = _resolve(args, n)
         return np.asarray(work(stores, values, config or get_config()), result.dtype)
 
-    if is_eager():
-        collect_if_idle()
-        return jax.numpy.asarray(run(*[x._handle for x in arrays], *scalars))
-
-    def callback(*args):
-        with storage.callback_scope():
-            return run(*args)
-
-    return io_callback(callback, result, *_handles(arrays), *scalars, ordered=True)
+    return jax.numpy.asarray(_call(run, result, arrays, scalars))

@@ -39,8 +39,5 @@ def collect() -> int:
       >>> jask.collect() >= 1
       True
     """
-    gc.collect()
-    if storage.in_callback():
-        return 0
-    jax.effects_barrier()
-    return storage.sweep()
+    gc.collect()  # run the finalizers of DiskArrays caught in reference cycles
+    return collect_if_idle()
