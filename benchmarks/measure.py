@@ -22,37 +22,11 @@ import sys
 import time
 from pathlib import Path
 
+# The same measurements as jask's demo and its memory-bound test.
+from jask.rss import current_rss, peak_rss, reset_peak_rss
+
 RESULT_TAG = "BENCH_RESULT:"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _status_kib(field: str) -> int:
-    """Return a ``/proc/self/status`` field (VmRSS, VmHWM) in KiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def current_rss() -> int:
-    """Resident set size of this process in bytes."""
-    return _status_kib("VmRSS") * 1024
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's RSS high-water mark; False if not permitted."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss() -> int:
-    """Peak resident set size in bytes (since start or last reset)."""
-    return _status_kib("VmHWM") * 1024
 
 
 def first_line(exc: BaseException) -> str:

@@ -5,8 +5,10 @@ each chunk is one file holding the chunk's bytes in C order. For those, a
 tile is read with one ``readinto`` per chunk and written with one ``write``,
 which made jask's ops 3-4x faster than ``zarr.Array`` indexing, whose
 per-chunk overhead dominated jask's tasks. Any other store (compressed,
-sharded, remote, big-endian) goes through ``zarr.Array`` unchanged. Files
-written here are exactly what Zarr writes, so every Zarr reader opens them.
+sharded, remote, big-endian) goes through ``zarr.Array`` unchanged. Chunk
+files written here are laid out as Zarr lays them out, so every Zarr reader
+opens them (Zarr itself may skip chunks that hold only the fill value; such
+missing files read as the fill value here too).
 """
 from __future__ import annotations
 
@@ -105,23 +107,27 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
     layout = _raw_layout(store.path)
     if layout is None:
         return open_array(store.path)[region]
-    ranges = _chunk_ranges(region, layout.chunks)
-    out = None
-    for index in itertools.product(*ranges):
-        chunk = _load_chunk(layout, index)
-        src, dst = [], []
-        for i, s, c in zip(index, region, layout.chunks):
-            lo, hi = max(s.start, i * c), min(s.stop, (i + 1) * c)
-            src.append(slice(lo - i * c, hi - i * c))
-            dst.append(slice(lo - s.start, hi - s.start))
-        if out is None and all(len(r) == 1 for r in ranges):
-            part = chunk[tuple(src)]
-            # a view would keep the whole chunk alive: copy only a strict part
-            return part if part.shape == chunk.shape else part.copy()
-        if out is None:
-            out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
-        out[tuple(dst)] = chunk[tuple(src)]
+    indices = list(itertools.product(*_chunk_ranges(region, layout.chunks)))
+    if len(indices) == 1:  # the common case: the tile is (part of) one chunk
+        chunk = _load_chunk(layout, indices[0])
+        part = chunk[_overlap(indices[0], region, layout.chunks)[0]]
+        # a view would keep the whole chunk alive: copy only a strict part
+        return part if part.shape == chunk.shape else part.copy()
+    out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
+    for index in indices:
+        src, dst = _overlap(index, region, layout.chunks)
+        out[dst] = _load_chunk(layout, index)[src]
     return out
+
+
+def _overlap(index: tuple, region: tuple, chunks: tuple) -> tuple[tuple, tuple]:
+    """Where chunk ``index`` and ``region`` meet: (slices in the chunk, in the region)."""
+    src, dst = [], []
+    for i, s, c in zip(index, region, chunks):
+        lo, hi = max(s.start, i * c), min(s.stop, (i + 1) * c)
+        src.append(slice(lo - i * c, hi - i * c))
+        dst.append(slice(lo - s.start, hi - s.start))
+    return tuple(src), tuple(dst)
 
 
 def prefetch(store: StoreSpec, region: tuple) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -19,32 +18,11 @@ import time
 import jax
 import numpy as np
 import optax
-import psutil
 import zarr
 
 import jask
 from jask import memory
-
-
-def peak_rss() -> int:
-    """Peak resident memory of this process since the last reset, in bytes."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def reset_peak_rss() -> None:
-    """Start measuring the peak afresh (Linux; elsewhere a no-op)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
+from jask.rss import current_rss, peak_rss, reset_peak_rss
 
 
 def write_dataset(folder: str, rows: int, features: int, chunk_bytes: int, seed: int = 0):
@@ -134,9 +112,9 @@ def _run(args, folder: str) -> int:
                                            memory.chunk_bytes(config.max_memory, config.workers))
     print(f"wrote the data set to {folder} in {time.perf_counter() - t0:.1f} s")
 
-    idle = psutil.Process().memory_info().rss
+    idle = current_rss()
     warm_up(args.features, args.lr)
-    baseline = psutil.Process().memory_info().rss
+    baseline = current_rss()
     reset_peak_rss()
 
     X, y = jask.open(x_path), jask.open(y_path)

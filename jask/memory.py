@@ -7,9 +7,10 @@ One plain formula governs every op::
                + out_copies * (bytes of its output tile)
     task_bytes * tasks_at_once <= budget
 
-Reading a tile from Zarr decodes every chunk the tile touches (its *span*):
-while one is read, its raw bytes and the decoded chunk are both held, and
-the tile is then copied out. Writing holds the result and its encoded bytes;
+Reading a tile decodes every chunk the tile touches (its *span*): through
+zarr-python a chunk's raw bytes and the decoded chunk are both held while it
+is read, and the tile is then copied out. (jask's raw path for uncompressed
+chunks reads into one buffer, so there the formula is conservative.) Writing holds the result and its encoded bytes;
 numpy temporaries or a matmul accumulator add copies of the output tile.
 ``chunk_bytes`` sizes the chunks of the stores jask creates so that a task
 of any op over them fits.

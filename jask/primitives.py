@@ -78,7 +78,7 @@ class Binary(DiskPrimitive):
         super().__init__((aval, aval), aval, kernel=kernel, grad=grad, config=config)
 
     def expand(self, a, b):
-        return dispatch.to_store(work.elementwise(self.kernel, self.kernel, grad=self.grad),
+        return dispatch.to_store(work.elementwise(self.kernel, grad=self.grad),
                                  [a, b], [], self.out_aval, self.config)
 
     def backward(self, res, g, ca, cb):
@@ -102,7 +102,7 @@ class Square(DiskPrimitive):
         super().__init__((aval,), aval, grad=grad, config=config)
 
     def expand(self, a):
-        return dispatch.to_store(work.elementwise("square", "square", grad=self.grad), [a], [],
+        return dispatch.to_store(work.elementwise("square", grad=self.grad), [a], [],
                                  self.out_aval, self.config)
 
     def backward(self, res, g, ca):
@@ -117,7 +117,7 @@ class SquareVJP(DiskPrimitive):
         super().__init__((aval, aval), aval, config=config)
 
     def expand(self, a, g):
-        return dispatch.to_store(work.elementwise("square_vjp", "square_vjp", grad=True),
+        return dispatch.to_store(work.elementwise("square_vjp", grad=True),
                                  [a, g], [], self.out_aval, self.config)
 
     def backward(self, res, h, ca, cg):
@@ -136,7 +136,7 @@ class ScalarOp(DiskPrimitive):
                          config=config)
 
     def expand(self, a, s):
-        return dispatch.to_store(work.elementwise(self.kernel, self.kernel, grad=self.grad),
+        return dispatch.to_store(work.elementwise(self.kernel, grad=self.grad),
                                  [a], [s], self.out_aval, self.config)
 
     def backward(self, res, g, ca, cs):

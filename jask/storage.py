@@ -146,7 +146,12 @@ def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = Fa
     """
     folder = session_dir(scratch_dir)
     suffix = GRAD_SUFFIX if grad else ".zarr"
-    path = os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}")
+    return create_at(os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}"),
+                     shape, dtype, chunks)
+
+
+def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
+    """Make an empty uncompressed Zarr v3 array at ``path`` (jask's layout)."""
     shape = tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
     metadata = _plain_v3_metadata(shape, dtype, tuple(chunks))
@@ -268,6 +273,11 @@ def sweep() -> int:
     return len(removed)
 
 
+def has_garbage() -> bool:
+    """Whether :func:`sweep` has anything to do."""
+    return bool(_doomed or _pending)
+
+
 def live_paths() -> list[str]:
     """Paths of the managed stores not yet deleted (for tests and debugging)."""
     with _lock:
@@ -300,7 +310,3 @@ def forget_array(path: str) -> None:
         _arrays.pop(path, None)
     chunkio.forget(path)
 
-
-def has_garbage() -> bool:
-    """Whether :func:`sweep` has anything to do."""
-    return bool(_doomed or _pending)

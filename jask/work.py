@@ -32,14 +32,15 @@ def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     return out
 
 
-def elementwise(op: str, kernel: str, *, grad: bool = False):
-    """Work for ``out = kernel(*inputs, *scalars)`` on same-shaped inputs."""
+def elementwise(kernel: str, *, grad: bool = False):
+    """Work for ``out = kernel(*inputs, *scalars)`` on same-shaped inputs
+    (``kernel`` names one of :data:`jask.graph.tasks.KERNELS`, and the op)."""
     def work(stores, scalars, config: Config):
         first = stores[0]
-        plan = builders.elementwise_chunks(op, first.shape, first.dtype, stores,
+        plan = builders.elementwise_chunks(kernel, first.shape, first.dtype, stores,
                                            config.max_memory, config.workers)
-        return _produce(config, op, first.shape, first.dtype, plan,
-                        lambda out: builders.elementwise_graph(op, kernel, out, tuple(stores),
+        return _produce(config, kernel, first.shape, first.dtype, plan,
+                        lambda out: builders.elementwise_graph(kernel, out, tuple(stores),
                                                                tuple(s.item() for s in scalars)),
                         grad=grad)
     return work
@@ -140,8 +141,11 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
     memory.check_fits(cost, config.max_memory)
     folder, name = os.path.split(target.path)
     staging = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
-    _create_like(zarr.open_array(target.path, mode="r"), staging)
-    tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
+    if target.managed:  # jask's own layout: no need to ask Zarr what it is
+        tmp = storage.create_at(staging, target.shape, target.dtype, target.chunks)
+    else:
+        _create_like(zarr.open_array(target.path, mode="r"), staging)
+        tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
     try:
         dsk, keys = builders.copy_graph(tmp, source)
         graph.run(dsk, keys, config.workers, cost)

@@ -5,7 +5,6 @@ in a fresh kernel, with sizes passed through JASK_NB_* environment variables,
 and the executed copy (with its plots) is saved to the test's tmp dir.
 """
 import base64
-import os
 import pathlib
 import time
 

@@ -1,5 +1,4 @@
 """The jask_scratch fixture of the jask.testing pytest plugin, run with pytester."""
-import pytest
 
 import jask
 

@@ -78,10 +78,10 @@ def elementwise_chunks(op: str, shape, dtype, inputs, budget: int,
     return memory.first_fit(candidates, cost, budget)
 
 
-def elementwise_graph(op: str, kernel: str, out: StoreSpec, inputs: tuple,
+def elementwise_graph(kernel: str, out: StoreSpec, inputs: tuple,
                       scalars: tuple = ()) -> tuple[dict, list]:
     """out = kernel(*inputs, *scalars), one task per output chunk."""
-    name = key_name(op, out.path, [x.path for x in inputs], scalars)
+    name = key_name(kernel, out.path, [x.path for x in inputs], scalars)
     graph, keys = {}, []
     for i, region in enumerate(regions(out.shape, out.chunks)):
         key = (name, i)

@@ -12,22 +12,9 @@ import sys
 
 import jax
 import numpy as np
-import psutil
 
 import jask
-
-
-def peak_rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM")
-
-
-def reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+from jask.rss import current_rss, peak_rss, reset_peak_rss
 
 
 def ops(a, b, v, X, y, w):
@@ -59,7 +46,7 @@ def main(data_dir: str, budget: str) -> None:
         result = op()
         del result
     jask.collect()
-    baseline = psutil.Process().memory_info().rss
+    baseline = current_rss()
 
     a = jask.open(os.path.join(data_dir, "a.zarr"))
     b = jask.open(os.path.join(data_dir, "b.zarr"))
@@ -69,7 +56,7 @@ def main(data_dir: str, budget: str) -> None:
     w = jask.from_numpy(np.zeros((X.shape[1], 1), np.float32))
     peaks = {}
     for name, op in ops(a, b, v, X, y, w).items():
-        reset_peak()
+        reset_peak_rss()
         result = op()
         if not isinstance(result, jask.DiskArray):
             jax.block_until_ready(result)
