@@ -1,9 +1,10 @@
 """The traps of the filename-in-the-type design (see shared design notes).
 
-Each test here failed on that design: fan-out gradients collided in one
-``x.grad`` store, a jitted call overwrote the arrays an earlier call
-returned, stores made inside compiled calls were never removed, and disk
-effects ran out of program order or not at all.
+Each test here checks for a failure the design notes measured on that
+design: fan-out gradients collided in one ``x.grad`` store, a jitted call
+overwrote the arrays an earlier call returned, stores made inside compiled
+calls were never removed, and disk effects ran out of program order or not
+at all.
 """
 import os
 
