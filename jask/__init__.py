@@ -7,20 +7,30 @@ Example:
   >>> g.to_numpy(), g.filename.endswith(".grad")
   (array([2., 2., 2.], dtype=float32), True)
 """
+from jask import nn
 from jask.array import DiskArray, DiskArrayType
 from jask.config import Config, get_config, set_memory_budget
-from jask.lifetime import collect
-from jask.memory import BudgetError
-from jask.ops import (add, dot, from_numpy, materialize, mul, open, square, sub, sum,
-                      transpose, update_)
+from jask.elementwise import FUNCTIONS as _FUNCTIONS
+from jask.elementwise import astype
+from jask.indexing import concatenate, dynamic_slice, stack
 from jask.interop import from_dask, to_dask
+from jask.lifetime import collect
+from jask.mapping import map
+from jask.memory import BudgetError
+from jask.ops import dot, from_numpy, materialize, matmul, open, transpose, update_
 from jask.progress import progress_bars, progress_enabled, show_progress
+from jask.reductions import logsumexp, max, mean, min, std, sum, var
 
 __version__ = "0.1.0"
 
+globals().update(_FUNCTIONS)  # add, subtract, multiply, exp, where, ... (jask.elementwise)
+sub = _FUNCTIONS["subtract"]  # the names of the first release
+mul = _FUNCTIONS["multiply"]
+
 __all__ = [
-    "BudgetError", "Config", "DiskArray", "DiskArrayType", "add", "collect", "dot",
-    "from_numpy", "get_config", "materialize", "mul", "open", "set_memory_budget",
-    "square", "sub", "sum", "transpose", "update_",
+    "BudgetError", "Config", "DiskArray", "DiskArrayType", "astype", "collect", "concatenate",
+    "dot", "dynamic_slice", "from_dask", "from_numpy", "get_config", "logsumexp", "map",
+    "materialize", "matmul", "max", "mean", "min", "nn", "open", "progress_bars",
+    "progress_enabled", "set_memory_budget", "show_progress", "stack", "std", "sub", "mul",
+    "sum", "to_dask", "transpose", "update_", "var", *sorted(_FUNCTIONS),
 ]
-__all__ += ["from_dask", "progress_bars", "progress_enabled", "show_progress", "to_dask"]

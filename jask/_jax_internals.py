@@ -29,15 +29,23 @@ def wants_cotangent(accum) -> bool:
     return not isinstance(accum, ad.NullAccum)
 
 
-def defer_scalar_operators_to(hi_type) -> None:
-    """Let a traced scalar on the left of ``+ - *`` defer to a traced hi value.
+#: The operator Python tries when the left operand gives up: x < y is y > x.
+_MIRRORED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
-    ``lr * a`` with both traced calls the scalar tracer's ``__mul__``; JAX's
-    array operators do not know ``hi_type`` and give up, and Python never
-    tries ``a.__rmul__`` for two tracers of the same class. Route those cases
-    to ``hi_type``'s reflected operator instead; every other case is JAX's.
+
+def defer_scalar_operators_to(hi_type, binary, compare) -> None:
+    """Let a traced in-memory value on the left of an operator defer to a
+    traced hi value on the right.
+
+    ``lr * a`` with both traced calls the in-memory tracer's ``__mul__``;
+    JAX's array operators do not know ``hi_type`` and give up, and Python
+    never tries ``a.__rmul__`` for two tracers of the same class. Route those
+    cases to ``hi_type``'s reflected (or mirrored) operator instead; every
+    other case is JAX's.
     """
-    for name, reflected in (("add", "radd"), ("sub", "rsub"), ("mul", "rmul")):
+    pairs = [(name, f"r{name}") for name in binary]
+    pairs += [(name, _MIRRORED[name]) for name in compare]
+    for name, reflected in pairs:
         original = getattr(core.ShapedArray, f"_{name}")
         if getattr(original, "_defers_to", None) is hi_type:
             continue

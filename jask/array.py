@@ -23,28 +23,69 @@ __all__ = ["DiskArray", "DiskArrayType"]
 HANDLE_DTYPE = np.int32
 
 
-def _operator(op: str, reflected: bool = False):
-    """``x <op> y`` (or ``y <op> x``) through jask.ops, for values and tracers."""
+def disk_type(x) -> "DiskArrayType | None":
+    """The DiskArrayType of a DiskArray or of a tracer of one, else None."""
+    if isinstance(x, DiskArray):
+        return x._aval
+    if is_tracer(x) and isinstance(x.aval, DiskArrayType):
+        return x.aval
+    return None
+
+
+def _function(name: str):
+    """The public jask function ``name`` (imported late: it is built on this module)."""
+    import jask
+    return getattr(jask, name)
+
+
+def _operator(name: str, reflected: bool = False):
+    """``x <op> y`` (or ``y <op> x``) through jask's function, for values and tracers."""
     def apply(x, y):
-        from jask import ops
-        return getattr(ops, op)(y, x) if reflected else getattr(ops, op)(x, y)
-    apply.__name__ = f"_{'r' if reflected else ''}{op}"
+        f = _function(name)
+        return f(y, x) if reflected else f(x, y)
+    apply.__name__ = f"_{'r' if reflected else ''}{name}"
     return apply
 
 
-_add, _radd = _operator("add"), _operator("add", reflected=True)
-_sub, _rsub = _operator("sub"), _operator("sub", reflected=True)
-_mul, _rmul = _operator("mul"), _operator("mul", reflected=True)
-_matmul, _rmatmul = _operator("dot"), _operator("dot", reflected=True)
-
-
-def _neg(x):
-    from jask import ops
-    return ops.mul(x, -1)
+def _unary(name: str):
+    def apply(x):
+        return _function(name)(x)
+    apply.__name__ = f"_{name}"
+    return apply
 
 
 def _pos(x):
     return x
+
+
+def _getitem(x, index):
+    from jask import indexing
+    return indexing.getitem(x, index)
+
+
+#: Python operator -> jask function, for DiskArray and its tracers alike.
+_BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
+           "pow": "power", "matmul": "matmul"}
+_COMPARE = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
+            "eq": "equal", "ne": "not_equal"}
+_OPERATORS = {f"_{op}": _operator(f) for op, f in {**_BINARY, **_COMPARE}.items()}
+_OPERATORS.update({f"_r{op}": _operator(f, reflected=True) for op, f in _BINARY.items()})
+_OPERATORS.update(_neg=_unary("negative"), _abs=_unary("abs"), _pos=_pos, _getitem=_getitem)
+
+
+def _method(name: str, doc: str):
+    """A method of DiskArray and its tracers that calls ``jask.<name>(self, ...)``."""
+    def method(self, *args, **kwargs):
+        return _function(name)(self, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = doc
+    return method
+
+
+#: Array methods, as on jax.Array: x.sum(axis) is jask.sum(x, axis).
+_METHODS = {name: _method(name, f"Same as :func:`jask.{name}` (``jask.{name}(self, ...)``).")
+            for name in ("sum", "mean", "max", "min", "var", "std", "astype", "reshape",
+                         "transpose", "update_")}
 
 
 class DiskArrayType(HiType):
@@ -105,17 +146,7 @@ class DiskArrayType(HiType):
         from jask import primitives
         return primitives.add(x, y, grad=True)
 
-    # --- what tracers of this type answer to (operators, methods) ------------
-    _add, _radd = staticmethod(_add), staticmethod(_radd)
-    _sub, _rsub = staticmethod(_sub), staticmethod(_rsub)
-    _mul, _rmul = staticmethod(_mul), staticmethod(_rmul)
-    _matmul, _rmatmul = staticmethod(_matmul), staticmethod(_rmatmul)
-    _neg, _pos = staticmethod(_neg), staticmethod(_pos)
-
-    @aval_method
-    def update_(self, new_value):
-        from jask import ops
-        return ops.update_(self, new_value)
+    # Operators and methods of its tracers are set below, shared with DiskArray.
 
     @aval_property
     def T(self):
@@ -355,12 +386,24 @@ class DiskArray:
         """
         return np.asarray(self.to_memmap())
 
-    # --- operators: the same functions tracers of DiskArrayType use ----------
-    __add__, __radd__ = _add, _radd
-    __sub__, __rsub__ = _sub, _rsub
-    __mul__, __rmul__ = _mul, _rmul
-    __matmul__, __rmatmul__ = _matmul, _rmatmul
-    __neg__, __pos__ = _neg, _pos
+    # Operators and methods are set below, shared with tracers of DiskArrayType.
+    __hash__ = object.__hash__  # == is elementwise, as on jax.Array; identity hashes
+
+    def __array__(self, dtype=None, copy=None):
+        """The whole array in memory, for arrays up to the memory budget.
+
+        Larger arrays raise instead of filling memory: reduce them, slice
+        them, or read tiles through :meth:`to_memmap`.
+        """
+        from jask.config import get_config
+        budget = get_config().max_memory
+        if self.nbytes > budget:
+            raise MemoryError(
+                f"np.asarray of a DiskArray of shape {self.shape} ({self.nbytes} bytes) would "
+                f"load it whole, over the memory budget of {budget} bytes; reduce or slice "
+                "it first, or read tiles with to_memmap()")
+        value = self.to_numpy()
+        return value if dtype is None else value.astype(dtype)
 
     @property
     def T(self) -> "DiskArray":
@@ -369,5 +412,13 @@ class DiskArray:
         return ops.transpose(self)
 
 
+for _name, _f in _OPERATORS.items():
+    setattr(DiskArrayType, _name, staticmethod(_f))  # tracers call aval._add(x, y)
+    setattr(DiskArray, f"_{_name}__", _f)
+for _name, _f in _METHODS.items():
+    setattr(DiskArrayType, _name, aval_method(_f))
+    if not hasattr(DiskArray, _name):  # update_ and transpose keep their own docstrings
+        setattr(DiskArray, _name, _f)
+
 register_hitype(DiskArray, lambda value: value._aval)
-defer_scalar_operators_to(DiskArrayType)
+defer_scalar_operators_to(DiskArrayType, _BINARY, _COMPARE)

@@ -2,77 +2,27 @@
 a clear message before anything is written, then binds its primitive."""
 from __future__ import annotations
 
-import numbers
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jask import primitives, storage, work
 from jask._jax_internals import is_tracer
-from jask.array import DiskArray, DiskArrayType
+from jask.array import DiskArray, DiskArrayType, disk_type
 from jask.config import Config, get_config
+from jask.elementwise import check_in_memory
 from jask.lifetime import collect_if_idle
 
-__all__ = ["open", "from_numpy", "add", "sub", "mul", "square", "transpose", "sum", "dot",
-           "materialize", "update_"]
-
-def _disk_type(x) -> DiskArrayType | None:
-    """The DiskArrayType of a DiskArray or of a tracer of one, else None."""
-    if isinstance(x, DiskArray):
-        return x._aval
-    if is_tracer(x) and isinstance(x.aval, DiskArrayType):
-        return x.aval
-    return None
+__all__ = ["open", "from_numpy", "transpose", "dot", "matmul", "materialize", "update_"]
 
 
 def _require(x, op: str, name: str) -> DiskArrayType:
-    aval = _disk_type(x)
+    aval = disk_type(x)
     if aval is None:
         raise TypeError(f"jask.{op}: {name} must be a DiskArray, got {type(x).__name__}")
     return aval
-
-
-def _scalar(x, op: str):
-    """A Python number or a 0-d (possibly traced) JAX/numpy value, else None."""
-    if isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, bool):
-        return x
-    if isinstance(x, (jax.Array, np.ndarray)) or is_tracer(x):
-        if np.ndim(x) != 0:
-            raise TypeError(f"jask.{op}: a non-DiskArray operand must be a scalar, got an "
-                            f"array of shape {np.shape(x)}")
-        return x
-    return None
-
-
-def _same(a: DiskArrayType, b: DiskArrayType, op: str) -> None:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(
-            f"jask.{op}: operands must have the same shape and dtype, got shape {a.shape} "
-            f"{a.dtype.name} and shape {b.shape} {b.dtype.name}")
-
-
-def _binary(op: str, a, b, config):
-    """Dispatch a binary elementwise op on DiskArrays and/or a scalar."""
-    ta, tb = _disk_type(a), _disk_type(b)
-    if ta is not None and tb is not None:
-        _same(ta, tb, op)
-        return getattr(primitives, op)(a, b, config=config)
-    if ta is None and tb is None:
-        raise TypeError(f"jask.{op}: at least one operand must be a DiskArray, got "
-                        f"{type(a).__name__} and {type(b).__name__}")
-    array, other, left = (a, b, True) if ta is not None else (b, a, False)
-    s = _scalar(other, op)
-    if s is None:
-        raise TypeError(f"jask.{op}: cannot combine a DiskArray with {type(other).__name__}; "
-                        "use a DiskArray of the same shape or a scalar")
-    if op == "mul":
-        return primitives.scalar_op("scale", array, s, config=config)
-    if op == "add":
-        return primitives.scalar_op("shift", array, s, config=config)
-    if left:  # a - s
-        return primitives.scalar_op("shift", array, -jax.numpy.asarray(s), config=config)
-    return primitives.scalar_op("rsub", array, s, config=config)
 
 
 def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like zarr.open
@@ -122,120 +72,6 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
                                                                    config or get_config()))
 
 
-def add(a, b, *, config: Config | None = None):
-    """Elementwise sum of two disk-backed arrays.
-
-    Computes ``a + b`` one tile at a time, never materializing either input
-    or the output in full. Equivalent to ``a + b``. One operand may also be
-    a scalar (a Python number or a JAX scalar, traced or not).
-
-    Args:
-      a: first operand.
-      b: second operand, same shape and dtype as ``a``.
-      config: a :class:`~jask.Config` to use instead of the active one.
-
-    Returns:
-      A new DiskArray holding ``a + b``.
-
-    Example:
-      >>> import numpy as np
-      >>> import jask
-      >>> jask.set_memory_budget("1GB")
-      >>> a = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
-      >>> b = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
-      >>> c = jask.add(a, b)
-      >>> np.asarray(c.to_memmap())[0, 0]
-      2.0
-    """
-    return _binary("add", a, b, config)
-
-
-def sub(a, b, *, config: Config | None = None):
-    """Elementwise difference of two disk-backed arrays.
-
-    Computes ``a - b`` one tile at a time. Equivalent to ``a - b``. One
-    operand may also be a scalar.
-
-    Args:
-      a: the minuend.
-      b: the subtrahend, same shape and dtype as ``a``.
-      config: a :class:`~jask.Config` to use instead of the active one.
-
-    Returns:
-      A new DiskArray holding ``a - b``.
-
-    Example:
-      >>> import numpy as np
-      >>> import jask
-      >>> jask.set_memory_budget("1GB")
-      >>> a = jask.DiskArray.from_numpy(np.full((4, 4), 5.0, dtype=np.float32))
-      >>> b = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
-      >>> c = jask.sub(a, b)
-      >>> np.asarray(c.to_memmap())[0, 0]
-      4.0
-    """
-    return _binary("sub", a, b, config)
-
-
-def mul(a, b, *, config: Config | None = None):
-    """Elementwise or scalar multiplication of disk-backed arrays.
-
-    Computes ``a * b`` one tile at a time. If one argument is not a DiskArray
-    (a Python number or a JAX scalar, concrete or traced, e.g. a learning
-    rate passed to a jitted function), the other is scaled by it; the order
-    does not matter. The gradient with respect to that scalar is available
-    too.
-
-    Args:
-      a: a DiskArray or a scalar.
-      b: a DiskArray or a scalar; at least one of ``a``, ``b`` is a DiskArray.
-      config: a :class:`~jask.Config` to use instead of the active one.
-
-    Returns:
-      A new DiskArray of the DiskArray operand's shape.
-
-    Raises:
-      TypeError: if neither ``a`` nor ``b`` is a DiskArray.
-
-    Example:
-      >>> import numpy as np
-      >>> import jask
-      >>> jask.set_memory_budget("1GB")
-      >>> a = jask.DiskArray.from_numpy(np.full((4, 4), 2.0, dtype=np.float32))
-      >>> b = jask.DiskArray.from_numpy(np.full((4, 4), 3.0, dtype=np.float32))
-      >>> np.asarray(jask.mul(a, b).to_memmap())[0, 0]
-      6.0
-      >>> np.asarray(jask.mul(a, 2.5).to_memmap())[0, 0]
-      5.0
-      >>> np.asarray(jask.mul(2.5, a).to_memmap())[0, 0]
-      5.0
-    """
-    return _binary("mul", a, b, config)
-
-
-def square(a, *, config: Config | None = None):
-    """Elementwise square of a disk-backed array, one tile at a time.
-
-    Args:
-      a: the array to square.
-      config: a :class:`~jask.Config` to use instead of the active one.
-
-    Returns:
-      A new DiskArray holding ``a ** 2``.
-
-    Example:
-      >>> import numpy as np
-      >>> import jask
-      >>> jask.set_memory_budget("1GB")
-      >>> a = jask.DiskArray.from_numpy(np.full((4, 4), 3.0, dtype=np.float32))
-      >>> b = jask.square(a)
-      >>> np.asarray(b.to_memmap())[0, 0]
-      9.0
-    """
-    _require(a, "square", "a")
-    return primitives.square(a, config=config)
-
-
 def transpose(a, axes=None, *, config: Config | None = None):
     """Permute the axes of a disk-backed array, one tile at a time.
 
@@ -260,7 +96,9 @@ def transpose(a, axes=None, *, config: Config | None = None):
       >>> jask.transpose(b, axes=(2, 0, 1)).shape
       (5, 3, 4)
     """
-    aval = _require(a, "transpose", "a")
+    aval = disk_type(a)
+    if aval is None:
+        return jnp.transpose(a, axes)
     if axes is None:
         axes = tuple(reversed(range(aval.ndim)))
     try:
@@ -274,46 +112,25 @@ def transpose(a, axes=None, *, config: Config | None = None):
     return primitives.transpose(a, axes, config=config)
 
 
-def sum(a, *, config: Config | None = None) -> jax.Array:  # noqa: A001 - jask.sum, like jnp.sum
-    """Sum every element of a disk-backed array to a scalar.
-
-    Reduces tile by tile with a tree of partial sums. Unlike the other ops
-    the result is small, so it is a real (in-memory) scalar ``jax.Array``.
-
-    Args:
-      a: the array to reduce.
-      config: a :class:`~jask.Config` to use instead of the active one.
-
-    Returns:
-      A scalar ``jax.Array`` of ``a``'s dtype.
-
-    Example:
-      >>> import numpy as np
-      >>> import jask
-      >>> jask.set_memory_budget("1GB")
-      >>> a = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
-      >>> float(jask.sum(a))
-      16.0
-    """
-    _require(a, "sum", "a")
-    return primitives.total(a, config=config)
-
-
 def dot(a, b, *, config: Config | None = None):
-    """Matrix multiplication of two disk-backed arrays, with batching.
+    """Matrix product of disk-backed and in-memory arrays, with batching.
 
     Computes ``a @ b`` tile by tile, streaming the contraction axis, with
-    ``jnp.matmul`` semantics: 1-D operands are not accepted, the last two
-    axes multiply, and leading axes are batch axes that must match exactly.
-    This is ``@``, not ``numpy.dot``'s N-D rule.
+    ``jnp.matmul`` semantics: the last two axes multiply, leading axes are
+    batch axes that must match exactly, and a 1-D operand is a row vector on
+    the left or a column vector on the right (its axis is dropped from the
+    result). Either operand may be an in-memory array, such as a model's
+    parameters: it is sent to every tile, never written to disk, and its
+    gradient is an in-memory array (for ``X @ w``, a streamed ``X.T @ g``).
+    The result is a DiskArray (a scalar when both operands are 1-D).
 
     Args:
-      a: left operand, shape ``(*batch, M, K)``.
-      b: right operand, shape ``(*batch, K, N)``, same dtype.
+      a: left operand, shape ``(*batch, M, K)`` or ``(K,)``.
+      b: right operand, shape ``(*batch, K, N)`` or ``(K,)``.
       config: a :class:`~jask.Config` to use instead of the active one.
 
     Returns:
-      A new DiskArray of shape ``(*batch, M, N)``.
+      A new DiskArray of shape ``(*batch, M, N)`` (vector axes dropped).
 
     Example:
       >>> import numpy as np
@@ -328,21 +145,57 @@ def dot(a, b, *, config: Config | None = None):
       >>> b3 = jask.DiskArray.from_numpy(np.ones((5, 6, 3), dtype=np.float32))
       >>> jask.dot(a3, b3).shape
       (5, 4, 3)
+      >>> w = np.arange(6, dtype=np.float32)              # in memory
+      >>> (a @ w).to_numpy()
+      array([15., 15., 15., 15.], dtype=float32)
     """
-    ta, tb = _require(a, "dot", "a"), _require(b, "dot", "b")
-    if ta.ndim < 2 or tb.ndim < 2:
-        raise ValueError(f"jask.dot: operands need at least 2 dimensions, got shapes "
-                         f"{ta.shape} and {tb.shape}")
-    if ta.ndim != tb.ndim or ta.shape[:-2] != tb.shape[:-2]:
+    ta, tb = disk_type(a), disk_type(b)
+    if ta is None and tb is None:
+        return jnp.matmul(a, b)
+    cfg = config or get_config()
+    a, b = (x if t is not None else jnp.asarray(x) for x, t in ((a, ta), (b, tb)))
+    sa = ta.shape if ta is not None else a.shape
+    sb = tb.shape if tb is not None else b.shape
+    if len(sa) == 0 or len(sb) == 0:
+        raise ValueError(f"jask.dot: operands need at least 1 dimension, got shapes {sa} "
+                         f"and {sb}")
+    if (len(sa) == 1 and len(sb) > 2) or (len(sb) == 1 and len(sa) > 2):
+        raise ValueError(f"jask.dot: a 1-D operand multiplies a matrix, not a batch: got "
+                         f"shapes {sa} and {sb}")
+    if len(sa) > 1 and len(sb) > 1 and (len(sa) != len(sb) or sa[:-2] != sb[:-2]):
         raise ValueError(f"jask.dot: batch dimensions must match exactly, got shapes "
-                         f"{ta.shape} and {tb.shape}")
-    if ta.shape[-1] != tb.shape[-2]:
-        raise ValueError(f"jask.dot: contraction sizes differ: a has shape {ta.shape} "
-                         f"(K={ta.shape[-1]}), b has shape {tb.shape} (K={tb.shape[-2]})")
-    if ta.dtype != tb.dtype:
-        raise ValueError(f"jask.dot: operands must have the same dtype, got {ta.dtype.name} "
-                         f"and {tb.dtype.name}")
-    return primitives.dot(a, b, config=config)
+                         f"{sa} and {sb}")
+    ka = sa[-1]
+    kb = sb[0] if len(sb) == 1 else sb[-2]
+    if ka != kb:
+        raise ValueError(f"jask.dot: contraction sizes differ: a has shape {sa} (K={ka}), "
+                         f"b has shape {sb} (K={kb})")
+    with jax.enable_x64(True):
+        dtype = np.dtype(jnp.result_type(*(t.dtype if t is not None else x.dtype
+                                           for x, t in ((a, ta), (b, tb)))))
+    if dtype == np.bool_ or dtype.kind not in "fc":
+        raise TypeError(f"jask.dot: operands must be floating point, got {dtype.name}")
+    operands = []
+    for x, t in ((a, ta), (b, tb)):
+        if t is None:
+            x = x.astype(jax.dtypes.canonicalize_dtype(dtype))
+            check_in_memory("dot", x, cfg)
+        elif t.dtype != dtype:
+            from jask.elementwise import astype
+            x = astype(x, dtype, config=config)
+        operands.append(x)
+    return primitives.dot(*operands, dtype, config=config)
+
+
+def matmul(a, b, *, config: Config | None = None):
+    """Same as :func:`dot` (``a @ b``).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.matmul(jask.from_numpy(np.eye(2)), np.array([1.0, 2.0])).to_numpy()
+      array([1., 2.])
+    """
+    return dot(a, b, config=config)
 
 
 def materialize(x, *, config: Config | None = None) -> jax.Array:
@@ -368,7 +221,8 @@ def materialize(x, *, config: Config | None = None) -> jax.Array:
       >>> type(real).__name__
       'ArrayImpl'
     """
-    _require(x, "materialize", "x")
+    if disk_type(x) is None:
+        return jnp.asarray(x)  # already in memory
     return primitives.materialize(x, config=config)
 
 

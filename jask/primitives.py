@@ -1,20 +1,24 @@
-"""One hijax primitive per op: its forward (``expand``) and its VJP side by side.
+"""One hijax primitive per kind of op: its forward (``expand``) and its VJP side by side.
 
 ``expand`` hands the op's disk work (:mod:`jask.work`) to :mod:`jask.dispatch`,
 which runs it now or stages it into the compiled program. Backward rules are
 written with the same primitives, flagged ``grad=True`` so the stores they
 make end in ``.grad``; a cotangent is computed only for inputs that need one.
 
-The small functions at the bottom bind a primitive; :mod:`jask.ops` checks the
-user's arguments and calls them.
+Operands may be DiskArrays or in-memory arrays (the avals say which); an
+in-memory operand's cotangent is an in-memory array, so optimizers see
+ordinary JAX arrays. Every elementwise op, broadcast and reduction is one
+primitive, :class:`Blockwise`, parameterised by a kernel from the op table
+(:mod:`jask.ufuncs`).
 """
 from __future__ import annotations
 
 import jax
 import numpy as np
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
+from jax.dtypes import canonicalize_dtype
 
-from jask import dispatch, work
+from jask import dispatch, ufuncs, work
 from jask._jax_internals import wants_cotangent
 from jask.array import DiskArrayType
 from jask.config import Config
@@ -26,8 +30,12 @@ def _accum(accum, make) -> None:
         accum.accum(make())
 
 
-def _scalar_aval(dtype) -> ShapedArray:
-    return ShapedArray((), np.dtype(dtype))
+def _on_disk(aval) -> bool:
+    return isinstance(aval, DiskArrayType)
+
+
+def _aval(x):
+    return jax.typeof(x)
 
 
 class DiskPrimitive(VJPHiPrimitive):
@@ -49,16 +57,25 @@ class DiskPrimitive(VJPHiPrimitive):
 
     def backward(self, res, g, *accums):
         """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
-        raise NotImplementedError(f"{type(self).__name__} is not differentiable")
+        raise NotImplementedError(
+            f"jask: {self.params.get('op', type(self).__name__)} is not differentiable "
+            "(jask computes first derivatives only: a gradient's own gradient is not "
+            "supported)")
 
     def batch_dim_rule(self, axis_data, dims):
         raise NotImplementedError(
             "jax.vmap over DiskArrays is not supported: jask ops work on whole arrays; "
             "use a leading batch axis with jask.dot, or a Python loop")
 
-    @property
-    def _in(self):
-        return self.in_avals[0]
+    def _run(self, work_fn, args):
+        """Run ``work_fn`` on the disk and in-memory operands of ``args``."""
+        disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
+        mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
+        out = self.out_aval
+        if _on_disk(out):
+            return dispatch.to_store(work_fn, disk, mem, out, self.config)
+        return dispatch.to_value(work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
+                                 self.config)
 
     # Equal primitives must agree on types too, not only on params.
     def __hash__(self):
@@ -69,103 +86,112 @@ class DiskPrimitive(VJPHiPrimitive):
                 and self.out_aval == other.out_aval and self.params == other.params)
 
 
-# --- elementwise -------------------------------------------------------------
+# --- blockwise: elementwise ops, broadcasts and reductions --------------------------
 
-class Binary(DiskPrimitive):
-    """a + b, a - b or a * b, elementwise (``kernel``: add, sub, mul)."""
-
-    def __init__(self, kernel: str, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((aval, aval), aval, kernel=kernel, grad=grad, config=config)
-
-    def expand(self, a, b):
-        return dispatch.to_store(work.elementwise(self.kernel, grad=self.grad),
-                                 [a, b], [], self.out_aval, self.config)
-
-    def backward(self, res, g, ca, cb):
-        a, b = res
-        cfg = self.config
-        if self.kernel == "add":
-            _accum(ca, lambda: g)
-            _accum(cb, lambda: g)
-        elif self.kernel == "sub":
-            _accum(ca, lambda: g)
-            _accum(cb, lambda: scalar_op("scale", g, -1, config=cfg, grad=True))
-        else:  # mul
-            _accum(ca, lambda: mul(g, b, config=cfg, grad=True))
-            _accum(cb, lambda: mul(g, a, config=cfg, grad=True))
+def _out_type(shape, dtype, on_disk: bool):
+    if on_disk:
+        return DiskArrayType(shape, dtype)
+    return ShapedArray(tuple(shape), canonicalize_dtype(dtype))  # follows JAX's x64 mode
 
 
-class Square(DiskPrimitive):
-    """a ** 2."""
+class Blockwise(DiskPrimitive):
+    """``ufunc(*operands)`` over a full ``shape``, kept along ``out_axes``.
 
-    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((aval,), aval, grad=grad, config=config)
+    Each operand follows the full shape through its axes map (numpy
+    broadcasting written out, see :mod:`jask.graph.blockwise`); the output
+    keeps the full axes in ``out_axes`` (``None``: a length-1 axis) and is
+    reduced over the others with ``reducer`` ("sum", "max", "min"). A plain
+    elementwise op keeps every axis. ``dtypes`` are what the kernel computes
+    in, per operand (``None``: as stored). The output is a DiskArray unless
+    ``to_memory``.
+    """
 
-    def expand(self, a):
-        return dispatch.to_store(work.elementwise("square", grad=self.grad), [a], [],
-                                 self.out_aval, self.config)
+    def __init__(self, ufunc, in_avals, axes: tuple, dtypes: tuple, shape: tuple,
+                 out_axes: tuple, out_dtype, *, reducer: str | None = None,
+                 to_memory: bool = False, grad: bool = False, config: Config | None = None,
+                 name: str | None = None):
+        out_shape = tuple(1 if a is None else shape[a] for a in out_axes)
+        super().__init__(in_avals, _out_type(out_shape, out_dtype, not to_memory),
+                         op=name or ufunc.name, ufunc=ufunc, axes=tuple(axes), dtypes=tuple(dtypes),
+                         shape=tuple(shape), out_axes=tuple(out_axes), reducer=reducer,
+                         grad=grad, config=config)
 
-    def backward(self, res, g, ca):
-        (a,) = res
-        _accum(ca, lambda: SquareVJP(self.out_aval, self.config)(a, g))
+    def expand(self, *args):
+        out = self.out_aval
+        return self._run(work.blockwise(
+            self.op, self.ufunc.numpy, self.shape, self.axes, self.dtypes,
+            tuple(_on_disk(a) for a in self.in_avals), self.out_axes, out.shape, out.dtype,
+            reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad), args)
+
+    def vjp_fwd(self, nzs_in, *args):
+        out = self(*args)
+        return out, (args, out)
+
+    def backward(self, res, g, *accums):
+        args, out = res
+        if self.reducer in ("max", "min"):
+            (accum,) = accums
+            _accum(accum, lambda: _chooser_vjp(self, args[0], out, g))
+            return
+        if self.ufunc.vjps is None:
+            super().backward(res, g, *accums)
+        for j, accum in enumerate(accums):
+            rule = self.ufunc.vjps[j]
+            if rule is None:
+                continue  # not differentiable in this operand (a condition, a stop)
+            _accum(accum, lambda j=j, rule=rule: self._cotangent(j, rule, args, g))
+
+    def _cotangent(self, j, rule, args, g):
+        """The cotangent of operand ``j``: the rule's kernel over the full
+        shape, summed back to the operand's own shape."""
+        aval = self.in_avals[j]
+        to_memory = not _on_disk(aval)
+        if (rule is ufuncs.PASS and self.axes[j] == self.out_axes
+                and to_memory == (not _on_disk(self.out_aval))
+                and aval.dtype == self.out_aval.dtype):
+            return g  # d(a + b)/da: the cotangent itself, no pass over the data
+        kept = {a for a in self.axes[j] if a is not None}
+        reduces = any(n > 1 and d not in kept for d, n in enumerate(self.shape))
+        g_only = getattr(rule, "g_only", False)  # the rule reads no operand: skip reading them
+        avals = (_aval(g),) + (() if g_only else self.in_avals)
+        return Blockwise(VJP(self.ufunc, j), avals,
+                         (self.out_axes,) + (() if g_only else self.axes),
+                         (self.out_aval.dtype,) + (() if g_only else self.dtypes),
+                         self.shape, self.axes[j], aval.dtype,
+                         reducer="sum" if reduces or to_memory else None, to_memory=to_memory,
+                         grad=True, config=self.config)(g, *(() if g_only else args))
 
 
-class SquareVJP(DiskPrimitive):
-    """2 * a * g: the cotangent of a square, in one pass."""
+class VJP:
+    """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``."""
 
-    def __init__(self, aval: DiskArrayType, config: Config | None):
-        super().__init__((aval, aval), aval, config=config)
+    def __init__(self, ufunc, j: int):
+        self.ufunc, self.j = ufunc, j
+        self.name = f"{ufunc.name}_vjp"
+        self.vjps = None  # jask computes first derivatives only
 
-    def expand(self, a, g):
-        return dispatch.to_store(work.elementwise("square_vjp", grad=True),
-                                 [a, g], [], self.out_aval, self.config)
+    def numpy(self, g, *blocks):
+        return self.ufunc.vjps[self.j](g, *blocks)
 
-    def backward(self, res, h, ca, cg):
-        a, g = res
-        _accum(ca, lambda: scalar_op("scale", mul(h, g, config=self.config, grad=True), 2,
-                                     config=self.config, grad=True))
-        _accum(cg, lambda: scalar_op("scale", mul(h, a, config=self.config, grad=True), 2,
-                                     config=self.config, grad=True))
+    def __hash__(self):
+        return hash((VJP, self.ufunc, self.j))
 
-
-class ScalarOp(DiskPrimitive):
-    """An array with a scalar: ``scale`` a*s, ``shift`` a+s, ``rsub`` s-a."""
-
-    def __init__(self, kernel: str, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((aval, _scalar_aval(aval.dtype)), aval, kernel=kernel, grad=grad,
-                         config=config)
-
-    def expand(self, a, s):
-        return dispatch.to_store(work.elementwise(self.kernel, grad=self.grad),
-                                 [a], [s], self.out_aval, self.config)
-
-    def backward(self, res, g, ca, cs):
-        a, s = res
-        cfg = self.config
-        if self.kernel == "scale":
-            _accum(ca, lambda: scalar_op("scale", g, s, config=cfg, grad=True))
-            _accum(cs, lambda: vdot(g, a, config=cfg))
-        elif self.kernel == "shift":
-            _accum(ca, lambda: g)
-            _accum(cs, lambda: total(g, config=cfg))
-        else:  # rsub
-            _accum(ca, lambda: scalar_op("scale", g, -1, config=cfg, grad=True))
-            _accum(cs, lambda: total(g, config=cfg))
+    def __eq__(self, other):
+        return isinstance(other, VJP) and (self.ufunc, self.j) == (other.ufunc, other.j)
 
 
-class Fill(DiskPrimitive):
-    """An array of ``aval`` with every element ``s`` (seeds a sum's cotangent)."""
-
-    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((_scalar_aval(aval.dtype),), aval, grad=grad, config=config)
-
-    def expand(self, s):
-        aval = self.out_aval
-        return dispatch.to_store(work.fill(aval.shape, aval.dtype, grad=self.grad), [], [s],
-                                 aval, self.config)
-
-    def backward(self, res, g, cs):
-        _accum(cs, lambda: total(g, config=self.config))
+def _chooser_vjp(prim: Blockwise, x, out, g):
+    """d max/min: the cotangent goes to the elements equal to the result,
+    split evenly among ties (as jax.numpy does)."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    counts = Blockwise(ufuncs.TIES, (x_aval, out_aval), (axes, out_axes), (dtype, dtype),
+                       prim.shape, out_axes, dtype, reducer="sum",
+                       to_memory=not _on_disk(out_aval), grad=True, config=prim.config)(x, out)
+    return Blockwise(ufuncs.CHOSEN, (_aval(g), x_aval, out_aval, _aval(counts)),
+                     (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
+                     dtype, grad=True, config=prim.config)(g, x, out, counts)
 
 
 # --- layout ------------------------------------------------------------------
@@ -178,12 +204,72 @@ class Transpose(DiskPrimitive):
         super().__init__((aval,), out, axes=tuple(axes), grad=grad, config=config)
 
     def expand(self, a):
-        return dispatch.to_store(work.transpose(self.axes, grad=self.grad), [a], [],
-                                 self.out_aval, self.config)
+        return self._run(work.transpose(self.axes, grad=self.grad), [a])
 
     def backward(self, res, g, ca):
         inverse = tuple(int(i) for i in np.argsort(self.axes))
         _accum(ca, lambda: transpose(g, inverse, config=self.config, grad=True))
+
+
+class Slice(DiskPrimitive):
+    """``a[index]`` for a basic index: per axis ``(size, step)`` of a slice
+    or ``None`` for an integer (the axis is dropped). The starts are operands
+    (int32 scalars), so one compiled program serves every start."""
+
+    def __init__(self, aval: DiskArrayType, sizes: tuple, grad: bool, config: Config | None):
+        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
+        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
+        super().__init__((aval,) + starts, DiskArrayType(out_shape, aval.dtype),
+                         sizes=tuple(sizes), grad=grad, config=config)
+
+    def expand(self, a, *starts):
+        return self._run(work.take_slice(self.sizes, grad=self.grad), [a, *starts])
+
+    def backward(self, res, g, ca, *cstarts):
+        a, *starts = res
+        _accum(ca, lambda: Scatter(self.in_avals[0], self.sizes, self.config)(g, *starts))
+
+
+class Scatter(DiskPrimitive):
+    """Zeros of ``aval``'s shape with ``g`` placed where :class:`Slice` took it."""
+
+    def __init__(self, aval: DiskArrayType, sizes: tuple, config: Config | None):
+        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
+        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
+        super().__init__((DiskArrayType(out_shape, aval.dtype),) + starts, aval,
+                         op="slice_vjp", sizes=tuple(sizes), config=config)
+
+    def expand(self, g, *starts):
+        return self._run(work.scatter_slice(self.sizes, self.out_aval.shape), [g, *starts])
+
+
+class Concatenate(DiskPrimitive):
+    """Operands joined along ``axis`` (``stack``: along a new axis)."""
+
+    def __init__(self, avals: tuple, axis: int, stack: bool, grad: bool, config: Config | None):
+        first = avals[0]
+        shape = list(first.shape)
+        if stack:
+            shape.insert(axis, len(avals))
+        else:
+            shape[axis] = sum(a.shape[axis] for a in avals)
+        super().__init__(avals, DiskArrayType(shape, first.dtype), axis=axis, stack=stack,
+                         grad=grad, config=config)
+
+    def expand(self, *arrays):
+        return self._run(work.concatenate(self.axis, self.stack, grad=self.grad), list(arrays))
+
+    def backward(self, res, g, *accums):
+        start = 0
+        for aval, accum in zip(self.in_avals, accums):
+            size = 1 if self.stack else aval.shape[self.axis]
+            sizes = [(n, 1) for n in self.out_aval.shape]
+            sizes[self.axis] = None if self.stack else (size, 1)
+            starts = [0] * len(sizes)
+            starts[self.axis] = start
+            _accum(accum, lambda sizes=tuple(sizes), starts=tuple(starts): take_slice(
+                g, sizes, starts, config=self.config, grad=True))
+            start += size
 
 
 class Update(DiskPrimitive):
@@ -197,7 +283,7 @@ class Update(DiskPrimitive):
         super().__init__((aval, aval), aval, config=config)
 
     def expand(self, target, new):
-        return dispatch.to_store(work.update, [target, new], [], self.out_aval, self.config)
+        return self._run(work.update, [target, new])
 
     def dce(self, used_outs):
         return True, True, self
@@ -206,65 +292,87 @@ class Update(DiskPrimitive):
         _accum(cnew, lambda: g)
 
 
-# --- products and reductions ---------------------------------------------------
+# --- products --------------------------------------------------------------------
+
+def _matmul_shape(a_shape, b_shape, ta, tb):
+    """Shape of op(a) @ op(b), 1-D operands promoted and squeezed as numpy does."""
+    a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
+    b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
+    m = a2[-1] if ta else a2[-2]
+    n = b2[-2] if tb else b2[-1]
+    batch = a2[:-2] if len(a2) >= len(b2) else b2[:-2]
+    out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
+    return out
+
 
 class Dot(DiskPrimitive):
     """op(a) @ op(b) with batch dimensions; ``ta``/``tb`` transpose the last
-    two axes of an operand as it is read (no transposed copy is made)."""
+    two axes of an operand as it is read (no transposed copy is made). An
+    operand may be in memory, and a 1-D one is a row (left) or column
+    (right) vector, as in numpy; the result is in memory with ``to_memory``
+    (the gradient of an in-memory operand)."""
 
-    def __init__(self, a: DiskArrayType, b: DiskArrayType, ta: bool, tb: bool, grad: bool,
-                 config: Config | None):
-        m = a.shape[-1] if ta else a.shape[-2]
-        n = b.shape[-2] if tb else b.shape[-1]
-        out = DiskArrayType(a.shape[:-2] + (m, n), a.dtype)
-        super().__init__((a, b), out, ta=ta, tb=tb, grad=grad, config=config)
+    def __init__(self, a, b, ta: bool, tb: bool, dtype, *, to_memory: bool = False,
+                 grad: bool = False, config: Config | None = None):
+        shape = _matmul_shape(a.shape, b.shape, ta, tb)
+        super().__init__((a, b), _out_type(shape, dtype, not to_memory), op="dot", ta=ta,
+                         tb=tb, dtype=np.dtype(dtype), grad=grad, config=config)
 
     def expand(self, a, b):
-        return dispatch.to_store(work.dot(self.ta, self.tb, grad=self.grad), [a, b], [],
-                                 self.out_aval, self.config)
+        A, B = self.in_avals
+        vectors = ("row" if A.ndim == 1 else None, "col" if B.ndim == 1 else None)
+        return self._run(work.dot(self.ta, self.tb, (_on_disk(A), _on_disk(B)), vectors,
+                                  self.dtype, to_memory=not _on_disk(self.out_aval),
+                                  grad=self.grad), [a, b])
 
     def backward(self, res, g, ca, cb):
         # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.
         a, b = res
+        A, B = self.in_avals
         ta, tb, cfg = self.ta, self.tb, self.config
-        if ta:  # da = dA.T = B @ G.T
-            _accum(ca, lambda: dot(b, g, ta=tb, tb=True, config=cfg, grad=True))
+        if A.ndim == 1 or B.ndim == 1:
+            self._vector_backward(a, b, g, ca, cb)
+        elif ta:  # da = dA.T = B @ G.T
+            _accum(ca, lambda: _dot_vjp(b, g, tb, True, A, cfg))
         else:
-            _accum(ca, lambda: dot(g, b, ta=False, tb=not tb, config=cfg, grad=True))
+            _accum(ca, lambda: _dot_vjp(g, b, False, not tb, A, cfg))
+        if A.ndim == 1 or B.ndim == 1:
+            return
         if tb:  # db = dB.T = G.T @ A
-            _accum(cb, lambda: dot(g, a, ta=True, tb=ta, config=cfg, grad=True))
+            _accum(cb, lambda: _dot_vjp(g, a, True, ta, B, cfg))
         else:
-            _accum(cb, lambda: dot(a, g, ta=not ta, tb=False, config=cfg, grad=True))
+            _accum(cb, lambda: _dot_vjp(a, g, not ta, False, B, cfg))
+
+    def _vector_backward(self, a, b, g, ca, cb):
+        """1-D operands (never read transposed): the other cotangent is an
+        outer product, which is elementwise."""
+        A, B = self.in_avals
+        cfg = self.config
+        if A.ndim == 1 and B.ndim == 1:  # a . b: g is a scalar
+            _accum(ca, lambda: outer(g, b, A, cfg))
+            _accum(cb, lambda: outer(g, a, B, cfg))
+        elif A.ndim == 1:  # (k,) @ (k, n): da = b @ g, db = outer(a, g)
+            _accum(ca, lambda: _dot_vjp(b, g, False, False, A, cfg))
+            _accum(cb, lambda: outer(a, g, B, cfg))
+        else:  # (m, k) @ (k,): da = outer(g, b), db = a.T @ g
+            _accum(ca, lambda: outer(g, b, A, cfg))
+            _accum(cb, lambda: _dot_vjp(a, g, True, False, B, cfg))
 
 
-class Sum(DiskPrimitive):
-    """Sum of every element, as an in-memory scalar."""
-
-    def __init__(self, aval: DiskArrayType, config: Config | None):
-        super().__init__((aval,), _scalar_aval(aval.dtype), config=config)
-
-    def expand(self, a):
-        return dispatch.to_value(work.total, [a], [], jax.ShapeDtypeStruct((), self._in.dtype),
-                                 self.config)
-
-    def backward(self, res, g, ca):
-        _accum(ca, lambda: Fill(self._in, True, self.config)(g))
+def _dot_vjp(a, b, ta, tb, like, config):
+    """One VJP product, placed (disk or memory) and typed as ``like``."""
+    return Dot(_aval(a), _aval(b), ta, tb, like.dtype, to_memory=not _on_disk(like), grad=True,
+               config=config)(a, b)
 
 
-class Vdot(DiskPrimitive):
-    """sum(a * b) as an in-memory scalar (the cotangent of a scale factor)."""
-
-    def __init__(self, aval: DiskArrayType, config: Config | None):
-        super().__init__((aval, aval), _scalar_aval(aval.dtype), config=config)
-
-    def expand(self, a, b):
-        return dispatch.to_value(work.vdot, [a, b], [],
-                                 jax.ShapeDtypeStruct((), self._in.dtype), self.config)
-
-    def backward(self, res, g, ca, cb):
-        a, b = res
-        _accum(ca, lambda: scalar_op("scale", b, g, config=self.config, grad=True))
-        _accum(cb, lambda: scalar_op("scale", a, g, config=self.config, grad=True))
+def outer(x, y, like, config):
+    """x[..., None] * y: the cotangent of a vector product's operand."""
+    X, Y = _aval(x), _aval(y)
+    shape = tuple(X.shape) + tuple(Y.shape)
+    axes = (tuple(range(X.ndim)), tuple(range(X.ndim, len(shape))))
+    return Blockwise(ufuncs.MUL, (X, Y), axes, (like.dtype, like.dtype), shape,
+                     tuple(range(len(shape))), like.dtype, to_memory=not _on_disk(like),
+                     grad=True, config=config)(x, y)
 
 
 # --- between disk and memory ------------------------------------------------------
@@ -276,12 +384,10 @@ class Materialize(DiskPrimitive):
         super().__init__((aval,), ShapedArray(aval.shape, aval.dtype), config=config)
 
     def expand(self, a):
-        return dispatch.to_value(work.read_all, [a], [],
-                                 jax.ShapeDtypeStruct(self._in.shape, self._in.dtype),
-                                 self.config)
+        return self._run(work.read_all, [a])
 
     def backward(self, res, g, ca):
-        _accum(ca, lambda: FromValue(self._in, True, self.config)(g))
+        _accum(ca, lambda: FromValue(self.in_avals[0], True, self.config)(g))
 
 
 class FromValue(DiskPrimitive):
@@ -291,62 +397,35 @@ class FromValue(DiskPrimitive):
         super().__init__((ShapedArray(aval.shape, aval.dtype),), aval, grad=grad, config=config)
 
     def expand(self, x):
-        return dispatch.to_store(work.write_value(grad=self.grad), [], [x], self.out_aval,
-                                 self.config)
+        return self._run(work.write_value(grad=self.grad), [x])
 
     def backward(self, res, g, cx):
         _accum(cx, lambda: Materialize(self.out_aval, self.config)(g))
 
 
-# --- binding helpers (arguments already checked by jask.ops) -----------------------
-
-def _aval(x) -> DiskArrayType:
-    return jax.typeof(x)
-
-
-def add(a, b, *, config=None, grad=False):
-    return Binary("add", _aval(a), grad, config)(a, b)
-
-
-def sub(a, b, *, config=None, grad=False):
-    return Binary("sub", _aval(a), grad, config)(a, b)
-
-
-def mul(a, b, *, config=None, grad=False):
-    return Binary("mul", _aval(a), grad, config)(a, b)
-
-
-def square(a, *, config=None, grad=False):
-    return Square(_aval(a), grad, config)(a)
-
-
-def scalar_op(kernel, a, s, *, config=None, grad=False):
-    aval = _aval(a)
-    return ScalarOp(kernel, aval, grad, config)(a, jax.numpy.asarray(s).astype(aval.dtype))
-
-
-def fill(value, aval, *, config=None, grad=False):
-    return Fill(aval, grad, config)(jax.numpy.asarray(value, aval.dtype))
-
+# --- binding helpers (arguments already checked by the public layer) ---------------
 
 def transpose(a, axes, *, config=None, grad=False):
     return Transpose(_aval(a), tuple(axes), grad, config)(a)
+
+
+def take_slice(a, sizes, starts, *, config=None, grad=False):
+    starts = [jax.numpy.asarray(s, np.int32) for s in starts]
+    return Slice(_aval(a), tuple(sizes), grad, config)(a, *starts)
+
+
+def concatenate(arrays, axis, *, stack=False, config=None):
+    return Concatenate(tuple(_aval(x) for x in arrays), axis, stack, False, config)(*arrays)
 
 
 def update(target, new, *, config=None):
     return Update(_aval(target), config)(target, new)
 
 
-def dot(a, b, *, ta=False, tb=False, config=None, grad=False):
-    return Dot(_aval(a), _aval(b), ta, tb, grad, config)(a, b)
-
-
-def total(a, *, config=None):
-    return Sum(_aval(a), config)(a)
-
-
-def vdot(a, b, *, config=None):
-    return Vdot(_aval(a), config)(a, b)
+def dot(a, b, dtype, *, config=None):
+    A, B = _aval(a), _aval(b)
+    to_memory = A.ndim == 1 and B.ndim == 1  # a scalar
+    return Dot(A, B, False, False, dtype, to_memory=to_memory, config=config)(a, b)
 
 
 def materialize(a, *, config=None):
@@ -356,3 +435,28 @@ def materialize(a, *, config=None):
 def from_value(x, *, config=None, grad=False):
     x = jax.numpy.asarray(x)
     return FromValue(DiskArrayType(x.shape, x.dtype), grad, config)(x)
+
+
+def fill(value, aval: DiskArrayType, *, config=None, grad=False):
+    """A DiskArray of ``aval`` with every element ``value`` (zeros of a vspace)."""
+    scalar = jax.numpy.asarray(value, canonicalize_dtype(aval.dtype))
+    return Blockwise(ufuncs.IDENTITY, (ShapedArray((), scalar.dtype),), ((),), (aval.dtype,),
+                     aval.shape, tuple(range(aval.ndim)), aval.dtype, grad=grad,
+                     config=config)(scalar)
+
+
+def add(a, b, *, config=None, grad=False):
+    """a + b of two DiskArrays of one type (cotangents being summed)."""
+    aval = _aval(a)
+    axes = tuple(range(aval.ndim))
+    return Blockwise(ufuncs.ADD, (aval, _aval(b)), (axes, axes), (aval.dtype, aval.dtype),
+                     aval.shape, axes, aval.dtype, grad=grad, config=config)(a, b)
+
+
+def reduce(name, ufunc, operands, axes, dtypes, shape, out_axes, out_dtype, *, reducer,
+           to_memory, config=None):
+    """Bind a reduction of ``ufunc(*operands)`` (see :class:`Blockwise`)."""
+    avals = tuple(_aval(x) for x in operands)
+    return Blockwise(ufunc, avals, tuple(axes), tuple(dtypes), tuple(shape), tuple(out_axes),
+                     out_dtype, reducer=reducer, to_memory=to_memory, config=config,
+                     name=name)(*operands)

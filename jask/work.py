@@ -15,9 +15,11 @@ import uuid
 import numpy as np
 import zarr
 
-from jask import chunkio, graph, memory, storage
+from jask import chunkio, graph, memory, plan, storage
 from jask.config import Config
-from jask.graph import builders
+from jask.graph import blockwise as bw
+from jask.graph import builders, tasks
+from jask.storage import StoreSpec
 
 
 def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
@@ -32,30 +34,62 @@ def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     return out
 
 
-def elementwise(kernel: str, *, grad: bool = False):
-    """Work for ``out = kernel(*inputs, *scalars)`` on same-shaped inputs
-    (``kernel`` names one of :data:`jask.graph.tasks.KERNELS`, and the op)."""
-    def work(stores, scalars, config: Config):
-        first = stores[0]
-        plan = builders.elementwise_chunks(kernel, first.shape, first.dtype, stores,
-                                           config.max_memory, config.workers)
-        return _produce(config, kernel, first.shape, first.dtype, plan,
-                        lambda out: builders.elementwise_graph(kernel, out, tuple(stores),
-                                                               tuple(s.item() for s in scalars)),
-                        grad=grad)
+def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk: tuple,
+              out_axes: tuple, out_shape: tuple, out_dtype, *, reducer: str | None = None,
+              to_memory: bool = False, grad: bool = False):
+    """Work for ``kernel`` over tiles of ``shape``, written to a new store or
+    reduced (``reducer``) over the axes ``out_axes`` leaves out.
+
+    Operands come as stores (those flagged ``on_disk``) and in-memory values,
+    in their own order; ``axes`` and ``dtypes`` describe each (see
+    :mod:`jask.graph.blockwise`). With ``to_memory`` the (small) result is
+    returned as a numpy array instead of a store.
+    """
+    def work(stores, values, config: Config):
+        stores, values = iter(stores), iter(values)
+        operands = tuple(bw.Operand(next(stores) if disk else np.asarray(next(values)), ax, dt)
+                         for disk, ax, dt in zip(on_disk, axes, dtypes))
+        held = sum(x.source.nbytes for x in operands if not x.on_disk)
+        compute = np.result_type(*[d for d in dtypes if d is not None] or [out_dtype])
+        if reducer is not None and to_memory:
+            held += memory.nbytes(out_shape, out_dtype)
+        tile, cost = _blockwise_tile(op, shape, compute, operands, out_axes, reducer, held,
+                                     config)
+        token = uuid.uuid4().hex
+        if reducer is None:
+            return _produce(config, op, out_shape, out_dtype, (tile, cost),
+                            lambda out: bw.map_graph(op, kernel, out, out_axes, shape, tile,
+                                                     operands, token), grad=grad)
+        if to_memory:
+            dsk, keys = bw.reduce_graph(op, kernel, reducer, shape, tile, operands, out_axes,
+                                        token, out=None, out_shape=out_shape,
+                                        out_dtype=out_dtype, workers=config.workers)
+            return graph.run(dsk, keys, config.workers, cost)[0]
+        chunks = tuple(1 if a is None else tile[a] for a in out_axes)
+        return _produce(config, op, out_shape, out_dtype, (chunks, cost),
+                        lambda out: bw.reduce_graph(op, kernel, reducer, shape, tile, operands,
+                                                    out_axes, token, out=out,
+                                                    out_shape=out_shape, out_dtype=out_dtype,
+                                                    workers=config.workers), grad=grad)
     return work
 
 
-def fill(shape, dtype, *, grad: bool = False):
-    """Work for an array of ``shape`` with every element the scalar operand."""
-    def work(stores, scalars, config: Config):
-        chunks = builders.default_chunks(shape, dtype, config.max_memory, config.workers)
-        cost = memory.task_cost("fill", chunks, [], memory.nbytes(chunks, dtype), 2,
-                                config.workers)
-        value = scalars[0].item()
-        return _produce(config, "fill", shape, dtype, (chunks, cost),
-                        lambda out: builders.fill_graph(out, value), grad=grad)
-    return work
+def _blockwise_tile(op, shape, dtype, operands, out_axes, reducer, held, config):
+    """Plan a blockwise op's tiles. A reduction's partial results wait for
+    their combine task: if they do not fit beside the tiles, plan again
+    with room for them (the smaller tile then has smaller partials)."""
+    disk = [(x.source, x.axes) for x in operands if x.on_disk]
+
+    def plan_with(fixed):
+        return plan.plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
+                                   workers=config.workers, fixed_bytes=fixed)
+
+    tile, cost = plan_with(held)
+    if reducer is not None:
+        waiting = builders.FAN_IN * bw.partial_bytes(tile, out_axes, dtype)
+        if cost.total + held + waiting > config.max_memory:
+            tile, cost = plan_with(held + waiting)
+    return tile, cost
 
 
 def transpose(axes: tuple, *, grad: bool = False):
@@ -69,36 +103,135 @@ def transpose(axes: tuple, *, grad: bool = False):
     return work
 
 
-def dot(ta: bool, tb: bool, *, grad: bool = False):
-    """Work for ``op(a) @ op(b)``, where op transposes the last two axes
-    of an operand whose flag is set (the backward products)."""
-    def work(stores, scalars, config: Config):
-        a, b = stores
-        chunks, tk, splits, cost = builders.dot_plan(a, b, ta, tb, a.dtype,
-                                                     config.max_memory, config.workers)
-        m = a.shape[-1] if ta else a.shape[-2]
-        n = b.shape[-2] if tb else b.shape[-1]
-        shape = a.shape[:-2] + (m, n)
-        return _produce(config, "dot", shape, a.dtype, (chunks, cost),
-                        lambda out: builders.dot_graph(out, a, b, ta, tb, tk, splits),
+def _as_matrix(x, vector: str | None) -> StoreSpec:
+    """A product operand's 2-D (or batched) form, for the planner: a vector
+    as a row or column, an in-memory array with chunks set below."""
+    if isinstance(x, StoreSpec):
+        if vector is None:
+            return x
+        shape = (1, x.shape[0]) if vector == "row" else (x.shape[0], 1)
+        chunks = (1, x.chunks[0]) if vector == "row" else (x.chunks[0], 1)
+        return StoreSpec(x.path, shape, x.dtype, chunks)
+    shape = (1,) + x.shape if vector == "row" else (x.shape + (1,) if vector == "col" else x.shape)
+    return StoreSpec("<in-memory>", shape, x.dtype, shape)
+
+
+def _memory_chunks(mem: StoreSpec, other: StoreSpec, transposed: bool, left: bool,
+                   other_transposed: bool) -> StoreSpec:
+    """Chunks for an in-memory operand: whole along its free axis and, along
+    the contraction, the disk operand's chunks (a tile of it is a view)."""
+    k_axis = (-2 if transposed else -1) if left else (-1 if transposed else -2)
+    other_k = (-1 if other_transposed else -2) if left else (-2 if other_transposed else -1)
+    chunks = list(mem.shape)
+    chunks[k_axis] = min(mem.shape[k_axis], other.chunks[other_k])
+    return StoreSpec(mem.path, mem.shape, mem.dtype, tuple(chunks))
+
+
+def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory: bool = False,
+        grad: bool = False):
+    """Work for ``op(a) @ op(b)``, where op transposes the last two axes of
+    an operand whose flag is set (the backward products). Either operand may
+    be in memory or a 1-D vector (``vectors``: "row", "col" or None)."""
+    def work(stores, values, config: Config):
+        stores, values = iter(stores), iter(values)
+        a, b = (next(stores) if disk else np.asarray(next(values)) for disk in on_disk)
+        pa, pb = _as_matrix(a, vectors[0]), _as_matrix(b, vectors[1])
+        if not on_disk[0]:
+            pa = _memory_chunks(pa, pb, ta, True, tb)
+        if not on_disk[1]:
+            pb = _memory_chunks(pb, pa, tb, False, ta)
+        held = sum(x.nbytes for x, disk in zip((a, b), on_disk) if not disk)
+        chunks, tk, splits, cost = builders.dot_plan(pa, pb, ta, tb, dtype,
+                                                     config.max_memory - held, config.workers)
+        m = pa.shape[-1] if ta else pa.shape[-2]
+        n = pb.shape[-2] if tb else pb.shape[-1]
+        k = pa.shape[-2] if ta else pa.shape[-1]
+        view_shape = pa.shape[:-2] + (m, n)
+        squeeze = tuple(i for i, v in ((len(view_shape) - 2, vectors[0] == "row"),
+                                       (len(view_shape) - 1, vectors[1] == "col")) if v)
+        shape = tuple(d for i, d in enumerate(view_shape) if i not in squeeze)
+        ma = tasks.Matrix(a, ta, vectors[0])
+        mb = tasks.Matrix(b, tb, vectors[1])
+        token = uuid.uuid4().hex
+        if to_memory:
+            dsk, keys = builders.dot_graph(None, ma, mb, view_shape, chunks, k, tk, splits, token,
+                                           squeeze=squeeze, shape=shape, dtype=dtype)
+            return graph.run(dsk, keys, config.workers, cost)[0]
+        out_chunks = tuple(c for i, c in enumerate(chunks) if i not in squeeze)
+        return _produce(config, "dot", shape, dtype, (out_chunks, cost),
+                        lambda out: builders.dot_graph(out, ma, mb, view_shape, chunks, k, tk,
+                                                       splits, token, squeeze=squeeze),
                         grad=grad)
     return work
 
 
-def total(stores, scalars, config: Config) -> np.ndarray:
-    """Work for the sum of every element."""
-    cost = builders.reduction_cost("sum", stores, config.workers)
-    memory.check_fits(cost, config.max_memory)
-    dsk, keys = builders.sum_graph(stores[0])
-    return graph.run(dsk, keys, config.workers, cost)[0]
+def take_slice(sizes: tuple, *, grad: bool = False):
+    """Work for ``a[index]``: per axis (size, step) or None for an integer
+    index; the starts are the in-memory operands."""
+    def work(stores, values, config: Config):
+        (source,) = stores
+        starts = tuple(int(v) for v in values)
+        shape = tuple(size for size, _ in (x for x in sizes if x is not None))
+        def cost_of(tile):
+            return memory.task_cost("slice", tile,
+                                    [(source, _slice_window(source, sizes, starts, tile))],
+                                    memory.nbytes(tile, source.dtype), 2, config.workers)
+        candidates = memory.shrinking(builders.default_chunks(shape, source.dtype,
+                                                              config.max_memory, config.workers))
+        tile, cost = memory.first_fit(candidates, cost_of, config.max_memory)
+        return _produce(config, "slice", shape, source.dtype, (tile, cost),
+                        lambda out: builders.slice_graph(out, source, sizes, starts),
+                        grad=grad)
+    return work
 
 
-def vdot(stores, scalars, config: Config) -> np.ndarray:
-    """Work for ``sum(a * b)``."""
-    cost = builders.reduction_cost("vdot", stores, config.workers)
-    memory.check_fits(cost, config.max_memory)
-    dsk, keys = builders.vdot_graph(*stores)
-    return graph.run(dsk, keys, config.workers, cost)[0]
+def _slice_window(source, sizes, starts, tile) -> tuple:
+    """The part of ``source`` one output tile of a slice spans."""
+    window, i = [], 0
+    for n, x in zip(source.shape, sizes):
+        if x is None:
+            window.append(1)
+            continue
+        window.append(min(n, (tile[i] - 1) * x[1] + 1))
+        i += 1
+    return tuple(window)
+
+
+def scatter_slice(sizes: tuple, shape: tuple):
+    """Work for the gradient of a slice: zeros with ``g`` where it was taken."""
+    def work(stores, values, config: Config):
+        (g,) = stores
+        starts = tuple(int(v) for v in values)
+        chunks = builders.default_chunks(shape, g.dtype, config.max_memory, config.workers)
+        cost = memory.task_cost("slice_vjp", chunks, [(g, chunks)],
+                                memory.nbytes(chunks, g.dtype), 2, config.workers)
+        memory.check_fits(cost, config.max_memory)
+        return _produce(config, "slice_vjp", shape, g.dtype, (chunks, cost),
+                        lambda out: builders.scatter_graph(out, g, sizes, starts), grad=True)
+    return work
+
+
+def concatenate(axis: int, stack: bool, *, grad: bool = False):
+    """Work for joining stores along ``axis`` (a new axis when ``stack``)."""
+    def work(stores, values, config: Config):
+        first = stores[0]
+        shape = list(first.shape)
+        if stack:
+            shape.insert(axis, len(stores))
+        else:
+            shape[axis] = sum(x.shape[axis] for x in stores)
+        shape = tuple(shape)
+        chunks = builders.default_chunks(shape, first.dtype, config.max_memory, config.workers)
+        if stack:
+            chunks = chunks[:axis] + (1,) + chunks[axis + 1:]
+        part = tuple(c for i, c in enumerate(chunks) if not (stack and i == axis))
+        cost = memory.task_cost("concatenate", chunks, [(x, part) for x in stores],
+                                memory.nbytes(chunks, first.dtype), 2, config.workers)
+        memory.check_fits(cost, config.max_memory)
+        return _produce(config, "concatenate", shape, first.dtype, (chunks, cost),
+                        lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
+                        grad=grad)
+    return work
 
 
 def read_all(stores, scalars, config: Config) -> np.ndarray:

@@ -42,7 +42,7 @@ def test_show_progress_draws_one_bar_per_op_to_stderr(tiled, capsys):
     finally:
         assert jask.show_progress(False) is True
     bars = _bars(capsys.readouterr().err)
-    assert [b.split(":")[0] for b in bars] == ["jask-mul", "jask-sum"]
+    assert [b.split(":")[0] for b in bars] == ["jask-multiply", "jask-sum"]
     n = _tiles(tiled)
     assert f"{n}/{n}" in bars[0]
 
@@ -51,10 +51,10 @@ def test_context_manager_restores_and_min_tasks_filters(tiled):
     out = io.StringIO()
     with jask.progress_bars(min_tasks=_tiles(tiled) + 1, file=out):
         assert jask.progress_enabled()
-        tiled + tiled              # one task per tile: below the threshold
-        jask.sum(tiled)            # one read per tile and the tree above them: shown
+        tiled + tiled                         # one task per tile: below the threshold
+        jask.concatenate([tiled, tiled + 0])  # twice as many tiles: shown
     assert not jask.progress_enabled()
-    assert [b.split(":")[0] for b in _bars(out.getvalue())] == ["jask-sum"]
+    assert [b.split(":")[0] for b in _bars(out.getvalue())] == ["jask-concatenate"]
 
 
 class _ThreadRecordingIO(io.StringIO):

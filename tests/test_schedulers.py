@@ -50,7 +50,7 @@ def test_ops_and_gradients_match_on_a_cluster(client, rng):
     want = jax.grad(lambda w: jnp.sum(jnp.square(x @ w - y)))(w)
     np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-4, atol=1e-4)
     prefixes = _task_prefixes(client)
-    assert {"jask-dot", "jask-transpose", "jask-sum", "jask-scale", "jask-add",
+    assert {"jask-dot", "jask-transpose", "jask-sum", "jask-multiply", "jask-add",
             "jask-square-vjp"} <= prefixes, prefixes
 
 

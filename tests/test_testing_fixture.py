@@ -58,7 +58,7 @@ def test_leaks(jask_scratch):
 """)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*1 jask store(s) made by this test are still alive*",
-                                 "*shift-*.zarr"])
+                                 "*add-*.zarr"])
 
 
 def test_allow_leaks_marker(pytester):

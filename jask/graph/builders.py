@@ -56,48 +56,6 @@ def default_chunks(shape, dtype, budget: int, workers: int) -> tuple:
                               memory.chunk_bytes(budget, workers))
 
 
-def _min_chunks(stores) -> tuple:
-    return tuple(min(cs) for cs in zip(*(x.chunks for x in stores)))
-
-
-def elementwise_chunks(op: str, shape, dtype, inputs, budget: int,
-                       workers: int) -> tuple[tuple, memory.TileCost]:
-    """Output chunks for an elementwise op: an input's own chunks when they
-    fit (reads stay chunk-aligned), else the default, else smaller tiles."""
-    shape = tuple(shape)
-    same = [x for x in inputs if x.shape == shape and x.chunks]
-    candidates = [x.chunks for x in same]
-    if same:
-        candidates.append(_min_chunks(same))
-    candidates.extend(memory.shrinking(default_chunks(shape, dtype, budget, workers)))
-
-    def cost(tile):
-        return memory.task_cost(op, tile, [(x, tile) for x in inputs],
-                                memory.nbytes(tile, dtype), memory.ELEMENTWISE_OUT_COPIES,
-                                workers)
-    return memory.first_fit(candidates, cost, budget)
-
-
-def elementwise_graph(kernel: str, out: StoreSpec, inputs: tuple,
-                      scalars: tuple = ()) -> tuple[dict, list]:
-    """out = kernel(*inputs, *scalars), one task per output chunk."""
-    name = key_name(kernel, out.path, [x.path for x in inputs], scalars)
-    graph, keys = {}, []
-    for i, region in enumerate(regions(out.shape, out.chunks)):
-        key = (name, i)
-        graph[key] = (tasks.elementwise_block, kernel, out, region, tuple(inputs), tuple(scalars))
-        keys.append(key)
-    return graph, keys
-
-
-def fill_graph(out: StoreSpec, value) -> tuple[dict, list]:
-    """Every element of out set to a scalar (the cotangent of a sum)."""
-    name = key_name("fill", out.path, value)
-    graph = {(name, i): (tasks.fill_block, out, region, value)
-             for i, region in enumerate(regions(out.shape, out.chunks))}
-    return graph, list(graph)
-
-
 def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
                      op: str = "transpose") -> tuple[tuple, memory.TileCost]:
     """Output chunks for a permuted copy: the source's chunks, permuted,
@@ -128,49 +86,33 @@ def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update"):
     return transpose_graph(out, source, tuple(range(len(out.shape))), op=op)
 
 
-def _tree(graph: dict, op: str, token_parts: tuple, leaves: list, finish) -> object:
-    """Add a bounded fan-in tree summing ``leaves``; return the root key."""
-    combine = key_name(op, *token_parts, stage="combine")
-    level, depth = leaves, 0
-    while len(level) > 1:
-        depth += 1
-        nxt = []
-        for i in range(0, len(level), FAN_IN):
-            key = (combine, depth, i // FAN_IN)
-            graph[key] = (tasks.combine, *level[i:i + FAN_IN])
-            nxt.append(key)
-        level = nxt
-    root = (key_name(op, *token_parts, stage="result"),)
-    graph[root] = (finish, level[0])
-    return root
+# --- slicing and joining ----------------------------------------------------------
+
+def slice_graph(out: StoreSpec, source: StoreSpec, sizes: tuple, starts: tuple,
+                op: str = "slice") -> tuple[dict, list]:
+    """out = source[index], one task per output chunk (see tasks.slice_block)."""
+    name = key_name(op, out.path)
+    graph = {(name, i): (tasks.slice_block, out, region, source, sizes, starts)
+             for i, region in enumerate(regions(out.shape, out.chunks))}
+    return graph, list(graph)
 
 
-def _as_scalar(x):
-    return np.asarray(x)
+def scatter_graph(out: StoreSpec, g: StoreSpec, sizes: tuple, starts: tuple,
+                  op: str = "slice_vjp") -> tuple[dict, list]:
+    """out = zeros with g placed where a slice took it, one task per chunk."""
+    name = key_name(op, out.path)
+    graph = {(name, i): (tasks.scatter_block, out, region, g, sizes, starts)
+             for i, region in enumerate(regions(out.shape, out.chunks))}
+    return graph, list(graph)
 
 
-def reduction_cost(op: str, stores, workers: int) -> memory.TileCost:
-    """What one task of a chunk-by-chunk reduction (sum, vdot) holds."""
-    tile = stores[0].chunks
-    return memory.task_cost(op, tile, [(x, tile) for x in stores], 0, 0, workers)
-
-
-def sum_graph(source: StoreSpec, op: str = "sum") -> tuple[dict, list]:
-    """A tree reduction of every element of ``source`` to one scalar."""
-    name = key_name(op, source.path)
-    graph = {(name, i): (tasks.sum_block, source, region)
-             for i, region in enumerate(regions(source.shape, source.chunks))}
-    root = _tree(graph, op, (source.path,), list(graph), _as_scalar)
-    return graph, [root]
-
-
-def vdot_graph(a: StoreSpec, b: StoreSpec, op: str = "vdot") -> tuple[dict, list]:
-    """sum(a * b) as a tree reduction (the gradient of a scale factor)."""
-    name = key_name(op, a.path, b.path)
-    graph = {(name, i): (tasks.vdot_block, a, b, region)
-             for i, region in enumerate(regions(a.shape, a.chunks))}
-    root = _tree(graph, op, (a.path, b.path), list(graph), _as_scalar)
-    return graph, [root]
+def concatenate_graph(out: StoreSpec, inputs: tuple, axis: int, stack: bool,
+                      op: str = "concatenate") -> tuple[dict, list]:
+    """out = inputs joined along axis, one task per output chunk."""
+    name = key_name(op, out.path)
+    graph = {(name, i): (tasks.concatenate_block, out, region, inputs, axis, stack)
+             for i, region in enumerate(regions(out.shape, out.chunks))}
+    return graph, list(graph)
 
 
 # --- dot ---------------------------------------------------------------------
@@ -232,42 +174,49 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         f"of {budget} bytes")
 
 
-def dot_graph(out: StoreSpec, a: StoreSpec, b: StoreSpec, ta: bool, tb: bool,
-              tk: int, splits: int, op: str = "dot") -> tuple[dict, list]:
-    """out[..., i, j] = sum_k a[..., i, k] @ b[..., k, j], streaming k.
+def dot_graph(out: StoreSpec | None, a: tasks.Matrix, b: tasks.Matrix, view_shape: tuple,
+              chunks: tuple, k: int, tk: int, splits: int, token: str, *, squeeze: tuple = (),
+              shape: tuple = (), dtype=None, op: str = "dot") -> tuple[dict, list]:
+    """op(a) @ op(b) over output tiles ``chunks`` of ``view_shape``, streaming k.
 
     Each task holds one tile of a, one of b and an accumulator; with
     ``splits > 1`` the k tiles are shared among tasks whose partial products
-    a bounded fan-in tree adds before writing.
+    a bounded fan-in tree adds before writing. The product's view has the
+    vector operands' missing axes (``squeeze``), dropped as tiles are
+    written. With ``out=None`` the (small) product of ``shape`` is
+    assembled in memory.
     """
-    token_parts = (out.path, a.path, b.path, ta, tb)
-    name = key_name(op, *token_parts)
-    partial = key_name(op, *token_parts, stage="partial")
-    combine = key_name(op, *token_parts, stage="combine")
-    k = _matrix(a, ta)[1]
+    name = key_name(op, token)
+    partial = key_name(op, token, stage="partial")
+    combine = key_name(op, token, stage="combine")
     ks = [slice(s, min(s + tk, k)) for s in range(0, k, tk)]
     size = math.ceil(len(ks) / max(splits, 1))  # contiguous runs of k: sequential reads
     groups = [tuple(ks[i:i + size]) for i in range(0, len(ks), size)]
     graph, keys = {}, []
-    for t, region in enumerate(regions(out.shape, out.chunks)):
+    out_regions = list(regions(view_shape, chunks))
+    for t, region in enumerate(out_regions):
         batch, rows, cols = region[:-2], region[-2], region[-1]
         if len(groups) == 1:
             key = (name, t)
-            graph[key] = (tasks.dot_block, out, a, b, ta, tb, batch, rows, cols, groups[0])
+            graph[key] = (tasks.dot_block, out, squeeze, a, b, batch, rows, cols, groups[0])
             keys.append(key)
             continue
         parts = []
         for g, group in enumerate(groups):
             part = (partial, t, g)
-            graph[part] = (tasks.dot_partial, a, b, ta, tb, batch, rows, cols, group)
+            graph[part] = (tasks.dot_partial, a, b, batch, rows, cols, group)
             parts.append(part)
         while len(parts) > FAN_IN:
             parts = [_combine_key(graph, combine, t, parts[i:i + FAN_IN], i)
                      for i in range(0, len(parts), FAN_IN)]
         key = (name, t)
-        graph[key] = (tasks.dot_combine, out, region, *parts)
+        graph[key] = (tasks.dot_combine, out, squeeze, region, *parts)
         keys.append(key)
-    return graph, keys
+    if out is not None:
+        return graph, keys
+    root = (key_name(op, token, stage="result"),)
+    graph[root] = (tasks.dot_assemble, view_shape, shape, dtype, out_regions, *keys)
+    return graph, [root]
 
 
 def _combine_key(graph, combine, t, parts, i):
