@@ -30,7 +30,7 @@ mul = _FUNCTIONS["multiply"]
 __all__ = [
     "BudgetError", "Config", "DiskArray", "DiskArrayType", "astype", "collect", "concatenate",
     "dot", "dynamic_slice", "from_dask", "from_numpy", "get_config", "logsumexp", "map",
-    "materialize", "matmul", "max", "mean", "min", "nn", "open", "progress_bars",
+    "materialize", "matmul", "max", "mean", "min", "open", "progress_bars",
     "progress_enabled", "set_memory_budget", "show_progress", "stack", "std", "sub", "mul",
     "sum", "to_dask", "transpose", "update_", "var", *sorted(_FUNCTIONS),
 ]

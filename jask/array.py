@@ -22,6 +22,10 @@ __all__ = ["DiskArray", "DiskArrayType"]
 
 HANDLE_DTYPE = np.int32
 
+VMAP_UNSUPPORTED = (
+    "jax.vmap over DiskArrays is not supported: jask ops work on whole arrays; use a leading "
+    "batch axis with jask.dot, or a Python loop")
+
 
 def disk_type(x) -> "DiskArrayType | None":
     """The DiskArrayType of a DiskArray or of a tracer of one, else None."""
@@ -84,7 +88,7 @@ def _method(name: str, doc: str):
 
 #: Array methods, as on jax.Array: x.sum(axis) is jask.sum(x, axis).
 _METHODS = {name: _method(name, f"Same as :func:`jask.{name}` (``jask.{name}(self, ...)``).")
-            for name in ("sum", "mean", "max", "min", "var", "std", "astype", "reshape",
+            for name in ("sum", "mean", "max", "min", "var", "std", "astype",
                          "transpose", "update_")}
 
 
@@ -145,6 +149,17 @@ class DiskArrayType(HiType):
     def vspace_add(self, x, y):
         from jask import primitives
         return primitives.add(x, y, grad=True)
+
+    # --- not supported: say so (hijax would fail with "must override") --------
+    def dec_rank(self, size, spec):
+        raise NotImplementedError(VMAP_UNSUPPORTED)
+
+    def inc_rank(self, size, spec):
+        raise NotImplementedError(VMAP_UNSUPPORTED)
+
+    def leading_axis_spec(self):
+        raise NotImplementedError(
+            "jax.lax.scan over DiskArrays is not supported: use a Python loop over a jitted step")
 
     # Operators and methods of its tracers are set below, shared with DiskArray.
 

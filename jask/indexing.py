@@ -31,10 +31,11 @@ def _index_tuple(index, shape) -> list:
     index = list(index) if isinstance(index, tuple) else [index]
     if any(i is None for i in index):
         raise IndexError(f"{_SUPPORTED}; np.newaxis / None is not supported (got {index!r})")
-    if sum(i is Ellipsis for i in index) > 1:
+    ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
+    if len(ellipses) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in index:
-        at = index.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         index[at:at + 1] = [slice(None)] * (len(shape) - len(index) + 1)
     if len(index) > len(shape):
         raise IndexError(f"too many indices ({len(index)}) for a DiskArray of shape {shape}")

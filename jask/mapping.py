@@ -31,7 +31,8 @@ class _Kernel:
         self.jitted = jax.jit(f)
 
     def __call__(self, *blocks):
-        return np.asarray(self.jitted(*blocks))
+        with _x64_for(blocks):
+            return np.asarray(self.jitted(*blocks))
 
 
 class _Cotangent:
@@ -41,8 +42,18 @@ class _Cotangent:
         self.f, self.j = f, j
 
     def __call__(self, g, *blocks):
-        _, pullback = jax.vjp(self.f, *blocks)
-        return np.asarray(pullback(g.astype(np.result_type(*blocks)))[self.j])
+        # Differentiate at the broadcast tiles: each cotangent is then
+        # elementwise, and jask sums it back to the operand's shape.
+        *blocks, g = np.broadcast_arrays(*blocks, g)
+        with _x64_for(blocks):
+            _, pullback = jax.vjp(self.f, *blocks)
+            return np.asarray(pullback(g.astype(np.result_type(*blocks)))[self.j])
+
+
+def _x64_for(blocks):
+    """JAX's x64 mode is per thread: tasks run in worker threads, so turn it
+    on for float64 tiles, or f would compute them in float32."""
+    return jax.enable_x64(any(np.dtype(b.dtype).itemsize == 8 for b in blocks))
 
 
 def _row(f, nin: int) -> Ufunc:

@@ -20,7 +20,7 @@ from jax.dtypes import canonicalize_dtype
 
 from jask import dispatch, ufuncs, work
 from jask._jax_internals import wants_cotangent
-from jask.array import DiskArrayType
+from jask.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.config import Config
 
 
@@ -63,9 +63,7 @@ class DiskPrimitive(VJPHiPrimitive):
             "supported)")
 
     def batch_dim_rule(self, axis_data, dims):
-        raise NotImplementedError(
-            "jax.vmap over DiskArrays is not supported: jask ops work on whole arrays; "
-            "use a leading batch axis with jask.dot, or a Python loop")
+        raise NotImplementedError(VMAP_UNSUPPORTED)
 
     def _run(self, work_fn, args):
         """Run ``work_fn`` on the disk and in-memory operands of ``args``."""

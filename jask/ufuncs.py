@@ -118,7 +118,7 @@ _row("minimum", np.minimum, jnp.minimum,
 _row("clip", np.clip, _clip_ref, _clip_base, _clip_lo,
      lambda g, a, lo, hi: g * _balanced(-hi, -np.maximum(a, lo)),
      doc="a limited to [lo, hi], as minimum(maximum(a, lo), hi)")
-_row("abs", np.abs, jnp.abs, lambda g, a: g * np.sign(a), doc="|a|")
+_row("abs", np.abs, jnp.abs, lambda g, a: g * np.sign(a), doc="absolute value")
 
 # --- transcendental -------------------------------------------------------------
 _row("exp", np.exp, jnp.exp, lambda g, a: g * np.exp(a), doc="e ** a")

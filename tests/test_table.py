@@ -1,0 +1,172 @@
+"""Every op of the table (``ops_table.OPS``) against numpy for values and
+jax.numpy + jax.grad for gradients, eager, jit(grad) and grad(jit), with
+float32 and float64, broadcasting and in-memory operands, and a budget that
+forces many tiles. A new row in the table is tested here without new code."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jask
+from helpers import tolerance
+from ops_table import OPS, as_jask, make_inputs
+
+MODES = {
+    "eager": lambda f, **kw: jax.grad(f, **kw),
+    "jit(grad)": lambda f, **kw: jax.jit(jax.grad(f, **kw)),
+    "grad(jit)": lambda f, **kw: jax.grad(jax.jit(f), **kw),
+}
+
+
+def _numpy(x):
+    return x.to_numpy() if isinstance(x, jask.DiskArray) else np.asarray(x)
+
+
+@pytest.mark.parametrize("case", OPS, ids=lambda c: c.id)
+def test_values_match_numpy(case, small_budget, dtype, rng):
+    values = make_inputs(case, dtype, rng)
+    got = case.jask(*as_jask(case, values))
+    want = case.numpy(*values)
+    expected_dtype = jax.eval_shape(case.jnp, *values).dtype
+    assert got.shape == np.shape(want)
+    assert np.dtype(got.dtype) == np.dtype(expected_dtype), (got.dtype, expected_dtype)
+    np.testing.assert_allclose(_numpy(got), want, **tolerance(dtype))
+
+
+GRAD_CASES = [c for c in OPS if c.argnums]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.id)
+def test_gradients_match_jax(case, small_budget, dtype, rng):
+    """float32 in all three modes; float64 (slower to compile) under jit(grad)."""
+    values = make_inputs(case, dtype, rng)
+    args = as_jask(case, values)
+    out = case.jask(*args)
+    weights = rng.standard_normal(out.shape).astype(out.dtype)
+    W = jask.from_numpy(weights) if isinstance(out, jask.DiskArray) else jnp.asarray(weights)
+    del out
+
+    def loss(*a):
+        return jask.sum(jask.multiply(case.jask(*a[:-1]), a[-1]))
+
+    def reference(*a):
+        return jnp.sum(case.jnp(*a[:-1]) * a[-1])
+
+    argnums = case.argnums
+    want = jax.grad(reference, argnums=argnums)(*[jnp.asarray(v) for v in values], weights)
+    modes = list(MODES) if dtype == np.float32 else ["jit(grad)"]
+    for mode in modes:
+        got = MODES[mode](loss, argnums=argnums)(*args, W)
+        for i, g, w in zip(argnums, got, want):
+            if case.args[i].kind == "disk":
+                assert isinstance(g, jask.DiskArray) and g.filename.endswith(".grad"), mode
+            else:  # an in-memory operand's gradient stays an in-memory array
+                assert not isinstance(g, jask.DiskArray), mode
+            assert g.shape == w.shape and np.dtype(g.dtype) == np.dtype(w.dtype), mode
+            np.testing.assert_allclose(_numpy(g), w, **tolerance(dtype), err_msg=mode)
+        del got
+
+
+# --- errors -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["add", "multiply", "where", "maximum"])
+def test_broadcast_mismatch_names_both_shapes(op, small_budget):
+    a = jask.from_numpy(np.ones((9, 7), np.float32))
+    args = (a > 0, a, np.ones(5, np.float32)) if op == "where" else (a, np.ones(5, np.float32))
+    with pytest.raises(ValueError, match=r"\(9, 7\).*\(5,\)"):
+        getattr(jask, op)(*args)
+
+
+@pytest.mark.parametrize("index, message", [
+    (np.array([0, 2]), "fancy or boolean"),
+    (np.ones(9, bool), "fancy or boolean"),
+    ((slice(None, None, -1),), "positive step"),
+    ((None, 0), "newaxis"),
+    ((0, 0, 0), "too many indices"),
+    ((12,), "out of bounds"),
+])
+def test_unsupported_indexing_says_what_is_supported(index, message, small_budget):
+    a = jask.from_numpy(np.ones((9, 7), np.float32))
+    with pytest.raises(IndexError, match=message):
+        a[index]
+
+
+def test_in_memory_operand_too_large_is_refused_with_the_numbers(small_budget):
+    a = jask.from_numpy(np.ones((200, 300), np.float32))
+    big = np.ones((200, 300), np.float32)  # 240 kB against a 64 kB budget
+    with pytest.raises(jask.BudgetError, match=r"\(200, 300\).*240000 bytes.*budget"):
+        a + big
+
+
+def test_in_memory_inputs_use_jax_numpy():
+    x = np.array([1.0, 2.0], np.float32)
+    assert isinstance(jask.exp(x), jax.Array)
+    np.testing.assert_allclose(jask.exp(x), np.exp(x), rtol=1e-6)
+    assert float(jask.sum(x)) == 3.0 and float(jask.multiply(2.0, 3.0)) == 6.0
+    np.testing.assert_allclose(jask.dot(np.eye(2), x), x)
+
+
+def test_asarray_materializes_small_arrays_and_refuses_large(small_budget):
+    a = jask.from_numpy(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(np.asarray(a), np.arange(6.0).reshape(2, 3))
+    big = jask.from_numpy(np.zeros((200, 100)))  # 160 kB against a 64 kB budget
+    with pytest.raises(MemoryError, match=r"\(200, 100\).*budget"):
+        np.asarray(big)
+
+
+def test_vmap_is_refused_clearly(small_budget):
+    a = jask.from_numpy(np.ones((4, 3), np.float32))
+    for f in (lambda x: x + 1.0, lambda x: jask.sum(x), lambda x: x[0]):
+        with pytest.raises(NotImplementedError, match="vmap"):
+            jax.vmap(f)(a)
+
+
+def test_methods_as_on_jax_arrays(small_budget, rng):
+    x = rng.standard_normal((31, 9)).astype(np.float32)
+    a = jask.from_numpy(x)
+    np.testing.assert_allclose(a.sum(0), x.sum(0), rtol=1e-5)
+    np.testing.assert_allclose(a.mean(), x.mean(), rtol=1e-5)
+    np.testing.assert_allclose(a.max(axis=1), x.max(1))
+    np.testing.assert_allclose(a.std(0), x.std(0), rtol=1e-4)
+    assert a.astype(np.float64).dtype == np.float64
+    jitted = jax.jit(lambda a: (a.sum(0), a.T.mean(1), a.astype(jnp.float32)[2:5].min()))
+    s, m, lo = jitted(a)
+    np.testing.assert_allclose(s, x.sum(0), rtol=1e-5)
+    np.testing.assert_allclose(m, x.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(lo, x[2:5].min())
+
+
+def test_row_minibatches_compile_once_per_batch_shape(small_budget, rng):
+    x = rng.standard_normal((50, 4)).astype(np.float32)
+    X = jask.from_numpy(x)
+    traces = []
+
+    @jax.jit
+    def step(w, batch):
+        traces.append(1)
+        return w - 0.1 * jax.grad(lambda w: jask.mean(jask.square(batch @ w)))(w)
+
+    w = jnp.ones(4, np.float32)
+    for i in range(0, 40, 10):
+        w = step(w, X[i:i + 10])
+    assert len(traces) == 1
+    ref = jnp.ones(4, np.float32)
+    for i in range(0, 40, 10):
+        ref = ref - 0.1 * jax.grad(lambda w: jnp.mean(jnp.square(x[i:i + 10] @ w)))(ref)
+    np.testing.assert_allclose(w, ref, rtol=1e-5)
+
+
+def test_dynamic_slice_in_jit_compiles_once(small_budget, rng):
+    x = rng.standard_normal((40, 3)).astype(np.float32)
+    X = jask.from_numpy(x)
+    traces = []
+
+    @jax.jit
+    def f(X, i):
+        traces.append(1)
+        return jask.sum(jask.dynamic_slice(X, (i, 0), (8, 3)))
+
+    for i in (0, 5, 32, 39):
+        j = min(i, 32)  # clamped so the slice fits, as in jax.lax.dynamic_slice
+        np.testing.assert_allclose(f(X, i), x[j:j + 8].sum(), rtol=1e-5)
+    assert len(traces) == 1
