@@ -1,0 +1,21 @@
+"""The README's first command: the demo trains on data larger than its budget."""
+import os
+import re
+import subprocess
+import sys
+
+
+def test_demo_trains_on_data_larger_than_the_budget(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run(
+        [sys.executable, "-m", "jask.demo", "--rows", "30000", "--features", "16",
+         "--budget", "1MB", "--steps", "4", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    ratio = float(re.search(r"([\d.]+)x the \d+ MB budget", out).group(1))
+    assert ratio > 1.5, out
+    losses = [float(m) for m in re.findall(r"^\s+\d+\s+([\d.]+)\s+[\d.]+", out, re.M)]
+    assert len(losses) == 4 and losses[-1] < losses[0], out
+    assert float(re.search(r"training accuracy\s+([\d.]+)", out).group(1)) > 0.7, out
+    assert "peak RSS over baseline" in out
