@@ -7,16 +7,35 @@ Example:
   >>> g.to_numpy(), g.filename.endswith(".grad")
   (array([2., 2., 2.], dtype=float32), True)
 """
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from jask.array import DiskArray, DiskArrayType
 from jask.config import Config, get_config, set_memory_budget
+from jask.interop import from_dask, to_dask
 from jask.lifetime import collect
 from jask.memory import BudgetError
-from jask.ops import (add, dot, from_numpy, materialize, mul, open, square, sub, sum,
-                      transpose, update_)
-from jask.interop import from_dask, to_dask
+from jask.ops import (
+    add,
+    dot,
+    from_numpy,
+    materialize,
+    mul,
+    open,
+    square,
+    sub,
+    sum,
+    transpose,
+    update_,
+)
 from jask.progress import progress_bars, progress_enabled, show_progress
+from jask.save import save
+from jask.visualize import visualize
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("jask")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BudgetError", "Config", "DiskArray", "DiskArrayType", "add", "collect", "dot",
@@ -24,3 +43,4 @@ __all__ = [
     "square", "sub", "sum", "transpose", "update_",
 ]
 __all__ += ["from_dask", "progress_bars", "progress_enabled", "show_progress", "to_dask"]
+__all__ += ["save", "visualize"]

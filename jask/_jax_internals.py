@@ -49,3 +49,12 @@ def defer_scalar_operators_to(hi_type) -> None:
 
         op._defers_to = hi_type
         setattr(core.ShapedArray, f"_{name}", staticmethod(op))
+
+
+def hi_primitive(eqn):
+    """The hijax primitive a jaxpr equation binds, or None for any other.
+
+    hijax binds every ``VJPHiPrimitive`` through one ``call_hi_primitive``
+    whose ``_prim`` parameter is the instance (jax 0.10).
+    """
+    return eqn.params.get("_prim") if eqn.primitive.name == "call_hi_primitive" else None
