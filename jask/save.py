@@ -20,7 +20,7 @@ import zarr
 from zarr.abc.codec import BytesBytesCodec
 
 from jask import graph, memory, ops, storage
-from jask._jax_internals import is_eager
+from jask._jax_internals import is_eager, is_tracer
 from jask.array import DiskArray
 from jask.config import Config, get_config
 from jask.graph import builders
@@ -77,13 +77,13 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
 
     Example:
       >>> import numpy as np, jask, zarr
-      >>> x = jask.from_numpy(np.arange(12.0).reshape(3, 4))
+      >>> x = jask.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
       >>> saved = jask.save(2 * x, "/tmp/jask-save-example.zarr", chunks=(2, 2),
       ...                   compressor="zstd", overwrite=True)
       >>> saved.chunks, zarr.open_array("/tmp/jask-save-example.zarr")[2, 3]
-      ((2, 2), array(22.))
+      ((2, 2), array(22., dtype=float32))
       >>> jask.open("/tmp/jask-save-example.zarr").to_numpy()[0]
-      array([0., 2., 4., 6.])
+      array([0., 2., 4., 6.], dtype=float32)
     """
     config = config or get_config()
     source = _source(x)
@@ -105,9 +105,9 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
 
 def _source(x) -> storage.StoreSpec:
     """``x``'s store; a traced value (or a trace in progress) is refused."""
-    if not isinstance(x, DiskArray):
+    if not isinstance(x, DiskArray) and not is_tracer(x):
         raise TypeError(f"jask.save: expected a DiskArray, got {type(x).__name__}")
-    if x._owner is None or not is_eager():
+    if is_tracer(x) or x._owner is None or not is_eager():
         raise TypeError(
             "jask.save: saving writes to a path, a side effect that a traced function "
             "cannot repeat safely; return the array from the jitted function and save "
