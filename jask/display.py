@@ -40,21 +40,26 @@ def disk_usage(path: str) -> int:
     """Bytes a folder takes on disk, as ``du`` counts them (allocated blocks).
 
     Example:
-      >>> import tempfile
-      >>> disk_usage(tempfile.mkdtemp())
-      0
+      >>> import pathlib, tempfile
+      >>> folder = pathlib.Path(tempfile.mkdtemp())
+      >>> _ = (folder / "chunk").write_bytes(b"x" * 5000)
+      >>> disk_usage(str(folder)) >= 5000
+      True
     """
-    total = 0
+    total = _allocated(os.stat(path))
     stack = [path]
     while stack:
         with os.scandir(stack.pop()) as entries:
             for entry in entries:
+                total += _allocated(entry.stat(follow_symlinks=False))
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
-                else:
-                    st = entry.stat(follow_symlinks=False)
-                    total += getattr(st, "st_blocks", 0) * 512 or st.st_size
     return total
+
+
+def _allocated(st: os.stat_result) -> int:
+    blocks = getattr(st, "st_blocks", None)  # not on every platform
+    return st.st_size if blocks is None else blocks * 512
 
 
 def elementwise_tile(store) -> tuple[tuple, int, int]:
