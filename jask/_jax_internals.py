@@ -47,7 +47,7 @@ def defer_scalar_operators_to(hi_type) -> None:
                 return getattr(other.aval, _reflected)(other, self)
             return _original(self, other)
 
-        op._defers_to = hi_type
+        setattr(op, "_defers_to", hi_type)  # marks the patch, so it is applied once
         setattr(core.ShapedArray, f"_{name}", staticmethod(op))
 
 

@@ -168,7 +168,7 @@ def _check_layout(source: storage.StoreSpec, chunks: tuple, codecs: tuple) -> No
     """Let Zarr validate the array's metadata in memory, before any disk write."""
     try:
         zarr.create_array(store=zarr.storage.MemoryStore(), shape=source.shape,
-                          chunks=chunks or None, dtype=source.dtype, compressors=codecs,
+                          chunks=chunks, dtype=source.dtype, compressors=codecs,
                           fill_value=0, zarr_format=3)
     except Exception as err:  # zarr raises several kinds for a bad layout
         raise ValueError(f"jask.save: Zarr refuses chunks {chunks} with compressor "
@@ -183,7 +183,7 @@ def _sibling(path: str, what: str) -> str:
 def _write(source: storage.StoreSpec, staging: str, chunks: tuple, codecs: tuple,
            cost: memory.TileCost, config: Config) -> None:
     """Copy ``source`` into a new array at ``staging``; remove it on failure."""
-    zarr.create_array(store=staging, shape=source.shape, chunks=chunks or None,
+    zarr.create_array(store=staging, shape=source.shape, chunks=chunks,
                       dtype=source.dtype, compressors=codecs, fill_value=0, zarr_format=3)
     out = storage.StoreSpec(staging, source.shape, source.dtype, chunks, managed=False)
     try:

@@ -61,7 +61,7 @@ class OpPlan:
     workers: int
 
     def _rows(self) -> list[tuple[str, ...]]:
-        rows = []
+        rows: list[tuple[str, ...]] = []
         for i, s in enumerate(self.steps):
             plan_text = (f"{s.tile} x {s.tasks}" if s.tile is not None else s.note)
             held = dask.utils.format_bytes(s.held) if s.held is not None else ""

@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 import zarr
-from helpers import rand, tolerance
 
 import jask
+from helpers import rand, tolerance
 
 SHAPES = [(97, 61), (5, 33, 19), (301,)]
 
