@@ -64,7 +64,9 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
         a name (``"zstd"``, ``"blosc"``, ``"gzip"``) or a Zarr v3
         bytes-to-bytes codec such as ``zarr.codecs.ZstdCodec(level=5)``.
       overwrite: replace an existing folder at ``path`` (only once the new
-        array is complete); by default an existing path is refused.
+        array is complete); by default an existing path is refused. A
+        DiskArray already opened on ``path`` keeps the shape and chunks it
+        was opened with: open the path again.
       config: a :class:`~jask.Config` to use instead of the active one.
 
     Returns:
