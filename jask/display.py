@@ -93,7 +93,10 @@ def fields(x) -> dict[str, str]:
         return out
     store = x._store()
     count = n_chunks(store.shape, store.chunks)
-    out["on disk"] = dask.utils.format_bytes(disk_usage(store.path))
+    try:
+        out["on disk"] = dask.utils.format_bytes(disk_usage(store.path))
+    except OSError as err:  # the folder went away under an opened array
+        out["on disk"] = f"unavailable: {err}"
     out["chunks"] = f"{store.chunks} ({count} chunk{'s' if count != 1 else ''})"
     out["store"] = store.path
     out["owner"] = ("jask: deleted when no DiskArray refers to it" if store.managed

@@ -145,8 +145,9 @@ def visualize(f, *args, config: Config | None = None, **kwargs) -> OpPlan:
 
 def _op_name(prim) -> str:
     params = getattr(prim, "params", {})
-    name = params.get("kernel") or re.sub(r"(?<=[a-z])(?=[A-Z])", "_",
-                                          type(prim).__name__).lower()
+    named = [v for k in ("kernel", "op", "name") if isinstance(v := params.get(k), str)]
+    name = named[0] if named else re.sub(r"(?<=[a-z])(?=[A-Z])", "_",
+                                         type(prim).__name__).lower()
     if name == "update":
         name = "update_"
     if params.get("ta") or params.get("tb"):

@@ -1,5 +1,6 @@
 """DiskArray._repr_html_: every field checked against what it describes
 (zarr's metadata, du, the chunks a real elementwise op writes)."""
+import shutil
 import subprocess
 
 import jax
@@ -33,6 +34,14 @@ def test_bytes_on_disk_match_du(small_budget, tmp_path, rng):
     f = display.fields(jask.open(tmp_path / "c.zarr"))
     assert f["owner"] == "opened: jask never deletes it"
     assert f["chunks"] == "(64, 64) (20 chunks)"
+
+
+def test_a_store_removed_under_an_opened_array_still_shows(small_budget, tmp_path):
+    zarr.create_array(store=tmp_path / "gone.zarr", shape=(4,), dtype="float32")
+    x = jask.open(tmp_path / "gone.zarr")
+    shutil.rmtree(tmp_path / "gone.zarr")
+    assert display.fields(x)["on disk"].startswith("unavailable: ")
+    assert "gone.zarr" in x._repr_html_()
 
 
 def test_elementwise_tile_is_what_an_op_uses(small_budget, tmp_path, rng):
