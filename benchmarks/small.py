@@ -17,6 +17,7 @@ import numpy as np
 from benchmarks.cases import SCALAR
 from benchmarks.measure import first_line
 
+
 def _mul(module):
     """``jask.mul`` or ``jax.numpy.multiply``."""
     return getattr(module, "mul", None) or module.multiply

@@ -7,11 +7,38 @@ Example:
   >>> g.to_numpy(), g.filename.endswith(".grad")
   (array([2., 2., 2.], dtype=float32), True)
 """
-from jask import nn
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+from jask import nn  # noqa: F401 - jask.nn.relu etc.
 from jask.array import DiskArray, DiskArrayType
 from jask.config import Config, get_config, set_memory_budget
-from jask.elementwise import FUNCTIONS as _FUNCTIONS
-from jask.elementwise import astype
+from jask.elementwise import (
+    abs,
+    add,
+    astype,
+    clip,
+    divide,
+    equal,
+    exp,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    log1p,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    power,
+    sqrt,
+    square,
+    subtract,
+    tanh,
+    where,
+)
 from jask.indexing import concatenate, dynamic_slice, stack
 from jask.interop import from_dask, to_dask
 from jask.lifetime import collect
@@ -20,17 +47,24 @@ from jask.memory import BudgetError
 from jask.ops import dot, from_numpy, materialize, matmul, open, transpose, update_
 from jask.progress import progress_bars, progress_enabled, show_progress
 from jask.reductions import logsumexp, max, mean, min, std, sum, var
+from jask.save import save
+from jask.visualize import visualize
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("jask")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
 
-globals().update(_FUNCTIONS)  # add, subtract, multiply, exp, where, ... (jask.elementwise)
-sub = _FUNCTIONS["subtract"]  # the names of the first release
-mul = _FUNCTIONS["multiply"]
+sub = subtract  # the names of the first release
+mul = multiply
 
 __all__ = [
-    "BudgetError", "Config", "DiskArray", "DiskArrayType", "astype", "collect", "concatenate",
-    "dot", "dynamic_slice", "from_dask", "from_numpy", "get_config", "logsumexp", "map",
-    "materialize", "matmul", "max", "mean", "min", "open", "progress_bars",
-    "progress_enabled", "set_memory_budget", "show_progress", "stack", "std", "sub", "mul",
-    "sum", "to_dask", "transpose", "update_", "var", *sorted(_FUNCTIONS),
+    "BudgetError", "Config", "DiskArray", "DiskArrayType", "abs", "add", "astype", "clip",
+    "collect", "concatenate", "divide", "dot", "dynamic_slice", "equal", "exp", "from_dask",
+    "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
+    "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
+    "mul", "multiply", "negative", "not_equal", "open", "power", "progress_bars",
+    "progress_enabled", "save", "set_memory_budget", "show_progress", "sqrt", "square", "stack",
+    "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
+    "visualize", "where",
 ]

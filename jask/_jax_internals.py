@@ -55,5 +55,14 @@ def defer_scalar_operators_to(hi_type, binary, compare) -> None:
                 return getattr(other.aval, _reflected)(other, self)
             return _original(self, other)
 
-        op._defers_to = hi_type
+        setattr(op, "_defers_to", hi_type)  # marks the patch, so it is applied once
         setattr(core.ShapedArray, f"_{name}", staticmethod(op))
+
+
+def hi_primitive(eqn):
+    """The hijax primitive a jaxpr equation binds, or None for any other.
+
+    hijax binds every ``VJPHiPrimitive`` through one ``call_hi_primitive``
+    whose ``_prim`` parameter is the instance (jax 0.10).
+    """
+    return eqn.params.get("_prim") if eqn.primitive.name == "call_hi_primitive" else None

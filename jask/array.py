@@ -426,6 +426,23 @@ class DiskArray:
         from jask import ops
         return ops.transpose(self)
 
+    # --- notebooks and saving (jask.display, jask.save) ------------------------
+    def _repr_html_(self) -> str:
+        from jask import display
+        return display.html(self)
+
+    def to_zarr(self, path, chunks=None, compressor=None, *, overwrite: bool = False):
+        """Save this array as a Zarr array at ``path`` (see :func:`jask.save`).
+
+        Example:
+          >>> import numpy as np, jask
+          >>> x = jask.from_numpy(np.ones(5))
+          >>> x.to_zarr("/tmp/jask-to-zarr-example.zarr", overwrite=True).shape
+          (5,)
+        """
+        from jask.save import save
+        return save(self, path, chunks=chunks, compressor=compressor, overwrite=overwrite)
+
 
 for _name, _f in _OPERATORS.items():
     setattr(DiskArrayType, _name, staticmethod(_f))  # tracers call aval._add(x, y)

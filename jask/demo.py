@@ -94,13 +94,15 @@ def warm_up(features: int, learning_rate: float) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jask.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m jask.demo",
+                                     description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", type=int, default=400_000, help="samples (default 400000)")
     parser.add_argument("--features", type=int, default=64, help="features (default 64)")
     parser.add_argument("--budget", default="32MB", help="jask memory budget (default 32MB)")
     parser.add_argument("--steps", type=int, default=15, help="training steps (default 15)")
     parser.add_argument("--lr", type=float, default=0.1, help="adam learning rate (default 0.1)")
-    parser.add_argument("--dir", default=None, help="folder for data and scratch (default: a temporary folder on disk)")
+    parser.add_argument("--dir", default=None,
+                        help="folder for data and scratch (default: a temporary folder on disk)")
     parser.add_argument("--progress", action="store_true", help="show a progress bar per op")
     args = parser.parse_args(argv)
 

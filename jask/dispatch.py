@@ -15,8 +15,8 @@ import numpy as np
 from jax.experimental import io_callback
 
 from jask import storage
-from jask.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask._jax_internals import is_eager
+from jask.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.config import Config, get_config
 from jask.lifetime import collect_if_idle
 

@@ -21,7 +21,7 @@ from jask.config import Config, get_config
 from jask.graph.blockwise import broadcast_axes
 from jask.memory import BudgetError
 
-__all__ = ["apply"]
+__all__ = ["apply", "astype"]
 
 #: An in-memory operand may take at most this share of the budget: every
 #: task reads it, and a compiled call holds a host copy of it while it runs.
@@ -78,10 +78,10 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
         return ufunc.jnp(*args)
     cfg = config or get_config()
     # in-memory operands as JAX arrays, canonical for the current x64 mode
-    args = [x if k is not None else (x if _is_python_scalar(x) else jnp.asarray(x))
-            for x, k in zip(args, kinds)]
+    values = [x if k is not None else (x if _is_python_scalar(x) else jnp.asarray(x))
+              for x, k in zip(args, kinds)]
     structs = [jax.ShapeDtypeStruct(k.shape, k.dtype) if k is not None else x
-               for x, k in zip(args, kinds)]
+               for x, k in zip(values, kinds)]
     try:
         out = jax.eval_shape(ufunc.jnp, *structs)
     except (TypeError, ValueError) as err:
@@ -93,8 +93,10 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
         out_dtype = ufunc.dtype  # a cast stores what was asked for
     elif _dtypes.canonicalize_dtype(compute) == out_dtype:
         out_dtype = compute  # a float64 store gives a float64 result
-    operands, avals, dtypes = [], [], []
-    for x, k in zip(args, kinds):
+    operands: list = []
+    avals: list = []
+    dtypes: list = []
+    for x, k in zip(values, kinds):
         if k is not None:
             operands.append(x)
             avals.append(k)
@@ -184,6 +186,31 @@ _NN = ("sigmoid", "relu", "softplus")
 FUNCTIONS = {name: _public(u) for name, u in ufuncs.TABLE.items()
              if u.public and name not in _NN}
 NN_FUNCTIONS = {name: _public(ufuncs.TABLE[name], prefix="nn.") for name in _NN}
+
+# The public functions by name, spelled out for readers and type checkers.
+add = FUNCTIONS["add"]
+subtract = FUNCTIONS["subtract"]
+multiply = FUNCTIONS["multiply"]
+divide = FUNCTIONS["divide"]
+power = FUNCTIONS["power"]
+negative = FUNCTIONS["negative"]
+square = FUNCTIONS["square"]
+maximum = FUNCTIONS["maximum"]
+minimum = FUNCTIONS["minimum"]
+clip = FUNCTIONS["clip"]
+abs = FUNCTIONS["abs"]
+exp = FUNCTIONS["exp"]
+log = FUNCTIONS["log"]
+log1p = FUNCTIONS["log1p"]
+sqrt = FUNCTIONS["sqrt"]
+tanh = FUNCTIONS["tanh"]
+where = FUNCTIONS["where"]
+less = FUNCTIONS["less"]
+less_equal = FUNCTIONS["less_equal"]
+greater = FUNCTIONS["greater"]
+greater_equal = FUNCTIONS["greater_equal"]
+equal = FUNCTIONS["equal"]
+not_equal = FUNCTIONS["not_equal"]
 
 
 def astype(x, dtype, *, config: Config | None = None):

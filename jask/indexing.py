@@ -58,6 +58,7 @@ def _entry(i, n: int, axis: int, shape) -> tuple:
                              "jask does not make empty DiskArrays")
         return start, (size, step)
     if isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
+        i = int(i)
         if not -n <= i < n:
             raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n} "
                              f"(shape {shape})")
@@ -124,6 +125,12 @@ def dynamic_slice(x, start_indices, slice_sizes, *, config: Config | None = None
     return primitives.take_slice(x, sizes, starts, config=config)
 
 
+def _disk(x):
+    aval = disk_type(x)
+    assert aval is not None
+    return aval
+
+
 def _join(op: str, arrays, axis: int, stack: bool, config):
     arrays = list(arrays)
     if not arrays:
@@ -154,7 +161,7 @@ def _join(op: str, arrays, axis: int, stack: bool, config):
         if k is None:
             x = primitives.from_value(jnp.asarray(x).astype(
                 jax.dtypes.canonicalize_dtype(dtype)), config=config)
-        if disk_type(x).dtype != dtype:
+        if _disk(x).dtype != dtype:
             x = elementwise.astype(x, dtype, config=config)
         disk.append(x)
     return primitives.concatenate(disk, axis, stack=stack, config=config)

@@ -96,6 +96,7 @@ def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
 def _store(x: da.Array, out: storage.StoreSpec, config: Config) -> None:
     """Write ``x`` (chunked like ``out``) into ``out`` with jask's runner."""
     target = zarr.open_array(out.path, mode="r+")
-    delayed = da.store(x, target, lock=False, compute=False)
+    # dask's annotations do not list zarr.Array, which da.store supports
+    delayed = da.store(x, target, lock=False, compute=False)  # type: ignore[arg-type]
     dsk = dict(delayed.__dask_graph__())
     graph.run(dsk, list(delayed.__dask_keys__()), config.workers)

@@ -184,7 +184,8 @@ def dot(a, b, *, config: Config | None = None):
             from jask.elementwise import astype
             x = astype(x, dtype, config=config)
         operands.append(x)
-    return primitives.dot(*operands, dtype, config=config)
+    left, right = operands
+    return primitives.dot(left, right, dtype, config=config)
 
 
 def matmul(a, b, *, config: Config | None = None):

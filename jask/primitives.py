@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 from jax.dtypes import canonicalize_dtype
+from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from jask import dispatch, ufuncs, work
 from jask._jax_internals import wants_cotangent
@@ -178,7 +178,7 @@ class VJP:
         return isinstance(other, VJP) and (self.ufunc, self.j) == (other.ufunc, other.j)
 
 
-def _chooser_vjp(prim: Blockwise, x, out, g):
+def _chooser_vjp(prim, x, out, g):
     """d max/min: the cotangent goes to the elements equal to the result,
     split evenly among ties (as jax.numpy does)."""
     x_aval, out_aval = prim.in_avals[0], prim.out_aval

@@ -46,9 +46,16 @@ def _axes(op: str, axis, ndim: int, shape) -> tuple:
     return tuple(sorted(out))
 
 
+def _disk(x):
+    """The DiskArrayType of x (the callers checked that it has one)."""
+    aval = disk_type(x)
+    assert aval is not None
+    return aval
+
+
 def _layout(op, x, axis, keepdims):
     """(reduced axes, output axes map, output shape) of a reduction of x."""
-    aval = disk_type(x)
+    aval = _disk(x)
     reduced = _axes(op, axis, aval.ndim, aval.shape)
     if keepdims:
         out_axes = tuple(None if d in reduced else d for d in range(aval.ndim))
@@ -67,7 +74,7 @@ def _in_memory(axis, out_shape, dtype, config: Config | None) -> bool:
 
 def _result_dtype(reference, x, **kwargs):
     """The dtype jax.numpy gives, keeping a float64 store's 64 bits."""
-    aval = disk_type(x)
+    aval = _disk(x)
     dtype = np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
                                     jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
     with jax.enable_x64(True):
@@ -79,7 +86,7 @@ def _result_dtype(reference, x, **kwargs):
 def _reduce(op, ufunc, x, extra, axis, keepdims, reducer, dtype, config):
     """``ufunc(x, *extra)`` reduced over ``axis``; ``extra`` are
     (operand, axes map) pairs lined up with x."""
-    aval = disk_type(x)
+    aval = _disk(x)
     reduced, out_axes, out_shape = _layout(op, x, axis, keepdims)
     operands = [x] + [v for v, _ in extra]
     axes = [tuple(range(aval.ndim))] + [a for _, a in extra]
@@ -134,7 +141,7 @@ def mean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
     """
     if disk_type(x) is None:
         return jnp.mean(x, axis=axis, keepdims=keepdims)
-    aval = disk_type(x)
+    aval = _disk(x)
     dtype = _result_dtype(jnp.mean, x)
     count = math.prod(aval.shape[d] for d in _axes("mean", axis, aval.ndim, aval.shape))
     scale = _scalar(1.0 / builtins.max(count, 1), dtype)
@@ -154,7 +161,7 @@ def max(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
     if disk_type(x) is None:
         return jnp.max(x, axis=axis, keepdims=keepdims)
     return _reduce("max", ufuncs.IDENTITY, x, [], axis, keepdims, "max",
-                   disk_type(x).dtype, config)
+                   _disk(x).dtype, config)
 
 
 def min(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
@@ -169,7 +176,7 @@ def min(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
     if disk_type(x) is None:
         return jnp.min(x, axis=axis, keepdims=keepdims)
     return _reduce("min", ufuncs.IDENTITY, x, [], axis, keepdims, "min",
-                   disk_type(x).dtype, config)
+                   _disk(x).dtype, config)
 
 
 def var(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
@@ -186,7 +193,7 @@ def var(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
     """
     if disk_type(x) is None:
         return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
-    aval = disk_type(x)
+    aval = _disk(x)
     reduced, out_axes, _ = _layout("var", x, axis, keepdims)
     dtype = _result_dtype(jnp.var, x)
     mu = mean(x, axis=axis, keepdims=keepdims, config=config)

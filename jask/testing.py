@@ -24,9 +24,9 @@ test's scratch directory that is still alive is held by something that
 outlives the test: a module global, a cache, a still-running thread. Those
 are reported as leaks (with their paths, whose names start with the op that
 made them). DiskArrays that are values of the test's fixtures (or leaves of
-pytrees that are) do not count: pytest keeps those until after teardown. A test that failed is not checked: its traceback keeps its locals
-alive. Stores opened with :func:`jask.open` belong to the user and never
-count.
+pytrees that are) do not count: pytest keeps those until after teardown. A
+test that failed is not checked: its traceback keeps its locals alive.
+Stores opened with :func:`jask.open` belong to the user and never count.
 
 The budget comes from, in order: the ``jask_budget`` marker, the
 ``jask_budget`` ini option, ``64MB``.
@@ -100,6 +100,7 @@ def leaked_stores(scratch_dir: str) -> list[str]:
 def _fixture_paths(item) -> set[str]:
     """Stores of the DiskArrays among the test's fixture values."""
     import jax
+
     from jask.array import DiskArray
     values = list((getattr(item, "funcargs", None) or {}).values())
     leaves = jax.tree.leaves(values, is_leaf=lambda x: isinstance(x, DiskArray))

@@ -49,7 +49,7 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
         stores, values = iter(stores), iter(values)
         operands = tuple(bw.Operand(next(stores) if disk else np.asarray(next(values)), ax, dt)
                          for disk, ax, dt in zip(on_disk, axes, dtypes))
-        held = sum(x.source.nbytes for x in operands if not x.on_disk)
+        held = sum(x.source.nbytes for x in operands if isinstance(x.source, np.ndarray))
         compute = np.result_type(*[d for d in dtypes if d is not None] or [out_dtype])
         if reducer is not None and to_memory:
             held += memory.nbytes(out_shape, out_dtype)
@@ -215,12 +215,12 @@ def concatenate(axis: int, stack: bool, *, grad: bool = False):
     """Work for joining stores along ``axis`` (a new axis when ``stack``)."""
     def work(stores, values, config: Config):
         first = stores[0]
-        shape = list(first.shape)
+        dims = list(first.shape)
         if stack:
-            shape.insert(axis, len(stores))
+            dims.insert(axis, len(stores))
         else:
-            shape[axis] = sum(x.shape[axis] for x in stores)
-        shape = tuple(shape)
+            dims[axis] = sum(x.shape[axis] for x in stores)
+        shape = tuple(dims)
         chunks = builders.default_chunks(shape, first.dtype, config.max_memory, config.workers)
         if stack:
             chunks = chunks[:axis] + (1,) + chunks[axis + 1:]

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import jask
-
 from helpers import SMALL_BUDGET
 
 DTYPES = [np.float32, np.float64]

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ops_table import OPS, Spec
 
 import jask
-from ops_table import OPS, Spec
 
 FULL = "disk"
 

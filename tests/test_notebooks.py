@@ -3,17 +3,35 @@
 Notebooks are committed without outputs; each is executed here with nbclient
 in a fresh kernel, with sizes passed through JASK_NB_* environment variables,
 and the executed copy (with its plots) is saved to the test's tmp dir.
+
+Each notebook documents its install (``pip install "jask[notebook]"``) in its
+first cell, and runs here as if that were all that is installed: the
+distributions that install brings in (jask's dependencies and the extra's,
+with theirs, read from their metadata) are the only ones the kernel may
+import from. Modules of any other installed distribution are hidden from the
+kernel's import system, as they would be absent from a fresh environment, so
+a library's optional import of them fails softly and a hard need fails the
+notebook. (A fresh virtual environment would download jax and its wheels on
+every run; this gives the same answer from the packages already here.)
 """
+import ast
 import base64
+import importlib.metadata
 import pathlib
+import re
+import sys
 import time
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+from packaging.requirements import Requirement  # noqa: E402
+from packaging.utils import canonicalize_name  # noqa: E402
 
-NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
 
 #: Small sizes for CI; the notebooks' own defaults are larger.
 SIZES = {
@@ -22,6 +40,25 @@ SIZES = {
     "dashboard.ipynb": {"JASK_NB_ROWS": "400000", "JASK_NB_BUDGET": "8MB"},
 }
 
+#: The install line each notebook's first cell documents.
+INSTALL_LINE = re.compile(r'pip install "([^"]+)"')
+
+#: Prepended to the executed copy: hides every module in HIDDEN from imports.
+HIDE_MODULES = """\
+import importlib.machinery, sys
+HIDDEN = set({hidden!r})
+
+class _DocumentedInstallOnly(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.partition(".")[0] in HIDDEN:
+            return None  # as if not installed
+        return super().find_spec(name, path, target)
+
+sys.meta_path[:] = [_DocumentedInstallOnly if f is importlib.machinery.PathFinder else f
+                    for f in sys.meta_path]
+"""
+
 
 def _execute(name, tmp_path, monkeypatch):
     for key, value in SIZES[name].items():
@@ -29,6 +66,8 @@ def _execute(name, tmp_path, monkeypatch):
     monkeypatch.setenv("JASK_NB_WORKDIR", str(tmp_path / "work"))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    hidden = _not_installed_by(_documented_install(name))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(HIDE_MODULES.format(hidden=sorted(hidden))))
     start = time.perf_counter()
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -70,7 +109,14 @@ def test_quickstart(tmp_path, monkeypatch):
     assert "x the budget" in text and "between them" in text
     pngs = _pngs(nbformat.read(tmp_path / "quickstart.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
-    assert "jask-dot" in "".join(o.get("text", "") for o in _outputs(nb))  # progress bars
+    # progress bars: text, or tqdm widgets (with ipywidgets) whose text/plain names the op
+    bars = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                   for o in _outputs(nb))
+    assert "jask-dot" in bars
+    html = "".join(o.get("data", {}).get("text/html", "") for o in _outputs(nb))
+    assert "elementwise tile" in html and "<svg" in html  # DiskArray._repr_html_
+    assert "dot a.T@b (grad)" in html  # jask.visualize of the step
+    assert "same values: True" in text  # the fitted weights saved with to_zarr
     assert elapsed < 60, elapsed
 
 
@@ -84,3 +130,96 @@ def test_dashboard(tmp_path, monkeypatch):
     pngs = _pngs(nbformat.read(tmp_path / "dashboard.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
     assert elapsed < 60, elapsed
+
+
+# --- each notebook runs after exactly the install it documents ---------------
+
+def _documented_install(name) -> Requirement:
+    first = nbformat.read(NOTEBOOKS / name, as_version=4).cells[0]
+    found = INSTALL_LINE.search(first.source) if first.cell_type == "markdown" else None
+    assert found, f"{name}: the first cell must say how to install, as pip install \"jask[...]\""
+    return Requirement(found.group(1))
+
+
+def _jask_requirements(extras) -> list[Requirement]:
+    """jask's dependencies and those of ``extras``, from this tree's pyproject."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    unknown = set(extras) - set(optional)
+    assert not unknown, f"jask has no extra {sorted(unknown)}"
+    return [Requirement(r) for r in project["dependencies"]] + [
+        Requirement(r) for e in sorted(extras) for r in optional[e]]
+
+
+def _installed_by(requirement: Requirement) -> set[str]:
+    """Every distribution ``pip install <requirement>`` brings in (by metadata)."""
+    seen: set[str] = set()
+    todo = [requirement]
+    while todo:
+        req = todo.pop()
+        key = (canonicalize_name(req.name), frozenset(req.extras))
+        name = key[0]
+        if (name, "|".join(sorted(req.extras))) in seen:
+            continue
+        seen.add((name, "|".join(sorted(req.extras))))
+        if name == "jask":
+            todo.extend(_jask_requirements(req.extras))
+            continue
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue  # not installed here: it provides none of the modules we see
+        for line in requires:
+            dep = Requirement(line)
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e})
+                                         for e in (*req.extras, "")):
+                todo.append(dep)
+    return {name for name, _ in seen}
+
+
+def _unprovided(modules, provided: set[str]) -> dict[str, list[str]]:
+    """Modules (with the distributions that hold them) no provided one holds."""
+    owners = importlib.metadata.packages_distributions()
+    missing = {}
+    for module in modules:
+        if module in sys.stdlib_module_names or module in sys.builtin_module_names:
+            continue
+        dists = {canonicalize_name(d) for d in owners.get(module, [])}
+        if dists and "jask" not in dists and not dists & provided:
+            missing[module] = sorted(dists)
+    return missing
+
+
+def _not_installed_by(requirement: Requirement) -> set[str]:
+    """Top-level modules installed here that ``requirement`` would not bring."""
+    owners = importlib.metadata.packages_distributions()
+    return set(_unprovided(owners, _installed_by(requirement)))
+
+
+def _imports(name) -> set[str]:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    modules = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Import):
+                modules.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules.add(node.module.split(".")[0])
+    return modules
+
+
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_imports_come_from_the_documented_install(name):
+    requirement = _documented_install(name)
+    assert requirement.name == "jask" and "notebook" in requirement.extras
+    provided = _installed_by(requirement)
+    assert {"ipykernel", "matplotlib", "bokeh", "ipywidgets"} <= provided
+    assert not _unprovided(_imports(name), provided)
+
+
+def test_readme_documents_the_notebook_install():
+    readme = (ROOT / "README.md").read_text()
+    for name in SIZES:
+        assert f'pip install "{_documented_install(name)}"' in readme

@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from ops_table import OPS, as_jask, make_inputs
 
 import jask
 from helpers import tolerance
-from ops_table import OPS, as_jask, make_inputs
 
 MODES = {
     "eager": lambda f, **kw: jax.grad(f, **kw),
@@ -170,3 +170,14 @@ def test_dynamic_slice_in_jit_compiles_once(small_budget, rng):
         j = min(i, 32)  # clamped so the slice fits, as in jax.lax.dynamic_slice
         np.testing.assert_allclose(f(X, i), x[j:j + 8].sum(), rtol=1e-5)
     assert len(traces) == 1
+
+
+def test_every_public_row_is_exported_and_tested():
+    from jask import ufuncs
+    from ops_table import OPS
+    public = {n for n, u in ufuncs.TABLE.items() if u.public}
+    nn = {"sigmoid", "relu", "softplus"}
+    assert public - nn <= set(jask.__all__)
+    assert all(callable(getattr(jask.nn, n)) for n in nn)
+    tested = {case.id.split("[")[0] for case in OPS}
+    assert public <= tested, public - tested

@@ -48,7 +48,7 @@ class Operand:
         """This operand's part of a tile of the full shape, with the full
         shape's number of axes (its axes map is increasing)."""
         own = tuple(slice(0, 1) if a is None else region[a] for a in self.axes)
-        if self.on_disk:
+        if isinstance(self.source, StoreSpec):
             block = chunkio.read(self.source, own)
         else:
             block = self.source[own]
@@ -140,10 +140,9 @@ def reduce_partial(kernel: Callable, reducer: str, operands: tuple, reduced: tup
                    tiles: tuple) -> np.ndarray:
     """Reduce kernel(*operands) over ``reduced`` axes, streaming ``tiles``."""
     reduce, combine = REDUCERS[reducer]
-    acc = None
-    for region in tiles:
-        part = reduce(_apply(kernel, operands, region), reduced)
-        acc = part if acc is None else combine(acc, part)
+    acc = reduce(_apply(kernel, operands, tiles[0]), reduced)
+    for region in tiles[1:]:
+        acc = combine(acc, reduce(_apply(kernel, operands, region), reduced))
     return acc
 
 
@@ -206,13 +205,14 @@ def reduce_graph(op: str, kernel: Callable, reducer: str, shape: tuple, tile: tu
     name = key_name(op, token)
     combine = key_name(op, token, stage="combine")
     graph: dict = {}
-    roots = []
+    roots: list = []
+    key: tuple
     for r, outer in enumerate(out_regions):
         inner = list(regions(_full_tile(outer), tile))
         runs = max(1, min(len(inner), max(math.ceil(len(inner) / TILES_PER_TASK),
                                            math.ceil(2 * workers / len(out_regions)))))
         size = math.ceil(len(inner) / runs)
-        parts = []
+        parts: list = []
         for g, run in enumerate(_groups(inner, size)):
             shifted = tuple(tuple(slice(o.start + s.start, o.start + s.stop)
                                   for o, s in zip(outer, t)) for t in run)

@@ -8,7 +8,7 @@ as many threads as the memory model assumed.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Executor, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 
 import dask
 import dask.threaded
@@ -18,7 +18,6 @@ from threadpoolctl import ThreadpoolController
 from jask import progress
 from jask.graph import cluster
 from jask.memory import TileCost
-
 
 _blas = ThreadpoolController()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -41,7 +40,8 @@ class _TrackedPool(Executor):
     the half-written output."""
 
     def __init__(self, pool: ThreadPoolExecutor):
-        self._pool, self.futures = pool, []
+        self._pool = pool
+        self.futures: list[Future] = []
         self._max_workers = pool._max_workers  # what dask.threaded.get reads
 
     def submit(self, fn, /, *args, **kwargs):
