@@ -110,7 +110,7 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
         avals.append(jax.core.ShapedArray(v.shape, v.dtype))
         dtypes.append(None if v.dtype == np.bool_ else compute)
     shape = tuple(out.shape)
-    axes = tuple(broadcast_axes(tuple(a.shape), len(shape)) for a in avals)
+    axes = tuple(broadcast_axes(tuple(a.shape), shape) for a in avals)
     return primitives.Blockwise(ufunc, avals, axes, tuple(dtypes), shape,
                                 tuple(range(len(shape))), out_dtype, config=config)(*operands)
 

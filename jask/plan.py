@@ -66,4 +66,10 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
         reads = [(store, operand_tile(axes, tile)) for store, axes in operands]
         return memory.task_cost(op, tile, reads, memory.nbytes(tile, dtype), out_copies, workers)
 
-    return memory.first_fit(candidates, cost, budget - fixed_bytes)
+    try:
+        return memory.first_fit(candidates, cost, budget - fixed_bytes)
+    except memory.BudgetError as err:
+        if not fixed_bytes:
+            raise
+        raise memory.BudgetError(f"{err}: the memory budget of {budget} bytes less the "
+                                 f"{fixed_bytes} bytes of in-memory operands") from None

@@ -157,7 +157,8 @@ class Blockwise(DiskPrimitive):
                          (self.out_aval.dtype,) + (() if g_only else self.dtypes),
                          self.shape, self.axes[j], aval.dtype,
                          reducer="sum" if reduces or to_memory else None, to_memory=to_memory,
-                         grad=True, config=self.config)(g, *(() if g_only else args))
+                         grad=True, config=self.config,
+                         name=f"{self.op}_vjp")(g, *(() if g_only else args))
 
 
 class VJP:

@@ -19,12 +19,13 @@ import jax
 import jax.extend.core
 import numpy as np
 
-from jask import memory, plan
+from jask import memory, plan, work
 from jask._jax_internals import hi_primitive
 from jask.array import DiskArray, DiskArrayType
 from jask.config import Config, get_config
 from jask.display import n_chunks
 from jask.graph import builders
+from jask.graph.blockwise import Operand
 from jask.storage import StoreSpec
 
 __all__ = ["visualize", "Step", "OpPlan"]
@@ -130,7 +131,7 @@ def visualize(f, *args, config: Config | None = None, **kwargs) -> OpPlan:
       >>> w = jask.from_numpy(np.ones((4, 1), np.float32))
       >>> p = jask.visualize(jax.grad(lambda w: jask.sum(jask.square(X @ w))), w)
       >>> [s.op for s in p.steps]
-      ['dot', 'square', 'sum', 'fill (grad)', 'square_vjp', 'dot a.T@b (grad)']
+      ['dot', 'square', 'sum', 'sum_vjp (grad)', 'square_vjp (grad)', 'dot a.T@b (grad)']
     """
     config = config or get_config()
     closed = jax.make_jaxpr(f)(*args, **kwargs)
@@ -230,7 +231,9 @@ class _Planner:
         cfg = self.config
         budget, workers = cfg.max_memory, cfg.workers
         params = getattr(prim, "params", {})
-        if not isinstance(out, DiskArrayType):  # a reduction or a read: chunk by chunk
+        if "ufunc" in params:  # elementwise, broadcast or reduction: the op's own planner
+            return self._plan_blockwise(prim, name, stores, out)
+        if not isinstance(out, DiskArrayType):  # a read: chunk by chunk
             tile = stores[0].chunks
             cost = memory.task_cost(name, tile, [(s, tile) for s in stores], 0, 0, workers)
             memory.check_fits(cost, budget)
@@ -253,6 +256,25 @@ class _Planner:
         tile = tuple(tile)
         return tile, n_chunks(out.shape, tile), cost.total, self._new_store(out.shape, out.dtype,
                                                                           tile)
+
+
+    def _plan_blockwise(self, prim, name, stores, out):
+        params, cfg = prim.params, self.config
+        disk = iter(stores)
+        operands, held = [], 0
+        for aval, axes, dtype in zip(prim.in_avals, params["axes"], params["dtypes"]):
+            if isinstance(aval, DiskArrayType):
+                operands.append(Operand(next(disk), axes, dtype))
+            else:
+                held += memory.nbytes(aval.shape, aval.dtype)
+        shape, out_axes, reducer = params["shape"], params["out_axes"], params["reducer"]
+        tile, cost = work.blockwise_tile(name, shape, out.dtype, operands, out_axes, reducer,
+                                         held, cfg)
+        out_store = None
+        if isinstance(out, DiskArrayType):
+            chunks = tuple(1 if a is None else tile[a] for a in out_axes)
+            out_store = self._new_store(out.shape, out.dtype, chunks)
+        return tuple(tile), n_chunks(shape, tile), cost.total, out_store
 
 
 def _axes(shape: tuple, out_shape: tuple, perm) -> tuple:

@@ -53,7 +53,7 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
         compute = np.result_type(*[d for d in dtypes if d is not None] or [out_dtype])
         if reducer is not None and to_memory:
             held += memory.nbytes(out_shape, out_dtype)
-        tile, cost = _blockwise_tile(op, shape, compute, operands, out_axes, reducer, held,
+        tile, cost = blockwise_tile(op, shape, compute, operands, out_axes, reducer, held,
                                      config)
         token = uuid.uuid4().hex
         if reducer is None:
@@ -74,7 +74,7 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
     return work
 
 
-def _blockwise_tile(op, shape, dtype, operands, out_axes, reducer, held, config):
+def blockwise_tile(op, shape, dtype, operands, out_axes, reducer, held, config):
     """Plan a blockwise op's tiles. A reduction's partial results wait for
     their combine task: if they do not fit beside the tiles, plan again
     with room for them (the smaller tile then has smaller partials)."""

@@ -29,8 +29,8 @@ def test_a_training_step_lists_every_op_and_runs_nothing(small_budget, rng, tmp_
     plan = jask.visualize(step, w, X, y)
     assert storage.live_paths() == before  # traced, not run
     assert [s.op for s in plan.steps] == [
-        "dot", "sub", "square", "sum", "fill (grad)", "square_vjp", "dot a.T@b (grad)",
-        "scale", "sub", "update_"]
+        "dot", "subtract", "square", "sum", "sum_vjp (grad)", "square_vjp (grad)",
+        "dot a.T@b (grad)", "multiply", "subtract", "update_"]
     dot = plan.steps[0]
     assert dot.inputs == ("Disk[float32[2000, 16]]", "Disk[float32[16, 1]]")
     assert dot.output == "Disk[float32[2000, 1]]"

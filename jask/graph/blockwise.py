@@ -62,15 +62,18 @@ class Operand:
         return block.reshape(dims)
 
 
-def broadcast_axes(shape: tuple, full_ndim: int) -> tuple:
+def broadcast_axes(shape: tuple, full_shape: tuple) -> tuple:
     """The axes map of an operand of ``shape`` under numpy broadcasting.
 
     Example:
-      >>> broadcast_axes((1, 5), 3)
+      >>> broadcast_axes((1, 5), (4, 3, 5))
       (None, 2)
+      >>> broadcast_axes((4, 1), (4, 1))
+      (0, 1)
     """
-    offset = full_ndim - len(shape)
-    return tuple(None if n == 1 else i + offset for i, n in enumerate(shape))
+    offset = len(full_shape) - len(shape)
+    return tuple(None if n == 1 and full_shape[i + offset] != 1 else i + offset
+                 for i, n in enumerate(shape))
 
 
 def _full_tile(region: tuple) -> tuple:
