@@ -38,6 +38,7 @@ SIZES = {
     "quickstart.ipynb": {"JASK_NB_ROWS": "100000", "JASK_NB_BUDGET": "2MB",
                          "JASK_NB_STEPS": "8"},
     "dashboard.ipynb": {"JASK_NB_ROWS": "400000", "JASK_NB_BUDGET": "8MB"},
+    "explore.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "25"},
 }
 
 #: The install line each notebook's first cell documents.
@@ -118,6 +119,22 @@ def test_quickstart(tmp_path, monkeypatch):
     assert "dot a.T@b (grad)" in html  # jask.visualize of the step
     assert "same values: True" in text  # the fitted weights saved with to_zarr
     assert elapsed < 60, elapsed
+
+
+def test_explore(tmp_path, monkeypatch):
+    nb, elapsed = _execute("explore.ipynb", tmp_path, monkeypatch)
+    text = _text(nb)
+    assert "x the budget" in text
+    ratio = float(re.search(r"([\d.]+)x the budget", text).group(1))
+    assert ratio > 2, text
+    error = float(re.search(r"max \|column mean error\|: ([\d.e-]+)", text).group(1))
+    assert error < 0.05, text
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", text).groups())
+    assert last < first * 0.8, text
+    assert float(re.search(r"accuracy ([\d.]+)", text).group(1)) > 0.8, text
+    pngs = _pngs(nbformat.read(tmp_path / "explore.ipynb", as_version=4))
+    assert pngs and pngs[0].startswith(b"\x89PNG")
+    assert elapsed < 90, elapsed
 
 
 def test_dashboard(tmp_path, monkeypatch):
