@@ -39,7 +39,7 @@ from jask.elementwise import (
     tanh,
     where,
 )
-from jask.indexing import concatenate, dynamic_slice, stack
+from jask.indexing import concatenate, dynamic_slice, reshape, stack
 from jask.interop import from_dask, to_dask
 from jask.lifetime import collect
 from jask.mapping import map
@@ -64,7 +64,8 @@ __all__ = [
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
     "mul", "multiply", "negative", "not_equal", "open", "power", "progress_bars",
-    "progress_enabled", "save", "set_memory_budget", "show_progress", "sqrt", "square", "stack",
+    "progress_enabled", "reshape", "save", "set_memory_budget", "show_progress", "sqrt",
+    "square", "stack",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
     "visualize", "where",
 ]

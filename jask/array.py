@@ -88,7 +88,7 @@ def _method(name: str, doc: str):
 
 #: Array methods, as on jax.Array: x.sum(axis) is jask.sum(x, axis).
 _METHODS = {name: _method(name, f"Same as :func:`jask.{name}` (``jask.{name}(self, ...)``).")
-            for name in ("sum", "mean", "max", "min", "var", "std", "astype",
+            for name in ("sum", "mean", "max", "min", "var", "std", "astype", "reshape",
                          "transpose", "update_")}
 
 

@@ -20,7 +20,7 @@ from jask._jax_internals import is_tracer
 from jask.array import disk_type
 from jask.config import Config
 
-__all__ = ["getitem", "dynamic_slice", "concatenate", "stack"]
+__all__ = ["getitem", "dynamic_slice", "concatenate", "stack", "reshape"]
 
 _SUPPORTED = ("jask supports basic indexing of DiskArrays: integers, slices with a positive "
               "step, and ...")
@@ -195,3 +195,37 @@ def stack(arrays, axis: int = 0, *, config: Config | None = None):
              [2., 4.]])
     """
     return _join("stack", arrays, axis, True, config)
+
+
+def reshape(x, *shape, config: Config | None = None):
+    """``x`` with a new shape holding the same elements in C order, as
+    ``numpy.reshape`` (one dimension may be -1). A DiskArray gives a new
+    DiskArray (a copy, written in bands of whole rows: one row of the result
+    and the source rows it spans must fit the budget).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.arange(12.0).reshape(2, 3, 2))
+      >>> x.reshape(6, 2).to_numpy()[4:]
+      array([[ 8.,  9.],
+             [10., 11.]])
+      >>> jask.reshape(x, (-1,)).shape
+      (12,)
+    """
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.reshape(x, shape)
+    size = int(np.prod(aval.shape, dtype=np.int64))
+    known = [int(n) for n in shape if int(n) != -1]
+    if sum(int(n) == -1 for n in shape) > 1 or any(n < 0 for n in known):
+        raise ValueError(f"jask.reshape: cannot reshape {aval.shape} into {tuple(shape)}")
+    rest = size // max(int(np.prod(known, dtype=np.int64)), 1)
+    new = tuple(rest if int(n) == -1 else int(n) for n in shape)
+    if int(np.prod(new, dtype=np.int64)) != size or not new or 0 in new:
+        raise ValueError(f"jask.reshape: cannot reshape an array of shape {aval.shape} "
+                         f"({size} elements) into {tuple(shape)}")
+    if new == aval.shape:
+        return x
+    return primitives.reshape(x, new, config=config)

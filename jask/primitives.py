@@ -271,6 +271,21 @@ class Concatenate(DiskPrimitive):
             start += size
 
 
+class Reshape(DiskPrimitive):
+    """The same elements in C order under another shape (a copy)."""
+
+    def __init__(self, aval: DiskArrayType, shape: tuple, grad: bool, config: Config | None):
+        super().__init__((aval,), DiskArrayType(shape, aval.dtype), shape=tuple(shape),
+                         grad=grad, config=config)
+
+    def expand(self, a):
+        return self._run(work.reshape(self.shape, grad=self.grad), [a])
+
+    def backward(self, res, g, ca):
+        _accum(ca, lambda: Reshape(self.out_aval, self.in_avals[0].shape, True,
+                                   self.config)(g))
+
+
 class Update(DiskPrimitive):
     """target.update_(new): new's data written into target's own store.
 
@@ -415,6 +430,10 @@ def take_slice(a, sizes, starts, *, config=None, grad=False):
 
 def concatenate(arrays, axis, *, stack=False, config=None):
     return Concatenate(tuple(_aval(x) for x in arrays), axis, stack, False, config)(*arrays)
+
+
+def reshape(a, shape, *, config=None):
+    return Reshape(_aval(a), tuple(shape), False, config)(a)
 
 
 def update(target, new, *, config=None):

@@ -8,6 +8,7 @@ half-written store is never returned.
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import uuid
@@ -209,6 +210,36 @@ def scatter_slice(sizes: tuple, shape: tuple):
         return _produce(config, "slice_vjp", shape, g.dtype, (chunks, cost),
                         lambda out: builders.scatter_graph(out, g, sizes, starts), grad=True)
     return work
+
+
+def reshape(shape: tuple, *, grad: bool = False):
+    """Work for a C-order reshape: bands of whole output rows, each read
+    from the source rows that hold its elements."""
+    def work(stores, values, config: Config):
+        (source,) = stores
+        out_row = math.prod(shape[1:])
+        src_row = math.prod(source.shape[1:])
+
+        def cost_of(tile):
+            rows = tile[0]
+            covered = min(source.shape[0], -(-(rows * out_row) // src_row) + 1)
+            src_tile = (covered,) + tuple(source.shape[1:])
+            return memory.task_cost("reshape", tile, [(source, src_tile)],
+                                    memory.nbytes(tile, source.dtype), 2, config.workers)
+
+        start = builders.default_chunks(shape, source.dtype, config.max_memory, config.workers)
+        candidates = [(r,) + tuple(shape[1:]) for r in _halvings(start[0])]
+        tile, cost = memory.first_fit(candidates, cost_of, config.max_memory)
+        return _produce(config, "reshape", shape, source.dtype, (tile, cost),
+                        lambda out: builders.reshape_graph(out, source), grad=grad)
+    return work
+
+
+def _halvings(n: int):
+    while n > 1:
+        yield n
+        n //= 2
+    yield 1
 
 
 def concatenate(axis: int, stack: bool, *, grad: bool = False):

@@ -139,6 +139,11 @@ OPS = [
            lambda a, i=index: a[i], (disk(N, M),)) for label, index in [
         ("rows", np.s_[10:41]), ("strided", np.s_[3:90:4, 5::3]), ("row", np.s_[-2]),
         ("column", np.s_[:, 7]), ("ellipsis", np.s_[..., -5:])]],
+    Case("reshape[merge]", lambda a: a.reshape(5 * 33, 19), lambda a: a.reshape(5 * 33, 19),
+         lambda a: a.reshape(5 * 33, 19), (disk(5, 33, 19),)),
+    Case("reshape[split]", lambda a: jask.reshape(a, (-1, 4, 5)),
+         lambda a: np.reshape(a, (-1, 4, 5)), lambda a: jnp.reshape(a, (-1, 4, 5)),
+         (disk(99, 20),)),
     Case("concatenate", lambda a, b: jask.concatenate([a, b], axis=1),
          lambda a, b: np.concatenate([a, b], axis=1),
          lambda a, b: jnp.concatenate([a, b], axis=1), (disk(N, M), disk(N, 5))),

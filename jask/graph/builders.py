@@ -106,6 +106,15 @@ def scatter_graph(out: StoreSpec, g: StoreSpec, sizes: tuple, starts: tuple,
     return graph, list(graph)
 
 
+def reshape_graph(out: StoreSpec, source: StoreSpec, op: str = "reshape"):
+    """out = source reshaped (C order), one task per band of out's rows."""
+    name = key_name(op, out.path)
+    rows = out.chunks[0]
+    graph = {(name, i): (tasks.reshape_block, out, slice(s, min(s + rows, out.shape[0])), source)
+             for i, s in enumerate(range(0, out.shape[0], rows))}
+    return graph, list(graph)
+
+
 def concatenate_graph(out: StoreSpec, inputs: tuple, axis: int, stack: bool,
                       op: str = "concatenate") -> tuple[dict, list]:
     """out = inputs joined along axis, one task per output chunk."""

@@ -94,6 +94,19 @@ def concatenate_block(out: StoreSpec, region: tuple, inputs: tuple, axis: int,
     write(out, region, block)
 
 
+def reshape_block(out: StoreSpec, rows: slice, source: StoreSpec) -> None:
+    """out[rows] from the C-order elements of source it holds: the source
+    rows that cover that flat range, read whole and cut."""
+    out_row = int(np.prod(out.shape[1:], dtype=np.int64))
+    src_row = int(np.prod(source.shape[1:], dtype=np.int64))
+    first, last = rows.start * out_row, rows.stop * out_row
+    r0, r1 = first // src_row, -(-last // src_row)
+    block = read(source, (slice(r0, r1),) + tuple(slice(0, n) for n in source.shape[1:]))
+    flat = block.reshape(-1)[first - r0 * src_row:last - r0 * src_row]
+    write(out, (rows,) + tuple(slice(0, n) for n in out.shape[1:]),
+          flat.reshape((rows.stop - rows.start,) + tuple(out.shape[1:])))
+
+
 # --- products ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
