@@ -75,10 +75,7 @@ def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
 
 def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose"):
     """out = transpose(source, axes), one task per output chunk."""
-    name = key_name(op, out.path, source.path, axes)
-    graph = {(name, i): (tasks.copy_block, out, region, source, tuple(axes))
-             for i, region in enumerate(regions(out.shape, out.chunks))}
-    return graph, list(graph)
+    return chunk_graph(op, out, tasks.copy_block, source, tuple(axes))
 
 
 def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update"):
@@ -88,22 +85,29 @@ def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update"):
 
 # --- slicing and joining ----------------------------------------------------------
 
-def slice_graph(out: StoreSpec, source: StoreSpec, sizes: tuple, starts: tuple,
-                op: str = "slice") -> tuple[dict, list]:
+def chunk_graph(op: str, out: StoreSpec, task, *args) -> tuple[dict, list]:
+    """One task per chunk of ``out``: ``task(out, region, *args)``.
+
+    Example:
+      >>> out = StoreSpec("o", (5,), np.dtype("f4"), (2,))
+      >>> graph, keys = chunk_graph("fill", out, print, 0.0)
+      >>> [task[2] for task in graph.values()]
+      [(slice(0, 2, None),), (slice(2, 4, None),), (slice(4, 5, None),)]
+    """
+    name = key_name(op, out.path)
+    graph = {(name, i): (task, out, region, *args)
+             for i, region in enumerate(regions(out.shape, out.chunks))}
+    return graph, list(graph)
+
+
+def slice_graph(out: StoreSpec, source: StoreSpec, sizes: tuple, starts: tuple):
     """out = source[index], one task per output chunk (see tasks.slice_block)."""
-    name = key_name(op, out.path)
-    graph = {(name, i): (tasks.slice_block, out, region, source, sizes, starts)
-             for i, region in enumerate(regions(out.shape, out.chunks))}
-    return graph, list(graph)
+    return chunk_graph("slice", out, tasks.slice_block, source, sizes, starts)
 
 
-def scatter_graph(out: StoreSpec, g: StoreSpec, sizes: tuple, starts: tuple,
-                  op: str = "slice_vjp") -> tuple[dict, list]:
+def scatter_graph(out: StoreSpec, g: StoreSpec, sizes: tuple, starts: tuple):
     """out = zeros with g placed where a slice took it, one task per chunk."""
-    name = key_name(op, out.path)
-    graph = {(name, i): (tasks.scatter_block, out, region, g, sizes, starts)
-             for i, region in enumerate(regions(out.shape, out.chunks))}
-    return graph, list(graph)
+    return chunk_graph("slice_vjp", out, tasks.scatter_block, g, sizes, starts)
 
 
 def reshape_graph(out: StoreSpec, source: StoreSpec, op: str = "reshape"):
@@ -115,13 +119,9 @@ def reshape_graph(out: StoreSpec, source: StoreSpec, op: str = "reshape"):
     return graph, list(graph)
 
 
-def concatenate_graph(out: StoreSpec, inputs: tuple, axis: int, stack: bool,
-                      op: str = "concatenate") -> tuple[dict, list]:
+def concatenate_graph(out: StoreSpec, inputs: tuple, axis: int, stack: bool):
     """out = inputs joined along axis, one task per output chunk."""
-    name = key_name(op, out.path)
-    graph = {(name, i): (tasks.concatenate_block, out, region, inputs, axis, stack)
-             for i, region in enumerate(regions(out.shape, out.chunks))}
-    return graph, list(graph)
+    return chunk_graph("concatenate", out, tasks.concatenate_block, inputs, axis, stack)
 
 
 # --- dot ---------------------------------------------------------------------
