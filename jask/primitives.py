@@ -256,7 +256,8 @@ class Concatenate(DiskPrimitive):
                          grad=grad, config=config)
 
     def expand(self, *arrays):
-        return self._run(work.concatenate(self.axis, self.stack, grad=self.grad), list(arrays))
+        return self._run(work.concatenate(self.axis, self.stack, self.out_aval.shape,
+                                          grad=self.grad), list(arrays))
 
     def backward(self, res, g, *accums):
         start = 0

@@ -242,16 +242,11 @@ def _halvings(n: int):
     yield 1
 
 
-def concatenate(axis: int, stack: bool, *, grad: bool = False):
-    """Work for joining stores along ``axis`` (a new axis when ``stack``)."""
+def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
+    """Work for joining stores along ``axis`` (a new axis when ``stack``)
+    into an array of ``shape``."""
     def work(stores, values, config: Config):
         first = stores[0]
-        dims = list(first.shape)
-        if stack:
-            dims.insert(axis, len(stores))
-        else:
-            dims[axis] = sum(x.shape[axis] for x in stores)
-        shape = tuple(dims)
         chunks = builders.default_chunks(shape, first.dtype, config.max_memory, config.workers)
         if stack:
             chunks = chunks[:axis] + (1,) + chunks[axis + 1:]
