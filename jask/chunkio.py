@@ -2,13 +2,19 @@
 
 Most stores jask touches are uncompressed Zarr v3 arrays on a local disk:
 each chunk is one file holding the chunk's bytes in C order. For those, a
-tile is read with one ``readinto`` per chunk and written with one ``write``,
+tile is read with one positioned read per chunk of just the rows it needs
+(a row range of a C-order chunk is contiguous), straight into the tile when
+the tile spans whole chunk rows, and written with one ``write`` per chunk,
 which made jask's ops 3-4x faster than ``zarr.Array`` indexing, whose
 per-chunk overhead dominated jask's tasks. Any other store (compressed,
-sharded, remote, big-endian) goes through ``zarr.Array`` unchanged. Chunk
-files written here are laid out as Zarr lays them out, so every Zarr reader
-opens them (Zarr itself may skip chunks that hold only the fill value; such
-missing files read as the fill value here too).
+sharded, Zarr v2, F order, remote, big-endian) goes through ``zarr.Array``,
+a few chunks per call so that Zarr never decodes many chunks at once.
+Chunk files written here are laid out as Zarr lays them out, so every Zarr
+reader opens them (Zarr itself may skip chunks that hold only the fill
+value; such missing files read as the fill value here too).
+
+:func:`read_model` tells the memory model (:mod:`jask.memory`) which of
+these paths a store takes and what a read of it holds.
 """
 from __future__ import annotations
 
@@ -17,13 +23,20 @@ import os
 import threading
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
+import zarr
 from zarr.codecs import BytesCodec
 from zarr.storage import LocalStore
 
+from jask import memory
 from jask.storage import StoreSpec, open_array
 
-__all__ = ["read", "write", "prefetch", "forget"]
+__all__ = ["read", "write", "prefetch", "forget", "read_model"]
+
+#: Decoded bytes one Zarr read call covers (whole chunks; at least one).
+ZARR_GROUP_BYTES = 2**20
 
 
 @dataclass(frozen=True)
@@ -73,25 +86,152 @@ def forget(path: str) -> None:
     """Drop what is cached about a store that is gone or replaced."""
     with _lock:
         _layouts.pop(path, None)
+        for key in [k for k in _models if k[0] == path]:
+            _models.pop(key, None)
+
+
+_models: dict[tuple, memory.ReadModel] = {}
+
+
+def read_model(store) -> memory.ReadModel:
+    """How reading ``store`` works and what it holds (:class:`jask.memory.ReadModel`).
+
+    A store not on disk (yet) is taken as uncompressed and read through Zarr.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.zeros((4, 6), np.float32))
+      >>> m = read_model(jask.storage.spec(a._handle))
+      >>> m.raw, m.unit == a.shape, m.codec
+      (True, True, 'none')
+    """
+    key = (store.path, tuple(store.shape), tuple(store.chunks), str(store.dtype))
+    model = _models.get(key)
+    if model is None:
+        model = _describe(store)
+        with _lock:
+            _models[key] = model
+    return model
+
+
+def _describe(store) -> memory.ReadModel:
+    itemsize = np.dtype(store.dtype).itemsize
+    shape, chunks = tuple(store.shape), tuple(store.chunks)
+    if not store.path or not os.path.isdir(store.path):
+        return memory.ReadModel(shape, chunks, itemsize, write_unit=chunks,
+                                group=_group(chunks, itemsize), path=store.path)
+    arr = open_array(store.path)
+    unit = tuple(arr.chunks)
+    compressed = bool(arr.compressors or arr.filters)
+    copies = memory.COMPRESSED_COPIES if compressed else memory.ZARR_COPIES
+    if getattr(arr, "order", "C") == "F":
+        copies += 1  # decoded in F order, then copied to C order
+    codec = ",".join(type(c).__name__.replace("Codec", "").lower()
+                     for c in tuple(arr.filters) + tuple(arr.compressors)) or "none"
+    shards = getattr(arr, "shards", None)
+    if shards:
+        codec += f", sharded {tuple(shards)}"
+    return memory.ReadModel(shape, unit, itemsize, raw=_raw_layout(store.path) is not None,
+                            copies=copies, group=_group(unit, itemsize),
+                            write_unit=tuple(shards or unit), codec=codec, path=store.path)
+
+
+def _group(unit: tuple, itemsize: int) -> int:
+    """Chunks per Zarr read call: about ZARR_GROUP_BYTES, at most what Zarr
+    decodes concurrently anyway."""
+    per = max(1, math.prod(unit) * itemsize)
+    return max(1, min(ZARR_GROUP_BYTES // per, int(zarr.config.get("async.concurrency") or 1)))
+
+
+memory.describe = read_model
 
 
 def _chunk_ranges(region: tuple, chunks: tuple):
     return [range(s.start // c, (s.stop - 1) // c + 1) for s, c in zip(region, chunks)]
 
 
-def _load_chunk(layout: RawLayout, index: tuple) -> np.ndarray:
-    chunk = np.empty(layout.chunks, dtype=layout.dtype)
+def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -> bool:
+    """Fill ``dest`` with rows ``rows`` of chunk ``index`` (all its other
+    axes, full chunk width). False when the chunk file does not exist."""
+    row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
     path = layout.path(index)
     try:
-        with open(path, "rb", buffering=0) as f:
-            got = f.readinto(memoryview(chunk).cast("B"))
-            extra = f.read(1)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
-        chunk.fill(layout.fill_value)
-        return chunk
-    if got != chunk.nbytes or extra:
-        raise ValueError(f"corrupt Zarr chunk {path!r}: expected {chunk.nbytes} bytes")
-    return chunk
+        return False
+    try:
+        if os.fstat(fd).st_size != row * layout.chunks[0]:
+            raise ValueError(f"corrupt Zarr chunk {path!r}: expected {row * layout.chunks[0]} bytes")
+        view, offset = memoryview(dest).cast("B"), rows.start * row
+        while view.nbytes:
+            got = os.preadv(fd, [view], offset)
+            if got <= 0:
+                raise ValueError(f"corrupt Zarr chunk {path!r}: short read")
+            view, offset = view[got:], offset + got
+    finally:
+        os.close(fd)
+    return True
+
+
+def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
+    """A tile of an uncompressed C-order store, reading only the chunk rows
+    it needs; straight into the tile where those rows are contiguous in it."""
+    out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
+    buffer = None
+    for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
+        src, dst = _overlap(index, region, layout.chunks)
+        direct = (all(s.start == 0 and s.stop == c for s, c in zip(src[1:], layout.chunks[1:]))
+                  and all(d.start == 0 and d.stop == n for d, n in zip(dst[1:], out.shape[1:])))
+        if direct:
+            if not _read_rows(layout, index, src[0], out[dst]):
+                out[dst] = layout.fill_value
+            continue
+        shape = (src[0].stop - src[0].start,) + layout.chunks[1:]
+        if buffer is None or buffer.size < math.prod(shape):
+            buffer = np.empty(math.prod(shape), dtype=layout.dtype)
+        rows = buffer[:math.prod(shape)].reshape(shape)
+        if _read_rows(layout, index, src[0], rows):
+            out[dst] = rows[(slice(None),) + src[1:]]
+        else:
+            out[dst] = layout.fill_value
+    return out
+
+
+def _split(region: tuple, unit: tuple, most: int) -> list[tuple]:
+    """``region`` cut at chunk boundaries into pieces of at most ``most`` chunks.
+
+    Example:
+      >>> [tuple((s.start, s.stop) for s in r) for r in _split((slice(0, 4), slice(0, 6)), (2, 2), 3)]
+      [((0, 2), (0, 6)), ((2, 4), (0, 6))]
+    """
+    counts = [len(r) for r in _chunk_ranges(region, unit)]
+    if math.prod(counts) <= most:
+        return [region]
+    axis = next(i for i, n in enumerate(counts) if n > 1)
+    after = math.prod(counts[axis + 1:])
+    step = max(1, most // after) * unit[axis]
+    s = region[axis]
+    cuts = [s.start] + list(range((s.start // unit[axis] + 1) * unit[axis], s.stop, unit[axis]))
+    cuts = cuts[::max(1, step // unit[axis])] + [s.stop]
+    pieces = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        piece = region[:axis] + (slice(lo, hi),) + region[axis + 1:]
+        pieces.extend(_split(piece, unit, most) if after > most else [piece])
+    return pieces
+
+
+def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
+    """A tile through Zarr, a few whole chunks per call: one call over a
+    tile of many chunks would decode ten of them at once."""
+    arr = open_array(store.path)
+    model = read_model(store)
+    pieces = _split(region, model.unit, model.group)
+    if len(pieces) == 1:
+        return arr[region]
+    out = np.empty(tuple(s.stop - s.start for s in region), dtype=arr.dtype)
+    for piece in pieces:
+        out[tuple(slice(p.start - r.start, p.stop - r.start) for p, r in zip(piece, region))] = arr[piece]
+    return out
 
 
 def read(store: StoreSpec, region: tuple) -> np.ndarray:
@@ -106,18 +246,8 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
     """
     layout = _raw_layout(store.path)
     if layout is None:
-        return open_array(store.path)[region]
-    indices = list(itertools.product(*_chunk_ranges(region, layout.chunks)))
-    if len(indices) == 1:  # the common case: the tile is (part of) one chunk
-        chunk = _load_chunk(layout, indices[0])
-        part = chunk[_overlap(indices[0], region, layout.chunks)[0]]
-        # a view would keep the whole chunk alive: copy only a strict part
-        return part if part.shape == chunk.shape else part.copy()
-    out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
-    for index in indices:
-        src, dst = _overlap(index, region, layout.chunks)
-        out[dst] = _load_chunk(layout, index)[src]
-    return out
+        return _read_zarr(store, region)
+    return _read_raw(layout, region)
 
 
 def _overlap(index: tuple, region: tuple, chunks: tuple) -> tuple[tuple, tuple]:

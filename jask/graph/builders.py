@@ -62,20 +62,12 @@ def _min_chunks(stores) -> tuple:
 
 def elementwise_chunks(op: str, shape, dtype, inputs, budget: int,
                        workers: int) -> tuple[tuple, memory.TileCost]:
-    """Output chunks for an elementwise op: an input's own chunks when they
-    fit (reads stay chunk-aligned), else the default, else smaller tiles."""
-    shape = tuple(shape)
-    same = [x for x in inputs if x.shape == shape and x.chunks]
-    candidates = [x.chunks for x in same]
-    if same:
-        candidates.append(_min_chunks(same))
-    candidates.extend(memory.shrinking(default_chunks(shape, dtype, budget, workers)))
-
-    def cost(tile):
-        return memory.task_cost(op, tile, [(x, tile) for x in inputs],
-                                memory.nbytes(tile, dtype), memory.ELEMENTWISE_OUT_COPIES,
-                                workers)
-    return memory.first_fit(candidates, cost, budget)
+    """Output chunks for an elementwise op on same-shaped inputs (see
+    :func:`jask.plan.plan_blockwise`)."""
+    from jask.plan import plan_blockwise
+    axes = tuple(range(len(shape)))
+    return plan_blockwise(op, tuple(shape), dtype, [(x, axes) for x in inputs],
+                          budget=budget, workers=workers)
 
 
 def elementwise_graph(kernel: str, out: StoreSpec, inputs: tuple,
@@ -99,33 +91,43 @@ def fill_graph(out: StoreSpec, value) -> tuple[dict, list]:
 
 
 def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
-                     op: str = "transpose") -> tuple[tuple, memory.TileCost]:
-    """Output chunks for a permuted copy: the source's chunks, permuted,
-    else the default, else smaller tiles."""
+                     op: str = "transpose", out_unit: tuple | None = None,
+                     out_copies: int = 2) -> tuple[tuple, memory.TileCost]:
+    """Output tiles for a permuted copy (see :func:`jask.plan.plan_blockwise`):
+    a task holds the tile read, its transposed copy and what writing it
+    takes. ``out_unit``: tiles of whole write units of an existing output."""
+    from jask.plan import plan_blockwise
     shape = tuple(source.shape[a] for a in axes)
-    inverse = tuple(int(i) for i in np.argsort(axes))
-    candidates = [tuple(source.chunks[a] for a in axes)]
-    candidates.extend(memory.shrinking(default_chunks(shape, source.dtype, budget, workers)))
-
-    def cost(tile):
-        source_tile = tuple(tile[i] for i in inverse)
-        # the tile read, its transposed copy, and the encoded bytes
-        return memory.task_cost(op, tile, [(source, source_tile)],
-                                memory.nbytes(tile, source.dtype), 2, workers)
-    return memory.first_fit(candidates, cost, budget)
+    follows = tuple(int(i) for i in np.argsort(axes))  # source axis i is output axis follows[i]
+    return plan_blockwise(op, shape, source.dtype, [(source, follows)], budget=budget,
+                          workers=workers, out_copies=out_copies, out_unit=out_unit)
 
 
-def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose"):
-    """out = transpose(source, axes), one task per output chunk."""
+def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
+                op: str = "update_") -> tuple[tuple, memory.TileCost]:
+    """Tiles for copying ``source`` into the existing layout of ``target``:
+    whole shards (or chunks) of the target per task, so no two tasks write
+    one shard; writing through Zarr holds the encoded bytes (and a shard's
+    assembly) besides the tile."""
+    model = memory.model_of(target)
+    copies = 1 if model.raw else 1 + model.copies
+    return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
+                            out_unit=model.write_unit or tuple(target.chunks), out_copies=copies)
+
+
+def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose",
+                    tile: tuple | None = None):
+    """out = transpose(source, axes), one task per output tile (default:
+    per output chunk)."""
     name = key_name(op, out.path, source.path, axes)
     graph = {(name, i): (tasks.copy_block, out, region, source, tuple(axes))
-             for i, region in enumerate(regions(out.shape, out.chunks))}
+             for i, region in enumerate(regions(out.shape, tile or out.chunks))}
     return graph, list(graph)
 
 
-def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update"):
-    """out = source, chunk by chunk of out."""
-    return transpose_graph(out, source, tuple(range(len(out.shape))), op=op)
+def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update", tile: tuple | None = None):
+    """out = source, one task per tile (default: per chunk of out)."""
+    return transpose_graph(out, source, tuple(range(len(out.shape))), op=op, tile=tile)
 
 
 def _tree(graph: dict, op: str, token_parts: tuple, leaves: list, finish) -> object:

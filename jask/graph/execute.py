@@ -57,7 +57,9 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     """Compute ``keys`` of ``graph``; return their values in order.
 
     ``cost``, what one task holds, is checked against the memory limits of
-    a distributed cluster's workers before anything runs. A progress bar is
+    a distributed cluster's workers before anything runs; locally, at most
+    ``cost.tasks_at_once`` tasks run at once (the plan may need fewer than
+    ``workers`` to fit the budget). A progress bar is
     drawn when :func:`jask.show_progress` is on.
 
     Example:
@@ -68,6 +70,8 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     client = cluster.distributed_client(scheduler)
     if client is not None and cost is not None:
         cluster.check_workers(client, cost)
+    if cost is not None and cost.tasks_at_once >= 1:
+        workers = min(workers, cost.tasks_at_once)
     bar = progress.bar(graph, keys)  # None unless progress bars are on
     # Tasks already run in parallel, one per worker thread; BLAS threads on
     # top of them only contend (a tile's matvec ran 100x slower with two).
