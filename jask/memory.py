@@ -35,24 +35,39 @@ __all__ = ["BudgetError", "ReadModel", "TileCost", "chunk_bytes", "chunk_shape",
 
 #: Buffers of a chunk's size held while it is read: raw bytes + decoded chunk.
 IN_FLIGHT_COPIES = 2
-#: Output-tile buffers of an elementwise task: result, a numpy temporary,
-#: encoded bytes.
-ELEMENTWISE_OUT_COPIES = 3
+#: Output-tile buffers of an elementwise task: the result and a numpy
+#: temporary (or, for an edge chunk, the full-size chunk written).
+ELEMENTWISE_OUT_COPIES = 2
 #: The most chunk-sized buffers a task over jask-made stores holds: two input
 #: tiles, one chunk in flight (twice), and three output-tile buffers.
 MAX_TILES_PER_TASK = 2 + IN_FLIGHT_COPIES + ELEMENTWISE_OUT_COPIES
 #: Upper bound on a chunk, so that even huge budgets keep tasks many and
 #: parallel.
 MAX_CHUNK_BYTES = 128 * 2**20
-#: Chunk-sized buffers held per chunk decoded by Zarr: encoded bytes and the
-#: decoded chunk; a compressor adds its own output buffer.
-ZARR_COPIES = 2
-COMPRESSED_COPIES = 3
+#: Chunk-sized buffers held per chunk decoded by Zarr: the encoded bytes and
+#: the decoded chunk, and what Zarr's codec threads keep (calibrated on the
+#: grid of tests/test_memory_bound.py: a plain zstd chunk read peaks at 2x
+#: its size, but ops over compressed stores measured 1.5x a 2-copy model).
+ZARR_COPIES = 3
+COMPRESSED_COPIES = 4
 #: No tile is planned smaller than this (or budget / MIN_TILE_FRACTION when
 #: that is smaller, or the whole array): below it per-task overhead, not the
 #: disk, sets the speed, and the graph grows without bound.
 MIN_TILE_BYTES = 2**20
 MIN_TILE_FRACTION = 64
+#: Held by any op whatever its tiles (its graph, task bookkeeping, Zarr's
+#: and Dask's per-call objects): measured 3-5 MB per op on this machine.
+OP_OVERHEAD_BYTES = 4 * 2**20
+
+
+def op_overhead(budget: int) -> int:
+    """Bytes an op holds besides its tasks (at most an eighth of the budget).
+
+    Example:
+      >>> op_overhead(10**9), op_overhead(64_000)
+      (4194304, 8000)
+    """
+    return min(OP_OVERHEAD_BYTES, budget // 8)
 
 
 def min_tile_bytes(budget: int) -> int:
@@ -165,7 +180,7 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
       ((0, 1.0), (1048576, 2.0))
       >>> z = ReadModel((4096, 4096), (1024, 1024), 4, copies=3)
       >>> read_cost(z, (256, 1024))
-      (16777216, 4.0)
+      (12582912, 4.0)
     """
     tile = tuple(max(1, min(t, s)) for t, s in zip(tile, model.shape))
     if not tile:
@@ -183,8 +198,9 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
     counts = [_touched(t, c, s) for t, c, s in zip(tile, model.unit, model.shape)]
     decoded = math.prod(counts) * model.unit_bytes
     at_once = min(math.prod(counts), model.group)
-    # a Zarr read of a group returns a new array, copied into the tile
-    return at_once * model.unit_bytes * (model.copies + 1), max(1.0, decoded / size)
+    # a tile of several groups is read group by group, each copied into it
+    copies = model.copies + (1 if math.prod(counts) > model.group else 0)
+    return at_once * model.unit_bytes * copies, max(1.0, decoded / size)
 
 
 def model_of(store) -> ReadModel:
@@ -308,10 +324,11 @@ class TileCost:
     chunk_read_bytes: int = 0  # bytes held besides the tiles while reading one
     tasks: int = 0  # tasks in the graph (0: not counted)
     read_factor: float = 1.0  # bytes decoded per byte of input tile
+    fixed: int = 0  # held once per op: in-memory operands, the op's overhead
 
     @property
     def total(self) -> int:
-        return self.task_bytes * self.tasks_at_once
+        return self.task_bytes * self.tasks_at_once + self.fixed
 
 
 def check_fits(cost: TileCost, budget: int) -> None:
@@ -329,7 +346,8 @@ def check_fits(cost: TileCost, budget: int) -> None:
         if cost.chunk_read_bytes * cost.tasks_at_once > budget // 2:
             hint = (f" (most of it is reading whole input chunks of {cost.chunk_read_bytes} "
                     "bytes: rechunk the input store smaller or raise the budget)")
+        fixed = f" + {cost.fixed} fixed" if cost.fixed else ""
         raise BudgetError(
             f"jask.{cost.op}: tiles of shape {cost.tile} need {cost.task_bytes} bytes per "
-            f"task x {cost.tasks_at_once} tasks at once = {cost.total} bytes, over the "
+            f"task x {cost.tasks_at_once} tasks at once{fixed} = {cost.total} bytes, over the "
             f"memory budget of {budget} bytes{hint}")

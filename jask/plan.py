@@ -128,14 +128,15 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
     models = [memory.model_of(store) for store, _ in operands]
     if not shape or 0 in shape:  # nothing to tile
         tile = tuple(max(1, n) for n in shape)
-        return tile, memory.TileCost(op, tile, fixed_bytes, 1, 0, 1)
+        return tile, memory.TileCost(op, tile, 0, 1, 0, 1, 1.0, fixed_bytes)
     from jask.graph.builders import default_chunks  # the default chunking of new stores
     default = default_chunks(shape, dtype, budget, workers)
     data = math.prod(shape) * itemsize
     smallest = min(memory.min_tile_bytes(budget), data)
     bound = memory.task_bound(data, budget)
     target = max(smallest, memory.chunk_bytes(budget, workers))
-    room = budget - fixed_bytes
+    fixed = fixed_bytes + memory.op_overhead(budget)
+    room = budget - fixed
     best = cheapest = None
     for tile in itertools.product(*_candidates(shape, operands, models, out_unit, default)):
         size = math.prod(tile) * itemsize
@@ -163,9 +164,9 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
         speed = tasks / waves * min(1.0, size / target) ** 0.25 / factor
         key = (round(speed, 6), min(size, target), -size)
         if best is None or key > best[0]:
-            best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor))
+            best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor, fixed))
     if best is None:
-        raise _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape)
+        raise _refusal(op, cheapest, operands, models, budget, fixed, workers, shape)
     return best[1].tile, best[1]
 
 
@@ -177,7 +178,7 @@ def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape
     msg = (f"jask.{op}: tiles of shape {tile} need {task} bytes per task x 1 task at once "
            f"= {task} bytes")
     if fixed_bytes:
-        msg += f" + {fixed_bytes} bytes of in-memory operands"
+        msg += f" (+ {fixed_bytes} bytes held once per op)"
     msg += f", over the memory budget of {budget} bytes"
     worst = max(zip(operands, models),
                 key=lambda om: memory.read_cost(om[1], operand_tile(om[0][1], tile))[0])

@@ -7,6 +7,7 @@ before anything is written; each ``*_graph`` builder lays out the tasks.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -110,7 +111,10 @@ def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
     one shard; writing through Zarr holds the encoded bytes (and a shard's
     assembly) besides the tile."""
     model = memory.model_of(target)
-    copies = 1 if model.raw else 1 + model.copies
+    if model.raw:  # the tile read is written as it is; an edge chunk is padded first
+        copies = int(any(n % c for n, c in zip(target.shape, target.chunks)))
+    else:  # encoded chunks, and a shard's (or a compressor's) assembled bytes
+        copies = model.copies
     return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
                             out_unit=model.write_unit or tuple(target.chunks), out_copies=copies)
 
@@ -213,21 +217,30 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     batch = a.shape[:-2]
     ones = (1,) * len(batch)
     itemsize = np.dtype(out_dtype).itemsize
+    smallest = memory.min_tile_bytes(budget)
+    bound = memory.task_bound(math.prod(batch) * (m * k + k * n) * itemsize, budget)
+    cost = None
     for tm, tn, tk in _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
+        tm, tn, tk = min(tm, m), min(tn, n), min(tk, k)
         a_tile = ones + ((tk, tm) if ta else (tm, tk))
         b_tile = ones + ((tn, tk) if tb else (tk, tn))
         out_bytes = tm * tn * itemsize
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
+        # tiles too small to be worth a read, or graphs too large: never planned
+        if (min(tm * tk, m * k) * itemsize < min(smallest, m * k * itemsize) and cost is not None
+                or n_out * math.ceil(k / tk) > bound and cost is not None):
+            continue
         splits = 1
         if n_out < 2 * workers:
             splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
         # accumulator, product of the current pair, encoded output
-        cost = memory.task_cost("dot", (tm, tn, tk), [(a, a_tile), (b, b_tile)], out_bytes, 3,
-                                workers)
-        # partial sums waiting for their combine task
-        waiting = FAN_IN * out_bytes if splits > 1 else 0
-        if cost.total + waiting <= budget:
-            return ones + (tm, tn), tk, splits, cost
+        cost = memory.task_cost("dot", (tm, tn, tk), [(a, a_tile), (b, b_tile)], out_bytes, 3, 1)
+        # partial sums waiting for their combine task, and the op's own overhead
+        waiting = (FAN_IN * out_bytes if splits > 1 else 0) + memory.op_overhead(budget)
+        at_once = min(workers, (budget - waiting) // max(cost.task_bytes, 1))
+        if at_once >= 1:  # fewer tasks at once before smaller tiles
+            return ones + (tm, tn), tk, splits, dataclasses.replace(
+                cost, fixed=waiting, tasks_at_once=at_once, tasks=n_out * splits)
     memory.check_fits(cost, budget - waiting)
     raise memory.BudgetError(
         f"jask.dot: partial sums of {FAN_IN} x {out_bytes} bytes do not fit the budget "
