@@ -7,8 +7,12 @@ tile is read with one positioned read per chunk of just the rows it needs
 the tile spans whole chunk rows, and written with one ``write`` per chunk,
 which made jask's ops 3-4x faster than ``zarr.Array`` indexing, whose
 per-chunk overhead dominated jask's tasks. Any other store (compressed,
-sharded, Zarr v2, F order, remote, big-endian) goes through ``zarr.Array``,
-a few chunks per call so that Zarr never decodes many chunks at once.
+Zarr v2, F order) whose chunks are single local files is decoded here, a
+chunk at a time in the task's own thread, with numcodecs (zstd, blosc,
+gzip); anything else (sharded, filters, other codecs, remote, big-endian)
+goes through ``zarr.Array``, a few chunks per call so that Zarr never
+decodes many chunks at once. Writes go through Zarr unless the store is
+uncompressed and C-order.
 Chunk files written here are laid out as Zarr lays them out, so every Zarr
 reader opens them (Zarr itself may skip chunks that hold only the fill
 value; such missing files read as the fill value here too).
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 
 import math
 
+import numcodecs
 import numpy as np
 import zarr
 from zarr.codecs import BytesCodec
@@ -41,7 +46,8 @@ ZARR_GROUP_BYTES = 2**20
 
 @dataclass(frozen=True)
 class RawLayout:
-    """Where each chunk of an uncompressed local Zarr v3 array lives."""
+    """Where each chunk of a local Zarr array whose chunks are single files
+    lives, and how a file's bytes become the chunk."""
 
     root: str
     shape: tuple
@@ -49,6 +55,13 @@ class RawLayout:
     dtype: np.dtype
     fill_value: object
     encode_key: object  # (chunk index) -> "c/0/1"
+    decoder: object = None  # a numcodecs codec for compressed chunks; None: plain bytes
+    order: str = "C"
+
+    @property
+    def plain(self) -> bool:
+        """Chunk files hold the chunk's bytes in C order: byte ranges work."""
+        return self.decoder is None and self.order == "C"
 
     def path(self, index: tuple) -> str:
         return os.path.join(self.root, *self.encode_key(index).split("/"))
@@ -58,25 +71,47 @@ _layouts: dict[str, RawLayout | None] = {}
 _lock = threading.Lock()
 
 
+def _decoder(arr):
+    """(numcodecs codec or None, order) when each chunk is one file that a
+    single codec decodes to the chunk's little-endian bytes; else None."""
+    meta = arr.metadata
+    if meta.zarr_format == 2:
+        if meta.filters or not np.dtype(arr.dtype).isnative:
+            return None
+        return meta.compressor, meta.order
+    codecs = meta.codecs
+    if (not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2
+            or codecs[0].endian not in (None,) and codecs[0].endian.value != "little"
+            or getattr(meta, "storage_transformers", ())):
+        return None
+    if len(codecs) == 1:
+        return None, "C"
+    codec = codecs[1]
+    if isinstance(codec, zarr.codecs.ZstdCodec):
+        return numcodecs.Zstd(level=codec.level, checksum=codec.checksum), "C"
+    if isinstance(codec, zarr.codecs.BloscCodec):
+        return numcodecs.Blosc(), "C"  # blosc frames describe themselves
+    if isinstance(codec, zarr.codecs.GzipCodec):
+        return numcodecs.GZip(level=codec.level), "C"
+    return None
+
+
 def _raw_layout(path: str) -> RawLayout | None:
-    """The raw layout of a store, or None when Zarr's codecs are needed."""
+    """The file layout of a store, or None when Zarr's own pipeline is
+    needed (sharded, filters, other codecs, remote stores, big-endian)."""
     try:
         return _layouts[path]
     except KeyError:
         pass
     arr = open_array(path)
-    meta = arr.metadata
     layout = None
-    codecs = getattr(meta, "codecs", None)
-    if (getattr(meta, "zarr_format", None) == 3 and isinstance(arr.store, LocalStore)
-            and codecs is not None and len(codecs) == 1 and isinstance(codecs[0], BytesCodec)
-            and (codecs[0].endian is None or codecs[0].endian.value == "little")
-            and np.dtype(arr.dtype).isnative and np.little_endian
-            and not getattr(meta, "storage_transformers", ())
+    found = _decoder(arr) if isinstance(arr.store, LocalStore) else None
+    if (found is not None and np.dtype(arr.dtype).isnative and np.little_endian
             and arr.shape and all(c > 0 for c in arr.chunks)):
-        layout = RawLayout(os.fspath(arr.store.root / arr.path) if arr.path else os.fspath(arr.store.root),
-                           tuple(arr.shape), tuple(arr.chunks), np.dtype(arr.dtype),
-                           arr.fill_value, meta.encode_chunk_key)
+        root = os.fspath(arr.store.root / arr.path) if arr.path else os.fspath(arr.store.root)
+        fill = arr.fill_value if arr.fill_value is not None else 0
+        layout = RawLayout(root, tuple(arr.shape), tuple(arr.chunks), np.dtype(arr.dtype),
+                           fill, arr.metadata.encode_chunk_key, *found)
     with _lock:
         _layouts[path] = layout
     return layout
@@ -131,8 +166,12 @@ def _describe(store) -> memory.ReadModel:
     shards = getattr(arr, "shards", None)
     if shards:
         codec += f", sharded {tuple(shards)}"
-    return memory.ReadModel(shape, unit, itemsize, raw=_raw_layout(store.path) is not None,
-                            copies=copies, group=_group(unit, itemsize),
+    layout = _raw_layout(store.path)
+    group = _group(unit, itemsize)
+    if layout is not None and not layout.plain:  # decoded here, a chunk at a time
+        copies, group = memory.DECODED_COPIES, 1
+    return memory.ReadModel(shape, unit, itemsize, raw=layout is not None and layout.plain,
+                            copies=copies, group=group,
                             write_unit=tuple(shards or unit), codec=codec, path=store.path)
 
 
@@ -197,6 +236,35 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
     return out
 
 
+def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray:
+    """One whole compressed chunk, decoded in this thread straight into its
+    array (Zarr would decode on its own threads, each of which then keeps
+    freed chunk buffers in its own malloc arena)."""
+    chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
+    path = layout.path(index)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
+        chunk.fill(layout.fill_value)
+        return chunk
+    flat = chunk.reshape(-1, order="A")
+    if layout.decoder is None:
+        flat.view(np.uint8)[:] = np.frombuffer(data, np.uint8)
+    else:
+        layout.decoder.decode(data, out=flat.view(np.uint8))
+    return chunk
+
+
+def _read_decoded(layout: RawLayout, region: tuple) -> np.ndarray:
+    """A tile of a store whose chunk files must be decoded whole."""
+    out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
+    for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
+        src, dst = _overlap(index, region, layout.chunks)
+        out[dst] = _load_decoded(layout, index)[src]
+    return out
+
+
 def _split(region: tuple, unit: tuple, most: int) -> list[tuple]:
     """``region`` cut at chunk boundaries into pieces of at most ``most`` chunks.
 
@@ -247,7 +315,9 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
     layout = _raw_layout(store.path)
     if layout is None:
         return _read_zarr(store, region)
-    return _read_raw(layout, region)
+    if layout.plain:
+        return _read_raw(layout, region)
+    return _read_decoded(layout, region)
 
 
 def _overlap(index: tuple, region: tuple, chunks: tuple) -> tuple[tuple, tuple]:
@@ -294,7 +364,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
              [0., 1.]])
     """
     layout = _raw_layout(store.path)
-    whole = layout is not None and all(
+    whole = layout is not None and layout.plain and all(
         s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
         for s, c, n in zip(region, layout.chunks, layout.shape))
     if not whole:

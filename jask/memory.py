@@ -50,6 +50,9 @@ MAX_CHUNK_BYTES = 128 * 2**20
 #: its size, but ops over compressed stores measured 1.5x a 2-copy model).
 ZARR_COPIES = 3
 COMPRESSED_COPIES = 4
+#: Chunk-sized buffers held while jask decodes a compressed chunk file itself:
+#: its encoded bytes and the decoded chunk.
+DECODED_COPIES = 2
 #: No tile is planned smaller than this (or budget / MIN_TILE_FRACTION when
 #: that is smaller, or the whole array): below it per-task overhead, not the
 #: disk, sets the speed, and the graph grows without bound.
