@@ -11,8 +11,8 @@ Zarr v2, F order) whose chunks are single local files is decoded here, a
 chunk at a time in the task's own thread, with numcodecs (zstd, blosc,
 gzip); anything else (sharded, filters, other codecs, remote, big-endian)
 goes through ``zarr.Array``, a few chunks per call so that Zarr never
-decodes many chunks at once. Writes go through Zarr unless the store is
-uncompressed and C-order.
+decodes many chunks at once. Whole chunks are written the same way (encoded
+here for zstd, gzip and v2 compressors), anything else through Zarr.
 Chunk files written here are laid out as Zarr lays them out, so every Zarr
 reader opens them (Zarr itself may skip chunks that hold only the fill
 value; such missing files read as the fill value here too).
@@ -57,6 +57,7 @@ class RawLayout:
     encode_key: object  # (chunk index) -> "c/0/1"
     decoder: object = None  # a numcodecs codec for compressed chunks; None: plain bytes
     order: str = "C"
+    encodes: bool = True  # whether write() may encode chunks as Zarr would here
 
     @property
     def plain(self) -> bool:
@@ -72,27 +73,30 @@ _lock = threading.Lock()
 
 
 def _decoder(arr):
-    """(numcodecs codec or None, order) when each chunk is one file that a
-    single codec decodes to the chunk's little-endian bytes; else None."""
+    """(numcodecs codec or None, order, whether jask may write chunks) when
+    each chunk is one file that a single codec decodes to the chunk's
+    little-endian bytes; else None."""
     meta = arr.metadata
     if meta.zarr_format == 2:
         if meta.filters or not np.dtype(arr.dtype).isnative:
             return None
-        return meta.compressor, meta.order
+        return meta.compressor, meta.order, True
     codecs = meta.codecs
     if (not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2
             or codecs[0].endian not in (None,) and codecs[0].endian.value != "little"
             or getattr(meta, "storage_transformers", ())):
         return None
     if len(codecs) == 1:
-        return None, "C"
+        return None, "C", True
     codec = codecs[1]
     if isinstance(codec, zarr.codecs.ZstdCodec):
-        return numcodecs.Zstd(level=codec.level, checksum=codec.checksum), "C"
+        return numcodecs.Zstd(level=codec.level, checksum=codec.checksum), "C", True
     if isinstance(codec, zarr.codecs.BloscCodec):
-        return numcodecs.Blosc(), "C"  # blosc frames describe themselves
+        # blosc frames describe themselves: any Blosc decodes them, but
+        # writing is left to Zarr, which knows the store's settings
+        return numcodecs.Blosc(), "C", False
     if isinstance(codec, zarr.codecs.GzipCodec):
-        return numcodecs.GZip(level=codec.level), "C"
+        return numcodecs.GZip(level=codec.level), "C", True
     return None
 
 
@@ -364,7 +368,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
              [0., 1.]])
     """
     layout = _raw_layout(store.path)
-    whole = layout is not None and layout.plain and all(
+    whole = layout is not None and layout.encodes and all(
         s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
         for s, c, n in zip(region, layout.chunks, layout.shape))
     if not whole:
@@ -375,11 +379,16 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         src = tuple(slice(i * c - s.start, min((i + 1) * c, n) - s.start)
                     for i, c, s, n in zip(index, layout.chunks, region, layout.shape))
         part = block[src]
-        if part.shape != layout.chunks:  # edge chunk: Zarr stores it full size
-            full = np.full(layout.chunks, layout.fill_value, dtype=layout.dtype)
+        if part.shape != layout.chunks or not layout.plain:
+            # an edge chunk is stored full size; a compressed one in its order
+            full = np.full(layout.chunks, layout.fill_value, dtype=layout.dtype,
+                           order=layout.order)
             full[tuple(slice(0, d) for d in part.shape)] = part
             part = full
+        data = np.ascontiguousarray(part) if layout.plain else part.reshape(-1, order="A")
+        if layout.decoder is not None:  # compressed here, in the task's thread
+            data = layout.decoder.encode(data.view(np.uint8))
         path = layout.path(index)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb", buffering=0) as f:
-            f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
+            f.write(memoryview(data).cast("B"))

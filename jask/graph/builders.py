@@ -111,8 +111,8 @@ def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
     one shard; writing through Zarr holds the encoded bytes (and a shard's
     assembly) besides the tile."""
     model = memory.model_of(target)
-    if model.raw:  # the tile read is written as it is; an edge chunk is padded first
-        copies = int(any(n % c for n, c in zip(target.shape, target.chunks)))
+    if model.raw:  # one chunk of the tile made contiguous (or padded at an edge)
+        copies = 1
     else:  # encoded chunks, and a shard's (or a compressor's) assembled bytes
         copies = model.copies
     return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
