@@ -74,6 +74,39 @@ def test_planner_fits_or_refuses_fast(tmp_path, case):
         assert tasks == cost.tasks <= memory.task_bound(data, budget)
         tile_bytes = math.prod(tile) * np.dtype(dtype).itemsize
         assert tile_bytes >= min(memory.min_tile_bytes(budget), data)
+    _check_transpose_copy_and_dot(stores, shape, dtype, budget, workers)
+
+
+def _timed(plan, budget):
+    """Run a planner: within a second, a plan that fits, or a BudgetError."""
+    start = time.perf_counter()
+    try:
+        result = plan()
+    except memory.BudgetError as err:
+        assert "budget of" in str(err)
+        result = None
+    assert time.perf_counter() - start < 1.0
+    return result
+
+
+def _check_transpose_copy_and_dot(stores, shape, dtype, budget, workers):
+    first, last = stores[0], stores[-1]
+    axes = tuple(reversed(range(len(shape))))
+    data = math.prod(shape) * np.dtype(dtype).itemsize
+    for plan in (lambda: builders.transpose_chunks(first, axes, budget, workers),
+                 lambda: builders.copy_chunks(last, first, budget, workers)):
+        result = _timed(plan, budget)
+        if result is not None:
+            tile, cost = result
+            assert cost.total <= budget and cost.tasks <= memory.task_bound(data, budget)
+    if len(shape) == 2:  # first @ first.T: (m, k) x (k, m)
+        result = _timed(lambda: builders.dot_plan(first, first, False, True, dtype, budget,
+                                                  workers), budget)
+        if result is not None:
+            chunks, tk, splits, cost = result
+            assert cost.total <= budget and 1 <= cost.tasks_at_once <= workers
+            tasks = cost.tasks // splits * math.ceil(shape[1] / tk)
+            assert tasks <= memory.task_bound(2 * data, budget) or tuple(chunks) == (shape[0],) * 2
 
 
 def test_the_runaway_of_issue_8_is_gone():

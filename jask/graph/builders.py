@@ -200,6 +200,7 @@ def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
     side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
     yield min(m, side), min(n, side), min(k, side)
     yield from memory.shrinking(aligned)
+    yield m, n, k  # one task per batch entry: always within the task bound
 
 
 def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
@@ -227,8 +228,9 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         out_bytes = tm * tn * itemsize
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
         # tiles too small to be worth a read, or graphs too large: never planned
-        if (min(tm * tk, m * k) * itemsize < min(smallest, m * k * itemsize) and cost is not None
-                or n_out * math.ceil(k / tk) > bound and cost is not None):
+        whole = (tm, tn, tk) == (m, n, k)
+        if not whole and (tm * tk * itemsize < min(smallest, m * k * itemsize)
+                          or n_out * math.ceil(k / tk) > bound):
             continue
         splits = 1
         if n_out < 2 * workers:
