@@ -7,9 +7,10 @@ tile is read with one positioned read per chunk of just the rows it needs
 the tile spans whole chunk rows, and written with one ``write`` per chunk,
 which made jask's ops 3-4x faster than ``zarr.Array`` indexing, whose
 per-chunk overhead dominated jask's tasks. Any other store (compressed,
-Zarr v2, F order) whose chunks are single local files is decoded here, a
-chunk at a time in the task's own thread, with numcodecs (zstd, blosc,
-gzip); anything else (sharded, filters, other codecs, remote, big-endian)
+Zarr v2, F order, sharded) whose chunks are single local files or byte
+ranges of shard files is decoded here, a chunk at a time in the task's own
+thread, with numcodecs (zstd, blosc, gzip); anything else (filters, other
+codecs, remote, big-endian)
 goes through ``zarr.Array``, a few chunks per call so that Zarr never
 decodes many chunks at once. Whole chunks are written the same way (encoded
 here for zstd, gzip and v2 compressors), anything else through Zarr.
@@ -32,7 +33,7 @@ import math
 import numcodecs
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec
+from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from jask import memory
@@ -58,45 +59,93 @@ class RawLayout:
     decoder: object = None  # a numcodecs codec for compressed chunks; None: plain bytes
     order: str = "C"
     encodes: bool = True  # whether write() may encode chunks as Zarr would here
+    # (shard shape, inner chunk shape, index at the end, index has a crc32c)
+    shard: tuple | None = None
 
     @property
     def plain(self) -> bool:
         """Chunk files hold the chunk's bytes in C order: byte ranges work."""
-        return self.decoder is None and self.order == "C"
+        return self.decoder is None and self.order == "C" and self.shard is None
 
     def path(self, index: tuple) -> str:
         return os.path.join(self.root, *self.encode_key(index).split("/"))
+
+    def chunk_data(self, index: tuple) -> bytes | None:
+        """The encoded bytes of chunk ``index`` (None: not written)."""
+        if self.shard is None:
+            try:
+                with open(self.path(index), "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+        shards, inner, at_end, crc = self.shard
+        per = tuple(s // c for s, c in zip(shards, inner))
+        where = tuple(i // p for i, p in zip(index, per))
+        slot = int(np.ravel_multi_index(tuple(i % p for i, p in zip(index, per)), per))
+        try:
+            fd = os.open(self.path(where), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = math.prod(per) * 16 + (4 if crc else 0)
+            base = os.fstat(fd).st_size - size if at_end else 0
+            offset, nbytes = np.frombuffer(os.pread(fd, 16, base + 16 * slot), "<u8")
+            if offset == np.uint64(2**64 - 1):  # an inner chunk never written
+                return None
+            return os.pread(fd, int(nbytes), int(offset))
+        finally:
+            os.close(fd)
 
 
 _layouts: dict[str, RawLayout | None] = {}
 _lock = threading.Lock()
 
 
-def _decoder(arr):
-    """(numcodecs codec or None, order, whether jask may write chunks) when
-    each chunk is one file that a single codec decodes to the chunk's
-    little-endian bytes; else None."""
+def _decoder(arr) -> dict | None:
+    """How jask itself reads a local store's chunk files: the RawLayout
+    fields (``decoder``, ``order``, ``encodes``, ``shard``) when each chunk
+    is one file (or one byte range of a shard file) that a single codec
+    decodes to the chunk's little-endian bytes; else None."""
     meta = arr.metadata
     if meta.zarr_format == 2:
         if meta.filters or not np.dtype(arr.dtype).isnative:
             return None
-        return meta.compressor, meta.order, True
+        return dict(decoder=meta.compressor, order=meta.order)
     codecs = meta.codecs
+    if getattr(meta, "storage_transformers", ()) or not codecs:
+        return None
+    shard = None
+    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+        sharding = codecs[0]
+        index_types = [type(c).__name__ for c in sharding.index_codecs]
+        if index_types not in (["BytesCodec"], ["BytesCodec", "Crc32cCodec"]):
+            return None
+        shard = (tuple(arr.shards), tuple(sharding.chunk_shape),
+                 sharding.index_location.value == "end", len(index_types) == 2)
+        codecs = sharding.codecs
+    found = _single_codec(codecs)
+    if found is None:
+        return None
+    decoder, encodes = found
+    return dict(decoder=decoder, encodes=encodes and shard is None, shard=shard)
+
+
+def _single_codec(codecs) -> tuple | None:
+    """(numcodecs codec or None, whether jask may encode) for [bytes, codec?]."""
     if (not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2
-            or codecs[0].endian not in (None,) and codecs[0].endian.value != "little"
-            or getattr(meta, "storage_transformers", ())):
+            or codecs[0].endian is not None and codecs[0].endian.value != "little"):
         return None
     if len(codecs) == 1:
-        return None, "C", True
+        return None, True
     codec = codecs[1]
     if isinstance(codec, zarr.codecs.ZstdCodec):
-        return numcodecs.Zstd(level=codec.level, checksum=codec.checksum), "C", True
+        return numcodecs.Zstd(level=codec.level, checksum=codec.checksum), True
     if isinstance(codec, zarr.codecs.BloscCodec):
         # blosc frames describe themselves: any Blosc decodes them, but
         # writing is left to Zarr, which knows the store's settings
-        return numcodecs.Blosc(), "C", False
+        return numcodecs.Blosc(), False
     if isinstance(codec, zarr.codecs.GzipCodec):
-        return numcodecs.GZip(level=codec.level), "C", True
+        return numcodecs.GZip(level=codec.level), True
     return None
 
 
@@ -115,7 +164,7 @@ def _raw_layout(path: str) -> RawLayout | None:
         root = os.fspath(arr.store.root / arr.path) if arr.path else os.fspath(arr.store.root)
         fill = arr.fill_value if arr.fill_value is not None else 0
         layout = RawLayout(root, tuple(arr.shape), tuple(arr.chunks), np.dtype(arr.dtype),
-                           fill, arr.metadata.encode_chunk_key, *found)
+                           fill, arr.metadata.encode_chunk_key, **found)
     with _lock:
         _layouts[path] = layout
     return layout
@@ -241,15 +290,13 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
 
 
 def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray:
-    """One whole compressed chunk, decoded in this thread straight into its
-    array (Zarr would decode on its own threads, each of which then keeps
-    freed chunk buffers in its own malloc arena)."""
+    """One whole compressed chunk (or inner chunk of a shard), decoded in
+    this thread straight into its array (Zarr would decode on its own
+    threads, each of which then keeps freed chunk buffers in its own malloc
+    arena)."""
     chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
-    path = layout.path(index)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
+    data = layout.chunk_data(index)
+    if data is None:  # Zarr leaves chunks of only fill_value unwritten
         chunk.fill(layout.fill_value)
         return chunk
     flat = chunk.reshape(-1, order="A")
@@ -342,7 +389,7 @@ def prefetch(store: StoreSpec, region: tuple) -> None:
     Stores that go through Zarr are left alone.
     """
     layout = _raw_layout(store.path)
-    if layout is None or not hasattr(os, "posix_fadvise"):
+    if layout is None or layout.shard is not None or not hasattr(os, "posix_fadvise"):
         return
     for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
         try:

@@ -22,6 +22,8 @@ LAYOUTS = {
     "blosc": dict(chunks=(33, 203), compressors=zarr.codecs.BloscCodec()),
     "gzip": dict(chunks=(128, 16), compressors=zarr.codecs.GzipCodec()),
     "sharded": dict(chunks=(20, 30), shards=(40, 90)),
+    "sharded plain": dict(chunks=(64, 50), shards=(128, 200), compressors=None),
+    "sharded blosc": dict(chunks=(32, 32), shards=(64, 64), compressors=zarr.codecs.BloscCodec()),
     "v2 C": dict(chunks=(45, 45), zarr_format=2),
     "v2 F": dict(chunks=(45, 60), zarr_format=2, order="F"),
     "v2 plain F": dict(chunks=(100, 100), zarr_format=2, order="F", compressors=None),
@@ -79,10 +81,10 @@ def test_update_into_a_user_store_keeps_its_layout(tmp_path, budget, layout):
 
 
 def test_missing_chunks_read_as_the_fill_value(tmp_path, budget):
-    for fmt in (2, 3):
-        path = str(tmp_path / f"sparse{fmt}.zarr")
+    for fmt, extra in [(2, {}), (3, {}), (3, {"shards": (60, 60)})]:
+        path = str(tmp_path / f"sparse{fmt}{len(extra)}.zarr")
         z = zarr.create_array(store=path, shape=(100, 100), chunks=(30, 30), dtype="float32",
-                              fill_value=7.0, zarr_format=fmt)
+                              fill_value=7.0, zarr_format=fmt, **extra)
         z[0:30, 0:30] = 1.0
         expected = np.full((100, 100), 7.0, np.float32)
         expected[0:30, 0:30] = 1.0
