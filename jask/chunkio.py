@@ -223,8 +223,12 @@ def _describe(store) -> memory.ReadModel:
     group = _group(unit, itemsize)
     if layout is not None and not layout.plain:  # decoded here, a chunk at a time
         copies, group = memory.DECODED_COPIES, 1
+    if layout is not None and layout.encodes:  # one chunk padded/encoded at a time
+        write_copies = 1 if layout.plain else memory.DECODED_COPIES
+    else:
+        write_copies = memory.ZARR_WRITE_COPIES
     return memory.ReadModel(shape, unit, itemsize, raw=layout is not None and layout.plain,
-                            copies=copies, group=group,
+                            copies=copies, group=group, write_copies=write_copies,
                             write_unit=tuple(shards or unit), codec=codec, path=store.path)
 
 

@@ -111,12 +111,9 @@ def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
     one shard; writing through Zarr holds the encoded bytes (and a shard's
     assembly) besides the tile."""
     model = memory.model_of(target)
-    if model.raw:  # one chunk of the tile made contiguous (or padded at an edge)
-        copies = 1
-    else:  # encoded chunks, and a shard's (or a compressor's) assembled bytes
-        copies = model.copies
     return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
-                            out_unit=model.write_unit or tuple(target.chunks), out_copies=copies)
+                            out_unit=model.write_unit or tuple(target.chunks),
+                            out_copies=model.write_copies)
 
 
 def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose",
