@@ -68,13 +68,13 @@ OP_OVERHEAD_BYTES = 4 * 2**20
 
 
 def op_overhead(budget: int) -> int:
-    """Bytes an op holds besides its tasks (at most an eighth of the budget).
+    """Bytes an op holds besides its tasks (at most a quarter of the budget).
 
     Example:
       >>> op_overhead(10**9), op_overhead(64_000)
-      (4194304, 8000)
+      (4194304, 16000)
     """
-    return min(OP_OVERHEAD_BYTES, budget // 8)
+    return min(OP_OVERHEAD_BYTES, budget // 4)
 
 
 def min_tile_bytes(budget: int) -> int:

@@ -226,7 +226,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
         # tiles too small to be worth a read, or graphs too large: never planned
         whole = (tm, tn, tk) == (m, n, k)
-        if not whole and (tm * tk * itemsize < min(smallest, m * k * itemsize)
+        if not whole and (2 * tm * tk * itemsize < min(smallest, m * k * itemsize)
                           or n_out * math.ceil(k / tk) > bound):
             continue
         splits = 1
