@@ -214,7 +214,13 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
 def model_of(store) -> ReadModel:
     """The read model of a store: :func:`jask.chunkio.read_model` once
     chunkio is imported (it registers itself here, so this module needs no
-    Zarr), else an uncompressed store read through Zarr."""
+    Zarr), else an uncompressed store read through Zarr.
+
+    Example:
+      >>> from types import SimpleNamespace as S
+      >>> model_of(S(path="", shape=(8, 8), chunks=(4, 8), dtype="float64")).unit_bytes
+      256
+    """
     if describe is not None:
         return describe(store)
     return ReadModel(tuple(store.shape), tuple(store.chunks), np.dtype(store.dtype).itemsize)

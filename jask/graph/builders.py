@@ -109,7 +109,13 @@ def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
     """Tiles for copying ``source`` into the existing layout of ``target``:
     whole shards (or chunks) of the target per task, so no two tasks write
     one shard; writing through Zarr holds the encoded bytes (and a shard's
-    assembly) besides the tile."""
+    assembly) besides the tile.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 1000), np.dtype("float32"), (250, 1000))
+      >>> copy_chunks(x, x, 10**8, 2)[0][0] % 250
+      0
+    """
     model = memory.model_of(target)
     return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
                             out_unit=model.write_unit or tuple(target.chunks),
