@@ -96,7 +96,14 @@ def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
                      out_copies: int = 2) -> tuple[tuple, memory.TileCost]:
     """Output tiles for a permuted copy (see :func:`jask.plan.plan_blockwise`):
     a task holds the tile read, its transposed copy and what writing it
-    takes. ``out_unit``: tiles of whole write units of an existing output."""
+    takes. ``out_unit``: tiles of whole write units of an existing output.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 2000), np.dtype("float32"), (1000, 250))
+      >>> tile, cost = transpose_chunks(x, (1, 0), 10**8, 2)
+      >>> tile[1] % 1000 == 0 or tile[1] == 1000, cost.total <= 10**8
+      (True, True)
+    """
     from jask.plan import plan_blockwise
     shape = tuple(source.shape[a] for a in axes)
     follows = tuple(int(i) for i in np.argsort(axes))  # source axis i is output axis follows[i]
