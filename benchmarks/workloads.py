@@ -206,8 +206,10 @@ def main(argv=None) -> int:
         j = run_case("benchmarks.workloads", "jask_case", common, timeout=1800)
         d = run_case("benchmarks.workloads", "dask_case", common, timeout=1800)
         shutil.rmtree(scratch, ignore_errors=True)
-        cell = (lambda r, k: r.get("error", "")[:40] if "error" in r else
-                (f"{r[k]:.2f}" if k == "wall_s" else format_bytes(r[k])))
+        def cell(r, k):
+            if "error" in r:
+                return r["error"][:40]
+            return f"{r[k]:.2f}" if k == "wall_s" else format_bytes(r[k])
         ratio = (f"{j['wall_s'] / d['wall_s']:.2f}"
                  if "wall_s" in j and "wall_s" in d else "")
         rows.append((model, cell(j, "wall_s"), cell(j, "peak_rss"),

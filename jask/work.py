@@ -88,7 +88,7 @@ def blockwise_tile(op, shape, dtype, operands, out_axes, reducer, held, config):
     tile, cost = plan_with(held)
     if reducer is not None:
         waiting = builders.FAN_IN * bw.partial_bytes(tile, out_axes, dtype)
-        if cost.total + held + waiting > config.max_memory:
+        if cost.total + waiting > config.max_memory:  # total counts the fixed bytes
             tile, cost = plan_with(held + waiting)
     return tile, cost
 
@@ -296,8 +296,7 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
     target, source = stores
     if target.path == source.path:
         return target
-    cost = _copy_cost(target, source, config)
-    memory.check_fits(cost, config.max_memory)
+    tile, cost = builders.copy_chunks(target, source, config.max_memory, config.workers)
     folder, name = os.path.split(target.path)
     staging = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
     if target.managed:  # jask's own layout: no need to ask Zarr what it is
@@ -306,7 +305,7 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
         _create_like(zarr.open_array(target.path, mode="r"), staging)
         tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
     try:
-        dsk, keys = builders.copy_graph(tmp, source)
+        dsk, keys = builders.copy_graph(tmp, source, tile=tile)
         graph.run(dsk, keys, config.workers, cost)
     except BaseException:
         storage.discard(tmp)
@@ -329,11 +328,6 @@ def _create_like(original: zarr.Array, path: str) -> None:
                       dtype=original.dtype, compressors=original.compressors,
                       filters=original.filters, fill_value=original.fill_value,
                       attributes=dict(original.attrs), zarr_format=meta.zarr_format, **extra)
-
-
-def _copy_cost(target, source, config: Config) -> memory.TileCost:
-    return memory.task_cost("update_", target.chunks, [(source, target.chunks)],
-                            memory.nbytes(target.chunks, target.dtype), 2, config.workers)
 
 
 def _swap(new: str, target: str) -> None:

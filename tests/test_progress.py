@@ -38,12 +38,13 @@ def test_off_by_default_and_silent(tiled, capsys):
 def test_show_progress_draws_one_bar_per_op_to_stderr(tiled, capsys):
     assert jask.show_progress(True, min_tasks=2) is False
     try:
-        jask.sum(tiled * tiled)
+        product = tiled * tiled
+        jask.sum(product)
     finally:
         assert jask.show_progress(False) is True
     bars = _bars(capsys.readouterr().err)
     assert [b.split(":")[0] for b in bars] == ["jask-multiply", "jask-sum"]
-    n = _tiles(tiled)
+    n = _tiles(product)  # one task per tile of the output (the planner's tiles)
     assert f"{n}/{n}" in bars[0]
 
 
@@ -125,7 +126,7 @@ def test_distributed_client_counts_output_tiles(tiled):
         b = tiled + tiled
     np.testing.assert_array_equal(b.to_numpy()[::100, ::100], 2.0)
     bars = _bars(out.getvalue())
-    n = _tiles(tiled)
+    n = _tiles(b)  # one task per tile of the output
     assert bars and bars[0].startswith("jask-add") and f"{n}/{n}" in bars[0]
 
 

@@ -71,10 +71,10 @@ def test_training_step_runs_on_the_cluster(client, rng):
 
 def test_worker_memory_limit_below_a_task_is_a_clear_error(tmp_path, rng):
     jask.set_memory_budget("64MB", scratch_dir=str(tmp_path / "scratch"))
-    x = rand(rng, (1000, 1000), np.float32)  # one 4 MB chunk: a task holds ~28 MB
+    x = rand(rng, (1000, 1000), np.float32)  # a task of tiles >= 1 MiB holds >= 4 MiB
     a = jask.from_numpy(x)
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=":0", memory_limit="16MB") as small, Client(small):
+                      dashboard_address=":0", memory_limit="4MB") as small, Client(small):
         with pytest.raises(jask.BudgetError, match=r"jask.add: a task holds \d+ bytes.*"
                                                    r"memory limit of \d+ bytes for 2 threads"):
             a + a

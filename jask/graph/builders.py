@@ -7,6 +7,7 @@ before anything is written; each ``*_graph`` builder lays out the tasks.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -57,36 +58,60 @@ def default_chunks(shape, dtype, budget: int, workers: int) -> tuple:
 
 
 def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
-                     op: str = "transpose") -> tuple[tuple, memory.TileCost]:
-    """Output chunks for a permuted copy: the source's chunks, permuted,
-    else the default, else smaller tiles."""
+                     op: str = "transpose", out_unit: tuple | None = None,
+                     out_copies: int = 2) -> tuple[tuple, memory.TileCost]:
+    """Output tiles for a permuted copy (see :func:`jask.plan.plan_blockwise`):
+    a task holds the tile read, its transposed copy and what writing it
+    takes. ``out_unit``: tiles of whole write units of an existing output.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 2000), np.dtype("float32"), (1000, 250))
+      >>> tile, cost = transpose_chunks(x, (1, 0), 10**8, 2)
+      >>> tile[1] % 1000 == 0 or tile[1] == 1000, cost.total <= 10**8
+      (True, True)
+    """
+    from jask.plan import plan_blockwise
     shape = tuple(source.shape[a] for a in axes)
-    inverse = tuple(int(i) for i in np.argsort(axes))
-    candidates = [tuple(source.chunks[a] for a in axes)]
-    candidates.extend(memory.shrinking(default_chunks(shape, source.dtype, budget, workers)))
-
-    def cost(tile):
-        source_tile = tuple(tile[i] for i in inverse)
-        # the tile read, its transposed copy, and the encoded bytes
-        return memory.task_cost(op, tile, [(source, source_tile)],
-                                memory.nbytes(tile, source.dtype), 2, workers)
-    return memory.first_fit(candidates, cost, budget)
+    follows = tuple(int(i) for i in np.argsort(axes))  # source axis i is output axis follows[i]
+    return plan_blockwise(op, shape, source.dtype, [(source, follows)], budget=budget,
+                          workers=workers, out_copies=out_copies, out_unit=out_unit)
 
 
-def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose"):
-    """out = transpose(source, axes), one task per output chunk."""
-    return chunk_graph(op, out, tasks.copy_block, source, tuple(axes))
+def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
+                op: str = "update_") -> tuple[tuple, memory.TileCost]:
+    """Tiles for copying ``source`` into the existing layout of ``target``:
+    whole shards (or chunks) of the target per task, so no two tasks write
+    one shard; writing through Zarr holds the encoded bytes (and a shard's
+    assembly) besides the tile.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 1000), np.dtype("float32"), (250, 1000))
+      >>> copy_chunks(x, x, 10**8, 2)[0][0] % 250
+      0
+    """
+    model = memory.model_of(target)
+    return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
+                            out_unit=model.write_unit or tuple(target.chunks),
+                            out_copies=model.write_copies)
 
 
-def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update"):
-    """out = source, chunk by chunk of out."""
-    return transpose_graph(out, source, tuple(range(len(out.shape))), op=op)
+def transpose_graph(out: StoreSpec, source: StoreSpec, axes: tuple, op: str = "transpose",
+                    tile: tuple | None = None):
+    """out = transpose(source, axes), one task per output tile (default:
+    per output chunk)."""
+    return chunk_graph(op, out, tasks.copy_block, source, tuple(axes), tile=tile)
+
+
+def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update", tile: tuple | None = None):
+    """out = source, one task per tile (default: per chunk of out)."""
+    return transpose_graph(out, source, tuple(range(len(out.shape))), op=op, tile=tile)
 
 
 # --- slicing and joining ----------------------------------------------------------
 
-def chunk_graph(op: str, out: StoreSpec, task, *args) -> tuple[dict, list]:
-    """One task per chunk of ``out``: ``task(out, region, *args)``.
+def chunk_graph(op: str, out: StoreSpec, task, *args, tile: tuple | None = None
+                ) -> tuple[dict, list]:
+    """One task per chunk of ``out`` (or per ``tile``): ``task(out, region, *args)``.
 
     Example:
       >>> out = StoreSpec("o", (5,), np.dtype("f4"), (2,))
@@ -96,7 +121,7 @@ def chunk_graph(op: str, out: StoreSpec, task, *args) -> tuple[dict, list]:
     """
     name = key_name(op, out.path)
     graph = {(name, i): (task, out, region, *args)
-             for i, region in enumerate(regions(out.shape, out.chunks))}
+             for i, region in enumerate(regions(out.shape, tile or out.chunks))}
     return graph, list(graph)
 
 
@@ -145,6 +170,7 @@ def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
     side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
     yield min(m, side), min(n, side), min(k, side)
     yield from memory.shrinking(aligned)
+    yield m, n, k  # one task per batch entry: always within the task bound
 
 
 def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
@@ -162,21 +188,31 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     batch = a.shape[:-2]
     ones = (1,) * len(batch)
     itemsize = np.dtype(out_dtype).itemsize
+    smallest = memory.min_tile_bytes(budget)
+    bound = memory.task_bound(math.prod(batch) * (m * k + k * n) * itemsize, budget)
+    cost = None
     for tm, tn, tk in _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
+        tm, tn, tk = min(tm, m), min(tn, n), min(tk, k)
         a_tile = ones + ((tk, tm) if ta else (tm, tk))
         b_tile = ones + ((tn, tk) if tb else (tk, tn))
         out_bytes = tm * tn * itemsize
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
+        # tiles too small to be worth a read, or graphs too large: never planned
+        whole = (tm, tn, tk) == (m, n, k)
+        if not whole and (2 * tm * tk * itemsize < min(smallest, m * k * itemsize)
+                          or n_out * math.ceil(k / tk) > bound):
+            continue
         splits = 1
         if n_out < 2 * workers:
             splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
         # accumulator, product of the current pair, encoded output
-        cost = memory.task_cost("dot", (tm, tn, tk), [(a, a_tile), (b, b_tile)], out_bytes, 3,
-                                workers)
-        # partial sums waiting for their combine task
-        waiting = FAN_IN * out_bytes if splits > 1 else 0
-        if cost.total + waiting <= budget:
-            return ones + (tm, tn), tk, splits, cost
+        cost = memory.task_cost("dot", (tm, tn, tk), [(a, a_tile), (b, b_tile)], out_bytes, 3, 1)
+        # partial sums waiting for their combine task, and the op's own overhead
+        waiting = (FAN_IN * out_bytes if splits > 1 else 0) + memory.op_overhead(budget)
+        at_once = min(workers, (budget - waiting) // max(cost.task_bytes, 1))
+        if at_once >= 1:  # fewer tasks at once before smaller tiles
+            return ones + (tm, tn), tk, splits, dataclasses.replace(
+                cost, fixed=waiting, tasks_at_once=at_once, tasks=n_out * splits)
     memory.check_fits(cost, budget - waiting)
     raise memory.BudgetError(
         f"jask.dot: partial sums of {FAN_IN} x {out_bytes} bytes do not fit the budget "

@@ -39,10 +39,11 @@ class _TrackedPool(Executor):
     failure we can wait for those still running before the caller removes
     the half-written output."""
 
-    def __init__(self, pool: ThreadPoolExecutor):
+    def __init__(self, pool: ThreadPoolExecutor, limit: int):
         self._pool = pool
         self.futures: list[Future] = []
-        self._max_workers = pool._max_workers  # what dask.threaded.get reads
+        # what dask.threaded.get reads as the most tasks to run at once
+        self._max_workers = max(1, min(limit, pool._max_workers))
 
     def submit(self, fn, /, *args, **kwargs):
         future = self._pool.submit(fn, *args, **kwargs)
@@ -57,7 +58,9 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     """Compute ``keys`` of ``graph``; return their values in order.
 
     ``cost``, what one task holds, is checked against the memory limits of
-    a distributed cluster's workers before anything runs. A progress bar is
+    a distributed cluster's workers before anything runs; locally, at most
+    ``cost.tasks_at_once`` tasks run at once (the plan may need fewer than
+    ``workers`` to fit the budget). A progress bar is
     drawn when :func:`jask.show_progress` is on.
 
     Example:
@@ -68,6 +71,9 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     client = cluster.distributed_client(scheduler)
     if client is not None and cost is not None:
         cluster.check_workers(client, cost)
+    at_once = workers
+    if cost is not None and cost.tasks_at_once >= 1:
+        at_once = min(workers, cost.tasks_at_once)
     bar = progress.bar(graph, keys)  # None unless progress bars are on
     # Tasks already run in parallel, one per worker thread; BLAS threads on
     # top of them only contend (a tile's matvec ran 100x slower with two).
@@ -77,21 +83,24 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                 if bar is not None:
                     return progress.run_distributed(bar, client, graph, keys)
                 return list(client.get(graph, keys))
-            return _run_local(scheduler, graph, keys, workers,
+            return _run_local(scheduler, graph, keys, workers, at_once,
                               progress.local_callbacks(bar) if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
 
 
-def _run_local(scheduler, graph, keys, workers, callbacks) -> list:
+def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
     threaded = scheduler is None or scheduler is dask.threaded.get
     if threaded and len(graph) == 1:
         return list(dask.get(graph, keys, callbacks=callbacks))  # nothing to parallelize
     if threaded:
-        pool = _TrackedPool(_pool(workers))
+        # The same threads whatever the plan's concurrency: each thread's
+        # malloc arena keeps its last tiles, and a pool per concurrency
+        # would add up those leftovers op after op.
+        pool = _TrackedPool(_pool(workers), at_once)
         try:
-            return list(dask.threaded.get(graph, keys, num_workers=workers, pool=pool,
+            return list(dask.threaded.get(graph, keys, num_workers=at_once, pool=pool,
                                           callbacks=callbacks))
         except BaseException:
             pool.wait()

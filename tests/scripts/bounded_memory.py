@@ -1,27 +1,49 @@
 """Run every op on arrays far larger than the budget; print peak RSS as JSON.
 
-Run by tests/test_memory_bound.py in a fresh process:
-``python bounded_memory.py DATA_DIR BUDGET``. The inputs in DATA_DIR were
-written by the parent process, so this process never held them. The
-baseline is this process after importing jask and warming up on tiny arrays
-(the XLA compiler, Dask's and Zarr's thread pools: fixed costs, not tiles).
+Run by tests/test_memory_bound.py (and the benchmark's chunking grid) in a
+fresh process: ``python bounded_memory.py DATA_DIR BUDGET [CELL ...]``.
+Each CELL is a folder of DATA_DIR holding the inputs ``a.zarr``, ``b.zarr``,
+``X.zarr`` and ``y.zarr`` (chunked as that cell of the grid says), written by
+the parent process, so this process never held them; without CELLs,
+DATA_DIR itself is the one cell. The baseline is this process after
+importing jask and warming up on tiny arrays (the XLA compiler, Dask's and
+Zarr's thread pools: fixed costs, not tiles).
+
+For every op it records the peak RSS above the baseline, the plan's
+modelled bytes (per task x tasks at once, the largest of the op's graphs)
+and the time; an op the planner refuses up front records the refusal
+(``BudgetError``), after checking that nothing was written.
 """
 import atexit
+import ctypes
+import glob
 import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 
 import jax
 import numpy as np
 
 import jask
+import jask.graph
 from jask.rss import current_rss, peak_rss, reset_peak_rss
 
 #: Where to_zarr writes (outside jask's scratch: a saved array is the user's).
 SAVED = tempfile.mkdtemp(prefix="jask-rss-saved-")
 atexit.register(shutil.rmtree, SAVED, True)
+_modelled = []
+
+
+def _recording(run):
+    """jask.graph.run, also noting each plan's modelled bytes."""
+    def wrapped(graph, keys, workers, cost=None):
+        if cost is not None:
+            _modelled.append((cost.total, cost.task_bytes, cost.tasks_at_once, cost.tile))
+        return run(graph, keys, workers, cost)
+    return wrapped
 
 
 def ops(a, b, v, X, y, w):
@@ -45,8 +67,87 @@ def ops(a, b, v, X, y, w):
     }
 
 
-def main(data_dir: str, budget: str) -> None:
-    jask.set_memory_budget(budget, scratch_dir=os.path.join(data_dir, "scratch"))
+#: Ops measured on their second call: the first compiles them for these
+#: shapes, and the compiled program stays in JAX's cache (fixed memory, not
+#: tiles; the warm-up compiled them only for tiny shapes).
+COMPILED = {"jit(grad) step"}
+
+
+def _release() -> None:
+    """Return freed heap pages to the system, so that each op's peak is its
+    own and not what glibc kept from the op before (it keeps up to 32 MB
+    per arena once large blocks have been freed)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+def _scratch_files(config) -> int:
+    return len(glob.glob(os.path.join(config.scratch_dir, "*", "*")))
+
+
+def run_cell(folder: str) -> dict:
+    a = jask.open(os.path.join(folder, "a.zarr"))
+    b = jask.open(os.path.join(folder, "b.zarr"))
+    v = jask.from_numpy(np.ones((a.shape[1], 64), np.float32))
+    X = jask.open(os.path.join(folder, "X.zarr"))
+    y = jask.open(os.path.join(folder, "y.zarr"))
+    w = jask.from_numpy(np.zeros((X.shape[1], 1), np.float32))
+    results = {}
+    for name, op in ops(a, b, v, X, y, w).items():
+        before = _scratch_files(jask.get_config())
+        try:
+            if name in COMPILED:  # compile first: XLA's memory is no tile's
+                jax.block_until_ready(op())
+                jask.collect()
+            del _modelled[:]
+            _release()
+            reset_peak_rss()
+            start = time.perf_counter()
+            result = op()
+            if not isinstance(result, jask.DiskArray):
+                jax.block_until_ready(result)
+        except jask.BudgetError as err:
+            assert _scratch_files(jask.get_config()) == before, "a refused op wrote a store"
+            results[name] = {"refused": str(err)}
+            continue
+        except Exception as err:  # under jit the BudgetError arrives wrapped
+            if "BudgetError" not in repr(err) and "memory budget" not in str(err):
+                raise
+            results[name] = {"refused": str(err).splitlines()[0]}
+            continue
+        seconds = time.perf_counter() - start
+        peak = peak_rss() - baseline
+        del result
+        jask.collect()
+        _release()
+        top = max(_modelled, default=(0, 0, 0, ()))
+        results[name] = {"peak": peak, "seconds": seconds, "modelled": top[0],
+                         "task_bytes": top[1], "tasks_at_once": top[2], "tile": list(top[3]),
+                         "graphs": len(_modelled), "kept": current_rss() - baseline}
+    return results
+
+
+def _tiny_stores(folder: str) -> list:
+    """Tiny compressed, sharded and v2 stores: reading them starts Zarr's
+    codec threads, a fixed cost of the process like Dask's pool."""
+    import zarr
+    kinds = {"zstd": {}, "sharded": {"shards": (8, 8)}, "v2": {"zarr_format": 2, "order": "F"}}
+    stores = []
+    for name, extra in kinds.items():
+        path = os.path.join(folder, f"warm-{name}.zarr")
+        z = zarr.create_array(store=path, shape=(16, 16), chunks=(4, 4), dtype="float32",
+                              overwrite=True, **extra)
+        z[:] = 1.0
+        stores.append(jask.open(path))
+    return stores
+
+
+def warm_up(folder: str) -> int:
+    for x in _tiny_stores(folder):
+        x.update_(x + x)
+        jask.collect()
     tiny = jask.from_numpy(np.ones((8, 8), np.float32))
     tX = jask.from_numpy(np.ones((16, 8), np.float32))
     ty = jask.from_numpy(np.ones((16, 1), np.float32))
@@ -56,26 +157,19 @@ def main(data_dir: str, budget: str) -> None:
         result = op()
         del result
     jask.collect()
-    baseline = current_rss()
+    _release()
+    return current_rss()
 
-    a = jask.open(os.path.join(data_dir, "a.zarr"))
-    b = jask.open(os.path.join(data_dir, "b.zarr"))
-    v = jask.from_numpy(np.ones((a.shape[1], 64), np.float32))
-    X = jask.open(os.path.join(data_dir, "X.zarr"))
-    y = jask.open(os.path.join(data_dir, "y.zarr"))
-    w = jask.from_numpy(np.zeros((X.shape[1], 1), np.float32))
-    peaks = {}
-    for name, op in ops(a, b, v, X, y, w).items():
-        reset_peak_rss()
-        result = op()
-        if not isinstance(result, jask.DiskArray):
-            jax.block_until_ready(result)
-        peaks[name] = peak_rss() - baseline
-        del result
-        jask.collect()
+
+def main(data_dir: str, budget: str, cells) -> None:
+    global baseline
+    jask.set_memory_budget(budget, scratch_dir=os.path.join(data_dir, "scratch"))
+    jask.graph.run = _recording(jask.graph.run)
+    baseline = warm_up(os.path.join(data_dir, "scratch"))
+    report = {name or ".": run_cell(os.path.join(data_dir, name)) for name in cells or [""]}
     print(json.dumps({"baseline": baseline, "budget": jask.get_config().max_memory,
-                      "peaks": peaks}))
+                      "cells": report}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
