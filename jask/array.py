@@ -17,6 +17,8 @@ from jax.experimental.hijax import HiType, ShapedArray, aval_method, aval_proper
 
 from jask import storage
 from jask._jax_internals import defer_scalar_operators_to, is_tracer
+from jask.config import get_config
+from jask.lifetime import collect_if_idle
 
 __all__ = ["DiskArray", "DiskArrayType"]
 
@@ -131,7 +133,6 @@ class DiskArrayType(HiType):
         if value._owner is None:
             return [value._handle]
         # A compiled call is about to start: earlier calls' garbage can go.
-        from jask.lifetime import collect_if_idle
         collect_if_idle()
         return [np.asarray(value._handle, HANDLE_DTYPE)]
 
@@ -344,7 +345,6 @@ class DiskArray:
           >>> view[1, 2]
           array(5., dtype=float32)
         """
-        from jask.lifetime import collect_if_idle
         collect_if_idle()
         return zarr.open_array(self.filename, mode="r+")
 
@@ -410,7 +410,6 @@ class DiskArray:
         Larger arrays raise instead of filling memory: reduce them, slice
         them, or read tiles through :meth:`to_memmap`.
         """
-        from jask.config import get_config
         budget = get_config().max_memory
         if self.nbytes > budget:
             raise MemoryError(

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jask import primitives
+from jask import elementwise, primitives
 from jask._jax_internals import is_tracer
 from jask.array import disk_type
 from jask.config import Config
@@ -138,7 +138,6 @@ def _join(op: str, arrays, axis: int, stack: bool, config):
     kinds = [disk_type(x) for x in arrays]
     if all(k is None for k in kinds):
         return (jnp.stack if stack else jnp.concatenate)(arrays, axis=axis)
-    from jask import elementwise
     shapes = [tuple(k.shape) if k is not None else tuple(np.shape(x))
               for x, k in zip(arrays, kinds)]
     ndim = len(shapes[0])

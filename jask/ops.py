@@ -12,7 +12,7 @@ from jask import primitives, storage, work
 from jask._jax_internals import is_tracer
 from jask.array import DiskArray, DiskArrayType, disk_type
 from jask.config import Config, get_config
-from jask.elementwise import check_in_memory
+from jask.elementwise import astype, check_in_memory
 from jask.lifetime import collect_if_idle
 
 __all__ = ["open", "from_numpy", "transpose", "dot", "matmul", "materialize", "update_"]
@@ -181,7 +181,6 @@ def dot(a, b, *, config: Config | None = None):
             x = x.astype(jax.dtypes.canonicalize_dtype(dtype))
             check_in_memory("dot", x, cfg)
         elif t.dtype != dtype:
-            from jask.elementwise import astype
             x = astype(x, dtype, config=config)
         operands.append(x)
     left, right = operands
