@@ -183,7 +183,8 @@ _models: dict[tuple, memory.ReadModel] = {}
 def read_model(store) -> memory.ReadModel:
     """How reading ``store`` works and what it holds (:class:`jask.memory.ReadModel`).
 
-    A store not on disk (yet) is taken as uncompressed and read through Zarr.
+    A store not on disk (yet) is taken as one jask would make (raw chunk
+    files) when it is ``managed``, else as uncompressed and read through Zarr.
 
     Example:
       >>> import numpy as np, jask
@@ -205,6 +206,9 @@ def _describe(store) -> memory.ReadModel:
     itemsize = np.dtype(store.dtype).itemsize
     shape, chunks = tuple(store.shape), tuple(store.chunks)
     if not store.path or not os.path.isdir(store.path):
+        if getattr(store, "managed", False):  # one jask will make: raw chunk files
+            return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks,
+                                    path=store.path)
         return memory.ReadModel(shape, chunks, itemsize, write_unit=chunks,
                                 group=_group(chunks, itemsize), path=store.path)
     arr = open_array(store.path)

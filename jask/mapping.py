@@ -84,8 +84,8 @@ def map(f, *arrays, config: Config | None = None):  # noqa: A001 - jask.map, lik
     Example:
       >>> import numpy as np, jax.numpy as jnp, jask
       >>> x = jask.from_numpy(np.array([0.0, 1.0, 2.0], np.float32))
-      >>> jask.map(lambda a: jnp.sin(a) ** 2 + jnp.cos(a) ** 2, x).to_numpy()
-      array([1., 1., 1.], dtype=float32)
+      >>> jask.map(lambda a: jnp.where(a > 1, a * a, -a), x).to_numpy()
+      array([-0., -1.,  4.], dtype=float32)
     """
     if not arrays:
         raise TypeError("jask.map needs at least one array")

@@ -34,7 +34,7 @@ KNOWN_OVER = {"B/2": {"sum", "dot"}}
 UNCHECKED_OPS = {"jit(grad) step"}
 
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
-       "jit(grad) step"}
+       "jit(grad) step", "to_zarr (zstd)"}
 
 
 def run_grid(data: str, budget: int, side: int, names=None) -> dict:

@@ -116,7 +116,8 @@ def test_the_runaway_of_issue_8_is_gone():
     2x2 elements; now a few hundred tasks of whole chunk rows."""
     a = StoreSpec("", (8192, 8192), np.dtype("float32"), (1024, 1024))
     start = time.perf_counter()
-    tile, cost = builders.elementwise_chunks("add", a.shape, a.dtype, [a, a], 32 * 10**6, 2)
+    tile, cost = plan_blockwise("add", a.shape, a.dtype, [(a, (0, 1))] * 2,
+                                budget=32 * 10**6, workers=2)
     assert time.perf_counter() - start < 1.0
     assert cost.tasks < 1000 and math.prod(tile) * 4 >= 2**20
     assert cost.total <= 32 * 10**6
