@@ -20,6 +20,31 @@ from jask.graph import cluster
 from jask.memory import TileCost
 
 _blas = ThreadpoolController()
+
+
+def _fix_mmap_threshold() -> None:
+    """Give tile-sized buffers back to the system as soon as they are freed.
+
+    glibc serves allocations above its mmap threshold with fresh pages and
+    returns them on free, but raises that threshold to the size of every
+    such block freed (up to 32 MB): after one large tile, tiles come from a
+    per-thread heap arena and stay in the process once freed. Each worker
+    thread then keeps its own, and a chain of ops (a training step) peaked
+    at 1.4-2.3x the budget. Pinning the threshold stops the drift.
+    """
+    import ctypes
+    import os
+    threshold = int(os.environ.get("JASK_MMAP_THRESHOLD", 1 << 20))
+    if threshold <= 0:
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc: nothing to pin
+        pass
+
+
+_fix_mmap_threshold()
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
