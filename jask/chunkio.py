@@ -21,7 +21,7 @@ import numpy as np
 from zarr.codecs import BytesCodec
 from zarr.storage import LocalStore
 
-from jask.storage import StoreSpec, open_array
+from jask.storage import StoreSpec, open_array, writes_every_chunk
 
 __all__ = ["read", "write", "prefetch", "forget"]
 
@@ -87,10 +87,16 @@ def _load_chunk(layout: RawLayout, index: tuple) -> np.ndarray:
             got = f.readinto(memoryview(chunk).cast("B"))
             extra = f.read(1)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
+        if not os.path.isdir(layout.root) or writes_every_chunk(layout.root):
+            raise FileNotFoundError(  # jask writes every chunk of its own stores
+                f"chunk {layout.encode_key(index)!r} of the Zarr store {layout.root!r} is "
+                f"missing (no file {path!r}): the store is damaged or was removed") from None
         chunk.fill(layout.fill_value)
         return chunk
     if got != chunk.nbytes or extra:
-        raise ValueError(f"corrupt Zarr chunk {path!r}: expected {chunk.nbytes} bytes")
+        raise ValueError(f"chunk {layout.encode_key(index)!r} of the Zarr store "
+                         f"{layout.root!r} is corrupt: its file {path!r} holds "
+                         f"{os.path.getsize(path)} bytes, not {chunk.nbytes}")
     return chunk
 
 

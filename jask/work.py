@@ -9,23 +9,25 @@ half-written store is never returned.
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 
 import numpy as np
 import zarr
 
-from jask import chunkio, graph, memory, storage
+from jask import chunkio, durability, graph, memory, storage
 from jask.config import Config
 from jask.graph import builders
 
 
 def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     chunks, cost = plan
+    folder = storage.session_dir(config.scratch_dir)
+    needed = storage.stored_nbytes(storage.StoreSpec(folder, tuple(shape), np.dtype(dtype), chunks))
+    storage.check_space(folder, needed, op)
     out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
     try:
-        dsk, keys = build(out)
-        graph.run(dsk, keys, config.workers, cost)
+        with storage.space_errors(folder, needed, op):
+            dsk, keys = build(out)
+            graph.run(dsk, keys, config.workers, cost)
     except BaseException:
         storage.discard(out)
         raise
@@ -130,29 +132,39 @@ def _whole(shape) -> tuple:
 def update(stores, scalars, config: Config) -> storage.StoreSpec:
     """Work for ``target.update_(source)``: copy, then swap the copy in.
 
-    The copy goes to a sibling folder with the target's own chunks; only once
-    it is complete does it replace the target, so a failed copy leaves the
-    target as it was.
+    The copy goes to a staging folder beside the target with the target's own
+    layout; only once it is complete (and synced) does it replace the target,
+    in one atomic exchange (:mod:`jask.durability`), so a failed, interrupted
+    or killed copy leaves the target as it was, and a reader never finds it
+    torn or missing.
     """
     target, source = stores
     if target.path == source.path:
         return target
     cost = _copy_cost(target, source, config)
     memory.check_fits(cost, config.max_memory)
-    folder, name = os.path.split(target.path)
-    staging = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
-    if target.managed:  # jask's own layout: no need to ask Zarr what it is
-        tmp = storage.create_at(staging, target.shape, target.dtype, target.chunks)
-    else:
-        _create_like(zarr.open_array(target.path, mode="r"), staging)
-        tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
-    try:
-        dsk, keys = builders.copy_graph(tmp, source)
-        graph.run(dsk, keys, config.workers, cost)
-    except BaseException:
-        storage.discard(tmp)
-        raise
-    _swap(staging, target.path)
+    folder = os.path.dirname(target.path)
+    storage.check_space(folder, storage.stored_nbytes(target), "update_")
+    stamps = storage.stamp([source])
+
+    def make_staging(path):
+        if target.managed:  # jask's own layout: no need to ask Zarr what it is
+            storage.create_at(path, target.shape, target.dtype, target.chunks)
+        else:
+            _create_like(zarr.open_array(target.path, mode="r"), path)
+
+    def fill(path):
+        tmp = storage.StoreSpec(path, target.shape, target.dtype, target.chunks)
+        try:
+            with storage.space_errors(folder, storage.stored_nbytes(target), "update_"):
+                dsk, keys = builders.copy_graph(tmp, source)
+                graph.run(dsk, keys, config.workers, cost)
+            storage.check_unchanged(stamps, "update_")
+        finally:
+            storage.forget_array(path)
+
+    durability.replace(target.path, make_staging, fill)
+    storage.forget_array(target.path)
     return target
 
 
@@ -175,12 +187,3 @@ def _create_like(original: zarr.Array, path: str) -> None:
 def _copy_cost(target, source, config: Config) -> memory.TileCost:
     return memory.task_cost("update_", target.chunks, [(source, target.chunks)],
                             memory.nbytes(target.chunks, target.dtype), 2, config.workers)
-
-
-def _swap(new: str, target: str) -> None:
-    """Replace folder ``target`` by folder ``new`` (two renames)."""
-    old = f"{target}.replaced-{uuid.uuid4().hex[:8]}"
-    os.rename(target, old)
-    os.rename(new, target)
-    storage.forget_array(target)
-    shutil.rmtree(old, ignore_errors=True)

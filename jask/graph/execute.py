@@ -4,6 +4,14 @@ A ``dask.distributed.Client`` that is the default client runs jask's graphs
 (its dashboard then shows every tile); otherwise the scheduler set with
 ``dask.config.set(scheduler=...)``; otherwise Dask's threaded scheduler with
 as many threads as the memory model assumed.
+
+Interrupts. Ctrl-C raises ``KeyboardInterrupt`` in the main thread, which
+waits for the graph: tasks not started are dropped, tasks running finish
+(a tile takes milliseconds), and the caller removes the partial output.
+Inside a compiled call on CPU the callback runs in the main thread too, so
+it stops the same way; JAX then reports the interrupt as a
+``JaxRuntimeError`` whose message ends in ``KeyboardInterrupt`` (JAX wraps
+every exception a callback raises).
 """
 from __future__ import annotations
 
@@ -50,6 +58,9 @@ class _TrackedPool(Executor):
         return future
 
     def wait(self) -> None:
+        """Drop the tasks not started yet; wait for those running."""
+        for future in self.futures:
+            future.cancel()
         wait(self.futures)
 
 
