@@ -20,18 +20,26 @@ from jask.graph import builders
 
 def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     chunks, cost = plan
-    folder = storage.session_dir(config.scratch_dir)
-    needed = storage.stored_nbytes(storage.StoreSpec(folder, tuple(shape), np.dtype(dtype), chunks))
-    storage.check_space(folder, needed, op)
+    room = _room(config, op, shape, dtype, chunks)
     out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
     try:
-        with storage.space_errors(folder, needed, op):
+        with room:
             dsk, keys = build(out)
             graph.run(dsk, keys, config.workers, cost)
     except BaseException:
         storage.discard(out)
         raise
     return out
+
+
+def _room(config: Config, op: str, shape, dtype, chunks):
+    """Refuse an output the scratch disk cannot hold, before writing it; the
+    context it returns names the folder and sizes if the disk fills anyway."""
+    folder = storage.session_dir(config.scratch_dir)
+    needed = storage.stored_nbytes(storage.StoreSpec(folder, tuple(shape), np.dtype(dtype),
+                                                     tuple(chunks)))
+    storage.check_space(folder, needed, op)
+    return storage.space_errors(folder, needed, op)
 
 
 def elementwise(kernel: str, *, grad: bool = False):
@@ -115,9 +123,11 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
         (value,) = scalars
         chunks = builders.default_chunks(value.shape, value.dtype, config.max_memory,
                                          config.workers)
+        room = _room(config, op, value.shape, value.dtype, chunks)
         out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad)
         try:
-            chunkio.write(out, _whole(value.shape), value)
+            with room:
+                chunkio.write(out, _whole(value.shape), value)
         except BaseException:
             storage.discard(out)
             raise
