@@ -19,9 +19,11 @@ run one after the other: the last to finish wins, and neither tears it.
 Leftover staging folders of a crashed writer are removed by the next holder
 of the lock.
 
-Durability: before the swap the staging files and folders are ``fsync`` ed,
-and after it the parent folder, so once ``update_`` returns the new values
-survive a power loss (set :data:`FSYNC` to False to trade that for speed).
+Durability: for the user's stores (opened with ``jask.open``), before the
+swap the staging files and folders are ``fsync`` ed, and after it the parent
+folder, so once ``update_`` returns the new values survive a power loss (set
+:data:`FSYNC` to False to trade that for speed). jask's own scratch stores
+are not synced: they do not outlive the process.
 """
 from __future__ import annotations
 
@@ -135,13 +137,14 @@ def recover(target: str) -> bool:
         raise
 
 
-def replace(target: str, make_staging, fill) -> None:
+def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
     """Replace the store at ``target`` by a new one, atomically.
 
     ``make_staging(path)`` creates an empty store at ``path`` laid out as
     the target; ``fill(path)`` writes every value into it. If either fails
     (or the process is interrupted), the target is untouched and the staging
-    folder is removed.
+    folder is removed. ``durable`` syncs the new store to disk first (jask's
+    own scratch stores skip it: they do not outlive the process anyway).
 
     Example:
       >>> import os, tempfile
@@ -157,21 +160,22 @@ def replace(target: str, make_staging, fill) -> None:
         try:
             make_staging(staging)
             fill(staging)
-            if FSYNC:
+            if durable:
                 sync_tree(staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        _swap(staging, target)
+        _swap(staging, target, durable)
         shutil.rmtree(staging, ignore_errors=True)  # it holds the old store now
 
 
-def _swap(staging: str, target: str) -> None:
+def _swap(staging: str, target: str, durable: bool = True) -> None:
     """Put ``staging`` at ``target``; afterwards ``staging`` holds the old store."""
     if _renameat2 is not None:
         if _renameat2(_AT_FDCWD, os.fsencode(staging), _AT_FDCWD, os.fsencode(target),
                       _RENAME_EXCHANGE) == 0:
-            _sync_dir(os.path.dirname(target))
+            if durable:
+                _sync_dir(os.path.dirname(target))
             return
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):

@@ -173,7 +173,7 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
         finally:
             storage.forget_array(path)
 
-    durability.replace(target.path, make_staging, fill)
+    durability.replace(target.path, make_staging, fill, durable=not target.managed)
     storage.forget_array(target.path)
     return target
 

@@ -49,10 +49,10 @@ def child(store: str, first: int, out_fd: int, mode: str) -> None:
         durability._renameat2 = None
         durability.os = _SlowRenames()
 
-    def slow_swap(staging, target):
+    def slow_swap(staging, target, durable=True):
         say(f"swap {k}")
         time.sleep(0.004)
-        real_swap(staging, target)
+        real_swap(staging, target, durable)
         say(f"swapped {k}")
 
     durability._swap = slow_swap
