@@ -15,6 +15,7 @@ from jask.ops import (add, dot, from_numpy, materialize, mul, open, square, sub,
                       transpose, update_)
 from jask.interop import from_dask, to_dask
 from jask.progress import progress_bars, progress_enabled, show_progress
+from jask.storage import DiskFullError, StoreChangedError
 
 __version__ = "0.1.0"
 
@@ -24,3 +25,4 @@ __all__ = [
     "square", "sub", "sum", "transpose", "update_",
 ]
 __all__ += ["from_dask", "progress_bars", "progress_enabled", "show_progress", "to_dask"]
+__all__ += ["DiskFullError", "StoreChangedError"]

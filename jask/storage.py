@@ -184,7 +184,24 @@ def _remove_sessions() -> None:
 # --- disk space -----------------------------------------------------------
 
 class DiskFullError(OSError):
-    """Not enough free space for an op's output (``errno.ENOSPC``)."""
+    """Not enough free disk space for an op's output.
+
+    Raised before anything is written when the output's size is known and
+    does not fit, or when the disk fills up during the op (the partial
+    output is then removed). The message names the folder, the bytes needed
+    and the bytes free; ``errno`` is ``ENOSPC``, so ``except OSError`` code
+    keeps working.
+
+    Example:
+      >>> import errno, jask
+      >>> issubclass(jask.DiskFullError, OSError)
+      True
+      >>> try:
+      ...     check_space("/", 2**80, "add")
+      ... except jask.DiskFullError as err:
+      ...     err.errno == errno.ENOSPC
+      True
+    """
 
 
 def stored_nbytes(store: StoreSpec) -> int:
@@ -229,7 +246,15 @@ def space_errors(folder: str, needed: int, op: str):
 # --- stores changed by another writer -------------------------------------
 
 class StoreChangedError(RuntimeError):
-    """An input store was replaced by another writer while an op read it."""
+    """An input store was replaced (by ``update_`` in another process or
+    thread) while an op read it; the op's result, which could mix old and
+    new values, was discarded. Run the op again.
+
+    Example:
+      >>> import jask
+      >>> issubclass(jask.StoreChangedError, RuntimeError)
+      True
+    """
 
 
 def stamp(stores) -> list:
