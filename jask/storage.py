@@ -216,8 +216,15 @@ def stored_nbytes(store: StoreSpec) -> int:
     return n_chunks * math.prod(store.chunks) * store.dtype.itemsize
 
 
+def _free_bytes(folder: str) -> int:
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe):  # made on first write
+        probe = os.path.dirname(probe)
+    return shutil.disk_usage(probe).free
+
+
 def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
-    free = shutil.disk_usage(folder).free
+    free = _free_bytes(folder)
     return DiskFullError(
         errno.ENOSPC,
         f"{op}: not enough disk space in {folder!r}: the output needs {needed:,} bytes "
@@ -227,7 +234,7 @@ def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
 
 def check_space(folder: str, needed: int, op: str) -> None:
     """Refuse, before writing, an output that cannot fit in ``folder``."""
-    if shutil.disk_usage(folder).free < needed:
+    if _free_bytes(folder) < needed:
         raise _full_error(folder, needed, op)
 
 

@@ -154,19 +154,23 @@ def update(stores, scalars, config: Config) -> storage.StoreSpec:
     cost = _copy_cost(target, source, config)
     memory.check_fits(cost, config.max_memory)
     folder = os.path.dirname(target.path)
-    storage.check_space(folder, storage.stored_nbytes(target), "update_")
+    original = None if target.managed else zarr.open_array(target.path, mode="r")
+    needed = storage.stored_nbytes(target)  # exact when uncompressed, else an upper bound
+    if original is None or not (original.compressors or original.filters):
+        storage.check_space(folder, needed, "update_")
     stamps = storage.stamp([source])
 
     def make_staging(path):
-        if target.managed:  # jask's own layout: no need to ask Zarr what it is
-            storage.create_at(path, target.shape, target.dtype, target.chunks)
-        else:
-            _create_like(zarr.open_array(target.path, mode="r"), path)
+        with storage.space_errors(folder, needed, "update_"):
+            if original is None:  # jask's own layout: no need to ask Zarr what it is
+                storage.create_at(path, target.shape, target.dtype, target.chunks)
+            else:
+                _create_like(original, path)
 
     def fill(path):
         tmp = storage.StoreSpec(path, target.shape, target.dtype, target.chunks)
         try:
-            with storage.space_errors(folder, storage.stored_nbytes(target), "update_"):
+            with storage.space_errors(folder, needed, "update_"):
                 dsk, keys = builders.copy_graph(tmp, source)
                 graph.run(dsk, keys, config.workers, cost)
             storage.check_unchanged(stamps, "update_")
