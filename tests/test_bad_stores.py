@@ -20,11 +20,12 @@ import zarr
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "bad_stores.py")
 
 
-def _run(case, path, tmp_path):
-    out = subprocess.run([sys.executable, SCRIPT, case, str(path), str(tmp_path / "scratch")],
+def _run(tmp_path, **cases):
+    args = [f"{case.replace('_', '-')}={path}" for case, path in cases.items()]
+    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "scratch"), *args],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {k.replace("-", "_"): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
 
 def _store(path, compressed=False, shape=(300, 200)):
@@ -34,53 +35,64 @@ def _store(path, compressed=False, shape=(300, 200)):
     return data
 
 
-def test_truncated_chunk_names_store_and_chunk(tmp_path):
-    path = tmp_path / "a.zarr"
-    _store(path)
-    chunk = path / "c" / "1" / "2"
-    chunk.write_bytes(chunk.read_bytes()[:100])
-    result = _run("open", path, tmp_path)
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """Every damaged store, and one child process that runs an op on each."""
+    tmp = tmp_path_factory.mktemp("damaged")
+    truncated, compressed, missing, corrupt, big = (
+        tmp / n for n in ("truncated.zarr", "compressed.zarr", "missing.zarr", "corrupt.zarr",
+                          "big.zarr"))
+    for path in (truncated, missing, corrupt):
+        _store(path)
+    _store(compressed, compressed=True)
+    _store(big, shape=(3000, 1000))
+    for path, keep in ((truncated, 100), (compressed, 20)):
+        chunk = path / "c" / "1" / "2"
+        chunk.write_bytes(chunk.read_bytes()[:keep])
+    os.remove(missing / "c" / "0" / "0")
+    (corrupt / "zarr.json").write_text("{ not json")
+    results = _run(tmp, open_truncated=truncated, open_compressed=compressed,
+                   open_missing=missing, open_corrupt=corrupt, own_missing_chunk="-",
+                   changed_mid_op=big)
+    return tmp, results
+
+
+def test_truncated_chunk_names_store_and_chunk(damaged):
+    tmp, results = damaged
+    result = results["open_truncated"]
     assert result["type"] == "ValueError", result
-    assert str(path) in result["message"] and "'c/1/2'" in result["message"]
+    assert str(tmp / "truncated.zarr") in result["message"] and "'c/1/2'" in result["message"]
     assert "100 bytes" in result["message"]
 
 
-def test_truncated_compressed_chunk_is_an_error(tmp_path):
-    path = tmp_path / "z.zarr"
-    _store(path, compressed=True)
-    chunk = path / "c" / "1" / "2"
-    chunk.write_bytes(chunk.read_bytes()[:20])
-    assert not _run("open", path, tmp_path)["ok"]  # Zarr's codec error, never a value
+def test_truncated_compressed_chunk_is_an_error(damaged):
+    assert not damaged[1]["open_compressed"]["ok"]  # Zarr's codec error, never a value
 
 
-def test_missing_chunk_of_a_users_store_reads_as_fill_value_like_zarr(tmp_path):
-    path = tmp_path / "a.zarr"
-    _store(path)
-    os.remove(path / "c" / "0" / "0")
-    expected = float(zarr.open_array(str(path), mode="r")[:].sum())
-    assert _run("open", path, tmp_path) == {"ok": True, "value": pytest.approx(expected, rel=1e-6)}
+def test_missing_chunk_of_a_users_store_reads_as_fill_value_like_zarr(damaged):
+    tmp, results = damaged
+    expected = float(zarr.open_array(str(tmp / "missing.zarr"), mode="r")[:].sum())
+    assert results["open_missing"] == {"ok": True, "value": pytest.approx(expected, rel=1e-6)}
 
 
-def test_missing_chunk_of_jasks_own_store_is_an_error(tmp_path):
-    result = _run("own-missing-chunk", "-", tmp_path)
+def test_missing_chunk_of_jasks_own_store_is_an_error(damaged):
+    result = damaged[1]["own_missing_chunk"]
     assert result["type"] == "FileNotFoundError", result
     assert "from_numpy-" in result["message"] and "missing" in result["message"]
 
 
-def test_corrupt_metadata_names_the_store(tmp_path):
-    path = tmp_path / "a.zarr"
-    _store(path)
-    (path / "zarr.json").write_text("{ not json")
-    result = _run("open", path, tmp_path)
-    assert result["type"] == "FileNotFoundError" and str(path) in result["message"], result
+def test_corrupt_metadata_names_the_store(damaged):
+    tmp, results = damaged
+    result = results["open_corrupt"]
+    assert result["type"] == "FileNotFoundError", result
+    assert str(tmp / "corrupt.zarr") in result["message"]
 
 
-def test_store_replaced_mid_op_is_an_error(tmp_path):
-    path = tmp_path / "big.zarr"
-    _store(path, shape=(3000, 1000))
-    result = _run("changed-mid-op", path, tmp_path)
+def test_store_replaced_mid_op_is_an_error(damaged):
+    tmp, results = damaged
+    result = results["changed_mid_op"]
     assert result["type"] == "StoreChangedError", result
-    assert str(path) in result["message"]
+    assert str(tmp / "big.zarr") in result["message"]
 
 
 @pytest.fixture
@@ -104,7 +116,7 @@ def test_store_on_a_read_only_filesystem_can_be_read(tmp_path, read_only_mount):
                         capture_output=True, text=True)
     if ro.returncode != 0:
         pytest.skip(f"cannot remount read-only: {ro.stderr.strip()}")
-    result = _run("read-only", read_only_mount / "a.zarr", tmp_path)
+    result = _run(tmp_path, read_only=read_only_mount / "a.zarr")["read_only"]
     assert result["sum"] == {"ok": True, "value": pytest.approx(float(data.sum()), rel=1e-6)}
     assert result["add"] == {"ok": True, "value": pytest.approx(float((data + 1).sum()), rel=1e-6)}
     assert not result["update_"]["ok"] and "Read-only" in result["update_"]["message"]
