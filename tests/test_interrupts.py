@@ -32,11 +32,7 @@ def test_sigint_stops_a_long_op_cleanly(tmp_path, mode):
     latency = report["caught"] - sent
     print(f"{mode}: interrupt latency {latency * 1000:.0f} ms")
     assert 0 <= latency < MAX_LATENCY
-    if mode == "eager":
-        assert report["type"] == "KeyboardInterrupt"
-    else:  # JAX wraps whatever a callback raises in its own error type
-        assert report["type"] in ("KeyboardInterrupt", "JaxRuntimeError")
-        assert report["message_has_interrupt"] or report["type"] == "KeyboardInterrupt"
+    assert report["type"] == "KeyboardInterrupt"  # not JAX's wrapper of it under jit
     assert report["left"] == []          # no partial (or orphaned) output
     assert report["next_ok"]
     assert proc.returncode == 0

@@ -25,7 +25,7 @@ def main(mode: str, scratch: str) -> None:
     a = jask.from_numpy(np.ones((3000, 3000), np.float32))
     inputs = set(os.listdir(jask.storage.session_dir(scratch)))
     print("running", flush=True)
-    caught, kind, message = None, None, ""
+    caught, kind = None, None
     try:
         while True:
             if mode == "jit":
@@ -34,13 +34,12 @@ def main(mode: str, scratch: str) -> None:
                 r = jask.square(a + 1.0) * 3.0
                 del r
     except BaseException as err:  # noqa: B036 - the point is what arrives
-        caught, kind, message = time.time(), type(err).__name__, str(err)
+        caught, kind = time.time(), type(err).__name__
         del err  # its traceback would keep the interrupted op's operands alive
     jask.collect()
     left = sorted(set(os.listdir(jask.storage.session_dir(scratch))) - inputs)
     next_ok = [float(jask.sum(small + 1.0)), float(step(small))] == [3200.0, 19200.0]
     print(json.dumps({"caught": caught, "type": kind,
-                      "message_has_interrupt": "KeyboardInterrupt" in message,
                       "left": left, "next_ok": next_ok}), flush=True)
 
 
