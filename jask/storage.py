@@ -117,9 +117,13 @@ def session_dir(scratch_dir: str) -> str:
         folder = os.path.join(scratch_dir, f"session-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         # Lock first, folder second: a folder never exists without a held lock.
         fd = os.open(folder + _LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _session_locks[folder] = fd
+        except OSError:  # no flock here (some network filesystems): PIDs only
+            os.close(fd)
+            os.unlink(folder + _LOCK_SUFFIX)
         os.makedirs(folder)
-        _session_locks[folder] = fd
         _sessions[scratch_dir] = folder
         return folder
 
