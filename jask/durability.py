@@ -102,26 +102,31 @@ def store_lock(target: str, *, blocking: bool = True):
         os.close(fd)
 
 
-def _leftovers(target: str, kind: str) -> list[str]:
+def _leftovers(target: str) -> dict[str, list[str]]:
+    """What update_s of ``target`` left beside it, by kind (one listing)."""
     folder, name = os.path.split(os.path.abspath(target))
-    prefix = f".{name}.{kind}-"
+    found = {_STAGING: [], _READY: [], _OLD: []}
     try:
-        names = os.listdir(folder)
+        names = sorted(os.listdir(folder))
     except OSError:
-        return []
-    return [os.path.join(folder, n) for n in sorted(names) if n.startswith(prefix)]
+        return found
+    for kind, paths in found.items():
+        prefix = f".{name}.{kind}-"
+        paths += [os.path.join(folder, n) for n in names if n.startswith(prefix)]
+    return found
 
 
 def _finish_swaps(target: str) -> None:
     """Complete or undo a fallback swap cut short (caller holds the lock)."""
+    found = _leftovers(target)
     if not os.path.exists(target):
-        ready, old = _leftovers(target, _READY), _leftovers(target, _OLD)
-        if ready:      # the new store was complete: it goes in
-            os.rename(ready[-1], target)
-        elif old:      # cannot happen by the order of renames, but never lose it
-            os.rename(old[-1], target)
-    for path in _leftovers(target, _STAGING) + _leftovers(target, _READY) + _leftovers(target, _OLD):
-        shutil.rmtree(path, ignore_errors=True)
+        if found[_READY]:    # the new store was complete: it goes in
+            os.rename(found[_READY].pop(), target)
+        elif found[_OLD]:    # cannot happen by the order of renames, but never lose it
+            os.rename(found[_OLD].pop(), target)
+    for paths in found.values():
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def recover(target: str) -> bool:
@@ -136,7 +141,7 @@ def recover(target: str) -> bool:
       >>> recover(os.path.join(d, "a.zarr")), os.listdir(d)
       (True, [])
     """
-    if not (_leftovers(target, _STAGING) or _leftovers(target, _READY) or _leftovers(target, _OLD)):
+    if not any(_leftovers(target).values()):
         return True
     try:
         with store_lock(target, blocking=False) as held:
