@@ -21,7 +21,7 @@ import numpy as np
 from zarr.codecs import BytesCodec
 from zarr.storage import LocalStore
 
-from jask.storage import StoreSpec, open_array, writes_every_chunk
+from jask.storage import StoreSpec, open_array
 
 __all__ = ["read", "write", "prefetch", "forget"]
 
@@ -87,6 +87,7 @@ def _load_chunk(layout: RawLayout, index: tuple) -> np.ndarray:
             got = f.readinto(memoryview(chunk).cast("B"))
             extra = f.read(1)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
+        from jask.storage import writes_every_chunk
         if not os.path.isdir(layout.root) or writes_every_chunk(layout.root):
             raise FileNotFoundError(  # jask writes every chunk of its own stores
                 f"chunk {layout.encode_key(index)!r} of the Zarr store {layout.root!r} is "
@@ -187,5 +188,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
             part = full
         path = layout.path(index)
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        view = memoryview(np.ascontiguousarray(part)).cast("B")
         with open(path, "wb", buffering=0) as f:
-            f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
+            while view:  # on a filling disk a write can be short before one fails
+                view = view[f.write(view):]

@@ -74,6 +74,7 @@ _specs: dict[int, StoreSpec] = {}           # every store not yet deleted
 _owners: "weakref.WeakValueDictionary[int, Owner]" = weakref.WeakValueDictionary()
 _pending: set[int] = set()                  # made in a program, not claimed yet
 _doomed: set[int] = set()                   # no owner left
+_unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
 _sessions: dict[str, str] = {}              # scratch_dir -> this process's folder
 _local = threading.local()
 
@@ -303,8 +304,10 @@ def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = Fa
     """
     folder = session_dir(scratch_dir)
     suffix = GRAD_SUFFIX if grad else ".zarr"
-    return create_at(os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}"),
-                     shape, dtype, chunks)
+    path = os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}")
+    with _lock:  # registered or discarded by this thread next, unless Ctrl-C comes first
+        _unclaimed[path] = threading.get_ident()
+    return create_at(path, shape, dtype, chunks)
 
 
 def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
@@ -358,8 +361,11 @@ def register(store: StoreSpec, *, pending: bool) -> StoreSpec:
         store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
                           store.managed)
         _specs[handle] = store
+        _unclaimed.pop(store.path, None)
         if pending:
             _pending.add(handle)
+        else:  # claimed by this thread next, unless an exception (Ctrl-C) comes first
+            _unclaimed[handle] = threading.get_ident()
         return store
 
 
@@ -367,6 +373,8 @@ def discard(store: StoreSpec) -> None:
     """Remove a store that never became visible (its op failed)."""
     forget_array(store.path)
     shutil.rmtree(store.path, ignore_errors=True)
+    with _lock:
+        _unclaimed.pop(store.path, None)
 
 
 def register_external(path) -> StoreSpec:
@@ -410,6 +418,7 @@ def claim(handle: int) -> Owner:
             _owners[handle] = owner
         _pending.discard(handle)
         _doomed.discard(handle)
+        _unclaimed.pop(handle, None)
         return owner
 
 
@@ -420,10 +429,16 @@ def sweep() -> int:
     JAX layer calls it after ``jax.effects_barrier()``.
     """
     with _lock:
-        dead = (_doomed | _pending) - set(_owners.keys())
+        abandoned = _abandoned()
+        dead = (_doomed | _pending | {h for h in abandoned if isinstance(h, int)}) - set(_owners.keys())
         removed = [_specs.pop(h) for h in dead if h in _specs]
         _doomed.clear()
         _pending.difference_update(dead)
+        for key in dead | abandoned:
+            _unclaimed.pop(key, None)
+    for path in abandoned - dead:  # made by an op that was interrupted before registering it
+        if isinstance(path, str):
+            shutil.rmtree(path, ignore_errors=True)
     for store in removed:
         if store.managed:
             discard(store)
@@ -432,9 +447,19 @@ def sweep() -> int:
     return len(removed)
 
 
+def _abandoned() -> set:
+    """Stores made or registered eagerly whose registration or claim never
+    came (handles, or paths of stores never registered): those of this
+    thread (which is at a safe point, so between ops) and of threads that
+    ended."""
+    here = threading.get_ident()
+    alive = {t.ident for t in threading.enumerate()}
+    return {h for h, t in _unclaimed.items() if t == here or t not in alive}
+
+
 def has_garbage() -> bool:
     """Whether :func:`sweep` has anything to do."""
-    return bool(_doomed or _pending)
+    return bool(_doomed or _pending or (_unclaimed and _abandoned()))
 
 
 def live_paths() -> list[str]:

@@ -20,15 +20,14 @@ from jask.graph import builders
 
 def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     chunks, cost = plan
-    room = _room(config, op, shape, dtype, chunks)
-    out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
-    try:
-        with room:
+    with _room(config, op, shape, dtype, chunks):
+        out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
+        try:
             dsk, keys = build(out)
             graph.run(dsk, keys, config.workers, cost)
-    except BaseException:
-        storage.discard(out)
-        raise
+        except BaseException:
+            storage.discard(out)
+            raise
     return out
 
 
@@ -123,14 +122,14 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
         (value,) = scalars
         chunks = builders.default_chunks(value.shape, value.dtype, config.max_memory,
                                          config.workers)
-        room = _room(config, op, value.shape, value.dtype, chunks)
-        out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad)
-        try:
-            with room:
+        with _room(config, op, value.shape, value.dtype, chunks):
+            out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks,
+                                 grad=grad)
+            try:
                 chunkio.write(out, _whole(value.shape), value)
-        except BaseException:
-            storage.discard(out)
-            raise
+            except BaseException:
+                storage.discard(out)
+                raise
         return out
     return work
 
