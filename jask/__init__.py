@@ -48,6 +48,7 @@ from jask.ops import dot, from_numpy, materialize, matmul, open, transpose, upda
 from jask.progress import progress_bars, progress_enabled, show_progress
 from jask.reductions import logsumexp, max, mean, min, std, sum, var
 from jask.save import save
+from jask.storage import DiskFullError, StoreChangedError
 from jask.visualize import visualize
 
 try:
@@ -59,7 +60,8 @@ sub = subtract  # the names of the first release
 mul = multiply
 
 __all__ = [
-    "BudgetError", "Config", "DiskArray", "DiskArrayType", "abs", "add", "astype", "clip",
+    "BudgetError", "Config", "DiskArray", "DiskArrayType", "DiskFullError", "StoreChangedError",
+    "abs", "add", "astype", "clip",
     "collect", "concatenate", "divide", "dot", "dynamic_slice", "equal", "exp", "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",

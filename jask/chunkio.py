@@ -249,6 +249,16 @@ def _chunk_ranges(region: tuple, chunks: tuple):
     return [range(s.start // c, (s.stop - 1) // c + 1) for s, c in zip(region, chunks)]
 
 
+def _check_may_be_missing(layout: RawLayout, index: tuple, path: str) -> None:
+    """Zarr leaves chunks of only the fill value unwritten, but jask writes
+    every chunk of its own stores: there a missing file is damage."""
+    from jask.storage import writes_every_chunk
+    if not os.path.isdir(layout.root) or writes_every_chunk(layout.root):
+        raise FileNotFoundError(
+            f"chunk {layout.encode_key(index)!r} of the Zarr store {layout.root!r} is "
+            f"missing (no file {path!r}): the store is damaged or was removed")
+
+
 def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -> bool:
     """Fill ``dest`` with rows ``rows`` of chunk ``index`` (all its other
     axes, full chunk width). False when the chunk file does not exist."""
@@ -257,15 +267,20 @@ def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
+        _check_may_be_missing(layout, index, path)
         return False
     try:
-        if os.fstat(fd).st_size != row * layout.chunks[0]:
-            raise ValueError(f"corrupt Zarr chunk {path!r}: expected {row * layout.chunks[0]} bytes")
+        size = os.fstat(fd).st_size
+        if size != row * layout.chunks[0]:
+            raise ValueError(f"chunk {layout.encode_key(index)!r} of the Zarr store "
+                             f"{layout.root!r} is corrupt: its file {path!r} holds {size} "
+                             f"bytes, not {row * layout.chunks[0]}")
         view, offset = memoryview(dest).cast("B"), rows.start * row
         while view.nbytes:
             got = os.preadv(fd, [view], offset)
             if got <= 0:
-                raise ValueError(f"corrupt Zarr chunk {path!r}: short read")
+                raise ValueError(f"chunk {layout.encode_key(index)!r} of the Zarr store "
+                                 f"{layout.root!r} is corrupt: its file {path!r} ended early")
             view, offset = view[got:], offset + got
     finally:
         os.close(fd)
@@ -444,5 +459,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
             data = layout.decoder.encode(data.view(np.uint8))
         path = layout.path(index)
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        view = memoryview(data).cast("B")
         with open(path, "wb", buffering=0) as f:
-            f.write(memoryview(data).cast("B"))
+            while view:  # on a filling disk a write can be short before one fails
+                view = view[f.write(view):]

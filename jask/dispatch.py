@@ -57,7 +57,14 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
 
     def run(*args, pending: bool):
         stores, values = _resolve(args, n)
+        stamps = storage.stamp(stores)
         out = work(stores, values, config or get_config())
+        try:  # (update_ replaced its own target: that is no other writer)
+            storage.check_unchanged([s for s in stamps if s[0] != out.path], "jask")
+        except storage.StoreChangedError:
+            if not out.handle:
+                storage.discard(out)
+            raise
         if not out.handle:  # a new store (update_ returns its target's)
             out = storage.register(out, pending=pending)
         return out.handle
@@ -73,6 +80,9 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
 
     def run(*args, pending: bool):
         stores, values = _resolve(args, n)
-        return np.asarray(work(stores, values, config or get_config()), result.dtype)
+        stamps = storage.stamp(stores)
+        value = work(stores, values, config or get_config())
+        storage.check_unchanged(stamps, "jask")
+        return np.asarray(value, result.dtype)
 
     return jax.numpy.asarray(_call(run, result, arrays, scalars))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dask.array as da
 import numpy as np
-import zarr
 
 from jask import graph, storage
 from jask.array import DiskArray
@@ -95,7 +94,7 @@ def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
 
 def _store(x: da.Array, out: storage.StoreSpec, config: Config) -> None:
     """Write ``x`` (chunked like ``out``) into ``out`` with jask's runner."""
-    target = zarr.open_array(out.path, mode="r+")
+    target = storage.open_array(out.path)  # writes every chunk, as jask's stores must
     # dask's annotations do not list zarr.Array, which da.store supports
     delayed = da.store(x, target, lock=False, compute=False)  # type: ignore[arg-type]
     dsk = dict(delayed.__dask_graph__())

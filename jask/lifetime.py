@@ -13,13 +13,17 @@ import gc
 import jax
 
 from jask import storage
+from jask.graph.execute import clear_interrupt_hook
 
 __all__ = ["collect", "collect_if_idle"]
 
 
 def collect_if_idle() -> int:
     """Delete unreachable stores unless called from inside a running program."""
-    if storage.in_callback() or not storage.has_garbage():
+    if storage.in_callback():
+        return 0
+    clear_interrupt_hook()  # an interrupted compiled call is over by now
+    if not storage.has_garbage():
         return 0
     jax.effects_barrier()
     return storage.sweep()

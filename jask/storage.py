@@ -20,8 +20,12 @@ while a program may still read them.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
+import fcntl
 import itertools
 import json
+import math
 import os
 import shutil
 import socket
@@ -34,7 +38,8 @@ import numpy as np
 import zarr
 
 __all__ = ["StoreSpec", "Owner", "create", "register_external", "spec", "claim",
-           "sweep", "live_paths", "open_array", "forget_array", "in_callback"]
+           "sweep", "live_paths", "open_array", "forget_array", "in_callback",
+           "DiskFullError", "StoreChangedError"]
 
 #: Suffix of every store holding a gradient (a cotangent).
 GRAD_SUFFIX = ".grad"
@@ -69,6 +74,7 @@ _specs: dict[int, StoreSpec] = {}           # every store not yet deleted
 _owners: "weakref.WeakValueDictionary[int, Owner]" = weakref.WeakValueDictionary()
 _pending: set[int] = set()                  # made in a program, not claimed yet
 _doomed: set[int] = set()                   # no owner left
+_unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
 _sessions: dict[str, str] = {}              # scratch_dir -> this process's folder
 _local = threading.local()
 
@@ -97,7 +103,10 @@ def _doom(handle: int) -> None:
 def session_dir(scratch_dir: str) -> str:
     """This process's folder inside ``scratch_dir``, made on first use.
 
-    Folders left by processes of this host that no longer run are removed.
+    A live session holds an exclusive ``flock`` on ``<folder>.lock`` for as
+    long as the process runs (the kernel releases it when the process dies,
+    however it dies). Session folders whose lock is free are removed here;
+    nothing else in ``scratch_dir`` is ever touched.
     """
     with _lock:
         folder = _sessions.get(scratch_dir)
@@ -107,19 +116,53 @@ def session_dir(scratch_dir: str) -> str:
         host = socket.gethostname()
         _remove_stale_sessions(scratch_dir, host)
         folder = os.path.join(scratch_dir, f"session-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        # Lock first, folder second: a folder never exists without a held lock.
+        fd = os.open(folder + _LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _session_locks[folder] = fd
+        except OSError:  # no flock here (some network filesystems): PIDs only
+            os.close(fd)
+            os.unlink(folder + _LOCK_SUFFIX)
         os.makedirs(folder)
         _sessions[scratch_dir] = folder
         return folder
 
 
+_LOCK_SUFFIX = ".lock"
+_session_locks: dict[str, int] = {}
+
+
 def _remove_stale_sessions(scratch_dir: str, host: str) -> None:
     prefix = f"session-{host}-"
     for name in os.listdir(scratch_dir):
-        if not name.startswith(prefix):
+        path = os.path.join(scratch_dir, name)
+        if not name.startswith(prefix) or name.endswith(_LOCK_SUFFIX) or not os.path.isdir(path):
             continue
-        pid = name[len(prefix):].split("-")[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(os.path.join(scratch_dir, name), ignore_errors=True)
+        if os.path.exists(path + _LOCK_SUFFIX):
+            _remove_if_unlocked(path)
+        else:  # a folder of an older jask, which marked liveness by PID only
+            pid = name[len(prefix):].split("-")[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_if_unlocked(folder: str) -> None:
+    try:
+        fd = os.open(folder + _LOCK_SUFFIX, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return  # its process is alive
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder + _LOCK_SUFFIX)
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -136,6 +179,122 @@ def _pid_alive(pid: int) -> bool:
 def _remove_sessions() -> None:
     for folder in list(_sessions.values()):
         shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(folder + _LOCK_SUFFIX)
+        fd = _session_locks.pop(folder, None)
+        if fd is not None:
+            os.close(fd)
+
+
+# --- disk space -----------------------------------------------------------
+
+class DiskFullError(OSError):
+    """Not enough free disk space for an op's output.
+
+    Raised before anything is written when the output's size is known and
+    does not fit, or when the disk fills up during the op (the partial
+    output is then removed). The message names the folder, the bytes needed
+    and the bytes free; ``errno`` is ``ENOSPC``, so ``except OSError`` code
+    keeps working.
+
+    Example:
+      >>> import errno, jask
+      >>> issubclass(jask.DiskFullError, OSError)
+      True
+      >>> try:
+      ...     check_space("/", 2**80, "add")
+      ... except jask.DiskFullError as err:
+      ...     err.errno == errno.ENOSPC
+      True
+    """
+
+
+def stored_nbytes(store: StoreSpec) -> int:
+    """Bytes the chunk files of an uncompressed store take (edge chunks are
+    stored whole).
+
+    Example:
+      >>> stored_nbytes(StoreSpec("x", (5, 4), np.dtype("float32"), (2, 4)))
+      96
+    """
+    n_chunks = (math.prod(-(-s // c) for s, c in zip(store.shape, store.chunks))
+                if store.shape else 1)
+    return n_chunks * math.prod(store.chunks) * store.dtype.itemsize
+
+
+def _free_bytes(folder: str) -> int:
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe):  # made on first write
+        probe = os.path.dirname(probe)
+    return shutil.disk_usage(probe).free
+
+
+def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
+    free = _free_bytes(folder)
+    return DiskFullError(
+        errno.ENOSPC,
+        f"{op}: not enough disk space in {folder!r}: the output needs {needed:,} bytes "
+        f"and {free:,} bytes are free. Free some space (or choose another scratch_dir "
+        "with jask.set_memory_budget) and run the op again; nothing was kept of it")
+
+
+def check_space(folder: str, needed: int, op: str) -> None:
+    """Refuse, before writing, an output that cannot fit in ``folder``."""
+    if _free_bytes(folder) < needed:
+        raise _full_error(folder, needed, op)
+
+
+@contextlib.contextmanager
+def space_errors(folder: str, needed: int, op: str):
+    """Turn a disk filling up mid-op (another writer took the space) into a
+    :class:`DiskFullError` that names the folder and the sizes."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno != errno.ENOSPC or isinstance(err, DiskFullError):
+            raise
+        raise _full_error(folder, needed, op) from err
+
+
+# --- stores changed by another writer -------------------------------------
+
+class StoreChangedError(RuntimeError):
+    """An input store was replaced (by ``update_`` in another process or
+    thread) while an op read it; the op's result, which could mix old and
+    new values, was discarded. Run the op again.
+
+    Example:
+      >>> import jask
+      >>> issubclass(jask.StoreChangedError, RuntimeError)
+      True
+    """
+
+
+def stamp(stores) -> list:
+    """What identifies the current contents of the user's stores among ``stores``.
+
+    ``update_`` (in any process) puts a new folder at the store's path, so
+    the folder's inode changes whenever its values are replaced.
+    """
+    return [(s.path, _inode(s.path)) for s in stores if not s.managed]
+
+
+def _inode(path: str):
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def check_unchanged(stamps: list, op: str) -> None:
+    """Raise :class:`StoreChangedError` if a stamped store was replaced."""
+    for path, inode in stamps:
+        if _inode(path) != inode:
+            forget_array(path)
+            raise StoreChangedError(
+                f"{op}: the store {path!r} was replaced by another writer while this op "
+                "read it, so the result could mix old and new values; it was discarded. "
+                "Run the op again once the other writer is done.")
 
 
 def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = False) -> StoreSpec:
@@ -146,8 +305,10 @@ def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = Fa
     """
     folder = session_dir(scratch_dir)
     suffix = GRAD_SUFFIX if grad else ".zarr"
-    return create_at(os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}"),
-                     shape, dtype, chunks)
+    path = os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}")
+    with _lock:  # registered or discarded by this thread next, unless Ctrl-C comes first
+        _unclaimed[path] = threading.get_ident()
+    return create_at(path, shape, dtype, chunks)
 
 
 def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
@@ -201,8 +362,11 @@ def register(store: StoreSpec, *, pending: bool) -> StoreSpec:
         store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
                           store.managed)
         _specs[handle] = store
+        _unclaimed.pop(store.path, None)
         if pending:
             _pending.add(handle)
+        else:  # claimed by this thread next, unless an exception (Ctrl-C) comes first
+            _unclaimed[handle] = threading.get_ident()
         return store
 
 
@@ -210,6 +374,8 @@ def discard(store: StoreSpec) -> None:
     """Remove a store that never became visible (its op failed)."""
     forget_array(store.path)
     shutil.rmtree(store.path, ignore_errors=True)
+    with _lock:
+        _unclaimed.pop(store.path, None)
 
 
 def register_external(path) -> StoreSpec:
@@ -218,6 +384,8 @@ def register_external(path) -> StoreSpec:
     Raises FileNotFoundError, naming the path, when there is no Zarr array.
     """
     path = os.fspath(path)
+    from jask import durability
+    durability.recover(path)  # finish an update_ a killed process left
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
     try:
@@ -251,6 +419,7 @@ def claim(handle: int) -> Owner:
             _owners[handle] = owner
         _pending.discard(handle)
         _doomed.discard(handle)
+        _unclaimed.pop(handle, None)
         return owner
 
 
@@ -261,10 +430,17 @@ def sweep() -> int:
     JAX layer calls it after ``jax.effects_barrier()``.
     """
     with _lock:
-        dead = (_doomed | _pending) - set(_owners.keys())
+        abandoned = _abandoned()
+        abandoned_handles = {h for h in abandoned if isinstance(h, int)}
+        dead = (_doomed | _pending | abandoned_handles) - set(_owners.keys())
         removed = [_specs.pop(h) for h in dead if h in _specs]
         _doomed.clear()
         _pending.difference_update(dead)
+        for key in dead | abandoned:
+            _unclaimed.pop(key, None)
+    for path in abandoned - dead:  # made by an op that was interrupted before registering it
+        if isinstance(path, str):
+            shutil.rmtree(path, ignore_errors=True)
     for store in removed:
         if store.managed:
             discard(store)
@@ -273,9 +449,19 @@ def sweep() -> int:
     return len(removed)
 
 
+def _abandoned() -> set:
+    """Stores made or registered eagerly whose registration or claim never
+    came (handles, or paths of stores never registered): those of this
+    thread (which is at a safe point, so between ops) and of threads that
+    ended."""
+    here = threading.get_ident()
+    alive = {t.ident for t in threading.enumerate()}
+    return {h for h, t in _unclaimed.items() if t == here or t not in alive}
+
+
 def has_garbage() -> bool:
     """Whether :func:`sweep` has anything to do."""
-    return bool(_doomed or _pending)
+    return bool(_doomed or _pending or (_unclaimed and _abandoned()))
 
 
 def live_paths() -> list[str]:
@@ -296,11 +482,27 @@ def open_array(path: str) -> zarr.Array:
     arr = _arrays.get(path)
     if arr is None:
         arr = zarr.open_array(path, mode="r+")
+        if writes_every_chunk(path):  # so that a missing chunk file means damage
+            arr = arr.with_config({"write_empty_chunks": True})  # type: ignore[call-overload]
         with _arrays_lock:
             if len(_arrays) >= _MAX_CACHED_ARRAYS:
                 _arrays.pop(next(iter(_arrays)))
             _arrays[path] = arr
     return arr
+
+
+def writes_every_chunk(path: str) -> bool:
+    """Whether the store at ``path`` is one of jask's own (in a session
+    folder), whose every chunk file jask writes: there, unlike in Zarr
+    stores in general, a missing chunk file is damage, not the fill value.
+
+    Example:
+      >>> writes_every_chunk("/s/.jask_scratch/session-h-1-ab/add-1.zarr")
+      True
+      >>> writes_every_chunk("/data/features.zarr")
+      False
+    """
+    return os.path.basename(os.path.dirname(os.path.abspath(path))).startswith("session-")
 
 
 def forget_array(path: str) -> None:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import uuid
 
 import numpy as np
 import zarr
 
-from jask import chunkio, graph, memory, plan, storage
+from jask import chunkio, durability, graph, memory, plan, storage
 from jask.config import Config
 from jask.graph import blockwise as bw
 from jask.graph import builders, tasks
@@ -25,14 +24,25 @@ from jask.storage import StoreSpec
 
 def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     chunks, cost = plan
-    out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
-    try:
-        dsk, keys = build(out)
-        graph.run(dsk, keys, config.workers, cost)
-    except BaseException:
-        storage.discard(out)
-        raise
+    with _room(config, op, shape, dtype, chunks):
+        out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
+        try:
+            dsk, keys = build(out)
+            graph.run(dsk, keys, config.workers, cost)
+        except BaseException:
+            storage.discard(out)
+            raise
     return out
+
+
+def _room(config: Config, op: str, shape, dtype, chunks):
+    """Refuse an output the scratch disk cannot hold, before writing it; the
+    context it returns names the folder and sizes if the disk fills anyway."""
+    folder = storage.session_dir(config.scratch_dir)
+    needed = storage.stored_nbytes(storage.StoreSpec(folder, tuple(shape), np.dtype(dtype),
+                                                     tuple(chunks)))
+    storage.check_space(folder, needed, op)
+    return storage.space_errors(folder, needed, op)
 
 
 def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk: tuple,
@@ -272,12 +282,14 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
         (value,) = scalars
         chunks = builders.default_chunks(value.shape, value.dtype, config.max_memory,
                                          config.workers)
-        out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad)
-        try:
-            chunkio.write(out, _whole(value.shape), value)
-        except BaseException:
-            storage.discard(out)
-            raise
+        with _room(config, op, value.shape, value.dtype, chunks):
+            out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks,
+                                 grad=grad)
+            try:
+                chunkio.write(out, _whole(value.shape), value)
+            except BaseException:
+                storage.discard(out)
+                raise
         return out
     return work
 
@@ -289,28 +301,42 @@ def _whole(shape) -> tuple:
 def update(stores, scalars, config: Config) -> storage.StoreSpec:
     """Work for ``target.update_(source)``: copy, then swap the copy in.
 
-    The copy goes to a sibling folder with the target's own chunks; only once
-    it is complete does it replace the target, so a failed copy leaves the
-    target as it was.
+    The copy goes to a staging folder beside the target with the target's own
+    layout; only once it is complete (and synced) does it replace the target,
+    in one atomic exchange (:mod:`jask.durability`), so a failed, interrupted
+    or killed copy leaves the target as it was, and a reader never finds it
+    torn or missing.
     """
     target, source = stores
     if target.path == source.path:
         return target
     tile, cost = builders.copy_chunks(target, source, config.max_memory, config.workers)
-    folder, name = os.path.split(target.path)
-    staging = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
-    if target.managed:  # jask's own layout: no need to ask Zarr what it is
-        tmp = storage.create_at(staging, target.shape, target.dtype, target.chunks)
-    else:
-        _create_like(zarr.open_array(target.path, mode="r"), staging)
-        tmp = storage.StoreSpec(staging, target.shape, target.dtype, target.chunks)
-    try:
-        dsk, keys = builders.copy_graph(tmp, source, tile=tile)
-        graph.run(dsk, keys, config.workers, cost)
-    except BaseException:
-        storage.discard(tmp)
-        raise
-    _swap(staging, target.path)
+    folder = os.path.dirname(target.path)
+    original = None if target.managed else zarr.open_array(target.path, mode="r")
+    needed = storage.stored_nbytes(target)  # exact when uncompressed, else an upper bound
+    if original is None or not (original.compressors or original.filters):
+        storage.check_space(folder, needed, "update_")
+    stamps = storage.stamp([source])
+
+    def make_staging(path):
+        with storage.space_errors(folder, needed, "update_"):
+            if original is None:  # jask's own layout: no need to ask Zarr what it is
+                storage.create_at(path, target.shape, target.dtype, target.chunks)
+            else:
+                _create_like(original, path)
+
+    def fill(path):
+        tmp = storage.StoreSpec(path, target.shape, target.dtype, target.chunks)
+        try:
+            with storage.space_errors(folder, needed, "update_"):
+                dsk, keys = builders.copy_graph(tmp, source, tile=tile)
+                graph.run(dsk, keys, config.workers, cost)
+            storage.check_unchanged(stamps, "update_")
+        finally:
+            storage.forget_array(path)
+
+    durability.replace(target.path, make_staging, fill, durable=not target.managed)
+    storage.forget_array(target.path)
     return target
 
 
@@ -330,10 +356,3 @@ def _create_like(original: zarr.Array, path: str) -> None:
                       attributes=dict(original.attrs), zarr_format=meta.zarr_format, **extra)
 
 
-def _swap(new: str, target: str) -> None:
-    """Replace folder ``target`` by folder ``new`` (two renames)."""
-    old = f"{target}.replaced-{uuid.uuid4().hex[:8]}"
-    os.rename(target, old)
-    os.rename(new, target)
-    storage.forget_array(target)
-    shutil.rmtree(old, ignore_errors=True)

@@ -4,9 +4,20 @@ A ``dask.distributed.Client`` that is the default client runs jask's graphs
 (its dashboard then shows every tile); otherwise the scheduler set with
 ``dask.config.set(scheduler=...)``; otherwise Dask's threaded scheduler with
 as many threads as the memory model assumed.
+
+Interrupts. Ctrl-C raises ``KeyboardInterrupt`` in the main thread, which
+waits for the graph: tasks not started are dropped, tasks running finish
+(a tile takes milliseconds), and the caller removes the partial output.
+Inside a compiled call on CPU the callback runs in the main thread too, so
+it stops the same way; but JAX turns every exception a callback raises into
+a ``JaxRuntimeError``, so :func:`_interrupt_caller` raises the
+``KeyboardInterrupt`` again where the compiled call returns to its caller.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 import threading
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 
@@ -15,7 +26,7 @@ import dask.threaded
 from dask.base import get_scheduler
 from threadpoolctl import ThreadpoolController
 
-from jask import progress
+from jask import progress, storage
 from jask.graph import cluster
 from jask.memory import TileCost
 
@@ -76,6 +87,9 @@ class _TrackedPool(Executor):
         return future
 
     def wait(self) -> None:
+        """Drop the tasks not started yet; wait for those running."""
+        for future in self.futures:
+            future.cancel()
         wait(self.futures)
 
 
@@ -110,6 +124,10 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                 return list(client.get(graph, keys))
             return _run_local(scheduler, graph, keys, workers, at_once,
                               progress.local_callbacks(bar) if bar is not None else None)
+    except KeyboardInterrupt:
+        if storage.in_callback():
+            _interrupt_caller()
+        raise
     finally:
         if bar is not None:
             bar.close()
@@ -133,3 +151,54 @@ def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
     if callbacks is not None and getattr(scheduler, "__module__", "").startswith("dask."):
         return list(scheduler(graph, keys, callbacks=callbacks))
     return list(scheduler(graph, keys))
+
+
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "\0"
+
+
+_JAX_DIRS = tuple(_package_dir(n) for n in ("jax", "jaxlib", "jask"))
+
+
+def _interrupt_caller() -> None:
+    """Make the compiled call that this callback belongs to raise
+    KeyboardInterrupt, not the JaxRuntimeError JAX makes of it.
+
+    The call goes through JAX's Python API (programs with ordered effects
+    skip JAX's C++ fast path). A one-shot profile hook waits for the
+    exception to leave the outermost frame of that API, the one the user's
+    code called, and replaces it there, as an exception raised by a profile
+    hook does. It is not installed when a profiler is already running, and
+    is removed at jask's next op if the call never returns through it.
+    """
+    boundary = _api_boundary(sys._getframe())
+    if boundary is None or sys.getprofile() is not None:
+        return
+
+    def hook(frame, event, arg):
+        if frame is boundary and event == "return":
+            clear_interrupt_hook()
+            raise KeyboardInterrupt
+    _hook[:] = [hook]
+    sys.setprofile(hook)
+
+
+def _api_boundary(frame):
+    """The innermost JAX (or jask) frame called by code that is neither."""
+    while frame is not None and frame.f_back is not None:
+        if (frame.f_code.co_filename.startswith(_JAX_DIRS)
+                and not frame.f_back.f_code.co_filename.startswith(_JAX_DIRS)):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+_hook: list = []
+
+
+def clear_interrupt_hook() -> None:
+    """Remove the hook :func:`_interrupt_caller` set, if it is still there."""
+    if _hook and sys.getprofile() is _hook[0]:
+        sys.setprofile(None)
+    _hook.clear()

@@ -1,0 +1,73 @@
+"""A full scratch disk gives a clear error, keeps nothing partial, leaves inputs
+intact, and the next op works once space is freed.
+
+The small disk is a real 12 MiB tmpfs mount (we run as root here); the test
+is skipped, saying why, where mounting is not allowed.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zarr
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "full_disk.py")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_scratch_disk(tmp_path, small_disk):
+    data = np.arange(1_000_000, dtype=np.float32).reshape(1000, 1000) / 1e6
+    zarr.create_array(str(tmp_path / "input.zarr"), data=data, chunks=(250, 250),
+                      compressors=None, zarr_format=3)
+    zarr.create_array(str(small_disk / "target.zarr"), data=np.ones((600, 600), np.float32),
+                      chunks=(100, 100), compressors=None, zarr_format=3)
+    with open(small_disk / "ballast", "wb") as f:       # the user's own file
+        os.posix_fallocate(f.fileno(), 0, 9 * 2**20)    # (truncate would be sparse)
+    out = subprocess.run([sys.executable, SCRIPT, str(small_disk), str(tmp_path / "input.zarr")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    scratch = os.path.join(str(small_disk), "scratch")
+
+    refused = report["refused"]
+    assert refused["type"] == "DiskFullError", refused
+    assert scratch in refused["message"] and "4,000,000 bytes" in refused["message"]
+    assert "bytes are free" in refused["message"]
+    assert report["left_after_refused"] == []
+
+    racing = report["racing"]
+    print("racing ops on a nearly full disk:", [r.get("type", "ok") for r in racing])
+    assert any(r["ok"] for r in racing) or all(r["type"] == "DiskFullError" for r in racing), racing
+    for i, r in enumerate(racing):
+        if r["ok"]:
+            assert r["value"] == pytest.approx(float(data.astype(np.float64).sum()) * (i + 2), rel=1e-5)
+        else:
+            assert r["type"] == "DiskFullError" and scratch in r["message"], r
+    assert report["left_after_racing"] == []            # nothing partial kept
+
+    update = report["update"]
+    assert update["type"] == "DiskFullError" and str(small_disk) in update["message"], update
+    assert report["from_numpy"]["type"] == "DiskFullError", report["from_numpy"]
+    assert report["after_freeing"]["ok"], report["after_freeing"]
+    assert report["after_freeing"]["value"] == pytest.approx(float(data.astype(np.float64).sum()) + 1e6, rel=1e-5)
+    assert report["update_after_freeing"]["ok"], report["update_after_freeing"]
+
+    # checked from outside: the input untouched, the target updated once space was freed
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "input.zarr"), mode="r")[:], data)
+    assert (zarr.open_array(str(small_disk / "target.zarr"), mode="r")[:] == 7.0).all()
+    assert [n for n in os.listdir(small_disk) if n.startswith(".target")] == []
