@@ -25,7 +25,8 @@ def _run(tmp_path, **cases):
     out = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "scratch"), *args],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    return {k.replace("-", "_"): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    return {k.replace("-", "_"): v for k, v in report.items()}
 
 
 def _store(path, compressed=False, shape=(300, 200)):

@@ -55,7 +55,8 @@ def test_full_scratch_disk(tmp_path, small_disk):
     assert any(r["ok"] for r in racing) or all(r["type"] == "DiskFullError" for r in racing), racing
     for i, r in enumerate(racing):
         if r["ok"]:
-            assert r["value"] == pytest.approx(float(data.astype(np.float64).sum()) * (i + 2), rel=1e-5)
+            total = float(data.astype(np.float64).sum())
+            assert r["value"] == pytest.approx(total * (i + 2), rel=1e-5)
         else:
             assert r["type"] == "DiskFullError" and scratch in r["message"], r
     assert report["left_after_racing"] == []            # nothing partial kept
@@ -64,7 +65,8 @@ def test_full_scratch_disk(tmp_path, small_disk):
     assert update["type"] == "DiskFullError" and str(small_disk) in update["message"], update
     assert report["from_numpy"]["type"] == "DiskFullError", report["from_numpy"]
     assert report["after_freeing"]["ok"], report["after_freeing"]
-    assert report["after_freeing"]["value"] == pytest.approx(float(data.astype(np.float64).sum()) + 1e6, rel=1e-5)
+    total = float(data.astype(np.float64).sum())
+    assert report["after_freeing"]["value"] == pytest.approx(total + 1e6, rel=1e-5)
     assert report["update_after_freeing"]["ok"], report["update_after_freeing"]
 
     # checked from outside: the input untouched, the target updated once space was freed

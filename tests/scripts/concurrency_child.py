@@ -60,4 +60,5 @@ def starter(scratch):
 
 
 if __name__ == "__main__":
-    {"threads": threads, "updater": updater, "holder": holder, "starter": starter}[sys.argv[1]](*sys.argv[2:])
+    roles = {"threads": threads, "updater": updater, "holder": holder, "starter": starter}
+    roles[sys.argv[1]](*sys.argv[2:])

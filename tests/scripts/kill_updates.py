@@ -100,7 +100,7 @@ def trial(store: str, number: int, seed: int, when: str, mode: str) -> dict:
         buf += data
     lines += [d.decode() for d in buf.split(b"\n") if d]
     os.close(read_fd)
-    done = [int(l.split()[1]) for l in lines if l.startswith("done")]
+    done = [int(line.split()[1]) for line in lines if line.startswith("done")]
     last = lines[-1].split()[0] if lines else ""
     phase = {"start": "copy", "swap": "swap", "swapped": "cleanup", "done": "between"}.get(last, "")
     first = number * 1000
