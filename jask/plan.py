@@ -121,7 +121,7 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
       >>> tile, cost = plan_blockwise("add", (1000, 1000), "float32", [(x, (0, 1))],
       ...                             budget=10**7, workers=2)
       >>> tile, cost.tasks_at_once, cost.tasks
-      ((100, 1000), 2, 10)
+      ((250, 1000), 2, 4)
     """
     shape = tuple(int(n) for n in shape)
     itemsize = np.dtype(dtype).itemsize
