@@ -35,7 +35,7 @@ import zarr
 from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
-from jask import memory
+from jask import memory, storage
 from jask.storage import StoreSpec, open_array
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model"]
@@ -167,6 +167,22 @@ def _raw_layout(path: str) -> RawLayout | None:
     with _lock:
         _layouts[path] = layout
     return layout
+
+
+def _default_key(index: tuple) -> str:
+    return "/".join(("c",) + tuple(str(i) for i in index))
+
+
+def _remember_plain(path: str, shape: tuple, dtype: np.dtype, chunks: tuple) -> None:
+    """The layout of a store jask just wrote the metadata of (storage.create_at):
+    uncompressed C-order v3, default keys with "/", fill value 0."""
+    layout = RawLayout(path, tuple(shape), tuple(chunks), np.dtype(dtype), np.dtype(dtype).type(0),
+                       _default_key)
+    with _lock:
+        _layouts[path] = layout
+
+
+storage.plain_created = _remember_plain
 
 
 def forget(path: str) -> None:

@@ -10,6 +10,8 @@ instead, so the caller need not know which kind it holds.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,21 +30,50 @@ __all__ = ["apply", "astype"]
 MAX_IN_MEMORY_SHARE = 0.25
 
 
-def _compute_dtype(args, kinds):
-    """JAX's promotion of the non-bool operands, keeping 64-bit disk dtypes.
+def _signature(x, kind) -> tuple:
+    """What fixes an operand's part in an op's result type: its shape,
+    dtype and weak type (a Python scalar's value does not matter)."""
+    if kind is not None:
+        return (tuple(kind.shape), np.dtype(kind.dtype), False)
+    if _is_python_scalar(x):
+        return ((), type(x), True)
+    return (tuple(x.shape), np.dtype(x.dtype), bool(getattr(x, "weak_type", False)))
 
-    Disk dtypes are what is stored: a float64 store stays float64 even when
-    JAX's x64 mode is off (in-memory operands are canonical already).
+
+def _abstract(signature: tuple):
+    shape, dtype, weak = signature
+    if any(dtype is t for t in (int, float, complex)):  # a Python scalar: weakly typed
+        return dtype(0)
+    return jax.ShapeDtypeStruct(shape, dtype, weak_type=weak)
+
+
+@functools.lru_cache(maxsize=4096)
+def _result(ufunc: ufuncs.Ufunc, signature: tuple, x64: bool) -> tuple:
+    """(shape, dtype, compute dtype) of ``ufunc`` on operands of ``signature``,
+    by jax.eval_shape of its reference: numpy broadcasting, JAX promotion.
+
+    The compute dtype is JAX's promotion of the non-bool operands with
+    64-bit types kept: a float64 store stays float64 even when JAX's x64
+    mode is off (in-memory operands are canonical already). Cached: the
+    same op on the same types is traced once.
     """
-    numeric = [x for x, k in zip(args, kinds) if np.dtype(_dtype_of(x)) != np.bool_]
-    if not numeric:
-        return np.dtype(np.bool_)
-    with jax.enable_x64(True):
-        return np.dtype(jnp.result_type(*numeric))
-
-
-def _dtype_of(x):
-    return x.dtype if hasattr(x, "dtype") else jnp.result_type(x)
+    structs = [_abstract(sig) for sig in signature]
+    try:
+        out = jax.eval_shape(ufunc.jnp, *structs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"jask.{ufunc.name}: operands of shapes {_shape_names(structs)} "
+                         f"cannot be combined: {err}") from None
+    numeric = [x for x, sig in zip(structs, signature) if sig[1] != np.dtype(np.bool_)]
+    compute = np.dtype(np.bool_)
+    if numeric:
+        with jax.enable_x64(True):
+            compute = np.dtype(jnp.result_type(*numeric))
+    out_dtype = np.dtype(out.dtype)
+    if ufunc.dtype is not None:
+        out_dtype = ufunc.dtype  # a cast stores what was asked for
+    elif _dtypes.canonicalize_dtype(compute) == out_dtype:
+        out_dtype = compute  # a float64 store gives a float64 result
+    return tuple(out.shape), out_dtype, compute
 
 
 def _shape_names(args) -> str:
@@ -80,19 +111,8 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
     # in-memory operands as JAX arrays, canonical for the current x64 mode
     values = [x if k is not None else (x if _is_python_scalar(x) else jnp.asarray(x))
               for x, k in zip(args, kinds)]
-    structs = [jax.ShapeDtypeStruct(k.shape, k.dtype) if k is not None else x
-               for x, k in zip(values, kinds)]
-    try:
-        out = jax.eval_shape(ufunc.jnp, *structs)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"jask.{ufunc.name}: operands of shapes {_shape_names(structs)} "
-                         f"cannot be combined: {err}") from None
-    compute = _compute_dtype(structs, kinds)
-    out_dtype = np.dtype(out.dtype)
-    if ufunc.dtype is not None:
-        out_dtype = ufunc.dtype  # a cast stores what was asked for
-    elif _dtypes.canonicalize_dtype(compute) == out_dtype:
-        out_dtype = compute  # a float64 store gives a float64 result
+    signature = tuple(_signature(x, k) for x, k in zip(values, kinds))
+    shape, out_dtype, compute = _result(ufunc, signature, bool(jax.config.read("jax_enable_x64")))
     operands: list = []
     avals: list = []
     dtypes: list = []
@@ -109,7 +129,6 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
         operands.append(v)
         avals.append(jax.core.ShapedArray(v.shape, v.dtype))
         dtypes.append(None if v.dtype == np.bool_ else compute)
-    shape = tuple(out.shape)
     axes = tuple(broadcast_axes(tuple(a.shape), shape) for a in avals)
     return primitives.Blockwise(ufunc, avals, axes, tuple(dtypes), shape,
                                 tuple(range(len(shape))), out_dtype, config=config)(*operands)
