@@ -1,0 +1,167 @@
+"""One pass, several outputs: the primitive behind jask's optimizers.
+
+:func:`fused` applies a numpy ``kernel`` to the tiles of DiskArrays of one
+shape (and in-memory scalars: a learning rate, a bias correction) and writes
+each of the tuple of tiles it returns to its own new store, in a single pass:
+an Adam step reads ``g``, ``m`` and ``v`` once and writes ``m``, ``v`` and the
+update once. With ``into`` the first output goes into an operand's own store
+instead (copied beside it and swapped in by renames, as ``update_`` does),
+so a parameter keeps its store across steps.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+from jax.experimental.hijax import ShapedArray
+
+from jask import dispatch, graph, memory, plan, storage, work
+from jask.array import HANDLE_DTYPE, DiskArray, DiskArrayType, disk_type
+from jask.config import Config, get_config
+from jask.graph import blockwise as bw
+from jask.graph.fused import fused_graph
+from jask.primitives import DiskPrimitive
+
+__all__ = ["fused"]
+
+
+def _staging(target: storage.StoreSpec) -> storage.StoreSpec:
+    """An empty store beside ``target``, laid out as it is."""
+    folder, name = os.path.split(target.path)
+    path = os.path.join(folder, f".{name}.incoming-{uuid.uuid4().hex[:8]}")
+    if target.managed:
+        return storage.create_at(path, target.shape, target.dtype, target.chunks)
+    import zarr
+    work._create_like(zarr.open_array(target.path, mode="r"), path)
+    return storage.StoreSpec(path, target.shape, target.dtype, target.chunks)
+
+
+def fused_work(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
+               out_dtypes: tuple, into: int | None):
+    """Work for :class:`Fused`: plan tiles, create the outputs, run one graph."""
+    def run(stores, values, config: Config):
+        stores, values = iter(stores), iter(values)
+        full = tuple(range(len(shape)))
+        operands = tuple(bw.Operand(next(stores), full, dtype) if disk else
+                         bw.Operand(np.asarray(next(values)), (), dtype) for disk in on_disk)
+        held = sum(x.source.nbytes for x in operands if not x.on_disk)
+        target = operands[into].source if into is not None else None
+        unit = None
+        if target is not None:
+            unit = memory.model_of(target).write_unit or tuple(target.chunks)
+        tile, cost = plan.plan_blockwise(
+            op, shape, dtype, [(x.source, x.axes) for x in operands if x.on_disk],
+            budget=config.max_memory, workers=config.workers, fixed_bytes=held,
+            out_copies=memory.ELEMENTWISE_OUT_COPIES * len(out_dtypes), out_unit=unit)
+        outs: list = []
+        try:
+            if target is not None:
+                outs.append(_staging(target))
+            for dt in out_dtypes[len(outs):]:
+                outs.append(storage.create(config.scratch_dir, op, shape, dt, tile))
+            dsk, keys = fused_graph(op, kernel, tuple(outs), shape, tile, operands,
+                                    uuid.uuid4().hex)
+            graph.run(dsk, keys, config.workers, cost)
+        except BaseException:
+            for out in outs:
+                storage.discard(out)
+            raise
+        if target is not None:
+            work._swap(outs[0].path, target.path)
+            outs[0] = target
+        return outs
+    return run
+
+
+class Fused(DiskPrimitive):
+    """``kernel(*operands)`` -> one DiskArray per output dtype, in one pass.
+
+    Operands are DiskArrays of ``shape`` and in-memory scalars; all are read
+    in ``dtype``. With ``into`` (an operand's index) the first output is
+    written into that operand's store and returned as it (never dead-code
+    eliminated: the write is the point).
+    """
+
+    def __init__(self, kernel, in_avals, shape: tuple, dtype, out_dtypes: tuple, *,
+                 into: int | None = None, name: str = "fused", config: Config | None = None):
+        outs = tuple(DiskArrayType(shape, dt) for dt in out_dtypes)
+        super().__init__(in_avals, outs, op=name, kernel=kernel, shape=tuple(shape),
+                         dtype=np.dtype(dtype), out_dtypes=tuple(np.dtype(d) for d in out_dtypes),
+                         into=into, config=config)
+
+    def expand(self, *args):
+        on_disk = tuple(isinstance(a, DiskArrayType) for a in self.in_avals)
+        run = fused_work(self.op, self.kernel, self.shape, on_disk, self.dtype,
+                         self.out_dtypes, self.into)
+        disk = [x for x, d in zip(args, on_disk) if d]
+        mem = [x for x, d in zip(args, on_disk) if not d]
+        return _to_stores(run, disk, mem, self.out_aval, self.config)
+
+    def dce(self, used_outs):
+        if self.into is not None:
+            return True, True, self
+        return super().dce(used_outs)
+
+
+def _to_stores(run_work, arrays: Sequence[DiskArray], scalars: Sequence, out_avals: tuple,
+               config: Config | None) -> tuple:
+    """Run ``run_work`` producing several stores; return them as DiskArrays."""
+    n = len(arrays)
+
+    def run(*args, pending: bool):
+        stores, values = dispatch._resolve(args, n)
+        outs = run_work(stores, values, config or get_config())
+        handles = [(out if out.handle else storage.register(out, pending=pending)).handle
+                   for out in outs]
+        return np.asarray(handles, HANDLE_DTYPE)
+
+    handles = dispatch._call(run, jax.ShapeDtypeStruct((len(out_avals),), HANDLE_DTYPE),
+                             arrays, scalars)
+    return tuple(DiskArray._from_handle(handles[i], aval) for i, aval in enumerate(out_avals))
+
+
+def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: int | None = None,
+          name: str = "fused", config: Config | None = None) -> tuple:
+    """``kernel(*tiles)`` over DiskArrays of one shape, one new DiskArray per
+    entry of ``out_dtypes``, all written in a single pass.
+
+    ``operands`` are DiskArrays of one shape and in-memory scalars (sent to
+    every task as 0-d arrays); every tile and scalar reaches ``kernel`` as a
+    numpy array of ``dtype`` (default: the first DiskArray's). ``kernel``
+    must be hashable (a module-level function or a frozen dataclass): it is
+    part of the compiled program's key. With ``into=i`` the first output
+    replaces the data of DiskArray operand ``i`` in its own store.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> from jask.fused import fused
+      >>> x = jask.from_numpy(np.arange(4.0, dtype=np.float32))
+      >>> lo, hi = fused(lambda a, c: (a - c, a + c), x, 1.0, out_dtypes=("f4", "f4"))
+      >>> hi.to_numpy()
+      array([1., 2., 3., 4.], dtype=float32)
+    """
+    kinds = [disk_type(x) for x in operands]
+    disk = [k for k in kinds if k is not None]
+    if not disk:
+        raise TypeError("jask.fused needs at least one DiskArray operand")
+    shape = disk[0].shape
+    if any(k.shape != shape for k in disk):
+        raise ValueError(f"jask.{name}: DiskArray operands must share one shape, got "
+                         f"{[k.shape for k in disk]}")
+    dtype = np.dtype(dtype or disk[0].dtype)
+    values, avals = [], []
+    for x, k in zip(operands, kinds):
+        if k is None:
+            x = jax.numpy.asarray(x)
+            if x.ndim != 0:
+                raise ValueError(f"jask.{name}: in-memory operands must be scalars, got "
+                                 f"shape {x.shape}")
+            avals.append(ShapedArray((), x.dtype))
+        else:
+            avals.append(k)
+        values.append(x)
+    return Fused(kernel, tuple(avals), shape, dtype, tuple(out_dtypes), into=into, name=name,
+                 config=config)(*values)
