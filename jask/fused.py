@@ -55,7 +55,7 @@ def fused_work(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
         tile, cost = plan.plan_blockwise(
             op, shape, dtype, [(x.source, x.axes) for x in operands if x.on_disk],
             budget=config.max_memory, workers=config.workers, fixed_bytes=held,
-            out_copies=memory.ELEMENTWISE_OUT_COPIES * len(out_dtypes), out_unit=unit)
+            out_copies=memory.ELEMENTWISE_OUT_COPIES + len(out_dtypes) - 1, out_unit=unit)
         outs: list = []
         try:
             if target is not None:
@@ -130,7 +130,8 @@ def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: i
 
     ``operands`` are DiskArrays of one shape and in-memory scalars (sent to
     every task as 0-d arrays); every tile and scalar reaches ``kernel`` as a
-    numpy array of ``dtype`` (default: the first DiskArray's). ``kernel``
+    numpy array of ``dtype`` (default: the first DiskArray's), its task's own:
+    the kernel may overwrite them rather than allocate. ``kernel``
     must be hashable (a module-level function or a frozen dataclass): it is
     part of the compiled program's key. With ``into=i`` the first output
     replaces the data of DiskArray operand ``i`` in its own store.

@@ -93,6 +93,8 @@ def _step_size(lr_tx, lr_state, dtype):
 
 
 # --- kernels: one pass per leaf (hashable: they key the compiled program) ----------
+# Each works in place on the tiles it was handed (fresh arrays read for this
+# task) with at most one temporary tile, in optax's order of operations.
 
 @dataclass(frozen=True)
 class _Adam:
@@ -106,19 +108,33 @@ class _Adam:
         if self.decay:
             p, *rest = rest
         c1, b1, c2, b2, bc1, bc1_next, bc2, eps, eps_root, *rest = rest
-        m = c1 * g + b1 * m
-        v = c2 * (g * g) + b2 * v
+        tmp = np.multiply(g, c1)
+        m *= b1
+        m += tmp  # (1 - b1) * g + b1 * m
+        np.multiply(g, g, out=tmp)
+        tmp *= c2
+        v *= b2
+        v += tmp  # (1 - b2) * g**2 + b2 * v
         if self.nesterov:
-            m_hat = b1 * (m / bc1_next) + c1 * (g / bc1)
+            u = np.divide(m, bc1_next)
+            u *= b1
+            np.divide(g, bc1, out=tmp)
+            tmp *= c1
+            u += tmp
         else:
-            m_hat = m / bc1
-        u = m_hat / (np.sqrt(v / bc2 + eps_root) + eps)
+            u = np.divide(m, bc1, out=g)  # g is not needed any more
+        np.divide(v, bc2, out=tmp)
+        tmp += eps_root
+        np.sqrt(tmp, out=tmp)
+        tmp += eps
+        u /= tmp
         if self.decay:
             wd, *rest = rest
-            u = u + wd * p
+            np.multiply(p, wd, out=tmp)
+            u += tmp
         if self.scaled:
             (step,) = rest
-            u = step * u
+            u *= step
         return m, v, u
 
 
@@ -130,28 +146,40 @@ class _Trace:
     scaled: bool = False
 
     def __call__(self, g, t, decay, *rest):
-        t = g + decay * t
-        u = g + decay * t if self.nesterov else t
+        t *= decay
+        t += g  # g + decay * t
+        if self.nesterov:
+            u = np.multiply(t, decay)
+            u += g
+        else:
+            u = t
         if self.scaled:
             (step,) = rest
-            u = step * u
+            u = np.multiply(u, step, out=None if u is t else u)
         return t, u
 
 
 def _scale(g, step):
-    return (step * g,)
+    g *= step
+    return (g,)
 
 
 def _decayed(g, p, wd):
-    return (g + wd * p,)
+    p *= wd
+    p += g  # g + wd * p
+    return (p,)
 
 
 def _clipped(g, keep, norm, max_norm):
-    return (np.where(keep != 0, g, (g / norm) * max_norm),)
+    if keep.item() == 0:
+        g /= norm
+        g *= max_norm
+    return (g,)
 
 
 def _add(p, u):
-    return (p + u,)
+    p += u
+    return (p,)
 
 
 # --- Adam ---------------------------------------------------------------------

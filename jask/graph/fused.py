@@ -23,6 +23,9 @@ __all__ = ["fused_block", "fused_graph"]
 def fused_block(kernel: Callable, outs: tuple, region: tuple, operands: tuple) -> None:
     """outs[k][region] = kernel(*operand tiles)[k], whole output chunks.
 
+    The tiles are this task's own arrays: the kernel may overwrite them (an
+    optimizer step holds no more than one temporary tile that way).
+
     Example:
       >>> import tempfile, os
       >>> from jask import storage
@@ -38,8 +41,11 @@ def fused_block(kernel: Callable, outs: tuple, region: tuple, operands: tuple) -
             chunkio.prefetch(x.source, tuple(slice(0, 1) if a is None else region[a]
                                              for a in x.axes))
     shape = tuple(s.stop - s.start for s in region)
+    tiles = [x.tile(region) for x in operands]
+    # the kernel may work in place: every tile is this task's own, writable array
+    tiles = [t if t.flags.writeable else t.copy() for t in tiles]
     with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
-        results = kernel(*(x.tile(region) for x in operands))
+        results = kernel(*tiles)
     for out, result in zip(outs, results):
         tile = np.broadcast_to(np.asarray(result).astype(out.dtype, copy=False), shape)
         chunkio.write(out, region, np.ascontiguousarray(tile))
