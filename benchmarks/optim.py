@@ -8,7 +8,8 @@ jitted steps of ``update`` + ``apply_updates`` after one compiling step.
 Per step it counts the bytes every task read and wrote (by wrapping
 ``jask.chunkio.read``/``write``), against the least a step must move: one
 read of the gradient, the state and the parameter (if the step needs it)
-and one write of the state and the parameter. It also prints the time per
+and one write of the state and the parameter, both for ``tx.update`` +
+``apply_updates`` and for ``jask.optim.step`` (one fused pass). It also prints the time per
 step, the bytes it moved per second, the scratch bytes after each step
 (flat: no growing scratch) and the peak RSS above the start of the step.
 """
@@ -83,7 +84,7 @@ def _gradient(path: str, side: int) -> str:
     return path
 
 
-def run(name: str, side: int, steps: int, scratch: str) -> dict:
+def run(name: str, side: int, steps: int, scratch: str, fused: bool) -> dict:
     make, reads, writes = OPTIMIZERS[name]
     g = jask.open(_gradient(os.path.join(scratch, "g.zarr"), side))
     w = g * 0.0  # a store of jask's own, never whole in memory
@@ -92,6 +93,8 @@ def run(name: str, side: int, steps: int, scratch: str) -> dict:
 
     @jax.jit
     def step(w, state, g):
+        if fused:
+            return jask.optim.step(tx, g, state, w)
         updates, state = tx.update(g, state, w)
         return jask.optim.apply_updates(w, updates), state
 
@@ -113,7 +116,7 @@ def run(name: str, side: int, steps: int, scratch: str) -> dict:
         jask.collect()
         disk.append(_disk_bytes(scratch) - _disk_bytes(os.path.join(scratch, "g.zarr")))
     r, wr = moved[-1]
-    return {"name": name, "param": nbytes, "read": r, "written": wr,
+    return {"name": name + (" step" if fused else ""), "param": nbytes, "read": r, "written": wr,
             "ratio": (r + wr) / ((reads + writes) * nbytes), "least": (reads, writes),
             "seconds": float(np.median(times)), "disk": disk, "rss": max(rss)}
 
@@ -133,13 +136,14 @@ def main(argv=None) -> int:
         print(f"parameter {args.side}x{args.side} float32 = {format_bytes(args.side**2 * 4)}"
               f" ({args.side**2 * 4 / budget:.1f}x the budget of {args.budget}), "
               f"{args.steps} jitted steps each")
-        print(f"{'optimizer':>13} {'read':>9} {'written':>9} {'least R+W':>9} {'ratio':>6} "
+        print("rows: tx.update + apply_updates; '... step': jask.optim.step (one pass)")
+        print(f"{'optimizer':>18} {'read':>9} {'written':>9} {'least R+W':>9} {'ratio':>6} "
               f"{'s/step':>7} {'MB/s':>6} {'RSS MB':>7}  scratch bytes after each step")
-        for name in names:
-            r = run(name, args.side, args.steps, scratch)
+        for name, fused in [(n, f) for n in names for f in (False, True)]:
+            r = run(name, args.side, args.steps, scratch, fused)
             least = f"{r['least'][0]}R+{r['least'][1]}W"
             rate = (r["read"] + r["written"]) / r["seconds"] / 1e6
-            print(f"{name:>13} {format_bytes(r['read']):>9} {format_bytes(r['written']):>9} "
+            print(f"{r['name']:>18} {format_bytes(r['read']):>9} {format_bytes(r['written']):>9} "
                   f"{least:>9} {r['ratio']:6.2f} {r['seconds']:7.2f} {rate:6.0f} "
                   f"{r['rss'] / 1e6:7.1f}  {r['disk']}")
             jask.collect()

@@ -12,6 +12,7 @@ import pytest
 
 import jask
 from helpers import tolerance
+from jask.testing import leaked_stores
 
 SCHEDULE = optax.exponential_decay(0.05, transition_steps=1, decay_rate=0.7)
 
@@ -48,9 +49,12 @@ def _grads(rng, dtype):
             for _ in range(STEPS)]
 
 
-def _run(tx, params, grads, jit):
-    """STEPS optimizer steps with fixed gradients; the final parameters."""
+def _run(tx, params, grads, jit, fused=False):
+    """STEPS optimizer steps with fixed gradients; the final parameters.
+    ``fused``: by jask.optim.step (update and apply in one pass)."""
     def step(params, state, g):
+        if fused:
+            return jask.optim.step(tx, g, state, params)
         updates, state = tx.update(g, state, params)
         return jask.optim.apply_updates(params, updates), state
 
@@ -100,13 +104,19 @@ def test_in_memory_matches_optax(name, jit, dtype, rng):
     _check(got_state, want_state, dtype)
 
 
-@pytest.mark.parametrize("disk", [("w", "b"), ("w",)], ids=["disk", "mixed"])
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+#: (jit, update and apply fused by jask.optim.step, leaves on disk)
+MODES = {"eager-disk": (False, False, ("w", "b")), "jit-mixed": (True, False, ("w",)),
+         "jit-step-disk": (True, True, ("w", "b")), "eager-step-mixed": (False, True, ("w",))}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_disk_params_match_optax(name, jit, disk, dtype, rng, small_budget):
+def test_disk_params_match_optax(name, mode, dtype, rng, small_budget):
+    jit, fused, disk = MODES[mode]
     params, grads = _params(rng, dtype), _grads(rng, dtype)
     tx = OPTIMIZERS[name](jask.optim)
-    got, got_state = _run(tx, _on_disk(params, disk), [_on_disk(g, disk) for g in grads], jit)
+    got, got_state = _run(tx, _on_disk(params, disk), [_on_disk(g, disk) for g in grads], jit,
+                          fused)
     want, want_state = _reference(name, params, grads)
     _check(got, want, dtype)
     assert isinstance(got["w"], jask.DiskArray)
@@ -125,6 +135,22 @@ def test_state_classes_are_optax_own(small_budget):
     assert isinstance(adam_state[0].mu, jask.DiskArray)
     assert isinstance(jask.optim.trace(0.9).init(w), optax.TraceState)
     np.testing.assert_array_equal(adam_state[0].nu.to_numpy(), np.zeros((40, 30), np.float32))
+
+
+@pytest.mark.parametrize("name", ["sgd", "sgd_momentum_schedule", "adamw"])
+def test_step_keeps_the_store_and_writes_no_update(name, small_budget, rng):
+    w = jask.from_numpy(rng.standard_normal((50, 33)).astype(np.float32))
+    g = jask.from_numpy(rng.standard_normal((50, 33)).astype(np.float32))
+    path = w.filename
+    tx = OPTIMIZERS[name](jask.optim)
+    step = jax.jit(lambda w, s, g: jask.optim.step(tx, g, s, w))
+    w2, state = step(w, tx.init(w), g)
+    w3, state = step(w2, state, g)
+    assert w3.filename == path
+    state_stores = [x for x in jax.tree.leaves(state) if isinstance(x, jask.DiskArray)]
+    # alive: the parameter, the gradient and the state; no update store
+    live = leaked_stores(small_budget.scratch_dir)
+    assert len(live) == 2 + len(state_stores), live
 
 
 def test_apply_updates_keeps_the_store(small_budget, rng):
