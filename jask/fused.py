@@ -40,18 +40,24 @@ def _staging(target: storage.StoreSpec) -> storage.StoreSpec:
 
 
 def fused_work(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
-               out_dtypes: tuple, into: int | None):
-    """Work for :class:`Fused`: plan tiles, create the outputs, run one graph."""
+               out_dtypes: tuple, into: int | None, align: int | None = None,
+               unread: tuple = ()):
+    """Work for :class:`Fused`: plan tiles, create the outputs, run one graph.
+
+    Tiles are whole chunks of operand ``align`` (of ``into`` by default);
+    operands in ``unread`` only lend their layout and are never read."""
     def run(stores, values, config: Config):
         stores, values = iter(stores), iter(values)
+        sources = [next(stores) if disk else np.asarray(next(values)) for disk in on_disk]
         full = tuple(range(len(shape)))
-        operands = tuple(bw.Operand(next(stores), full, dtype) if disk else
-                         bw.Operand(np.asarray(next(values)), (), dtype) for disk in on_disk)
-        held = sum(x.source.nbytes for x in operands if not x.on_disk)
-        target = operands[into].source if into is not None else None
+        operands = tuple(bw.Operand(src, full if disk else (), dtype)
+                         for src, disk in zip(sources, on_disk))
+        held = sum(int(src.nbytes) for src in sources if isinstance(src, np.ndarray))
+        target = _store(sources, into)
+        like = _store(sources, into if align is None else align)
         unit = None
-        if target is not None:
-            unit = memory.model_of(target).write_unit or tuple(target.chunks)
+        if like is not None:
+            unit = memory.model_of(like).write_unit or tuple(like.chunks)
         tile, cost = plan.plan_blockwise(
             op, shape, dtype, [(x.source, x.axes) for x in operands if x.on_disk],
             budget=config.max_memory, workers=config.workers, fixed_bytes=held,
@@ -62,7 +68,8 @@ def fused_work(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
                 outs.append(_staging(target))
             for dt in out_dtypes[len(outs):]:
                 outs.append(storage.create(config.scratch_dir, op, shape, dt, tile))
-            dsk, keys = fused_graph(op, kernel, tuple(outs), shape, tile, operands,
+            read = tuple(x for i, x in enumerate(operands) if i not in unread)
+            dsk, keys = fused_graph(op, kernel, tuple(outs), shape, tile, read,
                                     uuid.uuid4().hex)
             graph.run(dsk, keys, config.workers, cost)
         except BaseException:
@@ -76,6 +83,15 @@ def fused_work(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
     return run
 
 
+def _store(sources: list, i: int | None) -> storage.StoreSpec | None:
+    if i is None:
+        return None
+    source = sources[i]
+    if not isinstance(source, storage.StoreSpec):
+        raise TypeError(f"jask.fused: operand {i} must be a DiskArray")
+    return source
+
+
 class Fused(DiskPrimitive):
     """``kernel(*operands)`` -> one DiskArray per output dtype, in one pass.
 
@@ -86,16 +102,17 @@ class Fused(DiskPrimitive):
     """
 
     def __init__(self, kernel, in_avals, shape: tuple, dtype, out_dtypes: tuple, *,
-                 into: int | None = None, name: str = "fused", config: Config | None = None):
+                 into: int | None = None, align: int | None = None, unread: tuple = (),
+                 name: str = "fused", config: Config | None = None):
         outs = tuple(DiskArrayType(shape, dt) for dt in out_dtypes)
         super().__init__(in_avals, outs, op=name, kernel=kernel, shape=tuple(shape),
                          dtype=np.dtype(dtype), out_dtypes=tuple(np.dtype(d) for d in out_dtypes),
-                         into=into, config=config)
+                         into=into, align=align, unread=tuple(unread), config=config)
 
     def expand(self, *args):
         on_disk = tuple(isinstance(a, DiskArrayType) for a in self.in_avals)
         run = fused_work(self.op, self.kernel, self.shape, on_disk, self.dtype,
-                         self.out_dtypes, self.into)
+                         self.out_dtypes, self.into, self.align, self.unread)
         disk = [x for x, d in zip(args, on_disk) if d]
         mem = [x for x, d in zip(args, on_disk) if not d]
         return _to_stores(run, disk, mem, self.out_aval, self.config)
@@ -124,7 +141,8 @@ def _to_stores(run_work, arrays: Sequence[DiskArray], scalars: Sequence, out_ava
 
 
 def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: int | None = None,
-          name: str = "fused", config: Config | None = None) -> tuple:
+          align: int | None = None, unread: Sequence[int] = (), name: str = "fused",
+          config: Config | None = None) -> tuple:
     """``kernel(*tiles)`` over DiskArrays of one shape, one new DiskArray per
     entry of ``out_dtypes``, all written in a single pass.
 
@@ -134,7 +152,10 @@ def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: i
     the kernel may overwrite them rather than allocate. ``kernel``
     must be hashable (a module-level function or a frozen dataclass): it is
     part of the compiled program's key. With ``into=i`` the first output
-    replaces the data of DiskArray operand ``i`` in its own store.
+    replaces the data of DiskArray operand ``i`` in its own store. Tiles
+    are whole chunks of operand ``align`` (default: ``into``), so outputs
+    share its chunks where the budget allows; operands listed in ``unread``
+    lend their layout only (the kernel does not receive them).
 
     Example:
       >>> import numpy as np, jask
@@ -153,7 +174,8 @@ def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: i
         raise ValueError(f"jask.{name}: DiskArray operands must share one shape, got "
                          f"{[k.shape for k in disk]}")
     dtype = np.dtype(dtype or disk[0].dtype)
-    values, avals = [], []
+    values: list = []
+    avals: list = []
     for x, k in zip(operands, kinds):
         if k is None:
             x = jax.numpy.asarray(x)
@@ -164,5 +186,5 @@ def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: i
         else:
             avals.append(k)
         values.append(x)
-    return Fused(kernel, tuple(avals), shape, dtype, tuple(out_dtypes), into=into, name=name,
-                 config=config)(*values)
+    return Fused(kernel, tuple(avals), shape, dtype, tuple(out_dtypes), into=into, align=align,
+                 unread=tuple(unread), name=name, config=config)(*values)

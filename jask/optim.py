@@ -18,7 +18,7 @@ the DiskArray leaves are computed from the same scalars by a numpy kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,7 @@ import optax
 from jax._src import dtypes as _dtypes
 
 from jask import primitives, reductions, ufuncs
-from jask.array import DiskArrayType, disk_type
+from jask.array import disk_type
 from jask.fused import fused
 
 __all__ = ["sgd", "adam", "adamw", "scale_by_adam", "trace", "add_decayed_weights",
@@ -58,12 +58,14 @@ def _disk_leaves(tree) -> dict[int, Any]:
 def _replace(tree, values: dict[int, Any]):
     """``tree`` with the leaves at the positions of ``values`` replaced."""
     leaves, treedef = jax.tree.flatten(tree)
-    return treedef.unflatten([values.get(i, x) for i, x in enumerate(leaves)])
+    return jax.tree.unflatten(treedef, [values.get(i, x) for i, x in enumerate(leaves)])
 
 
 def _zeros_like(tree, dtype=None):
-    """``optax.tree.zeros_like`` for the DiskArray leaves: fills on disk."""
-    return {i: primitives.fill(0, DiskArrayType(x.shape, np.dtype(dtype or x.dtype)))
+    """``optax.tree.zeros_like`` for the DiskArray leaves: fills on disk,
+    chunked as the leaf is (a step then reads whole chunks of each)."""
+    return {i: fused(_zeros, x, out_dtypes=(np.dtype(dtype or x.dtype),), align=0, unread=(0,),
+                     name="zeros")[0]
             for i, x in _disk_leaves(tree).items()}
 
 
@@ -187,6 +189,10 @@ class _Trace:
         return t, u
 
 
+def _zeros(*_):
+    return (np.zeros((), np.int8),)  # broadcast to the tile as it is written
+
+
 def _scale(g, step):
     g *= step
     return (g,)
@@ -291,7 +297,9 @@ def _adam_family(b1, b2, eps, eps_root, mu_dtype, nesterov, *, learning_rate=Non
     def update(updates, state, params=None):
         return run(updates, state, params, False)
 
-    update.fused_step = lambda grads, state, params: run(grads, state, params, True)
+    # read by step(): update and apply in one pass
+    update.fused_step = (  # type: ignore[attr-defined]
+        lambda grads, state, params: run(grads, state, params, True))
     return optax.GradientTransformation(init, update)
 
 
@@ -436,7 +444,9 @@ def _trace_family(decay, nesterov, accumulator_dtype, learning_rate=None
     def update(updates, state, params=None):
         return run(updates, state, params, False)
 
-    update.fused_step = lambda grads, state, params: run(grads, state, params, True)
+    # read by step(): update and apply in one pass
+    update.fused_step = (  # type: ignore[attr-defined]
+        lambda grads, state, params: run(grads, state, params, True))
     return optax.GradientTransformation(init, update)
 
 
@@ -494,7 +504,9 @@ def sgd(learning_rate, momentum: float | None = None, nesterov: bool = False,
     def update(updates, state, params=None):
         return run(updates, state, params, False)
 
-    update.fused_step = lambda grads, state, params: run(grads, state, params, True)
+    # read by step(): update and apply in one pass
+    update.fused_step = (  # type: ignore[attr-defined]
+        lambda grads, state, params: run(grads, state, params, True))
     return optax.GradientTransformation(lambda params: ref.init(_mem(params)), update)
 
 

@@ -15,7 +15,6 @@ import numpy as np
 from jask import chunkio
 from jask.graph.blockwise import Operand
 from jask.graph.builders import key_name, regions
-from jask.storage import StoreSpec
 
 __all__ = ["fused_block", "fused_graph"]
 
@@ -57,6 +56,7 @@ def fused_graph(op: str, kernel: Callable, outs: tuple, shape: tuple, tile: tupl
     whole number of every output's chunks along each axis.
 
     Example:
+      >>> from jask.storage import StoreSpec
       >>> out = StoreSpec("o", (5,), np.dtype("f4"), (2,))
       >>> graph, keys = fused_graph("adam", abs, (out,), (5,), (2,), (), "t")
       >>> len(keys)

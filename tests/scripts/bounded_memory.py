@@ -69,12 +69,13 @@ def ops(a, b, v, X, y, w):
 
 
 def _adam_step(a, b):
-    """One jitted jask.optim.adam step (update and apply_updates) on a
-    parameter twice a's size (>= 8x the budget), its moments on disk."""
+    """One jitted jask.optim.adam step (jask.optim.step: update and apply in
+    one pass) on a parameter twice a's size (>= 8x the budget), its moments
+    on disk."""
     p, g = jask.concatenate([a, b]), jask.concatenate([b, a])
     adam = jask.optim.adam(1e-3)
     state = adam.init(p)
-    step = jax.jit(lambda p, s, g: jask.optim.apply_updates(p, adam.update(g, s, p)[0]))
+    step = jax.jit(lambda p, s, g: jask.optim.step(adam, g, s, p)[0])
     return lambda: step(p, state, g)
 
 
