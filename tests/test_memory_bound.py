@@ -36,12 +36,10 @@ UNCHECKED_OPS = {"jit(grad) step"}
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
        "jit(grad) step"}
 OPS |= {"adam step"}  # jask.optim.adam on a parameter 8x the budget
-#: The adam step is two graphs (the fused update, then apply_updates into
-#: the parameter's store, whose chunks differ from the update's): the update
-#: measured 11-12 MB (model 14), apply_updates 18-20 MB with 8.3 MB of
-#: Python allocations at its peak (tracemalloc; model 12): the excess is
-#: malloc arenas of the worker threads, as for the jit(grad) step (plain
-#: update_ between these two layouts measured 23 MB). Reported, not checked.
+#: The adam step (jask.optim.step: one fused graph, model 16 MB) measured
+#: 15.0-15.6 MB on B/8, B/64 and sharded inputs, but 21.2 MB on mixed
+#: grids, where the ops before it left 12.9 MB in the worker threads' malloc
+#: arenas (as for the jit(grad) step). Reported, not checked.
 UNCHECKED_OPS |= {"adam step"}
 
 

@@ -71,7 +71,9 @@ def ops(a, b, v, X, y, w):
 def _adam_step(a, b):
     """One jitted jask.optim.adam step (jask.optim.step: update and apply in
     one pass) on a parameter twice a's size (>= 8x the budget), its moments
-    on disk."""
+    on disk. Built from copies in jask's own chunks: concatenating the
+    inputs as given would read whole chunks of every layout of the grid."""
+    a, b = a * 1.0, b * 1.0
     p, g = jask.concatenate([a, b]), jask.concatenate([b, a])
     adam = jask.optim.adam(1e-3)
     state = adam.init(p)
