@@ -37,9 +37,10 @@ OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot"
        "jit(grad) step"}
 OPS |= {"adam step"}  # jask.optim.adam on a parameter 8x the budget
 #: The adam step (jask.optim.step: one fused graph, model 16 MB) measured
-#: 15.0-15.6 MB on B/8, B/64 and sharded inputs, but 21.2 MB on mixed
-#: grids, where the ops before it left 12.9 MB in the worker threads' malloc
-#: arenas (as for the jit(grad) step). Reported, not checked.
+#: 14.9-16.2 MB on B/16 ... B/4, zstd, sharded and v2 inputs, but 18.9-24.8
+#: MB on B/64, B/2 and mixed grids, where the ops before it left up to 13 MB
+#: in the worker threads' malloc arenas (as for the jit(grad) step; its own
+#: Python allocations peak at 4 operand tiles + 1). Reported, not checked.
 UNCHECKED_OPS |= {"adam step"}
 
 
