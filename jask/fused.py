@@ -41,11 +41,13 @@ def _staging(target: storage.StoreSpec) -> storage.StoreSpec:
 
 def fused_work(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
                out_dtypes: tuple, into: int | None, align: int | None = None,
-               unread: tuple = ()):
+               unread: tuple = (), temporaries: int | None = None):
     """Work for :class:`Fused`: plan tiles, create the outputs, run one graph.
 
     Tiles are whole chunks of operand ``align`` (of ``into`` by default);
-    operands in ``unread`` only lend their layout and are never read."""
+    operands in ``unread`` only lend their layout and are never read.
+    ``temporaries``: tiles the kernel allocates besides its inputs (default:
+    one per output and one more), what the plan counts for its outputs."""
     def run(stores, values, config: Config):
         stores, values = iter(stores), iter(values)
         sources = [next(stores) if disk else np.asarray(next(values)) for disk in on_disk]
@@ -61,7 +63,8 @@ def fused_work(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
         tile, cost = plan.plan_blockwise(
             op, shape, dtype, [(x.source, x.axes) for x in operands if x.on_disk],
             budget=config.max_memory, workers=config.workers, fixed_bytes=held,
-            out_copies=memory.ELEMENTWISE_OUT_COPIES + len(out_dtypes) - 1, out_unit=unit)
+            out_copies=len(out_dtypes) + 1 if temporaries is None else temporaries,
+            out_unit=unit)
         outs: list = []
         try:
             if target is not None:
@@ -103,16 +106,19 @@ class Fused(DiskPrimitive):
 
     def __init__(self, kernel, in_avals, shape: tuple, dtype, out_dtypes: tuple, *,
                  into: int | None = None, align: int | None = None, unread: tuple = (),
-                 name: str = "fused", config: Config | None = None):
+                 temporaries: int | None = None, name: str = "fused",
+                 config: Config | None = None):
         outs = tuple(DiskArrayType(shape, dt) for dt in out_dtypes)
         super().__init__(in_avals, outs, op=name, kernel=kernel, shape=tuple(shape),
                          dtype=np.dtype(dtype), out_dtypes=tuple(np.dtype(d) for d in out_dtypes),
-                         into=into, align=align, unread=tuple(unread), config=config)
+                         into=into, align=align, unread=tuple(unread),
+                         temporaries=temporaries, config=config)
 
     def expand(self, *args):
         on_disk = tuple(isinstance(a, DiskArrayType) for a in self.in_avals)
         run = fused_work(self.op, self.kernel, self.shape, on_disk, self.dtype,
-                         self.out_dtypes, self.into, self.align, self.unread)
+                         self.out_dtypes, self.into, self.align, self.unread,
+                         self.temporaries)
         disk = [x for x, d in zip(args, on_disk) if d]
         mem = [x for x, d in zip(args, on_disk) if not d]
         return _to_stores(run, disk, mem, self.out_aval, self.config)
@@ -141,7 +147,8 @@ def _to_stores(run_work, arrays: Sequence[DiskArray], scalars: Sequence, out_ava
 
 
 def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: int | None = None,
-          align: int | None = None, unread: Sequence[int] = (), name: str = "fused",
+          align: int | None = None, unread: Sequence[int] = (),
+          temporaries: int | None = None, name: str = "fused",
           config: Config | None = None) -> tuple:
     """``kernel(*tiles)`` over DiskArrays of one shape, one new DiskArray per
     entry of ``out_dtypes``, all written in a single pass.
@@ -155,7 +162,9 @@ def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: i
     replaces the data of DiskArray operand ``i`` in its own store. Tiles
     are whole chunks of operand ``align`` (default: ``into``), so outputs
     share its chunks where the budget allows; operands listed in ``unread``
-    lend their layout only (the kernel does not receive them).
+    lend their layout only (the kernel does not receive them). A kernel
+    that works in place tells the planner how many tiles it allocates
+    besides its inputs with ``temporaries`` (default: one per output, +1).
 
     Example:
       >>> import numpy as np, jask
@@ -187,4 +196,5 @@ def fused(kernel: Callable, *operands, out_dtypes: Sequence, dtype=None, into: i
             avals.append(k)
         values.append(x)
     return Fused(kernel, tuple(avals), shape, dtype, tuple(out_dtypes), into=into, align=align,
-                 unread=tuple(unread), name=name, config=config)(*values)
+                 unread=tuple(unread), temporaries=temporaries, name=name,
+                 config=config)(*values)

@@ -28,7 +28,7 @@ from jax._src import dtypes as _dtypes
 
 from jask import primitives, reductions, ufuncs
 from jask.array import disk_type
-from jask.fused import fused
+from jask.fused import fused as _fused
 
 __all__ = ["sgd", "adam", "adamw", "scale_by_adam", "trace", "add_decayed_weights",
            "clip_by_global_norm", "apply_updates", "step"]
@@ -81,6 +81,13 @@ def _grads(updates, positions, what: str) -> dict[int, Any]:
                             "parameters, or keep parameters and state in memory)")
         out[i] = leaves[i]
     return out
+
+
+def fused(kernel, *operands, **kwargs):
+    """:func:`jask.fused.fused` for this module's kernels, which work in
+    place: besides their input tiles they hold at most two (a temporary,
+    and Nesterov's update)."""
+    return _fused(kernel, *operands, temporaries=2, **kwargs)
 
 
 def _dtype(*arrays) -> np.dtype:

@@ -230,5 +230,7 @@ def test_wide_linear_model_trained_with_adam_on_disk(small_budget, jask_scratch,
     assert w.filename == path  # the parameter kept its store
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
     assert losses[-1] < 0.5 * losses[0]
-    assert scratch[1:] == scratch[:1] * (len(scratch) - 1)  # disk use flat over steps
+    # disk use flat over steps (the moments of one step may be chunked, and
+    # so padded at the edges, otherwise than those of the step before)
+    assert max(scratch) - min(scratch) < 0.01 * scratch[0], scratch
     np.testing.assert_allclose(w.to_numpy(), np.asarray(w_ref), rtol=1e-3, atol=1e-5)
