@@ -234,3 +234,39 @@ def test_wide_linear_model_trained_with_adam_on_disk(small_budget, jask_scratch,
     # so padded at the edges, otherwise than those of the step before)
     assert max(scratch) - min(scratch) < 0.01 * scratch[0], scratch
     np.testing.assert_allclose(w.to_numpy(), np.asarray(w_ref), rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["update-apply", "step"])
+def test_adam_on_a_user_store_keeps_its_layout(fused, small_budget, tmp_path, rng):
+    """A parameter in a store made by another tool (zstd, Zarr v2, ragged
+    chunks) is updated in place and keeps its codec and chunks."""
+    import numcodecs
+    import zarr
+    w0 = rng.standard_normal((61, 47)).astype(np.float32)
+    path = str(tmp_path / "w.zarr")
+    z = zarr.create_array(store=path, shape=w0.shape, chunks=(13, 9), dtype="float32",
+                          zarr_format=2, compressors=numcodecs.Zstd(level=1))
+    z[:] = w0
+    grads = [(rng.standard_normal(w0.shape) * 0.3).astype(np.float32) for _ in range(STEPS)]
+    w = jask.open(path)
+    tx = jask.optim.adam(SCHEDULE)
+    got, _ = _run(tx, w, [jask.from_numpy(g) for g in grads], True, fused)
+    want, _ = _run(optax.adam(SCHEDULE), jnp.asarray(w0), [jnp.asarray(g) for g in grads], False)
+    assert got.filename == w.filename
+    np.testing.assert_allclose(got.to_numpy(), np.asarray(want), **tolerance(np.float32))
+    reopened = zarr.open_array(path, mode="r")
+    assert reopened.metadata.zarr_format == 2 and reopened.chunks == (13, 9)
+    assert reopened.compressors[0].codec_id == "zstd"
+    np.testing.assert_allclose(reopened[:], np.asarray(want), **tolerance(np.float32))
+
+
+def test_fused_refuses_bad_operands(small_budget):
+    from jask.fused import fused
+    x = jask.from_numpy(np.ones((4, 3), np.float32))
+    with pytest.raises(TypeError, match="at least one DiskArray"):
+        fused(lambda a: (a,), np.ones(3), out_dtypes=("f4",))
+    with pytest.raises(ValueError, match="one shape"):
+        fused(lambda a, b: (a,), x, jask.from_numpy(np.ones((3, 4), np.float32)),
+              out_dtypes=("f4",))
+    with pytest.raises(ValueError, match="scalars"):
+        fused(lambda a, b: (a,), x, np.ones(3), out_dtypes=("f4",))
