@@ -270,7 +270,8 @@ def _adam_family(b1, b2, eps, eps_root, mu_dtype, nesterov, *, learning_rate=Non
         mem_state = _with_adam_state(state, s._replace(mu=_mem(s.mu), nu=_mem(s.nu)), chained)
         new_updates, new_state = ref.update(_mem(updates), mem_state, _mem(params))
         count = _adam_state(new_state, chained).count  # optax incremented it
-        decays = _decay_factors(weight_decay, mask, state, params, mus)
+        decays = _decay_factors(weight_decay, mask, state[1] if weight_decay is not None
+                                else None, params, mus)
         out, out_m, out_v = {}, {}, {}
         for i, g in grads.items():
             m, v = mus[i], nus[i]
@@ -318,14 +319,14 @@ def _adam_scalars(b1, b2, eps, eps_root, count) -> list:
             jnp.asarray(eps), jnp.asarray(eps_root)]
 
 
-def _decay_factors(weight_decay, mask, state, params, positions) -> dict:
-    """Position -> weight decay of this step, for DiskArray leaves it applies to."""
+def _decay_factors(weight_decay, mask, wd_state, params, positions) -> dict:
+    """Position -> weight decay of this step, for DiskArray leaves it applies
+    to (``wd_state``: add_decayed_weights' state, for a schedule's count)."""
     if weight_decay is None or (isinstance(weight_decay, (int, float)) and weight_decay == 0):
         return {}
     if params is None:
         raise ValueError(optax.NO_PARAMS_MSG)
     if callable(weight_decay):
-        wd_state = state[1]
         wd_state = getattr(wd_state, "inner_state", wd_state)  # optax.masked
         wd = weight_decay(wd_state.count)
     else:
@@ -537,8 +538,7 @@ def add_decayed_weights(weight_decay=0.0, mask=None) -> optax.GradientTransforma
         if not grads:
             return ref.update(updates, state, params)
         new_updates, new_state = ref.update(_mem(updates), state, _mem(params))
-        wrapped = (None, state) if not callable(weight_decay) else (None, state)
-        factors = _decay_factors(weight_decay, mask, wrapped, params, grads)
+        factors = _decay_factors(weight_decay, mask, state, params, grads)
         p_leaves = jax.tree.leaves(params)
         out = {}
         for i, g in grads.items():
