@@ -9,7 +9,9 @@ fill, and a step is one fused pass per leaf (:func:`jask.fused.fused`): Adam
 reads ``g``, ``m`` and ``v`` once and writes ``m``, ``v`` and the update once,
 with the learning rate folded in. :func:`apply_updates` writes each DiskArray
 parameter in its own store, so a jitted loop keeps its stores and compiles
-once, and disk use stays flat over steps.
+once, and disk use stays flat over steps. :func:`step` does both in one
+pass (the update is never written): Adam then reads g, m, v, p once and
+writes m, v, p once.
 
 How: optax runs on the pytree with each DiskArray replaced by an empty array
 of its dtype (it then computes counts, schedules and the in-memory leaves);
