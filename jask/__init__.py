@@ -10,7 +10,10 @@ Example:
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from jask import nn  # noqa: F401 - jask.nn.relu etc.
+from jask import (
+    nn,  # noqa: F401 - jask.nn.relu etc.
+    optim,  # noqa: F401 - jask.optim.adam etc.
+)
 from jask.array import DiskArray, DiskArrayType
 from jask.config import Config, get_config, set_memory_budget
 from jask.elementwise import (

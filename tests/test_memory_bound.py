@@ -30,10 +30,8 @@ REFUSED = {"B/2": {"update_"}, "sharded": {"update_"}}
 KNOWN_OVER: dict = {}
 UNCHECKED_OPS: set = set()
 
-OPS = {"jit(grad) step"}
-
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
-       "jit(grad) step", "to_zarr (zstd)"}
+       "jit(grad) step", "to_zarr (zstd)", "adam step"}  # adam: jask.optim on a parameter 8x
 
 
 def run_grid(data: str, budget: int, side: int, names=None) -> dict:
