@@ -87,9 +87,11 @@ def _grads(updates, positions, what: str) -> dict[int, Any]:
 
 def fused(kernel, *operands, **kwargs):
     """:func:`jask.fused.fused` for this module's kernels, which work in
-    place: besides their input tiles they hold at most two (a temporary,
-    and Nesterov's update)."""
-    return _fused(kernel, *operands, temporaries=2, **kwargs)
+    place: besides their input tiles they hold two (a temporary, and
+    Nesterov's update) and numpy's temporaries while an expression is
+    evaluated. Four are counted: with two, the adam step measured
+    1.04-1.26x its model on the chunking grid; with four, 0.94-0.98."""
+    return _fused(kernel, *operands, temporaries=4, **kwargs)
 
 
 def _dtype(*arrays) -> np.dtype:
