@@ -83,12 +83,8 @@ def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
     collect_if_idle()
     shape, dtype = tuple(int(s) for s in x.shape), np.dtype(x.dtype)
     chunks = builders.default_chunks(shape, dtype, config.max_memory, config.workers)
-    out = storage.create(config.scratch_dir, "from_dask", shape, dtype, chunks)
-    try:
+    with storage.new_store(config.scratch_dir, "from_dask", shape, dtype, chunks) as out:
         _store(x.rechunk(chunks or x.chunks), out, config)
-    except BaseException:
-        storage.discard(out)
-        raise
     return DiskArray._from_store(out)
 
 

@@ -377,6 +377,25 @@ def register(store: StoreSpec, *, pending: bool) -> StoreSpec:
         return store
 
 
+@contextlib.contextmanager
+def new_store(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = False):
+    """A new store (see :func:`create`) to fill in the ``with`` block; if the
+    block fails, the store is removed, so a half-written one is never kept.
+
+    Example:
+      >>> import tempfile
+      >>> with new_store(tempfile.mkdtemp(), "x", (2,), "float32", (2,)) as out:
+      ...     out.shape
+      (2,)
+    """
+    out = create(scratch_dir, name, shape, dtype, chunks, grad=grad)
+    try:
+        yield out
+    except BaseException:
+        discard(out)
+        raise
+
+
 def discard(store: StoreSpec) -> None:
     """Remove a store that never became visible (its op failed)."""
     forget_array(store.path)

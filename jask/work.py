@@ -24,14 +24,10 @@ from jask.storage import StoreSpec
 
 def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     chunks, cost = plan
-    with _room(config, op, shape, dtype, chunks):
-        out = storage.create(config.scratch_dir, op, shape, dtype, chunks, grad=grad)
-        try:
-            dsk, keys = build(out)
-            graph.run(dsk, keys, config.workers, cost)
-        except BaseException:
-            storage.discard(out)
-            raise
+    with _room(config, op, shape, dtype, chunks), storage.new_store(
+            config.scratch_dir, op, shape, dtype, chunks, grad=grad) as out:
+        dsk, keys = build(out)
+        graph.run(dsk, keys, config.workers, cost)
     return out
 
 
@@ -282,14 +278,9 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
         (value,) = scalars
         chunks = builders.default_chunks(value.shape, value.dtype, config.max_memory,
                                          config.workers)
-        with _room(config, op, value.shape, value.dtype, chunks):
-            out = storage.create(config.scratch_dir, op, value.shape, value.dtype, chunks,
-                                 grad=grad)
-            try:
-                chunkio.write(out, _whole(value.shape), value)
-            except BaseException:
-                storage.discard(out)
-                raise
+        with _room(config, op, value.shape, value.dtype, chunks), storage.new_store(
+                config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out:
+            chunkio.write(out, _whole(value.shape), value)
         return out
     return work
 
