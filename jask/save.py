@@ -138,13 +138,15 @@ def _plan(chunks: tuple | None, source: storage.StoreSpec, codecs: tuple,
     def cost(tile):
         return memory.task_cost("save", tile, [(source, tile)],
                                 memory.nbytes(tile, source.dtype), copies, config.workers)
+    # what every op holds besides its tasks (as jask.plan counts it)
+    room = config.max_memory - memory.op_overhead(config.max_memory)
     if chunks is not None:
-        memory.check_fits(cost(chunks), config.max_memory)
+        memory.check_fits(cost(chunks), room)
         return chunks, cost(chunks)
     candidates = [tuple(source.chunks)]
     candidates += memory.shrinking(builders.default_chunks(source.shape, source.dtype,
                                                            config.max_memory, config.workers))
-    chunks, planned = memory.first_fit(candidates, cost, config.max_memory)
+    chunks, planned = memory.first_fit(candidates, cost, room)
     return tuple(chunks), planned
 
 
