@@ -20,7 +20,7 @@ import numpy as np
 import zarr
 from zarr.abc.codec import BytesBytesCodec
 
-from jask import chunkio, graph, memory, ops, storage
+from jask import chunkio, graph, memory, ops, plan, storage
 from jask._jax_internals import is_eager, is_tracer
 from jask.array import DiskArray
 from jask.config import Config, get_config
@@ -138,16 +138,17 @@ def _plan(chunks: tuple | None, source: storage.StoreSpec, codecs: tuple,
     def cost(tile):
         return memory.task_cost("save", tile, [(source, tile)],
                                 memory.nbytes(tile, source.dtype), copies, config.workers)
-    # what every op holds besides its tasks (as jask.plan counts it)
-    room = config.max_memory - memory.op_overhead(config.max_memory)
     if chunks is not None:
-        memory.check_fits(cost(chunks), room)
+        # what every op holds besides its tasks, as jask.plan counts it
+        memory.check_fits(cost(chunks), config.max_memory - memory.op_overhead(config.max_memory))
         return chunks, cost(chunks)
-    candidates = [tuple(source.chunks)]
-    candidates += memory.shrinking(builders.default_chunks(source.shape, source.dtype,
-                                                           config.max_memory, config.workers))
-    chunks, planned = memory.first_fit(candidates, cost, room)
-    return tuple(chunks), planned
+    # the planner every op uses: whole source chunks where they fit, never
+    # tiles so small that the graph runs away
+    axes = tuple(range(len(source.shape)))
+    tile, planned = plan.plan_blockwise("save", tuple(source.shape), source.dtype,
+                                        [(source, axes)], budget=config.max_memory,
+                                        workers=config.workers, out_copies=copies)
+    return tuple(tile), planned
 
 
 def _chunks(chunks, source: storage.StoreSpec) -> tuple | None:
