@@ -94,6 +94,18 @@ def fused(kernel, *operands, **kwargs):
     return _fused(kernel, *operands, temporaries=4, **kwargs)
 
 
+def _transformation(init, run) -> optax.GradientTransformation:
+    """An optax transformation whose ``update`` is ``run(..., apply=False)``;
+    :func:`step` reads ``run(..., apply=True)`` from it (update and apply in
+    one pass)."""
+    def update(updates, state, params=None):
+        return run(updates, state, params, False)
+
+    update.fused_step = (  # type: ignore[attr-defined]
+        lambda grads, state, params: run(grads, state, params, True))
+    return optax.GradientTransformation(init, update)
+
+
 def _dtype(*arrays) -> np.dtype:
     """The dtype a step computes in: JAX's promotion, keeping 64-bit stores."""
     with jax.enable_x64(True):
@@ -306,13 +318,7 @@ def _adam_family(b1, b2, eps, eps_root, mu_dtype, nesterov, *, learning_rate=Non
             return _replace(optax.apply_updates(_mem(params), new_updates), out), new_state
         return _replace(new_updates, out), new_state
 
-    def update(updates, state, params=None):
-        return run(updates, state, params, False)
-
-    # read by step(): update and apply in one pass
-    update.fused_step = (  # type: ignore[attr-defined]
-        lambda grads, state, params: run(grads, state, params, True))
-    return optax.GradientTransformation(init, update)
+    return _transformation(init, run)
 
 
 def _adam_scalars(b1, b2, eps, eps_root, count) -> list:
@@ -453,13 +459,7 @@ def _trace_family(decay, nesterov, accumulator_dtype, learning_rate=None
             return _replace(optax.apply_updates(_mem(params), new_updates), out), new_state
         return _replace(new_updates, out), new_state
 
-    def update(updates, state, params=None):
-        return run(updates, state, params, False)
-
-    # read by step(): update and apply in one pass
-    update.fused_step = (  # type: ignore[attr-defined]
-        lambda grads, state, params: run(grads, state, params, True))
-    return optax.GradientTransformation(init, update)
+    return _transformation(init, run)
 
 
 def trace(decay: float, nesterov: bool = False,
