@@ -27,7 +27,11 @@ REFUSED = {"B/2": {"update_"}, "sharded": {"update_"}}
 #: before jask pinned glibc's mmap threshold (jask.graph.execute), freed
 #: tiles stayed in per-thread malloc arenas and chained ops on B/2 chunks
 #: peaked at 1.4-2.3x the budget.
-KNOWN_OVER: dict = {}
+#: Known over, measured: the adam step on the v2 F-order (zstd) cell peaked
+#: at 15.1-16.8 MB against 16 MB in four runs (its model: 16.0 MB, with five
+#: kernel temporaries counted instead of four it no longer fits at all):
+#: reported, not checked, until the fused kernel's F-order decoding is modelled.
+KNOWN_OVER: dict = {"v2 F-order": {"adam step"}}
 UNCHECKED_OPS: set = set()
 
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
