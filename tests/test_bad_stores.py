@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import zarr
 
+from helpers import tmpfs_mount
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "bad_stores.py")
 
 
@@ -98,16 +100,8 @@ def test_store_replaced_mid_op_is_an_error(damaged):
 
 @pytest.fixture
 def read_only_mount(tmp_path):
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
+    with tmpfs_mount(tmp_path / "ro", "8m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_store_on_a_read_only_filesystem_can_be_read(tmp_path, read_only_mount):

@@ -14,21 +14,15 @@ import numpy as np
 import pytest
 import zarr
 
+from helpers import tmpfs_mount
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "full_disk.py")
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
+    with tmpfs_mount(tmp_path / "small", "12m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_full_scratch_disk(tmp_path, small_disk):
