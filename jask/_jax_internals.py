@@ -66,3 +66,97 @@ def hi_primitive(eqn):
     whose ``_prim`` parameter is the instance (jax 0.10).
     """
     return eqn.params.get("_prim") if eqn.primitive.name == "call_hi_primitive" else None
+
+
+def prune_before_lowering(is_ours, *, movable, mutates, merge) -> None:
+    """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
+
+    * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
+      and each hijax primitive becomes an ordered callback there, which XLA
+      never removes: the forward ``sum`` of ``jax.jit(jax.grad(loss))``
+      would run although nothing reads it. Each primitive's own ``dce``
+      decides (``update_`` keeps itself).
+    * Then each ``movable`` op (one returning an in-memory value) waits
+      until its value is first read, a ``mutates`` op or a nested program
+      comes, or the program ends, and the ops waiting together become one
+      (``merge``): a value's computation reads the disk, never changes it,
+      so running it later in program order gives the same value. That lets
+      the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss) share
+      one pass over the data.
+
+    Results are cached per jaxpr, so a jaxpr is lowered (and its ops
+    planned) once, as before.
+    """
+    import weakref
+
+    from jax._src.interpreters import partial_eval as pe
+
+    original = pe.lower_jaxpr
+    if getattr(original, "_rewrites_for", None) is not None:
+        return
+    done: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    def rewrite(hi_jaxpr):
+        if not any(is_ours(hi_primitive(e)) for e in hi_jaxpr.jaxpr.eqns):
+            return hi_jaxpr
+        jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
+                                instantiate=True)
+        jaxpr = _defer(jaxpr, movable, mutates, merge)
+        return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
+
+    def lower_jaxpr(hi_jaxpr, lo_avals):
+        try:
+            lean = done[hi_jaxpr]
+        except (KeyError, TypeError):
+            lean = rewrite(hi_jaxpr)
+            try:
+                done[hi_jaxpr] = lean
+            except TypeError:  # not weakly referenceable: rewrite again next time
+                pass
+        return original(lean, lo_avals)
+
+    lower_jaxpr._rewrites_for = is_ours  # type: ignore[attr-defined]
+    pe.lower_jaxpr = lower_jaxpr
+
+
+def _holds_program(eqn) -> bool:
+    """Whether an equation runs a jaxpr of its own (jit, cond, scan, ...)."""
+    def is_jaxpr(v):
+        return isinstance(v, (core.Jaxpr, core.ClosedJaxpr))
+    return any(is_jaxpr(v) or (isinstance(v, (tuple, list)) and any(map(is_jaxpr, v)))
+               for v in eqn.params.values())
+
+
+def _defer(jaxpr, movable, mutates, merge):
+    """See :func:`prune_before_lowering`: move value ops to their first reader."""
+    eqns: list = []
+    held: list = []
+    held_outs: set = set()
+
+    def flush():
+        if len(held) == 1:
+            eqns.append(held[0])
+        elif held:
+            prim = merge([hi_primitive(e) for e in held])
+            eqns.append(held[-1].replace(invars=[v for e in held for v in e.invars],
+                                         outvars=[v for e in held for v in e.outvars],
+                                         params=dict(_prim=prim)))
+        held.clear()
+        held_outs.clear()
+
+    for eqn in jaxpr.eqns:
+        prim = hi_primitive(eqn)
+        if prim is not None and movable(prim):
+            held.append(eqn)
+            held_outs.update(eqn.outvars)
+            continue
+        reads = any(isinstance(v, core.Var) and v in held_outs for v in eqn.invars)
+        barrier = (eqn.effects or (prim is not None and mutates(prim))
+                   or (prim is None and _holds_program(eqn)))
+        if reads or barrier:
+            flush()
+        eqns.append(eqn)
+    flush()
+    if len(eqns) == len(jaxpr.eqns):
+        return jaxpr
+    return jaxpr.replace(eqns=eqns)

@@ -346,6 +346,7 @@ class DiskArray:
           array(5., dtype=float32)
         """
         collect_if_idle()
+        storage.before_mutation(self.filename)  # the view may write to it
         return zarr.open_array(self.filename, mode="r+")
 
     def update_(self, new_value: "DiskArray") -> "DiskArray":

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.experimental import io_callback
 
-from jask import storage
+from jask import lazy, storage
 from jask._jax_internals import is_eager
 from jask.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.config import Config, get_config
@@ -51,11 +51,19 @@ def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalar
 
 
 def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
-             out_aval: DiskArrayType, config: Config | None) -> DiskArray:
-    """Run ``work`` producing a store; return it as a DiskArray."""
+             out_aval: DiskArrayType, config: Config | None,
+             fuse: lazy.Description | None = None) -> DiskArray:
+    """Run ``work`` producing a store; return it as a DiskArray.
+
+    With ``fuse``, inside a compiled program the op is only recorded, to
+    run with the ops that need it (:mod:`jask.lazy`)."""
     n = len(arrays)
 
     def run(*args, pending: bool):
+        if pending and fuse is not None:
+            handle = lazy.record(fuse, args, config or get_config(), work)
+            if handle is not None:
+                return handle
         stores, values = _resolve(args, n)
         stamps = storage.stamp(stores)
         out = work(stores, values, config or get_config())
@@ -74,11 +82,19 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
 
 
 def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
-             result: jax.ShapeDtypeStruct, config: Config | None) -> jax.Array:
-    """Run ``work`` producing an in-memory value; return it as a jax.Array."""
+             result: jax.ShapeDtypeStruct, config: Config | None,
+             fuse: lazy.Description | None = None) -> jax.Array:
+    """Run ``work`` producing an in-memory value; return it as a jax.Array.
+
+    With ``fuse``, inside a compiled program the op runs in one band group
+    with the recorded ops it reads (:mod:`jask.lazy`)."""
     n = len(arrays)
 
     def run(*args, pending: bool):
+        if pending and fuse is not None:
+            (value,) = lazy.values([(fuse, args, config or get_config())])
+            if value is not None:
+                return np.asarray(value, result.dtype)
         stores, values = _resolve(args, n)
         stamps = storage.stamp(stores)
         value = work(stores, values, config or get_config())
@@ -86,3 +102,47 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
         return np.asarray(value, result.dtype)
 
     return jax.numpy.asarray(_call(run, result, arrays, scalars))
+
+
+#: One value op for :func:`to_values`: (work, arrays, scalars, result, config, fuse).
+ValueOp = tuple
+
+
+def to_values(ops: Sequence[ValueOp]) -> tuple:
+    """Several ops producing in-memory values, run by one callback so that
+    those reading the same rows share one band group (one read of each store).
+
+    jask's scheduler merges value ops this way inside a compiled program
+    (:func:`jask._jax_internals.prune_before_lowering`).
+    """
+    if is_eager():  # not made eagerly; kept correct all the same
+        return tuple(to_value(*op) for op in ops)
+    sizes = [(len(arrays), len(scalars)) for _, arrays, scalars, *_ in ops]
+    results = tuple(result for *_, result, _, _ in ops)
+
+    def split(args):
+        out, i = [], 0
+        for a, b in sizes:
+            out.append(args[i:i + a + b])
+            i += a + b
+        return out
+
+    def callback(*args):
+        with storage.callback_scope():
+            parts = split(args)
+            done = lazy.values([(fuse, part, config or get_config())
+                                for (_, _, _, _, config, fuse), part in zip(ops, parts)])
+            out = []
+            for (work, _, _, result, config, _), part, value, (n, _) in zip(
+                    ops, parts, done, sizes):
+                if value is None:  # alone, as to_value runs it
+                    stores, scalars = _resolve(part, n)
+                    stamps = storage.stamp(stores)
+                    value = work(stores, scalars, config or get_config())
+                    storage.check_unchanged(stamps, "jask")
+                out.append(np.asarray(value, result.dtype))
+            return tuple(out)
+
+    flat = [x for _, arrays, scalars, *_ in ops for x in (*_handles(arrays), *scalars)]
+    outs = io_callback(callback, results, *flat, ordered=True)
+    return tuple(jax.numpy.asarray(x) for x in outs)

@@ -36,6 +36,8 @@ import os
 import shutil
 import uuid
 
+from jask import storage
+
 __all__ = ["replace", "recover", "store_lock", "FSYNC"]
 
 #: fsync the new store before it becomes visible, and its folder after.
@@ -172,6 +174,7 @@ def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
       (['v'], ['s'])
     """
     target = os.path.abspath(target)
+    storage.before_mutation(target)  # lazy results that read the old values run first
     with store_lock(target):
         _finish_swaps(target)
         staging = _sibling(target, _STAGING)

@@ -18,8 +18,8 @@ import numpy as np
 from jax.dtypes import canonicalize_dtype
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
-from jask import dispatch, ufuncs, work
-from jask._jax_internals import wants_cotangent
+from jask import dispatch, lazy, ufuncs, work
+from jask._jax_internals import prune_before_lowering, wants_cotangent
 from jask.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.config import Config
 
@@ -65,15 +65,39 @@ class DiskPrimitive(VJPHiPrimitive):
     def batch_dim_rule(self, axis_data, dims):
         raise NotImplementedError(VMAP_UNSUPPORTED)
 
-    def _run(self, work_fn, args):
-        """Run ``work_fn`` on the disk and in-memory operands of ``args``."""
+    def _run(self, work_fn, args, fuse: lazy.Description | None = None):
+        """Run ``work_fn`` on the disk and in-memory operands of ``args``
+        (``fuse``: how the op joins a band group inside a compiled program)."""
         disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
         mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
         out = self.out_aval
         if _on_disk(out):
-            return dispatch.to_store(work_fn, disk, mem, out, self.config)
+            return dispatch.to_store(work_fn, disk, mem, out, self.config, fuse)
         return dispatch.to_value(work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
-                                 self.config)
+                                 self.config, fuse)
+
+    #: Whether the op writes into an existing store (``update_``): other
+    #: ops are never moved across it.
+    mutates = False
+
+    def plan(self):
+        """(work, fusion description) for ops that can join a band group."""
+        return None
+
+    def value_op(self, args) -> tuple:
+        """This op's part of :func:`dispatch.to_values` (a value op only)."""
+        work_fn, fuse = self.plan()
+        disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
+        mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
+        out = self.out_aval
+        return (work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype), self.config,
+                fuse)
+
+    def _describe(self, kind: str, **params) -> lazy.Description:
+        out = self.out_aval
+        return lazy.Description(self.params["op"], kind,
+                                tuple(_on_disk(a) for a in self.in_avals), tuple(out.shape),
+                                np.dtype(out.dtype), params, bool(self.params.get("grad")))
 
     # Equal primitives must agree on types too, not only on params.
     def __hash__(self):
@@ -114,12 +138,19 @@ class Blockwise(DiskPrimitive):
                          shape=tuple(shape), out_axes=tuple(out_axes), reducer=reducer,
                          grad=grad, config=config)
 
-    def expand(self, *args):
+    def plan(self):
         out = self.out_aval
-        return self._run(work.blockwise(
+        return (work.blockwise(
             self.op, self.ufunc.numpy, self.shape, self.axes, self.dtypes,
             tuple(_on_disk(a) for a in self.in_avals), self.out_axes, out.shape, out.dtype,
-            reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad), args)
+            reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad),
+            self._describe("map", kernel=self.ufunc.numpy, axes=self.axes, dtypes=self.dtypes,
+                           full_shape=self.shape, out_axes=self.out_axes,
+                           reducer=self.reducer))
+
+    def expand(self, *args):
+        work_fn, fuse = self.plan()
+        return self._run(work_fn, args, fuse)
 
     def vjp_fwd(self, nzs_in, *args):
         out = self(*args)
@@ -294,6 +325,8 @@ class Update(DiskPrimitive):
     returned value is unused.
     """
 
+    mutates = True
+
     def __init__(self, aval: DiskArrayType, config: Config | None):
         super().__init__((aval, aval), aval, config=config)
 
@@ -333,12 +366,16 @@ class Dot(DiskPrimitive):
         super().__init__((a, b), _out_type(shape, dtype, not to_memory), op="dot", ta=ta,
                          tb=tb, dtype=np.dtype(dtype), grad=grad, config=config)
 
-    def expand(self, a, b):
+    def plan(self):
         A, B = self.in_avals
         vectors = ("row" if A.ndim == 1 else None, "col" if B.ndim == 1 else None)
-        return self._run(work.dot(self.ta, self.tb, (_on_disk(A), _on_disk(B)), vectors,
-                                  self.dtype, to_memory=not _on_disk(self.out_aval),
-                                  grad=self.grad), [a, b])
+        return (work.dot(self.ta, self.tb, (_on_disk(A), _on_disk(B)), vectors, self.dtype,
+                         to_memory=not _on_disk(self.out_aval), grad=self.grad),
+                self._describe("dot", ta=self.ta, tb=self.tb, vectors=vectors))
+
+    def expand(self, a, b):
+        work_fn, fuse = self.plan()
+        return self._run(work_fn, [a, b], fuse)
 
     def backward(self, res, g, ca, cb):
         # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.
@@ -479,3 +516,33 @@ def reduce(name, ufunc, operands, axes, dtypes, shape, out_axes, out_dtype, *, r
     return Blockwise(ufunc, avals, tuple(axes), tuple(dtypes), tuple(shape), tuple(out_axes),
                      out_dtype, reducer=reducer, to_memory=to_memory, config=config,
                      name=name)(*operands)
+
+
+class Together(DiskPrimitive):
+    """Several ops returning in-memory values, run as one callback so that
+    those reading the same rows share one band group. Made only by the
+    scheduler, after differentiation (it has no VJP)."""
+
+    def __init__(self, prims: tuple):
+        super().__init__(tuple(a for p in prims for a in p.in_avals),
+                         tuple(p.out_aval for p in prims), op="together", prims=tuple(prims))
+
+    def expand(self, *args):
+        ops, i = [], 0
+        for p in self.prims:
+            ops.append(p.value_op(args[i:i + len(p.in_avals)]))
+            i += len(p.in_avals)
+        return dispatch.to_values(ops)
+
+
+def _is_value_op(prim) -> bool:
+    """An op returning an in-memory value that a band group can compute."""
+    return (isinstance(prim, DiskPrimitive) and not _on_disk(prim.out_aval)
+            and not isinstance(prim.out_aval, tuple) and prim.plan() is not None)
+
+
+# Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
+# would run them), and run the value ops that can wait together (one pass).
+prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
+                      mutates=lambda prim: getattr(prim, "mutates", False),
+                      merge=lambda prims: Together(tuple(prims)))

@@ -76,6 +76,7 @@ _pending: set[int] = set()                  # made in a program, not claimed yet
 _doomed: set[int] = set()                   # no owner left
 _unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
 _sessions: dict[str, str] = {}              # scratch_dir -> this process's folder
+_lazy: dict[int, "Lazy"] = {}              # handle -> its computation, not run yet
 _local = threading.local()
 
 
@@ -423,11 +424,60 @@ def register_external(path) -> StoreSpec:
     return register(store, pending=False)
 
 
+class Lazy:
+    """A store not computed yet (see :mod:`jask.lazy`): :func:`spec` runs it."""
+
+    def materialize(self) -> StoreSpec:
+        raise NotImplementedError
+
+    def reads(self, path: str) -> bool:
+        """Whether computing it would read the store at ``path``."""
+        raise NotImplementedError
+
+
+def register_lazy(lazy: Lazy) -> int:
+    """A handle for a store to be computed when first needed; pending (a
+    garbage collected one is simply never computed)."""
+    with _lock:
+        handle = next(_handles)
+        _lazy[handle] = lazy
+        _pending.add(handle)
+        return handle
+
+
+def lazy(handle) -> Lazy | None:
+    """The computation behind a handle not computed yet, else None."""
+    return _lazy.get(int(handle))
+
+
+def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
+    """Give a lazy handle the store its computation wrote."""
+    with _lock:
+        store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
+                          store.managed)
+        _specs[handle] = store
+        _unclaimed.pop(store.path, None)
+        _lazy.pop(handle, None)
+        return store
+
+
+def before_mutation(path: str) -> None:
+    """Compute every lazy store that would read ``path``, before it changes."""
+    path = os.path.abspath(path)
+    for handle, pending in list(_lazy.items()):
+        if handle in _lazy and pending.reads(path):
+            pending.materialize()
+
+
 def spec(handle) -> StoreSpec:
-    """The store behind a handle, for a callback about to read it."""
+    """The store behind a handle, for a callback about to read it (a lazy
+    store is computed first)."""
     try:
         return _specs[int(handle)]
     except KeyError:
+        pending = _lazy.get(int(handle))
+        if pending is not None:
+            return pending.materialize()
         raise RuntimeError(
             f"jask store handle {int(handle)} no longer exists: its last DiskArray was "
             "deleted while a compiled function still referred to it (for example a "
@@ -438,10 +488,11 @@ def spec(handle) -> StoreSpec:
 def claim(handle: int) -> Owner:
     """The Owner of a store, making one if the store has none yet."""
     handle = int(handle)
+    store = spec(handle)  # a lazy store is computed here, outside the lock
     with _lock:
         owner = _owners.get(handle)
         if owner is None:
-            owner = Owner(spec(handle))
+            owner = Owner(store)
             _owners[handle] = owner
         _pending.discard(handle)
         _doomed.discard(handle)
@@ -460,6 +511,8 @@ def sweep() -> int:
         abandoned_handles = {h for h in abandoned if isinstance(h, int)}
         dead = (_doomed | _pending | abandoned_handles) - set(_owners.keys())
         removed = [_specs.pop(h) for h in dead if h in _specs]
+        for h in dead:
+            _lazy.pop(h, None)  # never needed: never computed
         _doomed.clear()
         _pending.difference_update(dead)
         for key in dead | abandoned:
