@@ -68,7 +68,7 @@ def hi_primitive(eqn):
     return eqn.params.get("_prim") if eqn.primitive.name == "call_hi_primitive" else None
 
 
-def prune_before_lowering(is_ours, *, movable, mutates, merge) -> None:
+def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -83,6 +83,10 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge) -> None:
       so running it later in program order gives the same value. That lets
       the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss) share
       one pass over the data.
+    * Last, a ``mutates`` op is given the values of ``is_ours``'s ops made
+      earlier in this jaxpr and never read again (``forgetting(prim,
+      avals)``: the op with those as extra operands), so that it need not
+      compute them from the values it is about to overwrite.
 
     Results are cached per jaxpr, so a jaxpr is lowered (and its ops
     planned) once, as before.
@@ -102,6 +106,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge) -> None:
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
         jaxpr = _defer(jaxpr, movable, mutates, merge)
+        jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
     def lower_jaxpr(hi_jaxpr, lo_avals):
@@ -159,4 +164,32 @@ def _defer(jaxpr, movable, mutates, merge):
     flush()
     if len(eqns) == len(jaxpr.eqns):
         return jaxpr
+    return jaxpr.replace(eqns=eqns)
+
+
+def _forget_before_mutations(jaxpr, is_ours, mutates, forgetting):
+    """See :func:`prune_before_lowering`: hand each mutating op the values
+    made by ``is_ours``'s ops before it that nothing reads after it."""
+    if not any((p := hi_primitive(e)) is not None and mutates(p) for e in jaxpr.eqns):
+        return jaxpr
+    last: dict = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if isinstance(v, core.Var):
+                last[v] = i
+    returned = {v for v in jaxpr.outvars if isinstance(v, core.Var)}
+    made: list = []  # (var, index) of values made by our ops
+    eqns = []
+    for i, eqn in enumerate(jaxpr.eqns):
+        prim = hi_primitive(eqn)
+        if prim is not None and mutates(prim):
+            dead = [v for v, j in made if last.get(v, j) < i and v not in returned]
+            if dead:
+                eqn = eqn.replace(invars=list(eqn.invars) + dead,
+                                  params=dict(_prim=forgetting(prim, [v.aval for v in dead])))
+                made = [(v, j) for v, j in made if v not in set(dead)]
+        eqns.append(eqn)
+        if is_ours(prim):
+            made += [(v, i) for v in eqn.outvars
+                     if isinstance(v, core.Var) and not isinstance(v, core.DropVar)]
     return jaxpr.replace(eqns=eqns)

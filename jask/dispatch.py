@@ -146,3 +146,15 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
     flat = [x for _, arrays, scalars, *_ in ops for x in (*_handles(arrays), *scalars)]
     outs = io_callback(callback, results, *flat, ordered=True)
     return tuple(jax.numpy.asarray(x) for x in outs)
+
+
+def forget(arrays: Sequence[DiskArray]) -> None:
+    """Mark recorded results no op will read again (see :mod:`jask.lazy`),
+    in program order, so that a following ``update_`` does not compute them."""
+    if is_eager() or not arrays:
+        return
+
+    def callback(*handles):
+        lazy.forget(handles)
+
+    io_callback(callback, None, *_handles(arrays), ordered=True)

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from jask import chunkio, graph, storage, work
+from jask import chunkio, graph, memory, storage, work
 from jask.config import Config
 from jask.graph import fusion
 from jask.graph.builders import default_chunks
@@ -65,6 +65,7 @@ class Pending(storage.Lazy):
         self.work = work      # the op's own (unfused) work
         self.handle = 0
         self.store: StoreSpec | None = None
+        self.forgotten = False  # nothing reads it any more: never computed
 
     @property
     def shape(self) -> tuple:
@@ -75,6 +76,9 @@ class Pending(storage.Lazy):
         return self.desc.dtype
 
     def materialize(self) -> StoreSpec:
+        if self.forgotten:
+            raise RuntimeError(f"jask: internal error, {self.desc.op}'s result was needed "
+                               "after the program said nothing reads it")
         with _running:
             if self.store is None:
                 _run_group([self], [], self.config)
@@ -82,6 +86,8 @@ class Pending(storage.Lazy):
             return self.store
 
     def reads(self, path: str) -> bool:
+        if self.forgotten:
+            return False
         return any(x.path == path if isinstance(x, StoreSpec)
                    else isinstance(x, Pending) and (x.store.path == path if x.store
                                                     else x.reads(path))
@@ -138,6 +144,14 @@ def record(desc: Description, args, config: Config, work: Callable) -> int | Non
     pending = Pending(desc, inputs, config, work)
     pending.handle = storage.register_lazy(pending)
     return pending.handle
+
+
+def forget(handles) -> None:
+    """Results nothing will read: an update_ need not compute them first."""
+    for handle in handles:
+        pending = storage.lazy(handle)
+        if pending is not None:
+            pending.forgotten = True
 
 
 def values(items: list) -> list:
@@ -208,8 +222,11 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     leaves: dict = {}
     held = 0
     for node in group.order:
+        whole = fusion.whole_inputs(node)
+        # read whole by every band task: once per task at once
+        held += config.workers * sum(memory.nbytes(x.shape, x.dtype) for x in whole)
         for x in node.inputs:
-            if isinstance(x, StoreSpec):
+            if isinstance(x, StoreSpec) and not any(x is y for y in whole):
                 leaves.setdefault(x.path, x)
             elif isinstance(x, np.ndarray):
                 held += x.nbytes

@@ -535,6 +535,27 @@ class Together(DiskPrimitive):
         return dispatch.to_values(ops)
 
 
+class Forgetting(DiskPrimitive):
+    """A mutating op (``update_``) told which recorded results nothing
+    reads any more: they are dropped first, not computed from the values the
+    op overwrites. Made only by the scheduler, after differentiation."""
+
+    mutates = True
+
+    def __init__(self, prim: DiskPrimitive, dead: tuple):
+        super().__init__(tuple(prim.in_avals) + tuple(dead), prim.out_aval,
+                         op=prim.params.get("op", "update_"),
+                         prim=prim, dead=len(dead))
+
+    def expand(self, *args):
+        k = len(args) - self.dead
+        dispatch.forget(args[k:])
+        return self.prim.expand(*args[:k])
+
+    def dce(self, used_outs):
+        return True, True, self
+
+
 def _is_value_op(prim) -> bool:
     """An op returning an in-memory value that a band group can compute."""
     return (isinstance(prim, DiskPrimitive) and not _on_disk(prim.out_aval)
@@ -545,4 +566,5 @@ def _is_value_op(prim) -> bool:
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
                       mutates=lambda prim: getattr(prim, "mutates", False),
-                      merge=lambda prims: Together(tuple(prims)))
+                      merge=lambda prims: Together(tuple(prims)),
+                      forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)))

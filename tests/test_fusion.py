@@ -181,3 +181,33 @@ def test_training_steps_leave_no_stores_behind(small_budget, rng):
     jask.collect()
     assert set(jask.storage.live_paths()) == live
     assert not jask.storage._lazy  # nothing pending survives its program
+
+
+def test_seed_step_on_disk_parameters_reads_X_once(small_budget, rng, dtype, reads):
+    # the first release's example: every operand a DiskArray, w updated in place
+    Xn, yn, wn = rand(rng, (3001, 23), dtype), rand(rng, (3001, 1), dtype), rand(rng, (23, 1), dtype)
+    jask.set_memory_budget("512KB", scratch_dir=small_budget.scratch_dir)
+    X, y, w = (jask.DiskArray.from_numpy(a) for a in (Xn, yn, wn))
+    loss = lambda w: jask.sum(jask.square(X @ w - y))  # noqa: E731
+    step = jax.jit(lambda w, lr: w.update_(w - jax.grad(loss)(w) * lr))
+    step(w, 1e-4)
+    g = jax.grad(lambda w: jnp.sum(jnp.square(jnp.asarray(Xn) @ w - jnp.asarray(yn))))(
+        jnp.asarray(wn))
+    np.testing.assert_allclose(w.to_numpy(), wn - 1e-4 * np.asarray(g), **tolerance(dtype))
+    assert 0.99 <= _passes(reads, X) <= ONE_PASS, reads
+
+
+def test_a_result_returned_after_an_update_holds_the_old_values(small_budget, rng, dtype):
+    Xn, wn = rand(rng, (501, 6), dtype), rand(rng, (6, 1), dtype)
+    X, w = jask.DiskArray.from_numpy(Xn), jask.DiskArray.from_numpy(wn)
+
+    @jax.jit
+    def f(X, w):
+        prediction = X @ w                     # recorded, read after the update
+        dw = jax.grad(lambda w: jask.sum(X @ w))(w)
+        w.update_(w - 0.5 * dw)
+        return prediction
+
+    out = f(X, w)
+    np.testing.assert_allclose(out.to_numpy(), Xn @ wn, **tolerance(dtype))
+    np.testing.assert_allclose(w.to_numpy(), wn - 0.5 * Xn.sum(0)[:, None], **tolerance(dtype))

@@ -48,7 +48,8 @@ __all__ = ["Node", "fusable", "plan", "Plan", "group_graph"]
 class Node:
     """One op of a group: what it computes and from what.
 
-    ``inputs`` are other nodes, stores or in-memory numpy arrays. For a
+    ``inputs`` are other nodes, stores or in-memory numpy arrays (and for
+    ``X @ w``, ``w`` may be a store, read whole: see :func:`whole_inputs`). For a
     ``"map"``, ``params`` holds ``kernel``, ``axes``, ``dtypes``,
     ``full_shape``, ``out_axes`` and ``reducer``; for a ``"dot"``, ``ta``,
     ``tb`` and ``vectors`` (as :func:`jask.work.dot` takes them).
@@ -72,7 +73,8 @@ class Node:
         p = self.params
         a, b = self.inputs
         va, vb = p["vectors"]
-        if p["ta"] is False and va is None and len(_shape(a)) == 2 and isinstance(b, np.ndarray):
+        if (p["ta"] is False and va is None and len(_shape(a)) == 2
+                and isinstance(b, (np.ndarray, StoreSpec))):
             return "rows"      # X @ w: a row band of X gives a row band of the product
         if p["tb"]:
             return None
@@ -115,6 +117,14 @@ def fusable(node: Node) -> bool:
         if not ax or ax[0] != 0 or x.shape[0] != full[0]:
             return False  # a store broadcast along the rows: read whole, not banded
     return True
+
+
+def whole_inputs(node: Node) -> list:
+    """The stores a node reads whole rather than by bands (``w`` of ``X @ w``)."""
+    if node.kind == "dot" and node._dot_case() == "rows" and isinstance(node.inputs[1],
+                                                                         StoreSpec):
+        return [node.inputs[1]]
+    return []
 
 
 def band_length(node: Node) -> int:
@@ -171,6 +181,11 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     a, b = node.inputs
     p = node.params
     if node._dot_case() == "rows":
+        if isinstance(b, StoreSpec):  # a small store, used whole: read once per band
+            key = ("whole", b.path)
+            if key not in values:
+                values[key] = chunkio.read(b, tuple(slice(0, d) for d in b.shape))
+            b = values[key]
         w = b.T if p["tb"] else b
         return np.asarray(_band_of(a, values, rows) @ w).astype(node.dtype, copy=False)
     ab, bb = _band_of(a, values, rows), _band_of(b, values, rows)
