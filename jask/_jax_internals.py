@@ -121,7 +121,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
         return original(lean, lo_avals)
 
     lower_jaxpr._rewrites_for = is_ours  # type: ignore[attr-defined]
-    pe.lower_jaxpr = lower_jaxpr
+    pe.lower_jaxpr = lower_jaxpr  # type: ignore[assignment]
 
 
 def _holds_program(eqn) -> bool:

@@ -134,9 +134,8 @@ class Fused(DiskPrimitive):
         mem = [x for x, d in zip(args, on_disk) if not d]
         return _to_stores(run, disk, mem, self.out_aval, self.config)
 
-    @property
     def mutates(self) -> bool:
-        return self.into is not None
+        return self.params["into"] is not None
 
     def dce(self, used_outs):
         if self.into is not None:

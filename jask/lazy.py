@@ -150,7 +150,7 @@ def forget(handles) -> None:
     """Results nothing will read: an update_ need not compute them first."""
     for handle in handles:
         pending = storage.lazy(handle)
-        if pending is not None:
+        if isinstance(pending, Pending):
             pending.forgotten = True
 
 

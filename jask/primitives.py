@@ -71,14 +71,16 @@ class DiskPrimitive(VJPHiPrimitive):
         disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
         mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
         out = self.out_aval
+        config = self.params.get("config")
         if _on_disk(out):
-            return dispatch.to_store(work_fn, disk, mem, out, self.config, fuse)
+            return dispatch.to_store(work_fn, disk, mem, out, config, fuse)
         return dispatch.to_value(work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
-                                 self.config, fuse)
+                                 config, fuse)
 
-    #: Whether the op writes into an existing store (``update_``): other
-    #: ops are never moved across it.
-    mutates = False
+    def mutates(self) -> bool:
+        """Whether the op writes into an existing store (``update_``): other
+        ops are never moved across it."""
+        return False
 
     def plan(self):
         """(work, fusion description) for ops that can join a band group."""
@@ -90,12 +92,12 @@ class DiskPrimitive(VJPHiPrimitive):
         disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
         mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
         out = self.out_aval
-        return (work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype), self.config,
-                fuse)
+        return (work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
+                self.params.get("config"), fuse)
 
     def _describe(self, kind: str, **params) -> lazy.Description:
         out = self.out_aval
-        return lazy.Description(self.params["op"], kind,
+        return lazy.Description(str(self.params["op"]), kind,
                                 tuple(_on_disk(a) for a in self.in_avals), tuple(out.shape),
                                 np.dtype(out.dtype), params, bool(self.params.get("grad")))
 
@@ -325,7 +327,8 @@ class Update(DiskPrimitive):
     returned value is unused.
     """
 
-    mutates = True
+    def mutates(self) -> bool:
+        return True
 
     def __init__(self, aval: DiskArrayType, config: Config | None):
         super().__init__((aval, aval), aval, config=config)
@@ -540,7 +543,8 @@ class Forgetting(DiskPrimitive):
     reads any more: they are dropped first, not computed from the values the
     op overwrites. Made only by the scheduler, after differentiation."""
 
-    mutates = True
+    def mutates(self) -> bool:
+        return True
 
     def __init__(self, prim: DiskPrimitive, dead: tuple):
         super().__init__(tuple(prim.in_avals) + tuple(dead), prim.out_aval,
@@ -565,6 +569,6 @@ def _is_value_op(prim) -> bool:
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
-                      mutates=lambda prim: getattr(prim, "mutates", False),
+                      mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
                       merge=lambda prims: Together(tuple(prims)),
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)))

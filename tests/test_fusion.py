@@ -185,7 +185,8 @@ def test_training_steps_leave_no_stores_behind(small_budget, rng):
 
 def test_seed_step_on_disk_parameters_reads_X_once(small_budget, rng, dtype, reads):
     # the first release's example: every operand a DiskArray, w updated in place
-    Xn, yn, wn = rand(rng, (3001, 23), dtype), rand(rng, (3001, 1), dtype), rand(rng, (23, 1), dtype)
+    Xn, yn = rand(rng, (3001, 23), dtype), rand(rng, (3001, 1), dtype)
+    wn = rand(rng, (23, 1), dtype)
     jask.set_memory_budget("512KB", scratch_dir=small_budget.scratch_dir)
     X, y, w = (jask.DiskArray.from_numpy(a) for a in (Xn, yn, wn))
     loss = lambda w: jask.sum(jask.square(X @ w - y))  # noqa: E731

@@ -200,8 +200,9 @@ def _compute(node: Node, values: dict, rows: slice) -> np.ndarray:
             return _map_band(node, values, rows)
         return _dot_band(node, values, rows)
     except Exception as err:  # name the op, not only the group it ran in
-        err.add_note(f"jask.{node.op} failed on rows {rows.start}:{rows.stop} "
-                     "(run fused with the ops around it)")
+        if hasattr(err, "add_note"):  # Python 3.11
+            getattr(err, "add_note")(f"jask.{node.op} failed on rows {rows.start}:{rows.stop} "
+                                     "(run fused with the ops around it)")
         raise
 
 
@@ -290,7 +291,7 @@ def _peak_row_bytes(order: list, keep: set) -> int:
 
 
 def plan(name: str, nodes: list, leaves: list, held: int, n: int, budget: int,
-         workers: int, keep: set = frozenset()) -> Plan | None:
+         workers: int, keep: set | None = None) -> Plan | None:
     """The band height for a group, or ``None`` if no band fits the budget.
 
     A band is a whole number of the largest input's chunk rows (so each of
@@ -313,7 +314,7 @@ def plan(name: str, nodes: list, leaves: list, held: int, n: int, budget: int,
                                                                     leaves[i].dtype))
         unit = max(1, min(models[biggest].unit[0], n))
     per_row = (sum(_row_bytes(s.shape, s.dtype) for s in leaves)
-               + _peak_row_bytes(nodes, set(keep)))
+               + _peak_row_bytes(nodes, keep or set()))
     partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
     fixed = held + memory.op_overhead(budget)
 
@@ -352,7 +353,8 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
     band_name = key_name(name, token)
     last_use = _last_uses(order)
     dsk: dict = {}
-    keys = []
+    keys: list = []
+    key: tuple
     for i, start in enumerate(range(0, n, rows)):
         key = (band_name, i)
         dsk[key] = (band_task, order, last_use, writes, value_roots,
