@@ -71,7 +71,7 @@ class DiskPrimitive(VJPHiPrimitive):
         disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
         mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
         out = self.out_aval
-        config = self.params.get("config")
+        config: Config | None = self.params.get("config")  # type: ignore[assignment]
         if _on_disk(out):
             return dispatch.to_store(work_fn, disk, mem, out, config, fuse)
         return dispatch.to_value(work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
