@@ -308,15 +308,20 @@ def plan(name: str, nodes: list, leaves: list, held: int, n: int, budget: int,
       500
     """
     models = [memory.model_of(s) for s in leaves]
-    unit = 1
+    units = [1]
     if leaves:  # whole chunk rows of the largest input: each of its chunks read once
         biggest = max(range(len(leaves)), key=lambda i: _row_bytes(leaves[i].shape,
                                                                     leaves[i].dtype))
-        unit = max(1, min(models[biggest].unit[0], n))
+        chunk_rows = max(1, min(models[biggest].unit[0], n))
+        # uncompressed C-order chunks are read by row ranges: any band height
+        # reads each byte once, so a band may also cut their chunks
+        units = [chunk_rows] + ([1] if models[biggest].raw and chunk_rows > 1 else [])
     per_row = (sum(_row_bytes(s.shape, s.dtype) for s in leaves)
                + _peak_row_bytes(nodes, keep or set()))
     partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
     fixed = held + memory.op_overhead(budget)
+    most_tasks = memory.task_bound(sum(memory.nbytes(s.shape, s.dtype) for s in leaves),
+                                   budget)
 
     def cost(rows: int, at_once: int) -> memory.TileCost:
         tiles = [(rows,) + tuple(s.shape[1:]) for s in leaves]
@@ -324,21 +329,22 @@ def plan(name: str, nodes: list, leaves: list, held: int, n: int, budget: int,
         task = rows * per_row + extra + partials
         return memory.TileCost(name, (rows,), task, at_once, extra, -(-n // rows), 1.0, fixed)
 
-    most = -(-n // unit)
-    for at_once in range(workers, 0, -1):
-        # the most rows that fit, but bands enough for every worker
-        share = -(-most // at_once) * unit
-        lo, hi = 1, max(1, min(most, share // unit))
-        if cost(unit, at_once).total > budget:
-            continue
-        while lo < hi:  # the largest multiple of unit that fits
-            mid = (lo + hi + 1) // 2
-            if cost(mid * unit, at_once).total <= budget:
-                lo = mid
-            else:
-                hi = mid - 1
-        rows = min(n, lo * unit)
-        return Plan(rows, cost(rows, at_once))
+    for unit in units:
+        most = -(-n // unit)
+        for at_once in range(workers, 0, -1):
+            if cost(unit, at_once).total > budget:
+                continue
+            # the most rows that fit, but bands enough for every worker
+            lo, hi = 1, max(1, -(-most // at_once))
+            while lo < hi:  # the largest multiple of unit that fits
+                mid = (lo + hi + 1) // 2
+                if cost(mid * unit, at_once).total <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            rows = min(n, lo * unit)
+            if -(-n // rows) <= most_tasks:
+                return Plan(rows, cost(rows, at_once))
     return None
 
 
