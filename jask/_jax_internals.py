@@ -151,11 +151,13 @@ def _defer(jaxpr, movable, mutates, merge):
 
     for eqn in jaxpr.eqns:
         prim = hi_primitive(eqn)
+        reads = any(isinstance(v, core.Var) and v in held_outs for v in eqn.invars)
         if prim is not None and movable(prim):
+            if reads:  # it needs a waiting value: those run first
+                flush()
             held.append(eqn)
             held_outs.update(eqn.outvars)
             continue
-        reads = any(isinstance(v, core.Var) and v in held_outs for v in eqn.invars)
         barrier = (eqn.effects or (prim is not None and mutates(prim))
                    or (prim is None and _holds_program(eqn)))
         if reads or barrier:

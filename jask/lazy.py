@@ -230,6 +230,8 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
                 leaves.setdefault(x.path, x)
             elif isinstance(x, np.ndarray):
                 held += x.nbytes
+    # a value keeping the rows is assembled whole in memory, beside its parts
+    held += sum(2 * memory.nbytes(top.shape, top.dtype) for top in group.tops if top.rows)
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     plan = None

@@ -227,9 +227,13 @@ def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
 
 
 def combine_bands(reducers: tuple, *results) -> tuple:
-    """Add up (or max/min) the band partials of each value root."""
+    """Add up (or max/min) the band partials of each value root; a root
+    keeping the rows (``"rows"``) has its bands joined in order instead."""
     combined = []
     for i, reducer in enumerate(reducers):
+        if reducer == "rows":
+            combined.append(np.concatenate([r[i] for r in results], axis=0))
+            continue
         combine = REDUCERS[reducer][1]
         acc = results[0][i]
         for r in results[1:]:
@@ -382,6 +386,8 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
 
 
 def _reducer(node: Node) -> str:
+    if node.rows:
+        return "rows"
     return node.params["reducer"] if node.kind == "map" else "sum"
 
 
