@@ -1,0 +1,83 @@
+"""Band groups without JAX: the graph layer against numpy, and its planner."""
+import dask
+import numpy as np
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jask
+from jask.graph import fusion
+from jask.storage import StoreSpec
+
+
+def _store(path, data, chunks, codec):
+    kwargs = {} if codec else {"compressors": None}
+    z = zarr.create_array(str(path), shape=data.shape, dtype=data.dtype, chunks=chunks, **kwargs)
+    z[...] = data
+    return StoreSpec(str(path), data.shape, data.dtype, tuple(chunks), managed=False)
+
+
+def _least_squares_group(X, y, w):
+    """r = X @ w, d = r - y, loss = sum(d * d), grad = X.T @ (2 d): the nodes
+    of a least-squares step, as jask.lazy builds them."""
+    f = np.dtype(X.dtype)
+    r = fusion.Node("dot", "dot", [X, w], (X.shape[0],), f,
+                    dict(ta=False, tb=False, vectors=(None, "col")))
+    d = fusion.Node("subtract", "map", [r, y], r.shape, f,
+                    dict(kernel=np.subtract, axes=((0,), (0,)), dtypes=(f, f),
+                         full_shape=r.shape, out_axes=(0,), reducer=None))
+    loss = fusion.Node("sum", "map", [d], (), f,
+                       dict(kernel=np.square, axes=((0,),), dtypes=(f,), full_shape=r.shape,
+                            out_axes=(), reducer="sum"))
+    twice = fusion.Node("multiply", "map", [d, np.asarray(2, f)], r.shape, f,
+                        dict(kernel=np.multiply, axes=((0,), ()), dtypes=(f, f),
+                             full_shape=r.shape, out_axes=(0,), reducer=None))
+    grad = fusion.Node("dot", "dot", [X, twice], (X.shape[1],), f,
+                       dict(ta=True, tb=False, vectors=(None, "col")))
+    return [r, d, loss, twice, grad]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 300), k=st.integers(1, 9), chunk_rows=st.integers(1, 120),
+       chunk_cols=st.integers(1, 9), rows=st.integers(1, 200), codec=st.booleans(),
+       f64=st.booleans())
+def test_a_band_group_computes_what_numpy_does(tmp_path_factory, n, k, chunk_rows, chunk_cols,
+                                               rows, codec, f64):
+    dtype = np.float64 if f64 else np.float32
+    rng = np.random.default_rng(n * 31 + k)
+    Xn, yn, w = (rng.standard_normal(s).astype(dtype) for s in ((n, k), (n,), (k,)))
+    folder = tmp_path_factory.mktemp("g")
+    X = _store(folder / "X", Xn, (chunk_rows, chunk_cols), codec)
+    y = _store(folder / "y", yn, (max(1, chunk_rows // 2),), False)
+    order = _least_squares_group(X, y, w)
+    out_path = folder / "d"
+    d_store = _store(out_path, np.zeros(n, dtype), (min(rows, n),), False)
+    dsk, keys = fusion.group_graph("test", tuple(order), ((order[1], d_store),), (2, 4),
+                                   n, min(rows, n))
+    loss, grad = dask.get(dsk, keys[-1])
+    d = Xn @ w - yn
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-10)
+    np.testing.assert_allclose(fusion.finish(order[2], loss), np.sum(d * d), **tol)
+    np.testing.assert_allclose(fusion.finish(order[4], grad), Xn.T @ (2 * d), **tol)
+    np.testing.assert_allclose(zarr.open_array(str(out_path))[...], d, **tol)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 10**7), k=st.integers(1, 5000), chunk_rows=st.integers(1, 10**6),
+       chunk_cols=st.integers(1, 5000), budget=st.integers(10**5, 10**10),
+       workers=st.integers(1, 4))
+def test_a_band_plan_fits_the_budget_or_is_refused(n, k, chunk_rows, chunk_cols, budget,
+                                                   workers):
+    f = np.dtype("float32")
+    X = StoreSpec("", (n, k), f, (min(chunk_rows, n), min(chunk_cols, k)))
+    y = StoreSpec("", (n,), f, (min(chunk_rows, n),))
+    order = _least_squares_group(X, y, np.zeros(k, f))
+    plan = fusion.plan("test", order, [X, y], 4 * k, n, budget, workers,
+                       keep={id(order[2]), id(order[4])})
+    if plan is None:
+        return
+    assert 1 <= plan.rows <= n
+    assert plan.cost.total <= budget
+    assert 1 <= plan.cost.tasks_at_once <= workers
+    assert -(-n // plan.rows) <= jask.memory.task_bound(X.shape[0] * k * 4 + n * 4, budget)
