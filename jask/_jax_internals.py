@@ -192,6 +192,7 @@ def _forget_before_mutations(jaxpr, is_ours, mutates, forgetting):
                 made = [(v, j) for v, j in made if v not in set(dead)]
         eqns.append(eqn)
         if is_ours(prim):
-            made += [(v, i) for v in eqn.outvars
-                     if isinstance(v, core.Var) and not isinstance(v, core.DropVar)]
+            made += [(v, i) for v in eqn.outvars  # hi-typed: stores, maybe pending
+                     if isinstance(v, core.Var) and not isinstance(v, core.DropVar)
+                     and v.aval.is_high]
     return jaxpr.replace(eqns=eqns)

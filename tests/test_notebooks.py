@@ -113,7 +113,7 @@ def test_quickstart(tmp_path, monkeypatch):
     # progress bars: text, or tqdm widgets (with ipywidgets) whose text/plain names the op
     bars = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
                    for o in _outputs(nb))
-    assert "jask-dot" in bars
+    assert "jask-fused-dot" in bars  # the jitted step: one band group
     html = "".join(o.get("data", {}).get("text/html", "") for o in _outputs(nb))
     assert "elementwise tile" in html and "<svg" in html  # DiskArray._repr_html_
     assert "dot a.T@b (grad)" in html  # jask.visualize of the step
@@ -142,7 +142,7 @@ def test_dashboard(tmp_path, monkeypatch):
     text = _text(nb)
     assert "dashboard: http" in text
     reports = list((tmp_path / "work").glob("*.html"))
-    assert reports and "jask-dot" in reports[0].read_text()
+    assert reports and "jask-fused-dot" in reports[0].read_text()
     assert text.count("= baseline +") == 2
     pngs = _pngs(nbformat.read(tmp_path / "dashboard.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
