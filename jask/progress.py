@@ -192,7 +192,7 @@ def close(progress_bar) -> None:
     """
     start = getattr(progress_bar, "jask_counted", None)
     if start is not None:
-        progress_bar.set_postfix_str(counters.describe(*counters.since(start)), refresh=True)
+        progress_bar.set_postfix_str(counters.describe(*counters.since(start)), refresh=False)
     progress_bar.close()
 
 
