@@ -22,8 +22,9 @@ Reads through ``to_numpy``/``to_memmap``/``to_dask`` (Zarr and Dask
 reading the store) and ``from_dask`` (Zarr writing it) are not jask's
 tiles and are not counted.
 
-Cost: one uncontended lock and a few dict updates per tile (a tile is at
-least a MiB), one wrapper call per task. Counters are process-wide (every
+Cost: one uncontended lock and a few dict updates per tile (microseconds;
+on data larger than the budget a tile is a MiB or more), one wrapper call
+per task. Counters are process-wide (every
 thread, every compiled call). With a ``dask.distributed`` client whose
 workers are other processes, the workers count their tiles and
 :mod:`jask.graph.execute` collects their counts (:func:`collect`) when each
@@ -427,9 +428,13 @@ class Track(Stats):
 
 
 def _wait_for_programs() -> None:
-    """Let the compiled calls dispatched in the block finish their I/O."""
+    """Let the compiled calls dispatched so far finish their I/O (not from
+    inside one of their callbacks, which would wait for itself)."""
     import jax
-    jax.effects_barrier()
+
+    from jask import storage
+    if not storage.in_callback():
+        jax.effects_barrier()
 
 
 def stats() -> Stats:

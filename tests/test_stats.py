@@ -106,6 +106,21 @@ def test_update_reads_the_source_once_and_writes_the_target_once(small_budget, r
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "u.zarr"))[:], y)
 
 
+@pytest.mark.parametrize("compressor", [None, "zstd"])
+def test_save_writes_every_byte_once_and_counts_the_files(small_budget, rng, tmp_path,
+                                                         compressor):
+    x = rand(rng, SHAPE, np.float32).round(1)  # compressible
+    a = jask.from_numpy(x)
+    path = tmp_path / "saved.zarr"
+    with jask.track() as t:
+        saved = jask.save(a, path, compressor=compressor)
+    assert t.passes(a) == 1.0 and t.store(path).bytes_written == x.nbytes
+    assert t.store(saved).stored_written == _files_bytes(path)  # counted for the final path
+    if compressor:
+        assert t.store(path).stored_written < x.nbytes
+    np.testing.assert_array_equal(zarr.open_array(str(path))[:], x)
+
+
 def test_a_compiled_call_is_counted_call_by_call(small_budget, rng, dtype):
     x, y = rand(rng, SHAPE, dtype), rand(rng, SHAPE, dtype)
     a, b = jask.from_numpy(x), jask.from_numpy(y)
@@ -204,6 +219,21 @@ def test_stats_break_down_consistently_and_reset(small_budget, rng):
     assert "square" in text and "sum" in text, text
     assert f"read {2 * x.nbytes / 1000:.1f} kB" in text, text
     assert float(total) == pytest.approx(float(np.sum(x.astype(np.float64) ** 2)), rel=1e-4)
+
+
+def test_a_long_loop_folds_removed_stores_and_keeps_the_totals(small_budget, rng,
+                                                               monkeypatch):
+    from jask import counters
+    monkeypatch.setattr(counters, "_FOLD_AT", 4)
+    x = rand(rng, (50, 7), np.float32)
+    a = jask.from_numpy(x)
+    with jask.track() as t:
+        for _ in range(12):
+            jask.square(a)  # a new store each time, deleted at the next op
+    assert t.passes(a) == 12.0 and t.bytes_written == 12 * x.nbytes
+    stores = t.by_store
+    assert counters.REMOVED in stores and len(stores) < 8, list(stores)
+    assert sum(c.bytes_written for c in stores.values()) == 12 * x.nbytes
 
 
 def test_counts_from_many_threads_add_up(small_budget, rng):
