@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 import os
 import re
 import threading
@@ -57,8 +56,14 @@ _FOLD_AT = 4096
 #: I/O outside any graph task with no op named around it.
 UNLABELLED = "other"
 
+
+
+class _Local(threading.local):
+    op: str | None = None  # a class default: no AttributeError raised per tile
+
+
 _lock = threading.Lock()
-_local = threading.local()
+_local = _Local()
 
 
 class _Table:
@@ -124,7 +129,7 @@ def _store_key(path: str) -> str:
 
 def current_op() -> str:
     """The op the I/O of this thread counts for."""
-    return getattr(_local, "op", None) or UNLABELLED
+    return _local.op or UNLABELLED
 
 
 def _add(path: str, field: int, n: int, tiles: int = 1) -> None:
@@ -137,7 +142,10 @@ def _add(path: str, field: int, n: int, tiles: int = 1) -> None:
 
 def region_bytes(store, region: tuple) -> int:
     """Array bytes of ``region`` of ``store``."""
-    return math.prod(s.stop - s.start for s in region) * store.dtype.itemsize
+    n = store.dtype.itemsize
+    for s in region:
+        n *= s.stop - s.start
+    return n
 
 
 def read(store, region: tuple) -> None:
@@ -167,7 +175,7 @@ def stored_written(path: str, n: int) -> None:
 def op(name: str) -> Iterator[None]:
     """Count this thread's I/O inside the block for op ``name`` (work done
     outside a graph, such as ``materialize``'s read)."""
-    previous = getattr(_local, "op", None)
+    previous = _local.op
     _local.op = name
     try:
         yield
@@ -184,7 +192,7 @@ class _InOp:
         self.op, self.func = op, func
 
     def __call__(self, *args, **kwargs):
-        previous = getattr(_local, "op", None)
+        previous = _local.op
         _local.op = self.op
         try:
             return self.func(*args, **kwargs)
