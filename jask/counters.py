@@ -286,6 +286,11 @@ class Counts:
     ``bytes_*`` count array bytes (elements times itemsize), ``stored_*`` the
     bytes of chunk files (compressed where the store is). ``graphs`` and
     ``tasks`` are zero in a count per store.
+
+    Example:
+      >>> both = Counts(bytes_read=8, tiles_read=1) + Counts(bytes_read=4, tiles_read=1)
+      >>> both.bytes_read, both.tiles_read, both.bytes_written
+      (12, 2, 0)
     """
 
     bytes_read: int = 0
@@ -318,6 +323,14 @@ class Stats:
     ``stored_written``, ``tiles_read``, ``tiles_written``, ``graphs`` and
     ``tasks`` are the totals (see :class:`Counts`); ``by_op``, ``by_store``
     (absolute paths) and :meth:`store` break them down.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.ones((10, 10)))
+      >>> with jask.track() as t:
+      ...     y = x + x              # each operand's tiles are read
+      >>> t.passes(x), t.store(y).bytes_written, t.by_op["add"].graphs
+      (2.0, 800, 1)
     """
 
     def __init__(self, io: dict | None = None, graphs: dict | None = None):
