@@ -4,11 +4,13 @@ The parent calls :func:`run_case`, which starts ``python -c`` in the repository
 root.  The child imports jax, dask and zarr (and starts the jax CPU backend),
 so its *idle baseline* already contains those libraries.  It then calls the
 case function, which does untimed setup (open stores, set the jask budget,
-prepare targets) and returns ``(op, sample)``.  Right before ``op()`` the child
-resets the kernel's peak-RSS counter (``/proc/self/clear_refs``), so the
-reported ``peak_rss`` is the high-water mark *of the timed op* minus the RSS
-just before it.  ``sample(result)`` is then called (untimed) to produce one
-float used to cross-check implementations.
+prepare targets) and returns ``(op, sample)`` (or ``(op, sample, extra)``,
+``extra()`` giving a dict of more results, such as bytes counted during the
+op).  Right before ``op()`` the child resets the kernel's peak-RSS counter
+(``/proc/self/clear_refs``), so the reported ``peak_rss`` is the high-water
+mark *of the timed op* minus the RSS just before it.  ``sample(result)`` is
+then called (untimed) to produce one float used to cross-check
+implementations.
 
 The result travels back as one JSON line prefixed with ``RESULT_TAG``.
 """
@@ -59,7 +61,7 @@ def _child(spec_json: str) -> None:
     stage = "setup"
     try:
         module = importlib.import_module(spec["module"])
-        op, sample = getattr(module, spec["func"])(spec["params"])
+        op, sample, *extra = getattr(module, spec["func"])(spec["params"])
         stage = "op"
         gc.collect()
         exact = reset_peak_rss()
@@ -71,6 +73,8 @@ def _child(spec_json: str) -> None:
         out["peak_exact"] = exact
         stage = "sample"
         out["sample"] = float(sample(result))
+        for counted in extra:  # a case may report more: counters of the op (dict)
+            out.update(counted())
     except BaseException as exc:  # report, never crash the benchmark
         out["error"] = ("" if stage == "op" else f"[in {stage}] ") + first_line(exc)
     print(RESULT_TAG + json.dumps(out), flush=True)

@@ -5,10 +5,9 @@
 A side x side float32 parameter (and its gradient, a fixed DiskArray) at
 least 8x the budget; each optimizer of :mod:`jask.optim` runs ``--steps``
 jitted steps of ``update`` + ``apply_updates`` after one compiling step.
-Per step it counts the bytes every task read and wrote (by wrapping
-``jask.chunkio.read``/``write``), against the least a step must move: one
-read of the gradient, the state and the parameter (if the step needs it)
-and one write of the state and the parameter, both for ``tx.update`` +
+Per step it counts the bytes every task read and wrote (``jask.track``),
+against the least a step must move: one read of the gradient, the state and
+the parameter (if the step needs it) and one write of the state and the parameter, both for ``tx.update`` +
 ``apply_updates`` and for ``jask.optim.step`` (one fused pass). It also prints the time per
 step, the bytes it moved per second, the scratch bytes after each step
 (flat: no growing scratch) and the peak RSS above the start of the step.
@@ -19,7 +18,6 @@ import argparse
 import os
 import shutil
 import tempfile
-import threading
 import time
 
 import jax
@@ -27,7 +25,6 @@ import numpy as np
 from dask.utils import format_bytes, parse_bytes
 
 import jask
-from jask import chunkio
 from jask.rss import current_rss, peak_rss, reset_peak_rss
 
 #: name -> (transformation, arrays of the param's size the least step reads, writes)
@@ -37,33 +34,6 @@ OPTIMIZERS = {
     "adam": (lambda: jask.optim.adam(1e-3), 4, 3),
     "adamw": (lambda: jask.optim.adamw(1e-3, weight_decay=1e-4), 4, 3),
 }
-
-
-class Counter:
-    """Bytes passed through chunkio.read and chunkio.write (every task's I/O)."""
-
-    def __init__(self):
-        self.read = self.written = 0
-        self._lock = threading.Lock()
-        self._read, self._write = chunkio.read, chunkio.write
-
-    def __enter__(self):
-        def read(store, region):
-            tile = self._read(store, region)
-            with self._lock:
-                self.read += tile.nbytes
-            return tile
-
-        def write(store, region, block):
-            with self._lock:
-                self.written += block.nbytes
-            return self._write(store, region, block)
-
-        chunkio.read, chunkio.write = read, write
-        return self
-
-    def __exit__(self, *exc):
-        chunkio.read, chunkio.write = self._read, self._write
 
 
 def _disk_bytes(path: str) -> int:
@@ -105,14 +75,14 @@ def run(name: str, side: int, steps: int, scratch: str, fused: bool) -> dict:
     for _ in range(steps):
         base = current_rss()
         reset_peak_rss()
-        with Counter() as c:
+        with jask.track() as c:
             start = time.perf_counter()
             w, state = step(w, state, g)
             w.shape  # noqa: B018 - waits for the step
             jax.effects_barrier()
             times.append(time.perf_counter() - start)
         rss.append(peak_rss() - base)
-        moved.append((c.read, c.written))
+        moved.append((c.bytes_read, c.bytes_written))
         jask.collect()
         disk.append(_disk_bytes(scratch) - _disk_bytes(os.path.join(scratch, "g.zarr")))
     r, wr = moved[-1]

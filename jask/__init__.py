@@ -16,6 +16,7 @@ from jask import (
 )
 from jask.array import DiskArray, DiskArrayType
 from jask.config import Config, get_config, set_memory_budget
+from jask.counters import Counts, Stats, reset_stats, stats, track
 from jask.elementwise import (
     abs,
     add,
@@ -63,14 +64,15 @@ sub = subtract  # the names of the first release
 mul = multiply
 
 __all__ = [
-    "BudgetError", "Config", "DiskArray", "DiskArrayType", "DiskFullError", "StoreChangedError",
+    "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
+    "StoreChangedError",
     "abs", "add", "astype", "clip",
     "collect", "concatenate", "divide", "dot", "dynamic_slice", "equal", "exp", "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
     "mul", "multiply", "negative", "not_equal", "open", "power", "progress_bars",
-    "progress_enabled", "reshape", "save", "set_memory_budget", "show_progress", "sqrt",
-    "square", "stack",
+    "progress_enabled", "reset_stats", "reshape", "save", "set_memory_budget", "show_progress",
+    "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
     "visualize", "where",
 ]

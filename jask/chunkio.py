@@ -35,7 +35,7 @@ import zarr
 from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
-from jask import memory, storage
+from jask import counters, memory, storage
 from jask.storage import StoreSpec, open_array
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model"]
@@ -292,6 +292,7 @@ def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -
                              f"{layout.root!r} is corrupt: its file {path!r} holds {size} "
                              f"bytes, not {row * layout.chunks[0]}")
         view, offset = memoryview(dest).cast("B"), rows.start * row
+        counters.stored_read(layout.root, view.nbytes)
         while view.nbytes:
             got = os.preadv(fd, [view], offset)
             if got <= 0:
@@ -337,6 +338,7 @@ def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray:
     if data is None:  # Zarr leaves chunks of only fill_value unwritten
         chunk.fill(layout.fill_value)
         return chunk
+    counters.stored_read(layout.root, len(data))
     flat = chunk.reshape(-1, order="A")
     if layout.decoder is None:
         flat.view(np.uint8)[:] = np.frombuffer(data, np.uint8)
@@ -382,6 +384,7 @@ def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
     tile of many chunks would decode ten of them at once."""
     arr = open_array(store.path)
     model = read_model(store)
+    counters.stored_read(store.path, counters.region_bytes(store, region))  # not known: as decoded
     pieces = _split(region, model.unit, model.group)
     if len(pieces) == 1:
         return arr[region]
@@ -401,6 +404,7 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
       array([[4., 5.],
              [8., 9.]])
     """
+    counters.read(store, region)
     layout = _raw_layout(store.path)
     if layout is None:
         return _read_zarr(store, region)
@@ -452,12 +456,14 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
       array([[1., 0.],
              [0., 1.]])
     """
+    counters.wrote(store, region)
     layout = _raw_layout(store.path)
     whole = layout is not None and layout.encodes and all(
         s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
         for s, c, n in zip(region, layout.chunks, layout.shape))
     if not whole:
         open_array(store.path)[region] = block
+        counters.stored_written(store.path, counters.region_bytes(store, region))  # as decoded
         return
     block = np.asarray(block, dtype=layout.dtype)
     for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
@@ -476,6 +482,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         path = layout.path(index)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         view = memoryview(data).cast("B")
+        counters.stored_written(layout.root, view.nbytes)
         with open(path, "wb", buffering=0) as f:
             while view:  # on a filling disk a write can be short before one fails
                 view = view[f.write(view):]

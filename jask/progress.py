@@ -27,6 +27,8 @@ from typing import IO, Iterator
 import tqdm.std
 from dask.utils import key_split
 
+from jask import counters
+
 __all__ = ["show_progress", "progress_bars", "progress_enabled"]
 
 
@@ -168,8 +170,30 @@ def bar(graph: dict, keys: list):
         return None
     cls = _tqdm_class()
     kwargs = {} if cls is not tqdm.std.tqdm else {"file": settings.file or sys.stderr}
-    return cls(total=len(graph), desc=op_name(keys[0]) if keys else "jask", unit="task",
-               leave=True, dynamic_ncols=True, **kwargs)
+    drawn = cls(total=len(graph), desc=op_name(keys[0]) if keys else "jask", unit="task",
+                leave=True, dynamic_ncols=True, **kwargs)
+    drawn.jask_counted = counters.totals()
+    return drawn
+
+
+def close(progress_bar) -> None:
+    """Close a bar from :func:`bar`, ending it with the bytes read and
+    written while it ran (every op of the process in that time).
+
+    Example:
+      >>> import io, jask
+      >>> key = ("jask-add-1f2e3d4c5b6a79881f2e3d4c5b6a7988", 0)
+      >>> out = io.StringIO()
+      >>> with jask.progress_bars(min_tasks=1, file=out):
+      ...     b = bar({key: 1}, [key])
+      >>> close(b)
+      >>> "read 0 B, wrote 0 B" in out.getvalue()
+      True
+    """
+    start = getattr(progress_bar, "jask_counted", None)
+    if start is not None:
+        progress_bar.set_postfix_str(counters.describe(*counters.since(start)), refresh=False)
+    progress_bar.close()
 
 
 def local_callbacks(progress_bar) -> list:

@@ -20,7 +20,7 @@ import numpy as np
 import zarr
 from zarr.abc.codec import BytesBytesCodec
 
-from jask import chunkio, graph, memory, ops, plan, storage
+from jask import chunkio, counters, graph, memory, ops, plan, storage
 from jask._jax_internals import is_eager, is_tracer
 from jask.array import DiskArray
 from jask.config import Config, get_config
@@ -275,5 +275,7 @@ def _encode_block(out: storage.StoreSpec, region: tuple, source: storage.StoreSp
     path = os.path.join(out.path, "c", *map(str, coords))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     codec = _NUMCODECS[encoder["name"]](encoder["configuration"])
+    data = codec.encode(chunk)
+    counters.wrote(out, region, stored=len(data))
     with open(path, "wb") as f:
-        f.write(codec.encode(chunk))
+        f.write(data)

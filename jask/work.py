@@ -15,7 +15,7 @@ import uuid
 import numpy as np
 import zarr
 
-from jask import chunkio, durability, graph, memory, plan, storage
+from jask import chunkio, counters, durability, graph, memory, plan, storage
 from jask.config import Config
 from jask.graph import blockwise as bw
 from jask.graph import builders, tasks
@@ -269,7 +269,8 @@ def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
 def read_all(stores, scalars, config: Config) -> np.ndarray:
     """Work for loading a whole store into memory."""
     (store,) = stores
-    return chunkio.read(store, _whole(store.shape))
+    with counters.op("materialize"):
+        return chunkio.read(store, _whole(store.shape))
 
 
 def write_value(*, grad: bool = False, op: str = "from_value"):
@@ -279,7 +280,8 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
         chunks = builders.default_chunks(value.shape, value.dtype, config.max_memory,
                                          config.workers)
         with _room(config, op, value.shape, value.dtype, chunks), storage.new_store(
-                config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out:
+                config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out, \
+                counters.op(op):
             chunkio.write(out, _whole(value.shape), value)
         return out
     return work

@@ -26,7 +26,7 @@ import dask.threaded
 from dask.base import get_scheduler
 from threadpoolctl import ThreadpoolController
 
-from jask import progress, storage
+from jask import counters, progress, storage
 from jask.graph import cluster
 from jask.memory import TileCost
 
@@ -106,6 +106,7 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
       >>> run({("x", 0): 1, ("y", 0): (sum, [("x", 0), 2])}, [("y", 0)], workers=2)
       [3]
     """
+    graph = counters.label(graph)  # each task's I/O counted for its op (jask.stats)
     scheduler = get_scheduler()
     client = cluster.distributed_client(scheduler)
     if client is not None and cost is not None:
@@ -129,8 +130,10 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
             _interrupt_caller()
         raise
     finally:
+        if client is not None:
+            counters.collect(client)  # what worker processes counted (jask.stats)
         if bar is not None:
-            bar.close()
+            progress.close(bar)
 
 
 def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
