@@ -1,7 +1,7 @@
 """Ops inside a compiled program run together: one read of the data per step.
 
-Each test counts the bytes read from the data store (the counters, not the
-clock) and compares the values with jax.numpy + jax.grad on the same data.
+Each test counts the bytes read from the data store (jask.track: the
+counters, not the clock) and compares the values with jax.numpy + jax.grad on the same data.
 """
 import os
 
@@ -23,23 +23,14 @@ TWO_PASSES = 2.2
 
 
 @pytest.fixture
-def reads(monkeypatch):
-    """Bytes read per store path, counted where every tile read goes through."""
-    counts: dict = {}
-    original = jask.chunkio.read
-
-    def counting(store, region):
-        block = original(store, region)
-        counts[store.path] = counts.get(store.path, 0) + block.nbytes
-        return block
-
-    monkeypatch.setattr(jask.chunkio, "read", counting)
-    monkeypatch.setattr(jask.graph.tasks, "read", counting)  # the products' own import
-    return counts
+def reads():
+    """jask's byte counters over the test (jask.track)."""
+    with jask.track() as counts:
+        yield counts
 
 
-def _passes(reads: dict, x) -> float:
-    return reads.get(x.filename, 0) / x.nbytes
+def _passes(counts, x) -> float:
+    return counts.passes(x)
 
 
 def _user_store(tmp_path, name, data, chunks, **kwargs):
