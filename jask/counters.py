@@ -380,7 +380,7 @@ class Stats:
 
         Writes by ``update_`` into a store count for that store.
         """
-        key = _store_key(x if isinstance(x, (str, os.PathLike)) else x.filename)
+        key = _store_key(os.fspath(x) if isinstance(x, (str, os.PathLike)) else x.filename)
         values = [0] * len(_FIELDS)
         for (_, path), v in self._tables()[0].items():
             if path == key:
