@@ -9,8 +9,9 @@ Per step it counts the bytes every task read and wrote (``jask.track``),
 against the least a step must move: one read of the gradient, the state and
 the parameter (if the step needs it) and one write of the state and the
 parameter, both for ``tx.update`` + ``apply_updates`` and for
-``jask.optim.step`` (one fused pass). It also prints the time per step, the bytes it moved per second, the scratch bytes after each step
-(flat: no growing scratch) and the peak RSS above the start of the step.
+``jask.optim.step`` (one fused pass). It also prints the time per step, the
+bytes it moved per second, the scratch bytes after each step (flat: no
+growing scratch) and the peak RSS above the start of the step.
 """
 from __future__ import annotations
 
