@@ -13,6 +13,10 @@ import time
 
 import pytest
 
+#: Measured in child processes: run one after another on one xdist worker
+#: (``--dist loadgroup``), never beside each other.
+pytestmark = pytest.mark.xdist_group("measured")
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "interrupt_op.py")
 
 #: What "within a couple of seconds" means here (measured: a few ms to ~0.1 s).
