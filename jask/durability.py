@@ -35,6 +35,7 @@ import fcntl
 import os
 import shutil
 import uuid
+from typing import Callable
 
 __all__ = ["replace", "recover", "store_lock", "FSYNC"]
 
@@ -60,7 +61,7 @@ _STAGING, _READY, _OLD, _LOCK = "jask-update", "jask-ready", "jask-old", "jask-l
 #: :func:`replace` as it begins ("copy", "sync", "swap", "cleanup"; and between
 #: the fallback's renames "renamed-ready", "renamed-old", "renamed-in"), so that
 #: tests/scripts/kill_updates.py can SIGKILL a writer exactly inside each step.
-on_step = None
+on_step: Callable[[str], None] | None = None
 
 
 def _step(name: str) -> None:
