@@ -22,9 +22,8 @@ TRACED = {"create", "register", "discard", "sweep", "_empty_trash"}
 
 
 def ops(a):
-    for _ in range(2):  # the second op sweeps the first one's garbage
-        r = jask.square(a + 1.0)
-        del r
+    r = jask.square(a + 1.0)  # sweeps the garbage left before, makes some
+    del r
 
 
 def main(scratch: str) -> None:
@@ -50,6 +49,8 @@ def main(scratch: str) -> None:
 
     while True:
         target, count, where = target + 1, 0, None
+        garbage = a * 2.0
+        del garbage  # for the traced op's sweep
         sys.settrace(tracer)
         try:
             ops(a)
