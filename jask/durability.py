@@ -35,6 +35,7 @@ import fcntl
 import os
 import shutil
 import uuid
+from typing import Callable
 
 from jask import storage
 
@@ -57,6 +58,17 @@ _renameat2 = _libc_function("renameat2")
 _syncfs = _libc_function("syncfs")
 
 _STAGING, _READY, _OLD, _LOCK = "jask-update", "jask-ready", "jask-old", "jask-lock"
+
+#: Test hook, None in normal use: called with the name of each step of
+#: :func:`replace` as it begins ("copy", "sync", "swap", "cleanup"; and between
+#: the fallback's renames "renamed-ready", "renamed-old", "renamed-in"), so that
+#: tests/scripts/kill_updates.py can SIGKILL a writer exactly inside each step.
+on_step: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if on_step is not None:
+        on_step(name)
 
 
 def _sibling(target: str, kind: str, tag: str | None = None) -> str:
@@ -180,13 +192,17 @@ def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
         staging = _sibling(target, _STAGING)
         try:
             make_staging(staging)
+            _step("copy")
             fill(staging)
+            _step("sync")
             if durable:
                 sync_tree(staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        _step("swap")
         _swap(staging, target, durable)
+        _step("cleanup")
         shutil.rmtree(staging, ignore_errors=True)  # it holds the old store now
 
 
@@ -210,8 +226,11 @@ def _swap_by_renames(staging: str, target: str) -> None:
     tag = os.path.basename(staging).rsplit("-", 1)[-1]
     ready, old = _sibling(target, _READY, tag), _sibling(target, _OLD, tag)
     os.rename(staging, ready)   # complete: recovery will put it in
+    _step("renamed-ready")
     os.rename(target, old)
+    _step("renamed-old")        # no store at target: recover() puts ready in
     os.rename(ready, target)
+    _step("renamed-in")
     _sync_dir(os.path.dirname(target))
     os.rename(old, staging)     # the caller removes it
 

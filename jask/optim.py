@@ -87,11 +87,11 @@ def _grads(updates, positions, what: str) -> dict[int, Any]:
 
 def fused(kernel, *operands, **kwargs):
     """:func:`jask.fused.fused` for this module's kernels, which work in
-    place: besides their input tiles they hold two (a temporary, and
-    Nesterov's update) and numpy's temporaries while an expression is
-    evaluated. Four are counted: with two, the adam step measured
-    1.04-1.26x its model on the chunking grid; with four, 0.94-0.98."""
-    return _fused(kernel, *operands, temporaries=4, **kwargs)
+    place: besides their input tiles they hold at most two tile-sized
+    buffers (momentum's Nesterov update and its scaled copy; Adam computes
+    a strip at a time and holds none), and writing an output holds one more
+    (an edge chunk padded to full size): two are counted."""
+    return _fused(kernel, *operands, temporaries=2, **kwargs)
 
 
 def _transformation(init, run) -> optax.GradientTransformation:
@@ -138,9 +138,27 @@ def _finish(result, params, apply: bool):
 # Each works in place on the tiles it was handed (fresh arrays read for this
 # task) with at most one temporary tile, in optax's order of operations.
 
+#: Elements per strip of a kernel's temporary: the kernels below compute a
+#: tile a strip of rows at a time, so their one temporary is this small and
+#: a task holds its input tiles and nothing tile-sized besides.
+STRIP = 1 << 15
+
+
+def _strips(tile: np.ndarray):
+    """Slices of ``tile`` along its first axis of about ``STRIP`` elements."""
+    if tile.ndim == 0:
+        yield ()
+        return
+    rows = max(1, STRIP // max(1, tile[:1].size))
+    for start in range(0, tile.shape[0], rows):
+        yield slice(start, start + rows)
+
+
 @dataclass(frozen=True)
 class _Adam:
-    """m, v and the update of Adam (optionally + weight decay, x step size)."""
+    """m, v and the update of Adam (optionally + weight decay, x step size),
+    computed in the tiles of m, v and g (the update replaces g), a strip at
+    a time: besides its input tiles a task holds one strip-sized temporary."""
 
     nesterov: bool = False
     decay: bool = False
@@ -148,40 +166,46 @@ class _Adam:
     apply: bool = False  # also p + u: returns (p, m, v)
 
     def __call__(self, g, m, v, *rest):
+        p = None
         if self.decay or self.apply:
             p, *rest = rest
         c1, b1, c2, b2, bc1, bc1_next, bc2, eps, eps_root, *rest = rest
-        tmp = np.multiply(g, c1)
-        m *= b1
-        m += tmp  # (1 - b1) * g + b1 * m
-        np.multiply(g, g, out=tmp)
-        tmp *= c2
-        v *= b2
-        v += tmp  # (1 - b2) * g**2 + b2 * v
-        if self.nesterov:
-            u = np.divide(m, bc1_next)
-            u *= b1
-            np.divide(g, bc1, out=tmp)
-            tmp *= c1
-            u += tmp
-        else:
-            u = np.divide(m, bc1, out=g)  # g is not needed any more
-        np.divide(v, bc2, out=tmp)
-        tmp += eps_root
-        np.sqrt(tmp, out=tmp)
-        tmp += eps
-        u /= tmp
-        if self.decay:
-            wd, *rest = rest
-            np.multiply(p, wd, out=tmp)
-            u += tmp
-        if self.scaled:
-            (step,) = rest
-            u *= step
+        wd = rest.pop(0) if self.decay else None
+        step = rest[0] if self.scaled else None
+        buf = np.empty(g[next(_strips(g))].shape, g.dtype)
+        for s in _strips(g):
+            gs, ms, vs = g[s], m[s], v[s]
+            tmp = buf[:len(gs)] if gs.ndim else buf
+            np.multiply(gs, c1, out=tmp)
+            ms *= b1
+            ms += tmp  # (1 - b1) * g + b1 * m
+            np.multiply(gs, gs, out=tmp)
+            tmp *= c2
+            vs *= b2
+            vs += tmp  # (1 - b2) * g**2 + b2 * v
+            if self.nesterov:  # u = b1 * m / bc1_next + c1 * g / bc1, into g
+                np.divide(ms, bc1_next, out=tmp)
+                tmp *= b1
+                np.divide(gs, bc1, out=gs)
+                gs *= c1
+                np.add(tmp, gs, out=gs)
+            else:
+                np.divide(ms, bc1, out=gs)  # g is not needed any more
+            np.divide(vs, bc2, out=tmp)
+            tmp += eps_root
+            np.sqrt(tmp, out=tmp)
+            tmp += eps
+            gs /= tmp
+            if self.decay:
+                np.multiply(p[s], wd, out=tmp)
+                gs += tmp
+            if self.scaled:
+                gs *= step
+            if self.apply:
+                p[s] += gs
         if self.apply:
-            p += u
             return p, m, v
-        return m, v, u
+        return m, v, g
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ _owners: "weakref.WeakValueDictionary[int, Owner]" = weakref.WeakValueDictionary
 _pending: set[int] = set()                  # made in a program, not claimed yet
 _doomed: set[int] = set()                   # no owner left
 _unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
+_trash: list = []                           # off the books, not deleted yet (paths, specs)
 _sessions: dict[str, str] = {}              # scratch_dir -> this process's folder
 _lazy: dict[int, "Lazy"] = {}              # handle -> its computation, not run yet
 _local = threading.local()
@@ -369,12 +370,14 @@ def register(store: StoreSpec, *, pending: bool) -> StoreSpec:
         handle = next(_handles)
         store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
                           store.managed)
-        _specs[handle] = store
-        _unclaimed.pop(store.path, None)
+        # Ctrl-C may land between any two lines: the handle is tracked before
+        # the path's record goes, so sweep always finds the store.
         if pending:
             _pending.add(handle)
         else:  # claimed by this thread next, unless an exception (Ctrl-C) comes first
             _unclaimed[handle] = threading.get_ident()
+        _specs[handle] = store
+        _unclaimed.pop(store.path, None)
         return store
 
 
@@ -510,22 +513,35 @@ def sweep() -> int:
         abandoned = _abandoned()
         abandoned_handles = {h for h in abandoned if isinstance(h, int)}
         dead = (_doomed | _pending | abandoned_handles) - set(_owners.keys())
-        removed = [_specs.pop(h) for h in dead if h in _specs]
+        removed = [_specs[h] for h in dead if h in _specs]
+        # into the trash before off the books: a Ctrl-C below leaves them to the next sweep
+        _trash.extend([p for p in abandoned - dead if isinstance(p, str)] + removed)
         for h in dead:
+            _specs.pop(h, None)
             _lazy.pop(h, None)  # never needed: never computed
         _doomed.clear()
         _pending.difference_update(dead)
         for key in dead | abandoned:
             _unclaimed.pop(key, None)
-    for path in abandoned - dead:  # made by an op that was interrupted before registering it
-        if isinstance(path, str):
-            shutil.rmtree(path, ignore_errors=True)
-    for store in removed:
-        if store.managed:
-            discard(store)
-        else:
-            forget_array(store.path)
+    _empty_trash()
     return len(removed)
+
+
+def _empty_trash() -> None:
+    """Delete the trash's stores, each taken out only once deleted."""
+    while True:
+        with _lock:
+            if not _trash:
+                return
+            item = _trash[0]
+        if isinstance(item, str):  # made by an op interrupted before registering it
+            shutil.rmtree(item, ignore_errors=True)
+        elif item.managed:
+            discard(item)
+        else:
+            forget_array(item.path)
+        with _lock, contextlib.suppress(ValueError):  # another thread may have done it
+            _trash.remove(item)
 
 
 def _abandoned() -> set:
@@ -540,7 +556,7 @@ def _abandoned() -> set:
 
 def has_garbage() -> bool:
     """Whether :func:`sweep` has anything to do."""
-    return bool(_doomed or _pending or (_unclaimed and _abandoned()))
+    return bool(_doomed or _pending or _trash or (_unclaimed and _abandoned()))
 
 
 def live_paths() -> list[str]:

@@ -3,8 +3,10 @@ all old or all new values, never torn, never missing.
 
 A real child process (forked from one that imported jask once, so that many
 kills fit in seconds) loops ``target.update_(full(k))`` and is killed with
-SIGKILL at random moments and right inside the swap; after every kill this
-process reads the store with plain zarr.
+SIGKILL inside each step of ``update_`` (it pauses there through the test hook
+``jask.durability.on_step``: every step is hit on every run, on any machine),
+then at random moments; after every kill this process reads the store with
+plain zarr.
 """
 import json
 import os
@@ -31,7 +33,7 @@ def _user_store(path, layout):
     return z
 
 
-def _kill_trials(tmp_path, layout, mode, trials):
+def _kill_trials(tmp_path, layout, mode, whens):
     store = str(tmp_path / "target.zarr")
     _user_store(store, layout)
     proc = subprocess.Popen([sys.executable, SCRIPT, store, str(tmp_path / "scratch"), mode],
@@ -39,12 +41,12 @@ def _kill_trials(tmp_path, layout, mode, trials):
     assert proc.stdout.readline().strip() == "ready"
     current, phases = -1.0, []
     try:
-        for number in range(1, trials + 1):
-            when = "swap" if number % 2 else "random"
+        for number, when in enumerate(whens, 1):
             proc.stdin.write(f"{number} {number} {when}\n")
             proc.stdin.flush()
             kill = json.loads(proc.stdout.readline())
             phases.append(kill["phase"])
+            assert when == "random" or kill["phase"] == when, (when, kill)
             if mode == "renames":  # the fallback needs jask's recovery first
                 assert durability.recover(store)
             values = zarr.open_array(store, mode="r")[:]  # raises if missing
@@ -63,17 +65,18 @@ def _kill_trials(tmp_path, layout, mode, trials):
 
 @pytest.mark.parametrize("layout", ["v2-compressed", "v3-raw"])
 def test_sigkill_during_update_never_tears_or_loses_the_store(tmp_path, layout):
-    phases = _kill_trials(tmp_path, layout, "exchange", trials=12)
-    assert len(phases) == 12
-    assert "swap" in phases and "copy" in phases, phases
+    steps = ["copy", "sync", "swap", "cleanup"]
+    phases = _kill_trials(tmp_path, layout, "exchange", steps + ["random"] * 4)
+    assert phases[:4] == steps and len(phases) == 8, phases
 
 
 def test_sigkill_during_the_fallback_swap_is_recovered(tmp_path):
     """Without RENAME_EXCHANGE the swap is three renames; a kill between them
     leaves names from which jask's recovery (at the next update_ or open)
     finishes it."""
-    phases = _kill_trials(tmp_path, "v3-raw", "renames", trials=10)
-    assert "swap" in phases, phases
+    steps = ["copy", "swap", "renamed-ready", "renamed-old", "renamed-in", "cleanup"]
+    phases = _kill_trials(tmp_path, "v3-raw", "renames", steps + ["random"] * 2)
+    assert phases[:6] == steps, phases
 
 
 def test_recovery_removes_only_update_leftovers(tmp_path):

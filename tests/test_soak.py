@@ -9,6 +9,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+#: Measured in child processes: run one after another on one xdist worker
+#: (``--dist loadgroup``), never beside each other.
+pytestmark = pytest.mark.xdist_group("measured")
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "soak.py")
 STEPS = 1000
 #: RSS may wobble (allocator, XLA caches); a leak of one store per step would not.

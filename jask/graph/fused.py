@@ -44,10 +44,13 @@ def fused_block(kernel: Callable, outs: tuple, region: tuple, operands: tuple) -
     # the kernel may work in place: every tile is this task's own, writable array
     tiles = [t if t.flags.writeable else t.copy() for t in tiles]
     with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
-        results = kernel(*tiles)
-    for out, result in zip(outs, results):
-        tile = np.broadcast_to(np.asarray(result).astype(out.dtype, copy=False), shape)
+        results = list(kernel(*tiles))
+    del tiles  # input tiles the kernel did not return are freed before the writes
+    for i, out in enumerate(outs):
+        tile = np.broadcast_to(np.asarray(results[i]).astype(out.dtype, copy=False), shape)
+        results[i] = None  # each output tile is freed once written
         chunkio.write(out, region, np.ascontiguousarray(tile))
+        del tile
 
 
 def fused_graph(op: str, kernel: Callable, outs: tuple, shape: tuple, tile: tuple,

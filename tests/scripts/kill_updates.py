@@ -5,14 +5,13 @@ with MODE ``exchange`` (the atomic swap) or ``renames`` (the fallback for
 filesystems without it). This process imports jask once, then for each line
 ``TRIAL SEED WHEN`` read from stdin forks a child that loops
 ``target.update_(full(k))`` for k = TRIAL*1000, TRIAL*1000+1, ... and kills it
-with SIGKILL: after a random delay (WHEN=random) or right as it starts a
-swap (WHEN=swap). It prints one JSON line per kill: the last k whose
-``update_`` returned, the k in progress, and the phase the child was in.
-The test reads the store with plain zarr after each line; nothing here
+with SIGKILL: after a random delay (WHEN=random), or exactly inside the step
+of ``update_`` named WHEN (``copy``, ``sync``, ``swap``, ``cleanup``,
+``renamed-*``: see ``jask.durability.on_step``), where the child pauses, in
+its first, second or third ``update_``. It prints one JSON line per kill: the
+last k whose ``update_`` returned, the k in progress, and the step the child
+was in. The test reads the store with plain zarr after each line; nothing here
 checks anything.
-
-The swap is slowed by a few milliseconds before and after (a sleep around
-the real ``_swap``) so that kills land inside it, not only around it.
 """
 import json
 import os
@@ -28,34 +27,24 @@ import jask
 from jask import durability
 
 
-class _SlowRenames:
-    """``os`` with a pause after each rename, so kills land between them."""
-
-    def __getattr__(self, name):
-        return getattr(os, name)
-
-    @staticmethod
-    def rename(src, dst):
-        os.rename(src, dst)
-        time.sleep(0.003)
-
-
-def child(store: str, first: int, out_fd: int, mode: str) -> None:
+def child(store: str, first: int, out_fd: int, mode: str, pause_at: str, nth: int) -> None:
     def say(msg: str) -> None:
         os.write(out_fd, (msg + "\n").encode())
 
-    real_swap = durability._swap
     if mode == "renames":  # as on a filesystem without RENAME_EXCHANGE
         durability._renameat2 = None
-        durability.os = _SlowRenames()
+    reached = 0
 
-    def slow_swap(staging, target, durable=True):
-        say(f"swap {k}")
-        time.sleep(0.004)
-        real_swap(staging, target, durable)
-        say(f"swapped {k}")
+    def on_step(step: str) -> None:
+        nonlocal reached
+        say(f"{step} {k}")
+        if step == pause_at:
+            reached += 1
+            if reached == nth:  # wait here for the SIGKILL
+                say("paused")
+                time.sleep(3600)
 
-    durability._swap = slow_swap
+    durability.on_step = on_step
     target = jask.open(store)
     k = first
     while True:
@@ -73,7 +62,7 @@ def trial(store: str, number: int, seed: int, when: str, mode: str) -> dict:
     if pid == 0:
         os.close(read_fd)
         try:
-            child(store, number * 1000, write_fd, mode)
+            child(store, number * 1000, write_fd, mode, when, rng.randint(1, 3))
         finally:
             os._exit(1)
     os.close(write_fd)
@@ -84,14 +73,16 @@ def trial(store: str, number: int, seed: int, when: str, mode: str) -> dict:
         ready, _, _ = select.select([read_fd], [], [], 0.001)
         if ready:
             data = os.read(read_fd, 4096)
+            if not data:  # the child died on its own: the test sees it in the report
+                break
             buf += data
             *done, buf = buf.split(b"\n")
             lines += [d.decode() for d in done]
-        if deadline is None:
-            if when == "swap" and any(line.startswith("swap") for line in lines):
-                deadline = time.monotonic() + rng.uniform(0.0, 0.012)
-            elif when != "swap" and any(line.startswith("start") for line in lines):
-                deadline = time.monotonic() + delay  # counted from the first update_
+        if when != "random" and "paused" in lines:
+            break
+        if when == "random" and deadline is None and any(
+                line.startswith("start") for line in lines):
+            deadline = time.monotonic() + delay  # counted from the first update_
         if deadline is not None and time.monotonic() >= deadline:
             break
     os.kill(pid, signal.SIGKILL)
@@ -101,8 +92,9 @@ def trial(store: str, number: int, seed: int, when: str, mode: str) -> dict:
     lines += [d.decode() for d in buf.split(b"\n") if d]
     os.close(read_fd)
     done = [int(line.split()[1]) for line in lines if line.startswith("done")]
-    last = lines[-1].split()[0] if lines else ""
-    phase = {"start": "copy", "swap": "swap", "swapped": "cleanup", "done": "between"}.get(last, "")
+    steps = [line.split()[0] for line in lines if line != "paused"]
+    last = steps[-1] if steps else ""
+    phase = {"start": "copy", "done": "between"}.get(last, last)
     first = number * 1000
     return {"done": done[-1] if done else first - 1, "next": (done[-1] + 1) if done else first,
             "phase": phase}
