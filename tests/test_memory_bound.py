@@ -27,7 +27,7 @@ SIDE = 4096  # 4096 x 4096 float32 = 67 MB, 4.2x the budget
 #: each more than the budget less the op's overhead.
 REFUSED = {"B/2": {"update_"}, "sharded": {"update_"}}
 
-#: Every op is checked, the jit(grad) step (about ten graphs) included:
+#: Every op is checked, the compiled steps included:
 #: before jask pinned glibc's mmap threshold (jask.graph.execute), freed
 #: tiles stayed in per-thread malloc arenas and chained ops on B/2 chunks
 #: peaked at 1.4-2.3x the budget.
@@ -43,8 +43,11 @@ REFUSED = {"B/2": {"update_"}, "sharded": {"update_"}}
 KNOWN_OVER: dict = {"v2 F-order": {"adam step"}}
 UNCHECKED_OPS: set = set()
 
+#: adam: jask.optim on a parameter 8x the budget; the jit(grad) step (its w
+#: a small store) and the fused step (logistic regression, in-memory w and b)
+#: each run as one band group over X.
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
-       "jit(grad) step", "to_zarr (zstd)", "adam step"}  # adam: jask.optim on a parameter 8x
+       "jit(grad) step", "fused step", "to_zarr (zstd)", "adam step"}
 
 
 def run_grid(data: str, budget: int, side: int, names=None) -> dict:
