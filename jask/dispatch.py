@@ -37,6 +37,32 @@ def _resolve(args, n_arrays: int):
     return stores, scalars
 
 
+def _wire(result: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    """How a result crosses the callback boundary. JAX checks a callback's
+    result after canonicalizing it under the x64 setting of the thread the
+    callback runs on, which is not the thread that set ``jax.enable_x64``:
+    a 64-bit value would arrive as 32 bits. So it crosses as uint32 pairs.
+    """
+    dtype = np.dtype(result.dtype)
+    if dtype.itemsize == 8 and dtype.kind in "fiu":
+        return jax.ShapeDtypeStruct(tuple(result.shape) + (2,), np.uint32)
+    return result
+
+
+def _to_wire(value, result: jax.ShapeDtypeStruct) -> np.ndarray:
+    value = np.asarray(value, result.dtype)
+    wire = _wire(result)
+    if wire is result:
+        return value
+    return np.ascontiguousarray(value).view(np.uint32).reshape(wire.shape)
+
+
+def _from_wire(value, result: jax.ShapeDtypeStruct):
+    if _wire(result) is result:
+        return value
+    return jax.lax.bitcast_convert_type(value, result.dtype)
+
+
 def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalars: Sequence):
     """``run(*handles, *scalars, pending=...)`` now, or staged as an ordered callback."""
     if is_eager():
@@ -45,9 +71,10 @@ def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalar
 
     def callback(*args):
         with storage.callback_scope():
-            return np.asarray(run(*args, pending=True), result.dtype)
+            return _to_wire(run(*args, pending=True), result)
 
-    return io_callback(callback, result, *_handles(arrays), *scalars, ordered=True)
+    out = io_callback(callback, _wire(result), *_handles(arrays), *scalars, ordered=True)
+    return _from_wire(out, result)
 
 
 def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
@@ -140,12 +167,12 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
                     stamps = storage.stamp(stores)
                     value = work(stores, scalars, config or get_config())
                     storage.check_unchanged(stamps, "jask")
-                out.append(np.asarray(value, result.dtype))
+                out.append(_to_wire(value, result))
             return tuple(out)
 
     flat = [x for _, arrays, scalars, *_ in ops for x in (*_handles(arrays), *scalars)]
-    outs = io_callback(callback, results, *flat, ordered=True)
-    return tuple(jax.numpy.asarray(x) for x in outs)
+    outs = io_callback(callback, tuple(_wire(r) for r in results), *flat, ordered=True)
+    return tuple(jax.numpy.asarray(_from_wire(x, r)) for x, r in zip(outs, results))
 
 
 def forget(arrays: Sequence[DiskArray]) -> None:
