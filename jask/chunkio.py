@@ -170,7 +170,7 @@ def _raw_layout(path: str) -> RawLayout | None:
 
 
 def _default_key(index: tuple) -> str:
-    return "/".join(("c",) + tuple(str(i) for i in index))
+    return ".".join(("c",) + tuple(str(i) for i in index))  # storage.create_at's keys
 
 
 def _remember_plain(path: str, shape: tuple, dtype: np.dtype, chunks: tuple) -> None:
@@ -474,8 +474,17 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         if layout.decoder is not None:  # compressed here, in the task's thread
             data = layout.decoder.encode(data.view(np.uint8))
         path = layout.path(index)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if path.count(os.sep) > layout.root.count(os.sep) + 1:  # keys with "/": c/0/1
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         view = memoryview(data).cast("B")
-        with open(path, "wb", buffering=0) as f:
+        # no O_TRUNC: a reused store's chunk file (jask.recycle) is overwritten
+        # in place, with no blocks freed and allocated again
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            size = view.nbytes
             while view:  # on a filling disk a write can be short before one fails
-                view = view[f.write(view):]
+                view = view[os.write(fd, view):]
+            if os.fstat(fd).st_size > size:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
