@@ -124,8 +124,37 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
       ((250, 1000), 2, 4)
     """
     shape = tuple(int(n) for n in shape)
-    itemsize = np.dtype(dtype).itemsize
     models = [memory.model_of(store) for store, _ in operands]
+    # Weighing the candidates took a third of an eager op on a small array;
+    # ops in a loop ask the same question each time. (Refusals are not kept:
+    # their message names the store.)
+    key = (op, shape, np.dtype(dtype).str, tuple((_layout(m), tuple(axes)) for m, (_, axes)
+                                                  in zip(models, operands)),
+           budget, workers, out_copies, fixed_bytes, out_unit)
+    found = _plans.get(key)
+    if found is None:
+        found = _plan(op, shape, dtype, operands, models, budget, workers, out_copies,
+                      fixed_bytes, out_unit)
+        if len(_plans) >= MAX_CACHED_PLANS:
+            _plans.clear()
+        _plans[key] = found
+    return found
+
+
+#: Plans kept (see :func:`plan_blockwise`).
+MAX_CACHED_PLANS = 1024
+_plans: dict = {}
+
+
+def _layout(model: memory.ReadModel) -> tuple:
+    """What a plan depends on in a read model: all but the store's path."""
+    return (model.shape, model.unit, model.itemsize, model.raw, model.copies, model.group,
+            model.write_unit, model.write_copies, model.codec)
+
+
+def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed_bytes,
+          out_unit):
+    itemsize = np.dtype(dtype).itemsize
     if not shape or 0 in shape:  # nothing to tile
         tile = tuple(max(1, n) for n in shape)
         return tile, memory.TileCost(op, tile, 0, 1, 0, 1, 1.0, fixed_bytes)
