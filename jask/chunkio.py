@@ -35,7 +35,7 @@ import zarr
 from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
-from jask import memory, storage
+from jask import buffers, memory, storage
 from jask.storage import StoreSpec, open_array
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model"]
@@ -306,7 +306,7 @@ def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -
 def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
     """A tile of an uncompressed C-order store, reading only the chunk rows
     it needs; straight into the tile where those rows are contiguous in it."""
-    out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
+    out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
     buffer = None
     for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
         src, dst = _overlap(index, region, layout.chunks)
@@ -318,7 +318,7 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
             continue
         shape = (src[0].stop - src[0].start,) + layout.chunks[1:]
         if buffer is None or buffer.size < math.prod(shape):
-            buffer = np.empty(math.prod(shape), dtype=layout.dtype)
+            buffer = buffers.empty((math.prod(shape),), layout.dtype)
         rows = buffer[:math.prod(shape)].reshape(shape)
         if _read_rows(layout, index, src[0], rows):
             out[dst] = rows[(slice(None),) + src[1:]]

@@ -14,7 +14,8 @@ plan expected to run fastest that fits the budget (:mod:`jask.memory`):
   is smaller) and no more tasks than :func:`jask.memory.task_bound`, so a
   plan never degenerates into millions of tiny tasks;
 * reads that decode a chunk more than once (a tile cutting a compressed
-  chunk) count against a plan, fewer tasks at once count against it, and a
+  chunk) count against a plan, and so do the padding of a new output's
+  edge chunks (stored whole) and fewer tasks at once; a
   tile far below the default chunk size counts a little against it;
 * when nothing fits, :class:`jask.memory.BudgetError` names the input whose
   chunks are too large, their shape, bytes and codec, the smallest budget
@@ -191,6 +192,9 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
             continue
         waves = -(-tasks // at_once)
         speed = tasks / waves * min(1.0, size / target) ** 0.25 / factor
+        if out_unit is None:  # a new output is chunked by the tile: its edge chunks
+            speed /= math.prod(-(-n // t) * t for n, t in zip(shape, tile)) / data * itemsize
+            # are stored (and written) whole, padding included
         key = (round(speed, 6), min(size, target), -size)
         if best is None or key > best[0]:
             best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor, fixed))

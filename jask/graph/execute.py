@@ -26,7 +26,7 @@ import dask.threaded
 from dask.base import get_scheduler
 from threadpoolctl import ThreadpoolController
 
-from jask import progress, storage
+from jask import buffers, progress, storage
 from jask.graph import cluster
 from jask.memory import TileCost
 
@@ -122,8 +122,9 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                 if bar is not None:
                     return progress.run_distributed(bar, client, graph, keys)
                 return list(client.get(graph, keys))
-            return _run_local(scheduler, graph, keys, workers, at_once,
-                              progress.local_callbacks(bar) if bar is not None else None)
+            with buffers.scope():  # tiles reused from task to task (jask.buffers)
+                return _run_local(scheduler, graph, keys, workers, at_once,
+                                  progress.local_callbacks(bar) if bar is not None else None)
     except KeyboardInterrupt:
         if storage.in_callback():
             _interrupt_caller()
