@@ -466,8 +466,10 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         part = block[src]
         if part.shape != layout.chunks or not layout.plain:
             # an edge chunk is stored full size; a compressed one in its order
-            full = np.full(layout.chunks, layout.fill_value, dtype=layout.dtype,
-                           order=layout.order)
+            full = buffers.empty(layout.chunks, layout.dtype)  # (reused: jask.buffers)
+            if layout.order == "F":
+                full = full.reshape(layout.chunks[::-1]).T
+            full.fill(layout.fill_value)
             full[tuple(slice(0, d) for d in part.shape)] = part
             part = full
         data = np.ascontiguousarray(part) if layout.plain else part.reshape(-1, order="A")

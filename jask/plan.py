@@ -172,7 +172,8 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
         size = math.prod(tile) * itemsize
         if size < smallest:
             continue
-        tasks = math.prod(-(-n // t) for n, t in zip(shape, tile))
+        counts = [-(-n // t) for n, t in zip(shape, tile)]
+        tasks = math.prod(counts)
         if tasks > bound:
             continue
         kept = held = decoded = 0
@@ -193,7 +194,7 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
         waves = -(-tasks // at_once)
         speed = tasks / waves * min(1.0, size / target) ** 0.25 / factor
         if out_unit is None:  # a new output is chunked by the tile: its edge chunks
-            speed /= math.prod(-(-n // t) * t for n, t in zip(shape, tile)) / data * itemsize
+            speed /= math.prod(c * t for c, t in zip(counts, tile)) / data * itemsize
             # are stored (and written) whole, padding included
         key = (round(speed, 6), min(size, target), -size)
         if best is None or key > best[0]:
