@@ -11,13 +11,14 @@ of the same shape, dtype and chunks is that folder renamed: its
 (:func:`jask.chunkio.write`; jask writes every chunk of its stores before
 it registers them, so no stale chunk survives into a result).
 
-At most :data:`MAX_BYTES` of them are kept; the rest go to
-:mod:`jask.trash`. :func:`clear` (called by ``jask.collect()`` and when the
+At most :data:`MAX_BYTES` of them are kept, and none on a disk with less
+than four times that free; the rest go to :mod:`jask.trash`. :func:`clear` (called by ``jask.collect()`` and when the
 disk is short of space) deletes them all.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import uuid
 
@@ -57,6 +58,10 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
     key = _key(folder, os.path.splitext(name)[1], shape, dtype, chunks)
     with _lock:
         fits = _held[0] + nbytes <= MAX_BYTES and len(_sizes) < MAX_STORES
+    if fits:  # never keep garbage on a disk short of space
+        fits = _free_bytes(folder) > 4 * MAX_BYTES
+    with _lock:
+        fits = fits and _held[0] + nbytes <= MAX_BYTES and len(_sizes) < MAX_STORES
         if fits:
             hidden = os.path.join(folder, f".free-{uuid.uuid4().hex[:12]}")
             try:
@@ -68,6 +73,13 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
             _held[0] += nbytes
             return
     trash.remove(path)
+
+
+def _free_bytes(folder: str) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
 
 
 def take(path: str, shape, dtype, chunks) -> bool:

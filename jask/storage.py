@@ -242,7 +242,11 @@ def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
 def check_space(folder: str, needed: int, op: str) -> None:
     """Refuse, before writing, an output that cannot fit in ``folder``."""
     if _free_bytes(folder) < needed:
-        raise _full_error(folder, needed, op)
+        from jask import recycle, trash  # garbage kept for reuse or still being deleted
+        recycle.clear()
+        trash.wait()
+        if _free_bytes(folder) < needed:
+            raise _full_error(folder, needed, op)
 
 
 @contextlib.contextmanager
