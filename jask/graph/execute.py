@@ -106,7 +106,7 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
       >>> run({("x", 0): 1, ("y", 0): (sum, [("x", 0), 2])}, [("y", 0)], workers=2)
       [3]
     """
-    scheduler = get_scheduler()
+    scheduler = _scheduler()
     client = cluster.distributed_client(scheduler)
     if client is not None and cost is not None:
         cluster.check_workers(client, cost)
@@ -132,6 +132,20 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     finally:
         if bar is not None:
             bar.close()
+
+
+def _scheduler():
+    """The scheduler in effect (None: Dask's threaded default).
+
+    Dask looks for a default ``distributed.Client`` by importing
+    ``distributed``: on the first op of a process that took 0.3-3 s and
+    12 MB, counted against the op. No Client exists unless ``distributed``
+    was imported, so jask asks Dask only then, or when a scheduler is set.
+    """
+    if ("distributed" not in sys.modules and not dask.config.get("scheduler", None)
+            and not dask.config.get("get", None)):
+        return None
+    return get_scheduler()
 
 
 def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
