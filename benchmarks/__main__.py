@@ -163,7 +163,7 @@ def small_rows(cfg: dict, notes) -> list:
     """Run the small-array section in its own process; return table rows."""
     log("small-array latency ...")
     fresh_dir(cfg["scratch"])
-    params = {"sizes": [4, 256], "budget": cfg["budget"], "scratch": cfg["scratch"],
+    params = {"sizes": [4, 100, 256], "budget": cfg["budget"], "scratch": cfg["scratch"],
               "timing": cfg["timing"]}
     try:
         res = run_json("benchmarks.small", "run_small", params, cfg["timeout"])

@@ -35,7 +35,7 @@ import zarr
 from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
-from jask import counters, memory, storage
+from jask import buffers, counters, memory, storage
 from jask.storage import StoreSpec, open_array
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model"]
@@ -170,7 +170,7 @@ def _raw_layout(path: str) -> RawLayout | None:
 
 
 def _default_key(index: tuple) -> str:
-    return "/".join(("c",) + tuple(str(i) for i in index))
+    return ".".join(("c",) + tuple(str(i) for i in index))  # storage.create_at's keys
 
 
 def _remember_plain(path: str, shape: tuple, dtype: np.dtype, chunks: tuple) -> None:
@@ -307,7 +307,7 @@ def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -
 def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
     """A tile of an uncompressed C-order store, reading only the chunk rows
     it needs; straight into the tile where those rows are contiguous in it."""
-    out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
+    out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
     buffer = None
     for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
         src, dst = _overlap(index, region, layout.chunks)
@@ -319,7 +319,7 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
             continue
         shape = (src[0].stop - src[0].start,) + layout.chunks[1:]
         if buffer is None or buffer.size < math.prod(shape):
-            buffer = np.empty(math.prod(shape), dtype=layout.dtype)
+            buffer = buffers.empty((math.prod(shape),), layout.dtype)
         rows = buffer[:math.prod(shape)].reshape(shape)
         if _read_rows(layout, index, src[0], rows):
             out[dst] = rows[(slice(None),) + src[1:]]
@@ -472,17 +472,28 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         part = block[src]
         if part.shape != layout.chunks or not layout.plain:
             # an edge chunk is stored full size; a compressed one in its order
-            full = np.full(layout.chunks, layout.fill_value, dtype=layout.dtype,
-                           order=layout.order)
+            full = buffers.empty(layout.chunks, layout.dtype)  # (reused: jask.buffers)
+            if layout.order == "F":
+                full = full.reshape(layout.chunks[::-1]).T
+            full.fill(layout.fill_value)
             full[tuple(slice(0, d) for d in part.shape)] = part
             part = full
         data = np.ascontiguousarray(part) if layout.plain else part.reshape(-1, order="A")
         if layout.decoder is not None:  # compressed here, in the task's thread
             data = layout.decoder.encode(data.view(np.uint8))
         path = layout.path(index)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if path.count(os.sep) > layout.root.count(os.sep) + 1:  # keys with "/": c/0/1
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         view = memoryview(data).cast("B")
         counters.stored_written(layout.root, view.nbytes)
-        with open(path, "wb", buffering=0) as f:
+        # no O_TRUNC: a reused store's chunk file (jask.recycle) is overwritten
+        # in place, with no blocks freed and allocated again
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            size = view.nbytes
             while view:  # on a filling disk a write can be short before one fails
-                view = view[f.write(view):]
+                view = view[os.write(fd, view):]
+            if os.fstat(fd).st_size > size:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)

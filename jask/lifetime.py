@@ -12,7 +12,7 @@ import gc
 
 import jax
 
-from jask import storage
+from jask import recycle, storage, trash
 from jask.graph.execute import clear_interrupt_hook
 
 __all__ = ["collect", "collect_if_idle"]
@@ -44,4 +44,7 @@ def collect() -> int:
       True
     """
     gc.collect()  # run the finalizers of DiskArrays caught in reference cycles
-    return collect_if_idle()
+    removed = collect_if_idle()
+    recycle.clear()  # folders kept for reuse, and garbage deleted in the background:
+    trash.wait()  # free their disk now
+    return removed

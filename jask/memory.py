@@ -167,7 +167,7 @@ class ReadModel:
 
 def _touched(t: int, c: int, s: int) -> int:
     """Chunks of size c a tile of size t (starting at a multiple of t) meets."""
-    if c >= s or t % c == 0:
+    if c >= s or t % c == 0 or t >= s:  # (a tile of the whole axis starts at 0)
         return max(1, -(-min(t, s) // c))
     if c % t == 0:
         return 1

@@ -14,7 +14,8 @@ plan expected to run fastest that fits the budget (:mod:`jask.memory`):
   is smaller) and no more tasks than :func:`jask.memory.task_bound`, so a
   plan never degenerates into millions of tiny tasks;
 * reads that decode a chunk more than once (a tile cutting a compressed
-  chunk) count against a plan, fewer tasks at once count against it, and a
+  chunk) count against a plan, and so do the padding of a new output's
+  edge chunks (stored whole) and fewer tasks at once; a
   tile far below the default chunk size counts a little against it;
 * when nothing fits, :class:`jask.memory.BudgetError` names the input whose
   chunks are too large, their shape, bytes and codec, the smallest budget
@@ -124,8 +125,37 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
       ((250, 1000), 2, 4)
     """
     shape = tuple(int(n) for n in shape)
-    itemsize = np.dtype(dtype).itemsize
     models = [memory.model_of(store) for store, _ in operands]
+    # Weighing the candidates took a third of an eager op on a small array;
+    # ops in a loop ask the same question each time. (Refusals are not kept:
+    # their message names the store.)
+    key = (op, shape, np.dtype(dtype).str, tuple((_layout(m), tuple(axes)) for m, (_, axes)
+                                                  in zip(models, operands)),
+           budget, workers, out_copies, fixed_bytes, out_unit)
+    found = _plans.get(key)
+    if found is None:
+        found = _plan(op, shape, dtype, operands, models, budget, workers, out_copies,
+                      fixed_bytes, out_unit)
+        if len(_plans) >= MAX_CACHED_PLANS:
+            _plans.clear()
+        _plans[key] = found
+    return found
+
+
+#: Plans kept (see :func:`plan_blockwise`).
+MAX_CACHED_PLANS = 1024
+_plans: dict = {}
+
+
+def _layout(model: memory.ReadModel) -> tuple:
+    """What a plan depends on in a read model: all but the store's path."""
+    return (model.shape, model.unit, model.itemsize, model.raw, model.copies, model.group,
+            model.write_unit, model.write_copies, model.codec)
+
+
+def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed_bytes,
+          out_unit):
+    itemsize = np.dtype(dtype).itemsize
     if not shape or 0 in shape:  # nothing to tile
         tile = tuple(max(1, n) for n in shape)
         return tile, memory.TileCost(op, tile, 0, 1, 0, 1, 1.0, fixed_bytes)
@@ -142,7 +172,8 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
         size = math.prod(tile) * itemsize
         if size < smallest:
             continue
-        tasks = math.prod(-(-n // t) for n, t in zip(shape, tile))
+        counts = [-(-n // t) for n, t in zip(shape, tile)]
+        tasks = math.prod(counts)
         if tasks > bound:
             continue
         kept = held = decoded = 0
@@ -162,6 +193,9 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
             continue
         waves = -(-tasks // at_once)
         speed = tasks / waves * min(1.0, size / target) ** 0.25 / factor
+        if out_unit is None:  # a new output is chunked by the tile: its edge chunks
+            speed /= math.prod(c * t for c, t in zip(counts, tile)) / data * itemsize
+            # are stored (and written) whole, padding included
         key = (round(speed, 6), min(size, target), -size)
         if best is None or key > best[0]:
             best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor, fixed))

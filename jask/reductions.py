@@ -12,6 +12,7 @@ Every reduction is differentiable. With no DiskArray operand each is its
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 
 import jax
@@ -75,6 +76,19 @@ def _in_memory(axis, out_shape, dtype, config: Config | None) -> bool:
 def _result_dtype(reference, x, **kwargs):
     """The dtype jax.numpy gives, keeping a float64 store's 64 bits."""
     aval = _disk(x)
+    try:  # two traces per call took most of an eager sum on a small array
+        return _cached_dtype(reference, aval.shape, np.dtype(aval.dtype),
+                             bool(jax.config.read("jax_enable_x64")), tuple(kwargs.items()))
+    except TypeError:  # an unhashable keyword
+        return _traced_dtype(reference, aval, **kwargs)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_dtype(reference, shape, dtype, x64, kwargs):
+    return _traced_dtype(reference, jax.ShapeDtypeStruct(shape, dtype), **dict(kwargs))
+
+
+def _traced_dtype(reference, aval, **kwargs):
     dtype = np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
                                     jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
     with jax.enable_x64(True):

@@ -15,6 +15,7 @@ axes it keeps, and ``None`` where a reduced axis stays as length 1
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -81,9 +82,31 @@ def _full_tile(region: tuple) -> tuple:
 
 
 def _apply(kernel: Callable, operands: tuple, region: tuple) -> np.ndarray:
+    tiles = [x.tile(region) for x in operands]
+    into = _reusable(kernel, tiles, operands, _full_tile(region))
     with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
-        result = kernel(*(x.tile(region) for x in operands))
+        result = kernel(*tiles) if into is None else kernel(*tiles, out=into)
     return np.broadcast_to(result, _full_tile(region))
+
+
+def _reusable(kernel, tiles, operands, shape) -> np.ndarray | None:
+    """A tile this task read that a numpy ufunc may write its result into:
+    one array fewer to allocate (and fault in) per task."""
+    if not isinstance(kernel, np.ufunc) or kernel.nout != 1:
+        return None
+    dtype = _ufunc_dtype(kernel, tuple(t.dtype for t in tiles))
+    for x, t in zip(operands, tiles):
+        if x.on_disk and t.shape == shape and t.dtype == dtype and t.flags.writeable:
+            return t  # read from disk: this task's own array
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _ufunc_dtype(kernel, dtypes: tuple):
+    try:
+        return kernel.resolve_dtypes(dtypes + (None,))[-1]
+    except (TypeError, ValueError, AttributeError):  # no loop, or an older numpy
+        return None
 
 
 def map_block(kernel: Callable, out: StoreSpec, out_axes: tuple, region: tuple,

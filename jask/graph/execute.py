@@ -26,7 +26,7 @@ import dask.threaded
 from dask.base import get_scheduler
 from threadpoolctl import ThreadpoolController
 
-from jask import counters, progress, storage
+from jask import buffers, counters, progress, storage
 from jask.graph import cluster
 from jask.memory import TileCost
 
@@ -107,7 +107,7 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
       [3]
     """
     graph = counters.label(graph)  # each task's I/O counted for its op (jask.stats)
-    scheduler = get_scheduler()
+    scheduler = _scheduler()
     client = cluster.distributed_client(scheduler)
     if client is not None and cost is not None:
         cluster.check_workers(client, cost)
@@ -123,8 +123,9 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                 if bar is not None:
                     return progress.run_distributed(bar, client, graph, keys)
                 return list(client.get(graph, keys))
-            return _run_local(scheduler, graph, keys, workers, at_once,
-                              progress.local_callbacks(bar) if bar is not None else None)
+            with buffers.scope():  # tiles reused from task to task (jask.buffers)
+                return _run_local(scheduler, graph, keys, workers, at_once,
+                                  progress.local_callbacks(bar) if bar is not None else None)
     except KeyboardInterrupt:
         if storage.in_callback():
             _interrupt_caller()
@@ -136,8 +137,26 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
             progress.close(bar)
 
 
+def _scheduler():
+    """The scheduler in effect (None: Dask's threaded default).
+
+    Dask looks for a default ``distributed.Client`` by importing
+    ``distributed``: on the first op of a process that took 0.3-3 s and
+    12 MB, counted against the op. No Client exists unless ``distributed``
+    was imported, so jask asks Dask only then, or when a scheduler is set.
+    """
+    if ("distributed" not in sys.modules and not dask.config.get("scheduler", None)
+            and not dask.config.get("get", None)):
+        return None
+    return get_scheduler()
+
+
 def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
     threaded = scheduler is None or scheduler is dask.threaded.get
+    if threaded and callbacks is None:
+        order = _serial_order(graph, at_once)
+        if order is not None:  # nothing to run in parallel: no scheduler needed
+            return _run_inline(graph, order, keys)
     if threaded and len(graph) == 1:
         return list(dask.get(graph, keys, callbacks=callbacks))  # nothing to parallelize
     if threaded:
@@ -154,6 +173,67 @@ def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
     if callbacks is not None and getattr(scheduler, "__module__", "").startswith("dask."):
         return list(scheduler(graph, keys, callbacks=callbacks))
     return list(scheduler(graph, keys))
+
+
+def _is_key(arg, graph: dict) -> bool:
+    if type(arg) is not tuple or not arg or type(arg[0]) is not str:
+        return False
+    try:
+        return arg in graph
+    except TypeError:  # holds slices: a region, not a key
+        return False
+
+
+def _serial_order(graph: dict, at_once: int) -> list | None:
+    """The keys of ``graph`` in an order that runs each task after its
+    inputs, when running them one by one in the calling thread loses
+    nothing: at most one task may run at a time, or only one task needs no
+    other (a chain, like a small reduction). None otherwise, or for a task
+    of a form jask's builders do not make (left to Dask)."""
+    deps: dict = {}
+    for key, task in graph.items():
+        if type(task) is not tuple or not task or not callable(task[0]):
+            return None
+        found = []
+        for arg in task[1:]:
+            if _is_key(arg, graph):
+                found.append(arg)
+            elif (type(arg) is tuple and arg and callable(arg[0])) or (
+                    type(arg) is list and any(_is_key(a, graph) for a in arg)):
+                return None  # a nested task or a list of keys: Dask's job
+        deps[key] = found
+    if at_once > 1 and sum(1 for found in deps.values() if not found) > 1:
+        return None
+    order, seen = [], set()
+    for key in graph:  # builders list inputs before the tasks that read them
+        if any(d not in seen for d in deps[key]):
+            return None
+        seen.add(key)
+        order.append(key)
+    return order
+
+
+def _run_inline(graph: dict, order: list, keys: list) -> list:
+    """Run the tasks in ``order`` in this thread; drop each value once its
+    last reader has run, as Dask would."""
+    readers: dict = {}
+    for key in order:
+        for arg in graph[key][1:]:
+            if _is_key(arg, graph):
+                readers[arg] = readers.get(arg, 0) + 1
+    wanted = set(keys)
+    values: dict = {}
+    for key in order:
+        func, *args = graph[key]
+        inputs = [values[a] if _is_key(a, graph) else a for a in args]
+        for a in args:
+            if _is_key(a, graph):
+                readers[a] -= 1
+                if readers[a] == 0 and a not in wanted:
+                    del values[a]
+        values[key] = func(*inputs)
+        del inputs
+    return [values[k] for k in keys]
 
 
 def _package_dir(name: str) -> str:
