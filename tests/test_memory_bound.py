@@ -44,10 +44,9 @@ KNOWN_OVER: dict = {"v2 F-order": {"adam step"}}
 UNCHECKED_OPS: set = set()
 
 #: adam: jask.optim on a parameter 8x the budget; the jit(grad) step (its w
-#: a small store) and the fused step (logistic regression, in-memory w and b)
-#: each run as one band group over X.
+#: a small store) runs as one band group over X (jask.lazy).
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
-       "jit(grad) step", "fused step", "to_zarr (zstd)", "adam step"}
+       "jit(grad) step", "to_zarr (zstd)", "adam step"}
 
 
 def run_grid(data: str, budget: int, side: int, names=None) -> dict:

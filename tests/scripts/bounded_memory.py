@@ -61,23 +61,11 @@ def ops(a, b, v, X, y, w):
         "dot": lambda: a @ v,
         "update_": lambda: b.update_(a),
         "jit(grad) step": lambda: step(w, 1e-6),
-        "fused step": _logistic_step(X, y),
         "adam step": _adam_step(a, b),
         # last: zarr's codec threads keep their malloc arenas after a compressed write
         "to_zarr (zstd)": lambda: a.to_zarr(os.path.join(SAVED, "a.zarr"), compressor="zstd",
                                             overwrite=True),
     }
-
-
-def _logistic_step(X, y):
-    """jit(value_and_grad) of logistic regression with in-memory parameters:
-    one band group (every op of the step in one pass over X)."""
-    def loss(p):
-        z = X @ p["w"] + p["b"]
-        return jask.mean(jask.nn.softplus(z) - y * z)
-    step = jax.jit(jax.value_and_grad(loss))
-    params = {"w": jax.numpy.zeros((X.shape[1], 1), np.float32), "b": np.float32(0.1)}
-    return lambda: step(params)
 
 
 def _adam_step(a, b):
@@ -96,7 +84,7 @@ def _adam_step(a, b):
 #: Ops measured on their second call: the first compiles them for these
 #: shapes, and the compiled program stays in JAX's cache (fixed memory, not
 #: tiles; the warm-up compiled them only for tiny shapes).
-COMPILED = {"jit(grad) step", "fused step", "adam step"}
+COMPILED = {"jit(grad) step", "adam step"}
 
 
 def _release() -> None:
