@@ -31,16 +31,9 @@ REFUSED = {"B/2": {"update_"}, "sharded": {"update_"}}
 #: before jask pinned glibc's mmap threshold (jask.graph.execute), freed
 #: tiles stayed in per-thread malloc arenas and chained ops on B/2 chunks
 #: peaked at 1.4-2.3x the budget.
-#: Known over, measured: the adam step on the v2 F-order cell peaked at
-#: 15.1-16.8 MB against 16 MB in four runs, at 16.0 MB once its kernel held no
-#: tile-sized temporary (sharded: 16.5-16.9 -> 14.3). Its operands are jask's
-#: own plain stores in every cell, and its tiles are one chunk of the
-#: parameter (4 x 1.33 MB held, traced with tracemalloc): what differs is
-#: the native memory the cell's earlier ops left in the process (XLA programs
-#: compiled for these shapes, codec buffers: 5-9 MB over the baseline before
-#: the step, 3-4 MB of it on this cell alone). Reported, not checked, until
-#: that retained memory is modelled or released.
-KNOWN_OVER: dict = {"v2 F-order": {"adam step"}}
+#: The adam step on the v2 F-order cell, once at 15.1-16.8 MB, measured
+#: 11.5 MB once it worked in strips and garbage stores were reused.
+KNOWN_OVER: dict = {}
 UNCHECKED_OPS: set = set()
 
 #: adam: jask.optim on a parameter 8x the budget; the jit(grad) step (its w
