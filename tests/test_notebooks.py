@@ -61,6 +61,11 @@ sys.meta_path[:] = [_DocumentedInstallOnly if f is importlib.machinery.PathFinde
 """
 
 
+#: Seconds a notebook may take before it counts as run away (they take 15-40 s;
+#: speed itself is measured in benchmarks/, not asserted here).
+RUNAWAY = 300
+
+
 def _execute(name, tmp_path, monkeypatch):
     for key, value in SIZES[name].items():
         monkeypatch.setenv(key, value)
@@ -118,7 +123,7 @@ def test_quickstart(tmp_path, monkeypatch):
     assert "elementwise tile" in html and "<svg" in html  # DiskArray._repr_html_
     assert "dot a.T@b (grad)" in html  # jask.visualize of the step
     assert "same values: True" in text  # the fitted weights saved with to_zarr
-    assert elapsed < 60, elapsed
+    assert elapsed < RUNAWAY, elapsed
 
 
 def test_explore(tmp_path, monkeypatch):
@@ -134,7 +139,7 @@ def test_explore(tmp_path, monkeypatch):
     assert float(re.search(r"accuracy ([\d.]+)", text).group(1)) > 0.8, text
     pngs = _pngs(nbformat.read(tmp_path / "explore.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
-    assert elapsed < 90, elapsed
+    assert elapsed < RUNAWAY, elapsed
 
 
 def test_dashboard(tmp_path, monkeypatch):
@@ -146,7 +151,7 @@ def test_dashboard(tmp_path, monkeypatch):
     assert text.count("= baseline +") == 2
     pngs = _pngs(nbformat.read(tmp_path / "dashboard.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
-    assert elapsed < 60, elapsed
+    assert elapsed < RUNAWAY, elapsed
 
 
 # --- each notebook runs after exactly the install it documents ---------------
