@@ -27,6 +27,15 @@ def test_ops_from_several_threads_are_correct(tmp_path):
     assert json.loads(out.strip().splitlines()[-1]) == {"errors": []}
 
 
+def _identity(path) -> tuple:
+    """Which folder is at ``path``: its inode alone is not enough, as the
+    folder an update_ swapped out is deleted and its inode number can come
+    back for the next staging folder (two swaps during one read then looked
+    like none); a folder's ctime changes when it is renamed into place."""
+    st = os.stat(path)
+    return st.st_ino, st.st_ctime_ns
+
+
 def test_two_processes_updating_one_store_never_tear_it(tmp_path):
     """Writers of one store take turns (a lock): a reader never sees it torn or
     missing, and the last update_ to finish wins."""
@@ -35,9 +44,9 @@ def test_two_processes_updating_one_store_never_tear_it(tmp_path):
     writers = [_child("updater", store, first, 8) for first in (1000, 2000)]
     reads = 0
     while any(w.poll() is None for w in writers):
-        before = os.stat(store).st_ino
+        before = _identity(store)
         values = np.unique(zarr.open_array(store, mode="r")[:])    # never missing
-        if os.stat(store).st_ino != before:
+        if _identity(store) != before:
             continue  # swapped while plain zarr read chunk by chunk: a mixed read, not a torn store
         assert len(values) == 1, values                              # never torn
         reads += 1
