@@ -156,9 +156,9 @@ def recover(target: str) -> bool:
       >>> recover(os.path.join(d, "a.zarr")), os.listdir(d)
       (True, [])
     """
-    if not any(_leftovers(target).values()):
+    if not any(_leftovers(target).values()) and not os.path.exists(_sibling(target, _LOCK)):
         return True
-    try:
+    try:  # a lock file alone is a killed writer's (released on unlock) or a live one's
         with store_lock(target, blocking=False) as held:
             if held:
                 _finish_swaps(target)
