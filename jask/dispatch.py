@@ -108,6 +108,16 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
     return DiskArray._from_handle(handle, out_aval)
 
 
+def _value_alone(work: ValueWork, args, n: int, config: Config | None):
+    """Run a value op's own work on its stores (pending ones computed first),
+    refusing a result read while another process replaced an input."""
+    stores, values = _resolve(args, n)
+    stamps = storage.stamp(stores)
+    value = work(stores, values, config or get_config())
+    storage.check_unchanged(stamps, "jask")
+    return value
+
+
 def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
              result: jax.ShapeDtypeStruct, config: Config | None,
              fuse: lazy.Description | None = None) -> jax.Array:
@@ -122,11 +132,7 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
             (value,) = lazy.values([(fuse, args, config or get_config())])
             if value is not None:
                 return np.asarray(value, result.dtype)
-        stores, values = _resolve(args, n)
-        stamps = storage.stamp(stores)
-        value = work(stores, values, config or get_config())
-        storage.check_unchanged(stamps, "jask")
-        return np.asarray(value, result.dtype)
+        return np.asarray(_value_alone(work, args, n, config), result.dtype)
 
     return jax.numpy.asarray(_call(run, result, arrays, scalars))
 
@@ -163,10 +169,7 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
             for (work, _, _, result, config, _), part, value, (n, _) in zip(
                     ops, parts, done, sizes):
                 if value is None:  # alone, as to_value runs it
-                    stores, scalars = _resolve(part, n)
-                    stamps = storage.stamp(stores)
-                    value = work(stores, scalars, config or get_config())
-                    storage.check_unchanged(stamps, "jask")
+                    value = _value_alone(work, part, n, config)
                 out.append(_to_wire(value, result))
             return tuple(out)
 
