@@ -74,7 +74,7 @@ def make_config(args) -> dict:
 
 def _jask_chunk(side: int, budget: int) -> int:
     """Side of the square chunk jask gives a side x side float32 store."""
-    from jask import memory
+    from jask.base import memory
     return memory.chunk_shape((side, side), 4, memory.chunk_bytes(budget, os.cpu_count() or 1))[0]
 
 

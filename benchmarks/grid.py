@@ -1,6 +1,6 @@
 """The chunking grid: time and peak RSS per input chunking, jask against
 dask.array on the same stores, with jask's modelled bytes (the calibration
-of :mod:`jask.memory`).
+of :mod:`jask.base.memory`).
 
 ``python -m benchmarks.grid [--budget 16MB] [--side 4096] [--cells "B/4,zstd B/8"]``
 
@@ -39,7 +39,7 @@ def dask_cell(folder: str) -> dict:
     import numpy as np
     import zarr
 
-    from jask.rss import current_rss, peak_rss, reset_peak_rss
+    from jask.base.rss import current_rss, peak_rss, reset_peak_rss
 
     def trim():
         try:

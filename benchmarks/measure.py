@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 # The same measurements as jask's demo and its memory-bound test.
-from jask.rss import current_rss, peak_rss, reset_peak_rss
+from jask.base.rss import current_rss, peak_rss, reset_peak_rss
 
 RESULT_TAG = "BENCH_RESULT:"
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,7 @@ import numpy as np
 from dask.utils import format_bytes, parse_bytes
 
 import jask
-from jask.rss import current_rss, peak_rss, reset_peak_rss
+from jask.base.rss import current_rss, peak_rss, reset_peak_rss
 
 #: name -> (transformation, arrays of the param's size the least step reads, writes)
 OPTIMIZERS = {

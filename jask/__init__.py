@@ -14,10 +14,9 @@ from jask import (
     nn,  # noqa: F401 - jask.nn.relu etc.
     optim,  # noqa: F401 - jask.optim.adam etc.
 )
-from jask.array import DiskArray, DiskArrayType
-from jask.config import Config, get_config, set_memory_budget
-from jask.counters import Counts, Stats, reset_stats, stats, track
-from jask.elementwise import (
+from jask.api import methods  # noqa: F401 - installs DiskArray's operators and methods
+from jask.api.creation import from_numpy, open
+from jask.api.elementwise import (
     abs,
     add,
     astype,
@@ -43,17 +42,22 @@ from jask.elementwise import (
     tanh,
     where,
 )
-from jask.indexing import concatenate, dynamic_slice, reshape, stack
-from jask.interop import from_dask, to_dask
-from jask.lifetime import collect
-from jask.mapping import map
-from jask.memory import BudgetError
-from jask.ops import dot, from_numpy, materialize, matmul, open, transpose, update_
-from jask.progress import progress_bars, progress_enabled, show_progress
-from jask.reductions import logsumexp, max, mean, min, std, sum, var
-from jask.save import save
-from jask.storage import DiskFullError, StoreChangedError
-from jask.visualize import visualize
+from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
+from jask.api.interop import from_dask, materialize, to_dask
+from jask.api.linalg import dot, matmul, transpose
+from jask.api.mapping import map
+from jask.api.reductions import logsumexp, max, mean, min, std, sum, var
+from jask.api.save import save
+from jask.api.stats import reset_stats, stats, track
+from jask.api.update import update_
+from jask.api.visualize import visualize
+from jask.base.config import Config, get_config, set_memory_budget
+from jask.base.counters import Counts, Stats
+from jask.base.memory import BudgetError
+from jask.core.array import DiskArray, DiskArrayType
+from jask.core.lifetime import collect
+from jask.engine.progress import progress_bars, progress_enabled, show_progress
+from jask.store.space import DiskFullError, StoreChangedError
 
 try:
     __version__ = _version("jask")

@@ -24,8 +24,8 @@ import optax
 import zarr
 
 import jask
-from jask import memory
-from jask.rss import current_rss, peak_rss, reset_peak_rss
+from jask.base import memory
+from jask.base.rss import current_rss, peak_rss, reset_peak_rss
 
 
 def write_dataset(folder: str, rows: int, features: int, chunk_bytes: int, seed: int = 0):

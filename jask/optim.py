@@ -5,7 +5,7 @@ function optax has) with optax's own state classes, so it composes with
 ``optax.chain``, ``optax.scale_by_learning_rate`` and schedules. In-memory
 leaves of a pytree are handed to optax itself and behave exactly as optax's.
 For a DiskArray leaf the state (moments, traces) is a DiskArray created as a
-fill, and a step is one fused pass per leaf (:func:`jask.fused.fused`): Adam
+fill, and a step is one fused pass per leaf (:func:`jask.api.fused.fused`): Adam
 reads ``g``, ``m`` and ``v`` once and writes ``m``, ``v`` and the update once,
 with the learning rate folded in. :func:`apply_updates` writes each DiskArray
 parameter in its own store, so a jitted loop keeps its stores and compiles
@@ -26,11 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax._src import dtypes as _dtypes
+from jax import dtypes as jax_dtypes
 
-from jask import primitives, reductions, ufuncs
-from jask.array import disk_type
-from jask.fused import fused as _fused
+from jask.api import disk_type, reductions
+from jask.api.fused import fused as _fused
 
 __all__ = ["sgd", "adam", "adamw", "scale_by_adam", "trace", "add_decayed_weights",
            "clip_by_global_norm", "apply_updates", "step"]
@@ -44,7 +43,7 @@ def _is_disk(x) -> bool:
 
 def _placeholder(x):
     """An empty in-memory stand-in for a DiskArray leaf (optax sees its dtype)."""
-    return jnp.zeros((0,), _dtypes.canonicalize_dtype(x.dtype)) if _is_disk(x) else x
+    return jnp.zeros((0,), jax_dtypes.canonicalize_dtype(x.dtype)) if _is_disk(x) else x
 
 
 def _mem(tree):
@@ -86,7 +85,7 @@ def _grads(updates, positions, what: str) -> dict[int, Any]:
 
 
 def fused(kernel, *operands, **kwargs):
-    """:func:`jask.fused.fused` for this module's kernels, which work in
+    """:func:`jask.api.fused.fused` for this module's kernels, which work in
     place: besides their input tiles they hold at most two tile-sized
     buffers (momentum's Nesterov update and its scaled copy; Adam computes
     a strip at a time and holds none), and writing an output holds one more
@@ -114,7 +113,7 @@ def _dtype(*arrays) -> np.dtype:
 
 def _step_size(lr_tx, lr_state, dtype):
     """The factor ``optax.scale_by_learning_rate`` multiplies by this step."""
-    return lr_tx.update(jnp.ones((), _dtypes.canonicalize_dtype(dtype)), lr_state)[0]
+    return lr_tx.update(jnp.ones((), jax_dtypes.canonicalize_dtype(dtype)), lr_state)[0]
 
 
 def _param(params, i: int, what: str):
@@ -586,10 +585,7 @@ def add_decayed_weights(weight_decay=0.0, mask=None) -> optax.GradientTransforma
 
 def _squared_norm(x):
     """sum(x * x) of a DiskArray in one pass (no squared copy is written)."""
-    dtype = reductions._result_dtype(jnp.sum, x)
-    full = tuple(range(x.ndim))
-    return primitives.reduce("sum_squares", ufuncs.TABLE["square"], [x], [full], [dtype],
-                             x.shape, (), dtype, reducer="sum", to_memory=True)
+    return reductions.sum_of_squares(x)
 
 
 def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:

@@ -38,9 +38,9 @@ import os
 
 import pytest
 
-from jask import storage
-from jask.config import Config, get_config, set_memory_budget
-from jask.lifetime import collect
+from jask.base.config import Config, get_config, set_memory_budget
+from jask.core.lifetime import collect
+from jask.store import registry
 
 __all__ = ["Scratch", "jask_scratch", "leaked_stores", "DEFAULT_BUDGET"]
 
@@ -72,7 +72,7 @@ class Scratch:
 
     def live_paths(self) -> list[str]:
         """Paths of the stores made in this scratch directory still alive."""
-        return _inside(storage.live_paths(), self.path)
+        return _inside(registry.live_paths(), self.path)
 
 
 def _inside(paths: list[str], folder: str) -> list[str]:
@@ -94,14 +94,14 @@ def leaked_stores(scratch_dir: str) -> list[str]:
       []
     """
     collect()
-    return _inside(storage.live_paths(), scratch_dir)
+    return _inside(registry.live_paths(), scratch_dir)
 
 
 def _fixture_paths(item) -> set[str]:
     """Stores of the DiskArrays among the test's fixture values."""
     import jax
 
-    from jask.array import DiskArray
+    from jask.core.array import DiskArray
     values = list((getattr(item, "funcargs", None) or {}).values())
     leaves = jax.tree.leaves(values, is_leaf=lambda x: isinstance(x, DiskArray))
     return {x.filename for x in leaves if isinstance(x, DiskArray) and x._owner is not None}

@@ -6,7 +6,7 @@ import psutil
 import pytest
 
 import jask
-from jask import config
+from jask.base import config
 
 
 @pytest.mark.parametrize("text,nbytes", [("512MB", 512 * 10**6), ("4GB", 4 * 10**9),

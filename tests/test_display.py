@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 import jask
-from jask import display
+from jask.api import display
 
 
 def test_fields_of_a_jask_store(small_budget, rng):

@@ -102,7 +102,7 @@ def test_value_and_grad_reads_X_at_most_twice(small_budget, rng, dtype, reads):
 def test_an_elementwise_chain_writes_only_its_result(small_budget, rng, dtype, reads):
     xn = rand(rng, (301, 19), dtype)
     x = jask.DiskArray.from_numpy(xn)
-    before = set(jask.storage.live_paths())
+    before = set(jask.store.registry.live_paths())
 
     @jax.jit
     def f(x):
@@ -112,7 +112,7 @@ def test_an_elementwise_chain_writes_only_its_result(small_budget, rng, dtype, r
     np.testing.assert_allclose(out.to_numpy(), np.exp(np.tanh(xn * 2 + 1)) - xn,
                                **tolerance(dtype))
     assert _passes(reads, x) <= ONE_PASS
-    made = set(jask.storage.live_paths()) - before
+    made = set(jask.store.registry.live_paths()) - before
     assert made == {out.filename}  # intermediates never became stores
     jask.collect()
 
@@ -165,13 +165,13 @@ def test_training_steps_leave_no_stores_behind(small_budget, rng):
     w = jnp.zeros(7, jnp.float32)
     step(w, X, y)
     jask.collect()
-    live = set(jask.storage.live_paths())
+    live = set(jask.store.registry.live_paths())
     for _ in range(5):
         loss, g = step(w, X, y)
         w = w - 1e-4 * g
     jask.collect()
-    assert set(jask.storage.live_paths()) == live
-    assert not jask.storage._lazy  # nothing pending survives its program
+    assert set(jask.store.registry.live_paths()) == live
+    assert not jask.store.registry._deferred  # nothing recorded survives its program
 
 
 def test_seed_step_on_disk_parameters_reads_X_once(small_budget, rng, dtype, reads):

@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jask
-from jask.graph import fusion
-from jask.storage import StoreSpec
+from jask.engine import fusion
+from jask.store.spec import StoreSpec
 
 
 def _store(path, data, chunks, codec):
@@ -19,7 +19,7 @@ def _store(path, data, chunks, codec):
 
 def _least_squares_group(X, y, w):
     """r = X @ w, d = r - y, loss = sum(d * d), grad = X.T @ (2 d): the nodes
-    of a least-squares step, as jask.lazy builds them."""
+    of a least-squares step, as jask.engine.lazy builds them."""
     f = np.dtype(X.dtype)
     r = fusion.Node("dot", "dot", [X, w], (X.shape[0],), f,
                     dict(ta=False, tb=False, vectors=(None, "col")))
@@ -80,4 +80,4 @@ def test_a_band_plan_fits_the_budget_or_is_refused(n, k, chunk_rows, chunk_cols,
     assert 1 <= plan.rows <= n
     assert plan.cost.total <= budget
     assert 1 <= plan.cost.tasks_at_once <= workers
-    assert -(-n // plan.rows) <= jask.memory.task_bound(X.shape[0] * k * 4 + n * 4, budget)
+    assert -(-n // plan.rows) <= jask.base.memory.task_bound(X.shape[0] * k * 4 + n * 4, budget)

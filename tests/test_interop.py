@@ -61,10 +61,10 @@ def test_from_dask_result_is_an_ordinary_jask_value(small_budget):
     grad = jax.grad(lambda w: jask.sum(jask.square(w)))(w)
     np.testing.assert_array_equal(grad.to_numpy(), 2.0)
     path = w.filename
-    assert path in jask.storage.live_paths()
+    assert path in jask.store.registry.live_paths()
     del w, grad
     jask.collect()
-    assert path not in jask.storage.live_paths()
+    assert path not in jask.store.registry.live_paths()
 
 
 def test_from_dask_roundtrip_through_to_dask(small_budget):
@@ -78,12 +78,12 @@ def test_from_dask_failure_leaves_no_store(small_budget):
     def broken(block):
         raise RuntimeError("cannot read this chunk")
 
-    before = jask.storage.live_paths()
+    before = jask.store.registry.live_paths()
     bad = da.ones((100,), chunks=10).map_blocks(broken, dtype=float)
     with pytest.raises(RuntimeError, match="cannot read"):
         jask.from_dask(bad)
     jask.collect()
-    assert jask.storage.live_paths() == before
+    assert jask.store.registry.live_paths() == before
 
 
 @pytest.mark.parametrize("bad, error", [

@@ -34,9 +34,11 @@ def test_jit_compiles_once_per_shape(small_budget, rng):
         return jask.sum(a * b)
 
     for _ in range(3):
-        f(jask.from_numpy(rand(rng, (9, 7), np.float32)), jask.from_numpy(rand(rng, (9, 7), np.float32)))
+        a, b = rand(rng, (9, 7), np.float32), rand(rng, (9, 7), np.float32)
+        f(jask.from_numpy(a), jask.from_numpy(b))
     assert len(traces) == 1
-    f(jask.from_numpy(rand(rng, (9, 8), np.float32)), jask.from_numpy(rand(rng, (9, 8), np.float32)))
+    a, b = rand(rng, (9, 8), np.float32), rand(rng, (9, 8), np.float32)
+    f(jask.from_numpy(a), jask.from_numpy(b))
     assert len(traces) == 2
 
 

@@ -28,7 +28,7 @@ SIDE = 4096  # 4096 x 4096 float32 = 67 MB, 4.2x the budget
 REFUSED = {"B/2": {"update_"}, "sharded": {"update_"}}
 
 #: Every op is checked, the compiled steps included:
-#: before jask pinned glibc's mmap threshold (jask.graph.execute), freed
+#: before jask pinned glibc's mmap threshold (jask.engine.execute), freed
 #: tiles stayed in per-thread malloc arenas and chained ops on B/2 chunks
 #: peaked at 1.4-2.3x the budget.
 #: The adam step on the v2 F-order cell, once at 15.1-16.8 MB, measured
@@ -37,7 +37,7 @@ KNOWN_OVER: dict = {}
 UNCHECKED_OPS: set = set()
 
 #: adam: jask.optim on a parameter 8x the budget; the jit(grad) step (its w
-#: a small store) runs as one band group over X (jask.lazy).
+#: a small store) runs as one band group over X (jask.engine.lazy).
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
        "jit(grad) step", "to_zarr (zstd)", "adam step"}
 
@@ -70,8 +70,9 @@ def table(report: dict) -> str:
             if "refused" in r:
                 lines.append(f"{cell:>12} {op:>15}  refused: {r['refused'][:160]}")
             else:
-                lines.append(f"{cell:>12} {op:>15} {r['peak'] / 1e6:8.1f} {r['modelled'] / 1e6:8.1f}"
-                             f" {r['peak'] / max(r['modelled'], 1):10.2f} {r['seconds']:6.2f}")
+                lines.append(f"{cell:>12} {op:>15} {r['peak'] / 1e6:8.1f} "
+                             f"{r['modelled'] / 1e6:8.1f} "
+                             f"{r['peak'] / max(r['modelled'], 1):10.2f} {r['seconds']:6.2f}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,6 @@ import pytest
 import jask
 from helpers import rand, tolerance
 
-
 SHAPES = [(97, 61), (5, 33, 19), (301,)]
 
 

@@ -263,7 +263,7 @@ def test_adam_on_a_user_store_keeps_its_layout(fused, small_budget, tmp_path, rn
 
 
 def test_fused_refuses_bad_operands(small_budget):
-    from jask.fused import fused
+    from jask.api.fused import fused
     x = jask.from_numpy(np.ones((4, 3), np.float32))
     with pytest.raises(TypeError, match="at least one DiskArray"):
         fused(lambda a: (a,), np.ones(3), out_dtypes=("f4",))

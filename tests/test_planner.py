@@ -15,10 +15,10 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jask import memory
-from jask.graph import builders
-from jask.plan import plan_blockwise
-from jask.storage import StoreSpec
+from jask.base import memory
+from jask.engine import builders
+from jask.engine.plan import plan_blockwise
+from jask.store.spec import StoreSpec
 
 _counter = itertools.count()
 

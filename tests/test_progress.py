@@ -97,7 +97,7 @@ def test_bar_from_a_thread_that_is_not_main(tiled):
 
 
 def test_bar_is_closed_when_a_task_fails(tiled):
-    from jask.graph import run
+    from jask.engine.execute import run
     out = io.StringIO()
 
     def boom():

@@ -49,7 +49,7 @@ def test_round_trip_with_chunks_and_compressor(budget, tmp_path, rng, dtype, sha
 
 
 def test_many_tiles_under_a_small_budget(small_budget, tmp_path, rng):
-    """The default chunks are planned as every op's tiles (jask.plan: a
+    """The default chunks are planned as every op's tiles (jask.engine.plan: a
     compressor's buffers and the op's own overhead count); the graph has a
     task per chunk."""
     values = rand(rng, (403, 257), np.float32)

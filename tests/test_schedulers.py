@@ -40,7 +40,8 @@ def _task_prefixes(client):
 
 
 def test_ops_and_gradients_match_on_a_cluster(client, rng):
-    x, w, y = rand(rng, (97, 13), np.float32), rand(rng, (13, 3), np.float32), rand(rng, (97, 3), np.float32)
+    x, w = rand(rng, (97, 13), np.float32), rand(rng, (13, 3), np.float32)
+    y = rand(rng, (97, 3), np.float32)
     X, W, Y = jask.from_numpy(x), jask.from_numpy(w), jask.from_numpy(y)
     np.testing.assert_allclose((X @ W).to_numpy(), x @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(jask.transpose(X).to_numpy(), x.T)
@@ -59,7 +60,8 @@ def test_training_step_runs_on_the_cluster(client, rng):
     x, y = rand(rng, (97, 5), np.float32), rand(rng, (97, 1), np.float32)
     X, Y = jask.from_numpy(x), jask.from_numpy(y)
     w = jask.from_numpy(np.zeros((5, 1), np.float32))
-    step = jax.jit(lambda w: w.update_(w - jax.grad(lambda w: jask.sum(jask.square(X @ w - Y)))(w) * 0.002))
+    loss = lambda w: jask.sum(jask.square(X @ w - Y))
+    step = jax.jit(lambda w: w.update_(w - jax.grad(loss)(w) * 0.002))
     before = _task_prefixes(client)
     for _ in range(3):
         w = step(w)

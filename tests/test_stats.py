@@ -224,7 +224,7 @@ def test_stats_break_down_consistently_and_reset(small_budget, rng):
 
 def test_a_long_loop_folds_removed_stores_and_keeps_the_totals(small_budget, rng,
                                                                monkeypatch):
-    from jask import counters
+    from jask.base import counters
     monkeypatch.setattr(counters, "_FOLD_AT", 4)
     x = rand(rng, (50, 7), np.float32)
     a = jask.from_numpy(x)

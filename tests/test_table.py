@@ -175,7 +175,7 @@ def test_dynamic_slice_in_jit_compiles_once(small_budget, rng):
 def test_every_public_row_is_exported_and_tested():
     from ops_table import OPS
 
-    from jask import ufuncs
+    from jask.core import ufuncs
     public = {n for n, u in ufuncs.TABLE.items() if u.public}
     nn = {"sigmoid", "relu", "softplus"}
     assert public - nn <= set(jask.__all__)

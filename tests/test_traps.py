@@ -152,12 +152,12 @@ def test_training_loop_leaves_only_live_stores(small_budget, rng):
     @jax.jit
     def step(w, lr):
         traces.append(1)
-        l, g = jax.value_and_grad(loss)(w)
-        return w.update_(w - g * lr), l
+        value, g = jax.value_and_grad(loss)(w)
+        return w.update_(w - g * lr), value
 
     path = w.filename
     for _ in range(100):
-        w, l = step(w, 0.002)
+        w, value = step(w, 0.002)
         # bounded: the stores of one step at most, never an accumulation
         assert len(_stores_on_disk(small_budget)) <= 3 + 12
     assert len(traces) == 1

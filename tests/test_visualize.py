@@ -8,7 +8,7 @@ import pytest
 import zarr
 
 import jask
-from jask import storage
+from jask.store import registry
 
 
 def _loss(w, X, y):
@@ -25,9 +25,9 @@ def _data(rng, rows=2000, cols=16):
 def test_a_training_step_lists_every_op_and_runs_nothing(small_budget, rng, tmp_path):
     X, y, w = _data(rng)
     step = jax.jit(lambda w, X, y: w.update_(w - jax.grad(_loss)(w, X, y) * 0.1))
-    before = storage.live_paths()
+    before = registry.live_paths()
     plan = jask.visualize(step, w, X, y)
-    assert storage.live_paths() == before  # traced, not run
+    assert registry.live_paths() == before  # traced, not run
     assert [s.op for s in plan.steps] == [
         "dot", "subtract", "square", "sum", "sum_vjp (grad)", "square_vjp (grad)",
         "dot a.T@b (grad)", "multiply", "subtract", "update_"]

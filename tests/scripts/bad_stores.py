@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import jask
-from jask import durability
+from jask.store import durability
 
 
 def outcome(fn):
@@ -39,7 +39,7 @@ def run(case, path):
         spare = path + "-spare"
         shutil.copytree(path, spare)
 
-        session = jask.storage.session_dir(jask.get_config().scratch_dir)
+        session = jask.store.sessions.session_dir(jask.get_config().scratch_dir)
         before = set(os.listdir(session))
 
         def other_writer():

@@ -28,8 +28,8 @@ import jax
 import numpy as np
 
 import jask
-import jask.graph
-from jask.rss import current_rss, peak_rss, reset_peak_rss
+import jask.engine.execute
+from jask.base.rss import current_rss, peak_rss, reset_peak_rss
 
 #: Where to_zarr writes (outside jask's scratch: a saved array is the user's).
 SAVED = tempfile.mkdtemp(prefix="jask-rss-saved-")
@@ -38,7 +38,7 @@ _modelled = []
 
 
 def _recording(run):
-    """jask.graph.run, also noting each plan's modelled bytes."""
+    """jask.engine.execute.run, also noting each plan's modelled bytes."""
     def wrapped(graph, keys, workers, cost=None):
         if cost is not None:
             _modelled.append((cost.total, cost.task_bytes, cost.tasks_at_once, cost.tile))
@@ -178,7 +178,7 @@ def warm_up(folder: str) -> int:
 def main(data_dir: str, budget: str, cells) -> None:
     global baseline
     jask.set_memory_budget(budget, scratch_dir=os.path.join(data_dir, "scratch"))
-    jask.graph.run = _recording(jask.graph.run)
+    jask.engine.execute.run = _recording(jask.engine.execute.run)
     baseline = warm_up(os.path.join(data_dir, "scratch"))
     report = {name or ".": run_cell(os.path.join(data_dir, name)) for name in cells or [""]}
     print(json.dumps({"baseline": baseline, "budget": jask.get_config().max_memory,

@@ -27,7 +27,7 @@ def main(mount: str, input_path: str) -> None:
     scratch = os.path.join(mount, "scratch")
     jask.set_memory_budget("8MB", scratch_dir=scratch, allow_tmpfs=True)
     a = jask.open(input_path)
-    session = jask.storage.session_dir(scratch)
+    session = jask.store.sessions.session_dir(scratch)
     report = {"session": session}
     # 1. the output (4 MB) cannot fit: refused before writing
     report["refused"] = outcome(lambda: (a + 1.0).shape)

@@ -3,7 +3,7 @@
 Run by tests/test_interrupts.py: ``python interrupt_every_line.py SCRATCH``.
 A signal's KeyboardInterrupt lands between two lines of Python, any two: a
 trace function raises it at the N-th line run inside the functions of
-:mod:`jask.storage` that create, register and delete stores, for N = 1, 2,
+:mod:`jask.store.registry` that create, register and delete stores, for N = 1, 2,
 ... until the ops finish untouched. After each, ``jask.collect()`` must leave the
 scratch folder and jask's records as they were before the ops, and the next
 op must work. Prints one JSON line: how many lines were tried and where a
@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 import jask
-from jask import storage
+from jask.store import registry, sessions
 
 TRACED = {"create", "register", "discard", "sweep", "_empty_trash"}
 
@@ -31,19 +31,19 @@ def main(scratch: str) -> None:
     a = jask.from_numpy(np.ones((40, 30), np.float32))
     ops(a)
     jask.collect()
-    folder = storage.session_dir(scratch)
-    inputs, live = set(os.listdir(folder)), storage.live_paths()
+    folder = sessions.session_dir(scratch)
+    inputs, live = set(os.listdir(folder)), registry.live_paths()
     count, target, where, leaks = 0, 0, None, []
 
     def tracer(frame, event, arg):
         nonlocal count, where
         code = frame.f_code
-        if code.co_filename != storage.__file__ or code.co_name not in TRACED:
+        if code.co_filename != registry.__file__ or code.co_name not in TRACED:
             return None
         if event == "line":
             count += 1
             if count == target:
-                where = f"storage.{code.co_name}:{frame.f_lineno}"
+                where = f"registry.{code.co_name}:{frame.f_lineno}"
                 raise KeyboardInterrupt
         return tracer
 
@@ -62,10 +62,10 @@ def main(scratch: str) -> None:
             break
         jask.collect()
         left = sorted(set(os.listdir(folder)) - inputs)
-        if left or storage.live_paths() != live:
+        if left or registry.live_paths() != live:
             leaks.append([where, left])
             for name in left:
-                storage.shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                registry.shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
     next_ok = float(jask.sum(a + 1.0)) == 2400.0
     print(json.dumps({"lines": target - 1, "leaks": leaks, "next_ok": next_ok}), flush=True)
 

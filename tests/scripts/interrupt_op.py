@@ -23,7 +23,7 @@ def main(mode: str, scratch: str) -> None:
     small = jask.from_numpy(np.ones((40, 40), np.float32))
     float(step(small)), jask.square(small + 1.0) * 3.0  # compile before the clock starts
     a = jask.from_numpy(np.ones((3000, 3000), np.float32))
-    inputs = set(os.listdir(jask.storage.session_dir(scratch)))
+    inputs = set(os.listdir(jask.store.sessions.session_dir(scratch)))
     print("running", flush=True)
     caught, kind = None, None
     try:
@@ -37,7 +37,7 @@ def main(mode: str, scratch: str) -> None:
         caught, kind = time.time(), type(err).__name__
         del err  # its traceback would keep the interrupted op's operands alive
     jask.collect()
-    left = sorted(set(os.listdir(jask.storage.session_dir(scratch))) - inputs)
+    left = sorted(set(os.listdir(jask.store.sessions.session_dir(scratch))) - inputs)
     next_ok = [float(jask.sum(small + 1.0)), float(step(small))] == [3200.0, 19200.0]
     print(json.dumps({"caught": caught, "type": kind,
                       "left": left, "next_ok": next_ok}), flush=True)

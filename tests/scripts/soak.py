@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 import jask
-from jask.rss import current_rss
+from jask.base.rss import current_rss
 
 
 def scratch_bytes(folder):
@@ -23,8 +23,8 @@ def scratch_bytes(folder):
 
 def figures(session):
     jask.collect()
-    return {"stores": len(jask.storage.live_paths()), "scratch_bytes": scratch_bytes(session),
-            "rss": current_rss()}
+    return {"stores": len(jask.store.registry.live_paths()),
+            "scratch_bytes": scratch_bytes(session), "rss": current_rss()}
 
 
 def main(scratch, steps):
@@ -37,7 +37,7 @@ def main(scratch, steps):
     step = jax.jit(lambda w, X, y: w.update_(w - jax.grad(loss)(w, X, y) * 1e-4))
     for _ in range(100):
         w = step(w, X, y)
-    session = jask.storage.session_dir(scratch)
+    session = jask.store.sessions.session_dir(scratch)
     before, t0 = figures(session), time.perf_counter()
     for _ in range(int(steps)):
         w = step(w, X, y)

@@ -1,0 +1,246 @@
+"""Elementwise ops on DiskArrays and in-memory values, one per table row.
+
+Every public row of :data:`jask.core.ufuncs.TABLE` becomes a function here
+(``jask.exp``, ``jask.maximum``, ...) through :func:`apply`, which follows
+numpy's broadcasting and JAX's type promotion. An in-memory operand (a
+``jax.Array``, a numpy array, a scalar) is sent to every tile as it is,
+never written to disk, and its gradient is an in-memory array of its own
+shape. With no DiskArray operand the row's ``jax.numpy`` function runs
+instead, so the caller need not know which kind it holds.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import dtypes as jax_dtypes
+
+from jask.base.config import Config, get_config
+from jask.base.memory import BudgetError
+from jask.core import primitives, ufuncs
+from jask.core.array import disk_type
+from jask.engine.blockwise import broadcast_axes
+
+__all__ = ["apply", "astype"]
+
+#: An in-memory operand may take at most this share of the budget: every
+#: task reads it, and a compiled call holds a host copy of it while it runs.
+MAX_IN_MEMORY_SHARE = 0.25
+
+
+def _signature(x, kind) -> tuple:
+    """What fixes an operand's part in an op's result type: its shape,
+    dtype and weak type (a Python scalar's value does not matter)."""
+    if kind is not None:
+        return (tuple(kind.shape), np.dtype(kind.dtype), False)
+    if _is_python_scalar(x):
+        return ((), type(x), True)
+    return (tuple(x.shape), np.dtype(x.dtype), bool(getattr(x, "weak_type", False)))
+
+
+def _abstract(signature: tuple):
+    shape, dtype, weak = signature
+    if any(dtype is t for t in (int, float, complex)):  # a Python scalar: weakly typed
+        return dtype(0)
+    return jax.ShapeDtypeStruct(shape, dtype, weak_type=weak)
+
+
+@functools.lru_cache(maxsize=4096)
+def _result(ufunc: ufuncs.Ufunc, signature: tuple, x64: bool) -> tuple:
+    """(shape, dtype, compute dtype) of ``ufunc`` on operands of ``signature``,
+    by jax.eval_shape of its reference: numpy broadcasting, JAX promotion.
+
+    The compute dtype is JAX's promotion of the non-bool operands with
+    64-bit types kept: a float64 store stays float64 even when JAX's x64
+    mode is off (in-memory operands are canonical already). Cached: the
+    same op on the same types is traced once.
+    """
+    structs = [_abstract(sig) for sig in signature]
+    try:
+        out = jax.eval_shape(ufunc.jnp, *structs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"jask.{ufunc.name}: operands of shapes {_shape_names(structs)} "
+                         f"cannot be combined: {err}") from None
+    numeric = [x for x, sig in zip(structs, signature) if sig[1] != np.dtype(np.bool_)]
+    compute = np.dtype(np.bool_)
+    if numeric:
+        with jax.enable_x64(True):
+            compute = np.dtype(jnp.result_type(*numeric))
+    out_dtype = np.dtype(out.dtype)
+    if ufunc.dtype is not None:
+        out_dtype = ufunc.dtype  # a cast stores what was asked for
+    elif jax_dtypes.canonicalize_dtype(compute) == out_dtype:
+        out_dtype = compute  # a float64 store gives a float64 result
+    return tuple(out.shape), out_dtype, compute
+
+
+def _shape_names(args) -> str:
+    return " and ".join(str(tuple(np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape))
+                        for x in args)
+
+
+def check_in_memory(op: str, value, config: Config) -> None:
+    """Refuse an in-memory operand too large to send to every tile."""
+    nbytes = int(np.prod(np.shape(value))) * np.dtype(value.dtype).itemsize
+    limit = int(config.max_memory * MAX_IN_MEMORY_SHARE)
+    if nbytes > limit:
+        raise BudgetError(
+            f"jask.{op}: the in-memory operand of shape {tuple(np.shape(value))} "
+            f"({value.dtype}) holds {nbytes} bytes, over {MAX_IN_MEMORY_SHARE:.0%} of the "
+            f"memory budget ({limit} of {config.max_memory} bytes): every task reads it. "
+            "Write it to disk with jask.from_numpy, or raise the budget.")
+
+
+def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
+    """``ufunc(*args)`` for any mix of DiskArrays and in-memory values.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> from jask.core import ufuncs
+      >>> x = jask.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+      >>> apply(ufuncs.TABLE["add"], x, np.array([10.0, 20.0], np.float32)).to_numpy()
+      array([[11., 22.],
+             [13., 24.]], dtype=float32)
+    """
+    kinds = [disk_type(x) for x in args]
+    if not any(k is not None for k in kinds):
+        return ufunc.jnp(*args)
+    cfg = config or get_config()
+    # in-memory operands as JAX arrays, canonical for the current x64 mode
+    values = [x if k is not None else (x if _is_python_scalar(x) else jnp.asarray(x))
+              for x, k in zip(args, kinds)]
+    signature = tuple(_signature(x, k) for x, k in zip(values, kinds))
+    shape, out_dtype, compute = _result(ufunc, signature, bool(jax.config.read("jax_enable_x64")))
+    operands: list = []
+    avals: list = []
+    dtypes: list = []
+    for x, k in zip(values, kinds):
+        if k is not None:
+            operands.append(x)
+            avals.append(k)
+            dtypes.append(None if k.dtype == np.bool_ else compute)
+            continue
+        v = jnp.asarray(x)
+        if v.dtype != np.bool_:
+            v = v.astype(jax_dtypes.canonicalize_dtype(compute))
+        check_in_memory(ufunc.name, v, cfg)
+        operands.append(v)
+        avals.append(jax.core.ShapedArray(v.shape, v.dtype))
+        dtypes.append(None if v.dtype == np.bool_ else compute)
+    axes = tuple(broadcast_axes(tuple(a.shape), shape) for a in avals)
+    return primitives.Blockwise(ufunc, avals, axes, tuple(dtypes), shape,
+                                tuple(range(len(shape))), out_dtype, config=config)(*operands)
+
+
+def _is_python_scalar(x) -> bool:
+    return isinstance(x, (int, float, complex)) and not isinstance(x, bool)
+
+
+_EXAMPLES = {
+    # name: (arguments, expected output of .to_numpy())
+    "add": ("x, 1.0", "array([1., 2., 3.], dtype=float32)"),
+    "subtract": ("x, 1.0", "array([-1.,  0.,  1.], dtype=float32)"),
+    "multiply": ("x, x", "array([0., 1., 4.], dtype=float32)"),
+    "divide": ("x, 2.0", "array([0. , 0.5, 1. ], dtype=float32)"),
+    "power": ("x, 3", "array([0., 1., 8.], dtype=float32)"),
+    "negative": ("x", "array([-0., -1., -2.], dtype=float32)"),
+    "square": ("x", "array([0., 1., 4.], dtype=float32)"),
+    "maximum": ("x, 1.0", "array([1., 1., 2.], dtype=float32)"),
+    "minimum": ("x, 1.0", "array([0., 1., 1.], dtype=float32)"),
+    "clip": ("x, 0.5, 1.5", "array([0.5, 1. , 1.5], dtype=float32)"),
+    "abs": ("-x", "array([0., 1., 2.], dtype=float32)"),
+    "exp": ("x", "array([1.       , 2.718282 , 7.3890557], dtype=float32)"),
+    "log": ("x + 1", "array([0.       , 0.6931472, 1.0986123], dtype=float32)"),
+    "log1p": ("x", "array([0.       , 0.6931472, 1.0986123], dtype=float32)"),
+    "sqrt": ("x", "array([0.       , 1.       , 1.4142135], dtype=float32)"),
+    "tanh": ("x", "array([0.       , 0.7615942, 0.9640276], dtype=float32)"),
+    "where": ("x > 0.5, x, -1.0", "array([-1.,  1.,  2.], dtype=float32)"),
+    "less": ("x, 1.0", "array([ True, False, False])"),
+    "less_equal": ("x, 1.0", "array([ True,  True, False])"),
+    "greater": ("x, 1.0", "array([False, False,  True])"),
+    "greater_equal": ("x, 1.0", "array([False,  True,  True])"),
+    "equal": ("x, 1.0", "array([False,  True, False])"),
+    "not_equal": ("x, 1.0", "array([ True, False,  True])"),
+    "sigmoid": ("x", "array([0.5      , 0.7310586, 0.880797 ], dtype=float32)"),
+    "relu": ("x - 1", "array([0., 0., 1.], dtype=float32)"),
+    "softplus": ("x", "array([0.6931472, 1.3132617, 2.126928 ], dtype=float32)"),
+}
+
+_DOC = """Elementwise {doc}, computed one tile at a time.
+
+Operands may be DiskArrays, in-memory arrays (``jax.Array``, numpy) or
+scalars, broadcast against each other as in numpy; the result is a new
+DiskArray. With no DiskArray operand this is ``{ref}``. Differentiable in
+every floating operand: an in-memory operand's gradient is an in-memory
+array of its shape.
+
+Example:
+  >>> import numpy as np, jask
+  >>> x = jask.from_numpy(np.array([0.0, 1.0, 2.0], np.float32))
+  >>> jask.{prefix}{name}({args}).to_numpy()
+  {expected}
+"""
+
+
+def _public(ufunc: ufuncs.Ufunc, prefix: str = ""):
+    def op(*args, config: Config | None = None):
+        if len(args) != ufunc.nin:
+            raise TypeError(f"jask.{prefix}{ufunc.name} takes {ufunc.nin} operand(s), got "
+                            f"{len(args)}")
+        return apply(ufunc, *args, config=config)
+
+    args, expected = _EXAMPLES[ufunc.name]
+    ref = f"jax.nn.{ufunc.name}" if prefix else f"jax.numpy.{ufunc.name}"
+    op.__name__ = op.__qualname__ = ufunc.name
+    op.__doc__ = _DOC.format(doc=ufunc.doc, ref=ref, prefix=prefix, name=ufunc.name, args=args,
+                             expected=expected)
+    op.__module__ = "jask.nn" if prefix else "jask"
+    return op
+
+
+_NN = ("sigmoid", "relu", "softplus")
+#: The public elementwise functions, by name (``jask.nn`` has the activations).
+FUNCTIONS = {name: _public(u) for name, u in ufuncs.TABLE.items()
+             if u.public and name not in _NN}
+NN_FUNCTIONS = {name: _public(ufuncs.TABLE[name], prefix="nn.") for name in _NN}
+
+# The public functions by name, spelled out for readers and type checkers.
+add = FUNCTIONS["add"]
+subtract = FUNCTIONS["subtract"]
+multiply = FUNCTIONS["multiply"]
+divide = FUNCTIONS["divide"]
+power = FUNCTIONS["power"]
+negative = FUNCTIONS["negative"]
+square = FUNCTIONS["square"]
+maximum = FUNCTIONS["maximum"]
+minimum = FUNCTIONS["minimum"]
+clip = FUNCTIONS["clip"]
+abs = FUNCTIONS["abs"]
+exp = FUNCTIONS["exp"]
+log = FUNCTIONS["log"]
+log1p = FUNCTIONS["log1p"]
+sqrt = FUNCTIONS["sqrt"]
+tanh = FUNCTIONS["tanh"]
+where = FUNCTIONS["where"]
+less = FUNCTIONS["less"]
+less_equal = FUNCTIONS["less_equal"]
+greater = FUNCTIONS["greater"]
+greater_equal = FUNCTIONS["greater_equal"]
+equal = FUNCTIONS["equal"]
+not_equal = FUNCTIONS["not_equal"]
+
+
+def astype(x, dtype, *, config: Config | None = None):
+    """``x`` converted to ``dtype``, one tile at a time (a new DiskArray).
+
+    Its gradient is cast back to ``x``'s dtype. An in-memory ``x`` gives
+    ``jax.numpy.asarray(x).astype(dtype)``.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.astype(jask.from_numpy(np.array([1.5, 2.5])), np.float32).to_numpy()
+      array([1.5, 2.5], dtype=float32)
+    """
+    return apply(ufuncs.astype(np.dtype(dtype)), x, config=config)

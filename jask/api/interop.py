@@ -1,0 +1,130 @@
+"""Moving arrays between jask and Dask (and what reads Dask or Zarr).
+
+Every DiskArray is a Zarr v3 array on disk, so any Zarr reader opens
+``x.filename`` directly: ``zarr.open_array``, ``dask.array.from_zarr``, and
+through Dask, xarray. :func:`to_dask` does the Dask part; :func:`from_dask`
+goes the other way, writing a Dask array (a lazy pipeline, an xarray
+variable's ``.data``, an HDF5 or NetCDF file opened by Dask...) to a new jask
+store tile by tile under the memory budget.
+"""
+from __future__ import annotations
+
+import dask.array as da
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jask.base import memory
+from jask.base.config import Config, get_config
+from jask.core import primitives
+from jask.core.array import DiskArray, disk_type
+from jask.core.lifetime import collect_if_idle
+from jask.engine import execute
+from jask.store import chunkio, registry
+from jask.store.spec import StoreSpec
+
+__all__ = ["to_dask", "from_dask", "materialize"]
+
+
+def to_dask(x: DiskArray) -> da.Array:
+    """A lazy ``dask.array.Array`` reading ``x``'s store, chunk for chunk.
+
+    The Dask array reads the store when it is computed: keep ``x`` (or
+    another DiskArray of the same store) alive until then, since jask deletes
+    a store once no DiskArray refers to it. Writes through ``update_`` are
+    seen by later computations.
+
+    Args:
+      x: a concrete (not traced) DiskArray.
+
+    Returns:
+      ``dask.array.from_zarr(x.filename)``, with ``x``'s chunks.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.arange(6.0).reshape(2, 3))
+      >>> d = jask.to_dask(x)
+      >>> d.shape, d.chunks == tuple((c,) for c in x.chunks)
+      ((2, 3), True)
+      >>> float(d.sum().compute())
+      15.0
+    """
+    if not isinstance(x, DiskArray):
+        raise TypeError(f"jask.to_dask: expected a DiskArray, got {type(x).__name__}")
+    return da.from_zarr(x.filename)
+
+
+def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
+    """Write a Dask array to a new jask store and return it as a DiskArray.
+
+    The array is rechunked to the store's chunks (sized from the budget, as
+    for every jask store) and written one whole chunk per task, through the
+    scheduler jask uses for its own ops (a ``dask.distributed`` client when
+    one is the default, so the tasks show on its dashboard). Only the tasks
+    that run at once hold memory; each holds one output chunk plus the input
+    chunks that overlap it, so keep ``x``'s own chunks no larger than jask's.
+
+    Args:
+      x: the Dask array to write; any numeric dtype.
+      config: a :class:`~jask.Config` to use instead of the active one.
+
+    Returns:
+      A new DiskArray holding ``x``'s values, deleted when no longer used.
+
+    Example:
+      >>> import dask.array as da, jask
+      >>> y = jask.from_dask(da.arange(10.0, chunks=3) * 2)
+      >>> y.shape, float(jask.sum(y))
+      ((10,), 90.0)
+    """
+    if not isinstance(x, da.Array):
+        raise TypeError(f"jask.from_dask: expected a dask.array.Array, got "
+                        f"{type(x).__name__}")
+    if x.dtype == object or any(np.isnan(s) for s in x.shape):
+        raise ValueError("jask.from_dask: the array needs a numeric dtype and known shape "
+                         f"(got dtype {x.dtype} and shape {x.shape}); call "
+                         "x.compute_chunk_sizes() first if its shape is unknown")
+    config = config or get_config()
+    collect_if_idle()
+    shape, dtype = tuple(int(s) for s in x.shape), np.dtype(x.dtype)
+    chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
+    with registry.new_store(config.scratch_dir, "from_dask", shape, dtype, chunks) as out:
+        _store(x.rechunk(chunks or x.chunks), out, config)
+    return DiskArray._from_store(out)
+
+
+def _store(x: da.Array, out: StoreSpec, config: Config) -> None:
+    """Write ``x`` (chunked like ``out``) into ``out`` with jask's runner."""
+    target = chunkio.open_array(out.path)  # writes every chunk, as jask's stores must
+    # dask's annotations do not list zarr.Array, which da.store supports
+    delayed = da.store(x, target, lock=False, compute=False)  # type: ignore[arg-type]
+    dsk = dict(delayed.__dask_graph__())
+    execute.run(dsk, list(delayed.__dask_keys__()), config.workers)
+
+
+def materialize(x, *, config: Config | None = None) -> jax.Array:
+    """Bring a disk-backed array fully into memory as a real ``jax.Array``.
+
+    Reads the whole array at once: use it only on arrays that fit in memory,
+    typically at the end of a disk-backed pipeline. Differentiable: the
+    backward pass writes the incoming cotangent to a new ``.grad`` store.
+
+    Args:
+      x: the DiskArray to load.
+      config: a :class:`~jask.Config` to use instead of the active one.
+
+    Returns:
+      An in-memory ``jax.Array`` with ``x``'s shape, dtype and values.
+
+    Example:
+      >>> import numpy as np
+      >>> import jask
+      >>> jask.set_memory_budget("1GB")
+      >>> a = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
+      >>> real = jask.materialize(a)
+      >>> type(real).__name__
+      'ArrayImpl'
+    """
+    if disk_type(x) is None:
+        return jnp.asarray(x)  # already in memory
+    return primitives.materialize(x, config=config)

@@ -1,0 +1,274 @@
+"""Reductions over axes: sum, mean, max, min, var, std and logsumexp.
+
+Each is one pass over the data (``var`` and ``std``: two, the first being
+the mean; ``logsumexp``: two, the first being the max). With
+``axis=None`` the result is an in-memory scalar ``jax.Array``. Over some
+axes the result is an in-memory ``jax.Array`` when it is small, at most
+:data:`IN_MEMORY_SHARE` of the memory budget, and a DiskArray otherwise;
+jask's functions accept either, so the next line of code need not care.
+Every reduction is differentiable. With no DiskArray operand each is its
+``jax.numpy`` counterpart.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import dtypes as jax_dtypes
+
+from jask.api import elementwise
+from jask.base.config import Config, get_config
+from jask.core import primitives, ufuncs
+from jask.core.array import disk_type
+
+__all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "IN_MEMORY_SHARE"]
+
+#: A reduction over some axes stays in memory when its result takes at most
+#: this share of the memory budget.
+IN_MEMORY_SHARE = 1 / 8
+
+
+def _axes(op: str, axis, ndim: int, shape) -> tuple:
+    """``axis`` (None, an int or a tuple) as a sorted tuple of axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        if not isinstance(a, (int, np.integer)) or not -ndim <= a < ndim:
+            raise ValueError(f"jask.{op}: axis {axis!r} is out of range for an array of shape "
+                             f"{tuple(shape)}")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"jask.{op}: repeated axis in {axis!r}")
+    return tuple(sorted(out))
+
+
+def _disk(x):
+    """The DiskArrayType of x (the callers checked that it has one)."""
+    aval = disk_type(x)
+    assert aval is not None
+    return aval
+
+
+def _layout(op, x, axis, keepdims):
+    """(reduced axes, output axes map, output shape) of a reduction of x."""
+    aval = _disk(x)
+    reduced = _axes(op, axis, aval.ndim, aval.shape)
+    if keepdims:
+        out_axes = tuple(None if d in reduced else d for d in range(aval.ndim))
+    else:
+        out_axes = tuple(d for d in range(aval.ndim) if d not in reduced)
+    out_shape = tuple(1 if a is None else aval.shape[a] for a in out_axes)
+    return reduced, out_axes, out_shape
+
+
+def _in_memory(axis, out_shape, dtype, config: Config | None) -> bool:
+    if axis is None:
+        return True
+    budget = (config or get_config()).max_memory
+    return math.prod(out_shape) * np.dtype(dtype).itemsize <= budget * IN_MEMORY_SHARE
+
+
+def _result_dtype(reference, x, **kwargs):
+    """The dtype jax.numpy gives, keeping a float64 store's 64 bits."""
+    aval = _disk(x)
+    try:  # two traces per call took most of an eager sum on a small array
+        return _cached_dtype(reference, aval.shape, np.dtype(aval.dtype),
+                             bool(jax.config.read("jax_enable_x64")), tuple(kwargs.items()))
+    except TypeError:  # an unhashable keyword
+        return _traced_dtype(reference, aval, **kwargs)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_dtype(reference, shape, dtype, x64, kwargs):
+    return _traced_dtype(reference, jax.ShapeDtypeStruct(shape, dtype), **dict(kwargs))
+
+
+def _traced_dtype(reference, aval, **kwargs):
+    dtype = np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
+                                    jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
+    with jax.enable_x64(True):
+        wide = np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
+                                       jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
+    return wide if jax_dtypes.canonicalize_dtype(wide) == dtype else dtype
+
+
+def _reduce(op, ufunc, x, extra, axis, keepdims, reducer, dtype, config):
+    """``ufunc(x, *extra)`` reduced over ``axis``; ``extra`` are
+    (operand, axes map) pairs lined up with x."""
+    aval = _disk(x)
+    reduced, out_axes, out_shape = _layout(op, x, axis, keepdims)
+    operands = [x] + [v for v, _ in extra]
+    axes = [tuple(range(aval.ndim))] + [a for _, a in extra]
+    dtypes = [dtype] * len(operands)
+    return primitives.reduce(op, ufunc, operands, axes, dtypes, aval.shape, out_axes, dtype,
+                             reducer=reducer,
+                             to_memory=_in_memory(axis, out_shape, dtype, config),
+                             config=config)
+
+
+def _scalar(value, dtype):
+    return jnp.asarray(value, jax_dtypes.canonicalize_dtype(dtype))
+
+
+def sum(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
+    """Sum of the elements of ``x`` over ``axis`` (all axes by default).
+
+    Reduces tile by tile with a tree of partial sums. With ``axis=None`` the
+    result is an in-memory scalar ``jax.Array``; over some axes it is in
+    memory when small (see :data:`IN_MEMORY_SHARE`), else a DiskArray.
+
+    Args:
+      x: a DiskArray (or an in-memory array: then ``jax.numpy.sum``).
+      axis: None, an int or a tuple of ints.
+      keepdims: keep reduced axes as length 1.
+      config: a :class:`~jask.Config` to use instead of the active one.
+
+    Example:
+      >>> import numpy as np
+      >>> import jask
+      >>> jask.set_memory_budget("1GB")
+      >>> a = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
+      >>> float(jask.sum(a))
+      16.0
+      >>> jask.sum(a, axis=0)
+      Array([4., 4., 4., 4.], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jnp.sum(x, axis=axis, keepdims=keepdims)
+    dtype = _result_dtype(jnp.sum, x)
+    return _reduce("sum", ufuncs.IDENTITY, x, [], axis, keepdims, "sum", dtype, config)
+
+
+def mean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Mean of the elements of ``x`` over ``axis`` (see :func:`sum`).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))
+      >>> jask.mean(x, axis=0)
+      Array([2., 4.], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jnp.mean(x, axis=axis, keepdims=keepdims)
+    aval = _disk(x)
+    dtype = _result_dtype(jnp.mean, x)
+    count = math.prod(aval.shape[d] for d in _axes("mean", axis, aval.ndim, aval.shape))
+    scale = _scalar(1.0 / builtins.max(count, 1), dtype)
+    return _reduce("mean", ufuncs.MUL, x, [(scale, ())], axis, keepdims, "sum", dtype, config)
+
+
+def max(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
+    """Largest element of ``x`` over ``axis`` (see :func:`sum`). Its
+    gradient goes to the largest elements, shared evenly among ties.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 5.0], [3.0, 2.0]], np.float32))
+      >>> jask.max(x, axis=1)
+      Array([5., 3.], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jnp.max(x, axis=axis, keepdims=keepdims)
+    return _reduce("max", ufuncs.IDENTITY, x, [], axis, keepdims, "max",
+                   _disk(x).dtype, config)
+
+
+def min(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
+    """Smallest element of ``x`` over ``axis`` (see :func:`max`).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 5.0], [3.0, 2.0]], np.float32))
+      >>> float(jask.min(x))
+      1.0
+    """
+    if disk_type(x) is None:
+        return jnp.min(x, axis=axis, keepdims=keepdims)
+    return _reduce("min", ufuncs.IDENTITY, x, [], axis, keepdims, "min",
+                   _disk(x).dtype, config)
+
+
+def var(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
+        config: Config | None = None):
+    """Variance of ``x`` over ``axis``: the mean of squared deviations from
+    the mean, divided by ``N - ddof``. Two passes (the mean, then the
+    deviations); see :func:`sum` for where the result lives.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))
+      >>> jask.var(x, axis=0)
+      Array([1., 4.], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
+    aval = _disk(x)
+    reduced, out_axes, _ = _layout("var", x, axis, keepdims)
+    dtype = _result_dtype(jnp.var, x)
+    mu = mean(x, axis=axis, keepdims=keepdims, config=config)
+    count = math.prod(aval.shape[d] for d in reduced)
+    scale = _scalar(1.0 / (count - ddof) if count > ddof else np.nan, dtype)
+    if disk_type(mu) is None:
+        mu = mu.astype(jax_dtypes.canonicalize_dtype(dtype))
+    return _reduce("var", ufuncs.SQDIFF, x, [(mu, out_axes), (scale, ())], axis, keepdims,
+                   "sum", dtype, config)
+
+
+def std(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
+        config: Config | None = None):
+    """Standard deviation of ``x`` over ``axis``: ``sqrt(var(x, ...))``.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))
+      >>> jask.std(x, axis=0)
+      Array([1., 2.], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jnp.std(x, axis=axis, keepdims=keepdims, ddof=ddof)
+    v = var(x, axis=axis, keepdims=keepdims, ddof=ddof, config=config)
+    return elementwise.apply(ufuncs.TABLE["sqrt"], v, config=config)
+
+
+def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """``log(sum(exp(x)))`` over ``axis``, computed without overflow (the
+    max is subtracted first: two passes). Its gradient is the softmax.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.log(np.array([[1.0, 3.0], [2.0, 2.0]], np.float32)))
+      >>> jask.logsumexp(x, axis=1)
+      Array([1.3862944, 1.3862944], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims)
+    _, out_axes, _ = _layout("logsumexp", x, axis, keepdims)
+    dtype = _result_dtype(jnp.exp, x)
+    m = max(x, axis=axis, keepdims=keepdims, config=config)
+    s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", dtype,
+                config)
+    return elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
+
+
+def sum_of_squares(x, *, config: Config | None = None):
+    """``sum(x * x)`` of a DiskArray over all axes, in memory, in one pass
+    (no squared copy is written): the norm behind ``clip_by_global_norm``.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> from jask.api.reductions import sum_of_squares
+      >>> float(sum_of_squares(jask.from_numpy(np.arange(4.0))))
+      14.0
+    """
+    aval = _disk(x)
+    dtype = _result_dtype(jnp.sum, x)
+    full = tuple(range(aval.ndim))
+    return primitives.reduce("sum_squares", ufuncs.TABLE["square"], [x], [full], [dtype],
+                             aval.shape, (), dtype, reducer="sum", to_memory=True,
+                             config=config)

@@ -1,0 +1,293 @@
+"""The DiskArray value and its JAX type.
+
+A ``DiskArray`` is a value, like a ``jax.Array``: its type
+(:class:`DiskArrayType`) is its shape and dtype, so ``jax.jit`` compiles once
+per shape. What flows through a compiled program is an int32 *handle*; a
+callback resolves it to a Zarr store when it runs (see :mod:`jask.store.registry`).
+Each op writes a fresh store, so a value never changes under its holder;
+``update_`` is the one operation that writes into an existing store.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from jax.experimental.hijax import HiType, ShapedArray, aval_property, register_hitype
+
+from jask.base.config import get_config
+from jask.core._jax_internals import is_tracer
+from jask.core.lifetime import collect_if_idle
+from jask.store import chunkio, registry
+from jask.store.spec import StoreSpec
+
+__all__ = ["DiskArray", "DiskArrayType"]
+
+HANDLE_DTYPE = np.int32
+
+VMAP_UNSUPPORTED = (
+    "jax.vmap over DiskArrays is not supported: jask ops work on whole arrays; use a leading "
+    "batch axis with jask.dot, or a Python loop")
+
+
+def disk_type(x) -> "DiskArrayType | None":
+    """The DiskArrayType of a DiskArray or of a tracer of one, else None."""
+    if isinstance(x, DiskArray):
+        return x._aval
+    if is_tracer(x) and isinstance(x.aval, DiskArrayType):
+        return x.aval
+    return None
+
+
+class DiskArrayType(HiType):
+    """The JAX type of a DiskArray: shape and dtype, nothing else.
+
+    The lo-level value is one int32 handle naming a store.
+    """
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+
+    def __hash__(self):
+        return hash((DiskArrayType, self.shape, self.dtype))
+
+    def __eq__(self, other):
+        return (isinstance(other, DiskArrayType) and self.shape == other.shape
+                and self.dtype == other.dtype)
+
+    def __repr__(self):
+        return f"DiskArrayType({self.shape}, {self.dtype.name})"
+
+    def str_short(self, short_dtypes=False, **_):
+        return f"Disk[{self.dtype.name}{list(self.shape)}]"
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    # --- lowering: a DiskArray is one int32 handle -----------------------------
+    def lo_ty(self):
+        return [ShapedArray((), HANDLE_DTYPE)]
+
+    def lower_val(self, value: "DiskArray"):
+        if value._owner is None:
+            return [value._handle]
+        # A compiled call is about to start: earlier calls' garbage can go.
+        collect_if_idle()
+        return [np.asarray(value._handle, HANDLE_DTYPE)]
+
+    def raise_val(self, handle):
+        return DiskArray._from_handle(handle, self)
+
+    # --- autodiff: cotangents are DiskArrays of the same type ----------------
+    def to_tangent_aval(self):
+        return self
+
+    # vspace_zero and vspace_add are set by jask.core.primitives, which makes
+    # the ops they need (a fill, an add) from this type.
+
+    # --- not supported: say so (hijax would fail with "must override") --------
+    def dec_rank(self, size, spec):
+        raise NotImplementedError(VMAP_UNSUPPORTED)
+
+    def inc_rank(self, size, spec):
+        raise NotImplementedError(VMAP_UNSUPPORTED)
+
+    def leading_axis_spec(self):
+        raise NotImplementedError(
+            "jax.lax.scan over DiskArrays is not supported: use a Python loop over a jitted step")
+
+    # Operators and methods of its tracers are set below, shared with DiskArray.
+
+    @aval_property
+    def nbytes(self):
+        aval = self.aval
+        return aval.size * aval.dtype.itemsize
+
+    @aval_property
+    def filename(self):
+        raise AttributeError(
+            "a traced DiskArray has no filename yet: its store is chosen when the "
+            "compiled function runs. Read .filename on the result outside the trace.")
+
+
+class DiskArray:
+    """A disk-backed array that behaves as a native JAX value.
+
+    Its data lives in a Zarr v3 store on disk and is streamed through memory
+    one tile at a time; it composes with ``jax.grad``, ``jax.jit``,
+    ``jax.tree_util`` and optax like a ``jax.Array``. Every op returns a new
+    DiskArray in a fresh store; the store is deleted once no DiskArray refers
+    to it. ``jask.open`` (or this constructor) wraps an existing Zarr array,
+    which jask never deletes and writes only through :meth:`update_`.
+
+    Args:
+      filename: path of an existing Zarr array.
+      shape: its shape (checked against the store).
+      dtype: its dtype (checked against the store).
+
+    Example:
+      >>> import numpy as np
+      >>> import jask
+      >>> jask.set_memory_budget("1GB")
+      >>> a = jask.DiskArray.from_numpy(np.ones((4, 4), dtype=np.float32))
+      >>> a.shape
+      (4, 4)
+    """
+
+    # numpy must not convert a DiskArray (that would load it whole): a numpy
+    # scalar on the left then defers to our __rmul__ and friends.
+    __array_ufunc__ = None
+    __array_priority__ = 1000
+
+    def __init__(self, filename, shape, dtype, _lo_tracer=None):
+        if _lo_tracer is not None:  # internal: a handle inside a trace
+            self._init(_lo_tracer, None, DiskArrayType(shape, dtype))
+            return
+        store = registry.register_external(filename)
+        aval = DiskArrayType(shape, dtype)
+        if (store.shape, store.dtype) != (aval.shape, aval.dtype):
+            raise ValueError(
+                f"the Zarr array at {store.path!r} has shape {store.shape} and dtype "
+                f"{store.dtype.name}, not shape {aval.shape} and dtype {aval.dtype.name}")
+        self._init(store.handle, registry.claim(store.handle), aval)
+
+    def _init(self, handle, owner, aval):
+        self._handle = handle
+        self._owner = owner
+        self._aval = aval
+
+    @classmethod
+    def _from_store(cls, store: StoreSpec) -> "DiskArray":
+        """Own a completed store, registering it first if it has no handle."""
+        if not store.handle:
+            store = registry.register(store, pending=False)
+        return cls._from_handle(store.handle, DiskArrayType(store.shape, store.dtype))
+
+    @classmethod
+    def _from_handle(cls, handle, aval: DiskArrayType) -> "DiskArray":
+        """Wrap a handle: a tracer inside a trace, else a store to own."""
+        self = cls.__new__(cls)
+        if is_tracer(handle):
+            self._init(handle, None, aval)
+        else:
+            handle = int(handle)  # waits for the program that computed it
+            self._init(handle, registry.claim(handle), aval)
+        return self
+
+    # --- what it is ------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def filename(self) -> str:
+        """Path of the Zarr store holding this array's data."""
+        return self._store().path
+
+    @property
+    def chunks(self) -> tuple:
+        """Chunk shape of the backing store (one tile of most ops)."""
+        return self._store().chunks
+
+    def _store(self) -> StoreSpec:
+        if self._owner is None:
+            raise AttributeError(
+                "a traced DiskArray has no store yet: its store is chosen when the "
+                "compiled function runs. Read it on the result outside the trace.")
+        return self._owner.spec
+
+    def __repr__(self):
+        if self._owner is None:
+            return f"DiskArray(shape={self.shape}, dtype={self.dtype.name}, traced)"
+        return (f"DiskArray(shape={self.shape}, dtype={self.dtype.name}, "
+                f"filename={self.filename!r})")
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d DiskArray")
+        return self.shape[0]
+
+    def __iter__(self):
+        raise TypeError("a DiskArray cannot be iterated; use jask.materialize on a "
+                        "small array or to_memmap() for tile access")
+
+    def __bool__(self):
+        raise TypeError("the truth value of a DiskArray is ambiguous")
+
+    # --- construction and access -----------------------------------------------
+    def to_memmap(self):
+        """A read/write view of this array's store that touches tiles on access.
+
+        A chunked Zarr store has no single file to memory-map, so this
+        returns the ``zarr.Array`` itself: indexing it reads only the chunks
+        the index covers, assigning to it writes them, and
+        ``np.asarray(view)`` reads the whole array. Writing through the view
+        bypasses jask (it is seen by every DiskArray of this store).
+
+        Returns:
+          A ``zarr.Array`` of this array's shape and dtype.
+
+        Example:
+          >>> import numpy as np
+          >>> import jask
+          >>> a = jask.DiskArray.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+          >>> view = a.to_memmap()
+          >>> view[1, 2]
+          array(5., dtype=float32)
+        """
+        collect_if_idle()
+        registry.before_mutation(self.filename)  # the view may write to it
+        return chunkio.open_view(self.filename)
+
+    def to_numpy(self) -> np.ndarray:
+        """Read the whole array into a numpy array (small arrays only).
+
+        Example:
+          >>> import numpy as np
+          >>> import jask
+          >>> jask.DiskArray.from_numpy(np.eye(2)).to_numpy()
+          array([[1., 0.],
+                 [0., 1.]])
+        """
+        return np.asarray(self.to_memmap())
+
+    # Operators and methods are set below, shared with tracers of DiskArrayType.
+    __hash__ = object.__hash__  # == is elementwise, as on jax.Array; identity hashes
+
+    def __array__(self, dtype=None, copy=None):
+        """The whole array in memory, for arrays up to the memory budget.
+
+        Larger arrays raise instead of filling memory: reduce them, slice
+        them, or read tiles through :meth:`to_memmap`.
+        """
+        budget = get_config().max_memory
+        if self.nbytes > budget:
+            raise MemoryError(
+                f"np.asarray of a DiskArray of shape {self.shape} ({self.nbytes} bytes) would "
+                f"load it whole, over the memory budget of {budget} bytes; reduce or slice "
+                "it first, or read tiles with to_memmap()")
+        value = self.to_numpy()
+        return value if dtype is None else value.astype(dtype)
+
+register_hitype(DiskArray, lambda value: value._aval)

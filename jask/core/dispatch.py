@@ -1,0 +1,215 @@
+"""How an op's disk work runs: now, or from inside a compiled program.
+
+Eagerly (no trace active) the work runs at once and its store is owned by
+the DiskArray returned. Inside a trace the work is staged as an *ordered*
+``io_callback`` taking the input handles (and any scalar operands) and
+returning the handle of the store it wrote, so disk effects keep program
+order and a compiled call's outputs are fresh stores on every call.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+from jax.experimental import io_callback
+
+from jask.base.config import Config, get_config
+from jask.core._jax_internals import is_eager
+from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
+from jask.core.lifetime import collect_if_idle
+from jask.engine import lazy
+from jask.store import registry, space
+from jask.store.spec import StoreSpec
+
+#: work(input stores, scalar operands as numpy, config) -> output store
+StoreWork = Callable[[Sequence[StoreSpec], Sequence[np.ndarray], Config], StoreSpec]
+#: work(input stores, scalar operands as numpy, config) -> numpy value
+ValueWork = Callable[[Sequence[StoreSpec], Sequence[np.ndarray], Config], np.ndarray]
+
+
+def _handles(arrays: Sequence[DiskArray]) -> list:
+    return [x._handle if x._owner is None else np.asarray(x._handle, HANDLE_DTYPE)
+            for x in arrays]
+
+
+def _resolve(args, n_arrays: int):
+    stores = [registry.spec(h) for h in args[:n_arrays]]
+    scalars = [np.asarray(s) for s in args[n_arrays:]]
+    return stores, scalars
+
+
+def _wire(result: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    """How a result crosses the callback boundary. JAX checks a callback's
+    result after canonicalizing it under the x64 setting of the thread the
+    callback runs on, which is not the thread that set ``jax.enable_x64``:
+    a 64-bit value would arrive as 32 bits. So it crosses as uint32 pairs.
+    """
+    dtype = np.dtype(result.dtype)
+    if dtype.itemsize == 8 and dtype.kind in "fiu":
+        return jax.ShapeDtypeStruct(tuple(result.shape) + (2,), np.uint32)
+    return result
+
+
+def _to_wire(value, result: jax.ShapeDtypeStruct) -> np.ndarray:
+    value = np.asarray(value, result.dtype)
+    wire = _wire(result)
+    if wire is result:
+        return value
+    return np.ascontiguousarray(value).view(np.uint32).reshape(wire.shape)
+
+
+def _from_wire(value, result: jax.ShapeDtypeStruct):
+    if _wire(result) is result:
+        return value
+    return jax.lax.bitcast_convert_type(value, result.dtype)
+
+
+def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalars: Sequence):
+    """``run(*handles, *scalars, pending=...)`` now, or staged as an ordered callback."""
+    if is_eager():
+        collect_if_idle()
+        return run(*[x._handle for x in arrays], *scalars, pending=False)
+
+    def callback(*args):
+        with registry.callback_scope():
+            return _to_wire(run(*args, pending=True), result)
+
+    out = io_callback(callback, _wire(result), *_handles(arrays), *scalars, ordered=True)
+    return _from_wire(out, result)
+
+
+def _register_outputs(work, args, n: int, config: Config | None, pending: bool) -> list:
+    """Run a store op's work on its stores and give each new output a handle,
+    refusing (and removing) outputs read while another writer replaced an input.
+    ``update_`` and in-place optimizer steps return their target: it keeps its
+    handle, and its own replacement is no other writer."""
+    stores, values = _resolve(args, n)
+    stamps = space.stamp(stores)
+    outs = work(stores, values, config or get_config())
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    written = {out.path for out in outs}
+    try:
+        space.check_unchanged([s for s in stamps if s[0] not in written], "jask")
+    except space.StoreChangedError:
+        for out in outs:
+            if not out.handle:
+                registry.discard(out)
+        raise
+    return [(out if out.handle else registry.register(out, pending=pending)).handle
+            for out in outs]
+
+
+def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
+             out_aval: DiskArrayType, config: Config | None,
+             fuse: lazy.Description | None = None) -> DiskArray:
+    """Run ``work`` producing a store; return it as a DiskArray.
+
+    With ``fuse``, inside a compiled program the op is only recorded, to
+    run with the ops that need it (:mod:`jask.engine.lazy`)."""
+    n = len(arrays)
+
+    def run(*args, pending: bool):
+        if pending and fuse is not None:
+            handle = lazy.record(fuse, args, config or get_config(), work)
+            if handle is not None:
+                return handle
+        (handle,) = _register_outputs(work, args, n, config, pending)
+        return handle
+
+    handle = _call(run, jax.ShapeDtypeStruct((), HANDLE_DTYPE), arrays, scalars)
+    return DiskArray._from_handle(handle, out_aval)
+
+
+def to_stores(work, arrays: Sequence[DiskArray], scalars: Sequence, out_avals: tuple,
+              config: Config | None) -> tuple:
+    """Run ``work`` producing several stores (a list); return them as DiskArrays."""
+    n = len(arrays)
+
+    def run(*args, pending: bool):
+        return np.asarray(_register_outputs(work, args, n, config, pending), HANDLE_DTYPE)
+
+    handles = _call(run, jax.ShapeDtypeStruct((len(out_avals),), HANDLE_DTYPE), arrays, scalars)
+    return tuple(DiskArray._from_handle(handles[i], aval) for i, aval in enumerate(out_avals))
+
+
+def _value_alone(work: ValueWork, args, n: int, config: Config | None):
+    """Run a value op's own work on its stores (pending ones computed first),
+    refusing a result read while another process replaced an input."""
+    stores, values = _resolve(args, n)
+    stamps = space.stamp(stores)
+    value = work(stores, values, config or get_config())
+    space.check_unchanged(stamps, "jask")
+    return value
+
+
+def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
+             result: jax.ShapeDtypeStruct, config: Config | None,
+             fuse: lazy.Description | None = None) -> jax.Array:
+    """Run ``work`` producing an in-memory value; return it as a jax.Array.
+
+    With ``fuse``, inside a compiled program the op runs in one band group
+    with the recorded ops it reads (:mod:`jask.engine.lazy`)."""
+    n = len(arrays)
+
+    def run(*args, pending: bool):
+        if pending and fuse is not None:
+            (value,) = lazy.values([(fuse, args, config or get_config())])
+            if value is not None:
+                return np.asarray(value, result.dtype)
+        return np.asarray(_value_alone(work, args, n, config), result.dtype)
+
+    return jax.numpy.asarray(_call(run, result, arrays, scalars))
+
+
+#: One value op for :func:`to_values`: (work, arrays, scalars, result, config, fuse).
+ValueOp = tuple
+
+
+def to_values(ops: Sequence[ValueOp]) -> tuple:
+    """Several ops producing in-memory values, run by one callback so that
+    those reading the same rows share one band group (one read of each store).
+
+    jask's scheduler merges value ops this way inside a compiled program
+    (:func:`jask.core._jax_internals.prune_before_lowering`).
+    """
+    if is_eager():  # not made eagerly; kept correct all the same
+        return tuple(to_value(*op) for op in ops)
+    sizes = [(len(arrays), len(scalars)) for _, arrays, scalars, *_ in ops]
+    results = tuple(result for *_, result, _, _ in ops)
+
+    def split(args):
+        out, i = [], 0
+        for a, b in sizes:
+            out.append(args[i:i + a + b])
+            i += a + b
+        return out
+
+    def callback(*args):
+        with registry.callback_scope():
+            parts = split(args)
+            done = lazy.values([(fuse, part, config or get_config())
+                                for (_, _, _, _, config, fuse), part in zip(ops, parts)])
+            out = []
+            for (work, _, _, result, config, _), part, value, (n, _) in zip(
+                    ops, parts, done, sizes):
+                if value is None:  # alone, as to_value runs it
+                    value = _value_alone(work, part, n, config)
+                out.append(_to_wire(value, result))
+            return tuple(out)
+
+    flat = [x for _, arrays, scalars, *_ in ops for x in (*_handles(arrays), *scalars)]
+    outs = io_callback(callback, tuple(_wire(r) for r in results), *flat, ordered=True)
+    return tuple(jax.numpy.asarray(_from_wire(x, r)) for x, r in zip(outs, results))
+
+
+def forget(arrays: Sequence[DiskArray]) -> None:
+    """Mark recorded results no op will read again (see :mod:`jask.engine.lazy`),
+    in program order, so that a following ``update_`` does not compute them."""
+    if is_eager() or not arrays:
+        return
+
+    def callback(*handles):
+        lazy.forget(handles)
+
+    io_callback(callback, None, *_handles(arrays), ordered=True)

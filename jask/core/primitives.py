@@ -1,0 +1,619 @@
+"""One hijax primitive per kind of op: its forward (``expand``) and its VJP side by side.
+
+``expand`` hands the op's disk work (:mod:`jask.engine.work`) to :mod:`jask.core.dispatch`,
+which runs it now or stages it into the compiled program. Backward rules are
+written with the same primitives, flagged ``grad=True`` so the stores they
+make end in ``.grad``; a cotangent is computed only for inputs that need one.
+
+Operands may be DiskArrays or in-memory arrays (the avals say which); an
+in-memory operand's cotangent is an in-memory array, so optimizers see
+ordinary JAX arrays. Every elementwise op, broadcast and reduction is one
+primitive, :class:`Blockwise`, parameterised by a kernel from the op table
+(:mod:`jask.core.ufuncs`).
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.dtypes import canonicalize_dtype
+from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
+
+from jask.base.config import Config
+from jask.core import dispatch, ufuncs
+from jask.core._jax_internals import prune_before_lowering, wants_cotangent
+from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
+from jask.engine import lazy, work
+
+
+def _accum(accum, make) -> None:
+    """Add a cotangent to an input's accumulator, computing it only if wanted."""
+    if wants_cotangent(accum):
+        accum.accum(make())
+
+
+def _on_disk(aval) -> bool:
+    return isinstance(aval, DiskArrayType)
+
+
+def _aval(x):
+    return jax.typeof(x)
+
+
+class DiskPrimitive(VJPHiPrimitive):
+    """Base: set the avals and hashable params, then let hijax check them."""
+
+    def __init__(self, in_avals, out_aval, **params):
+        self.in_avals = tuple(in_avals)
+        self.out_aval = out_aval
+        self.params = params
+        super().__init__()
+
+    def vjp_fwd(self, nzs_in, *args):
+        return self(*args), args
+
+    def vjp_bwd(self, res, g, *accums):
+        if isinstance(g, Zero):  # nothing flows back
+            return
+        self.backward(res, g, *accums)
+
+    def backward(self, res, g, *accums):
+        """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
+        raise NotImplementedError(
+            f"jask: {self.params.get('op', type(self).__name__)} is not differentiable "
+            "(jask computes first derivatives only: a gradient's own gradient is not "
+            "supported)")
+
+    def batch_dim_rule(self, axis_data, dims):
+        raise NotImplementedError(VMAP_UNSUPPORTED)
+
+    def _run(self, work_fn, args, fuse: lazy.Description | None = None):
+        """Run ``work_fn`` on the disk and in-memory operands of ``args``
+        (``fuse``: how the op joins a band group inside a compiled program)."""
+        disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
+        mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
+        out = self.out_aval
+        config: Config | None = self.params.get("config")  # type: ignore[assignment]
+        if isinstance(out, tuple):
+            return dispatch.to_stores(work_fn, disk, mem, out, config)
+        if _on_disk(out):
+            return dispatch.to_store(work_fn, disk, mem, out, config, fuse)
+        return dispatch.to_value(work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
+                                 config, fuse)
+
+    def mutates(self) -> bool:
+        """Whether the op writes into an existing store (``update_``): other
+        ops are never moved across it."""
+        return False
+
+    def plan(self):
+        """(work, fusion description) for ops that can join a band group."""
+        return None
+
+    def value_op(self, args) -> tuple:
+        """This op's part of :func:`dispatch.to_values` (a value op only)."""
+        work_fn, fuse = self.plan()
+        disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
+        mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
+        out = self.out_aval
+        return (work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
+                self.params.get("config"), fuse)
+
+    def _describe(self, kind: str, **params) -> lazy.Description:
+        out = self.out_aval
+        return lazy.Description(str(self.params["op"]), kind,
+                                tuple(_on_disk(a) for a in self.in_avals), tuple(out.shape),
+                                np.dtype(out.dtype), params, bool(self.params.get("grad")))
+
+    # Equal primitives must agree on types too, not only on params.
+    def __hash__(self):
+        return hash((type(self), self.in_avals, self.out_aval, tuple(self.params.items())))
+
+    def __eq__(self, other):
+        return (type(self) is type(other) and self.in_avals == other.in_avals
+                and self.out_aval == other.out_aval and self.params == other.params)
+
+
+# --- blockwise: elementwise ops, broadcasts and reductions --------------------------
+
+def _out_type(shape, dtype, on_disk: bool):
+    if on_disk:
+        return DiskArrayType(shape, dtype)
+    return ShapedArray(tuple(shape), canonicalize_dtype(dtype))  # follows JAX's x64 mode
+
+
+class Blockwise(DiskPrimitive):
+    """``ufunc(*operands)`` over a full ``shape``, kept along ``out_axes``.
+
+    Each operand follows the full shape through its axes map (numpy
+    broadcasting written out, see :mod:`jask.engine.blockwise`); the output
+    keeps the full axes in ``out_axes`` (``None``: a length-1 axis) and is
+    reduced over the others with ``reducer`` ("sum", "max", "min"). A plain
+    elementwise op keeps every axis. ``dtypes`` are what the kernel computes
+    in, per operand (``None``: as stored). The output is a DiskArray unless
+    ``to_memory``.
+    """
+
+    def __init__(self, ufunc, in_avals, axes: tuple, dtypes: tuple, shape: tuple,
+                 out_axes: tuple, out_dtype, *, reducer: str | None = None,
+                 to_memory: bool = False, grad: bool = False, config: Config | None = None,
+                 name: str | None = None):
+        out_shape = tuple(1 if a is None else shape[a] for a in out_axes)
+        super().__init__(in_avals, _out_type(out_shape, out_dtype, not to_memory),
+                         op=name or ufunc.name, ufunc=ufunc, axes=tuple(axes), dtypes=tuple(dtypes),
+                         shape=tuple(shape), out_axes=tuple(out_axes), reducer=reducer,
+                         grad=grad, config=config)
+
+    def plan(self):
+        out = self.out_aval
+        return (work.blockwise(
+            self.op, self.ufunc.numpy, self.shape, self.axes, self.dtypes,
+            tuple(_on_disk(a) for a in self.in_avals), self.out_axes, out.shape, out.dtype,
+            reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad),
+            self._describe("map", kernel=self.ufunc.numpy, axes=self.axes, dtypes=self.dtypes,
+                           full_shape=self.shape, out_axes=self.out_axes,
+                           reducer=self.reducer))
+
+    def expand(self, *args):
+        work_fn, fuse = self.plan()
+        return self._run(work_fn, args, fuse)
+
+    def vjp_fwd(self, nzs_in, *args):
+        out = self(*args)
+        return out, (args, out)
+
+    def backward(self, res, g, *accums):
+        args, out = res
+        if self.reducer in ("max", "min"):
+            (accum,) = accums
+            _accum(accum, lambda: _chooser_vjp(self, args[0], out, g))
+            return
+        if self.ufunc.vjps is None:
+            super().backward(res, g, *accums)
+        for j, accum in enumerate(accums):
+            rule = self.ufunc.vjps[j]
+            if rule is None:
+                continue  # not differentiable in this operand (a condition, a stop)
+            _accum(accum, lambda j=j, rule=rule: self._cotangent(j, rule, args, g))
+
+    def _cotangent(self, j, rule, args, g):
+        """The cotangent of operand ``j``: the rule's kernel over the full
+        shape, summed back to the operand's own shape."""
+        aval = self.in_avals[j]
+        to_memory = not _on_disk(aval)
+        if (rule is ufuncs.PASS and self.axes[j] == self.out_axes
+                and to_memory == (not _on_disk(self.out_aval))
+                and aval.dtype == self.out_aval.dtype):
+            return g  # d(a + b)/da: the cotangent itself, no pass over the data
+        kept = {a for a in self.axes[j] if a is not None}
+        reduces = any(n > 1 and d not in kept for d, n in enumerate(self.shape))
+        g_only = getattr(rule, "g_only", False)  # the rule reads no operand: skip reading them
+        avals = (_aval(g),) + (() if g_only else self.in_avals)
+        return Blockwise(VJP(self.ufunc, j), avals,
+                         (self.out_axes,) + (() if g_only else self.axes),
+                         (self.out_aval.dtype,) + (() if g_only else self.dtypes),
+                         self.shape, self.axes[j], aval.dtype,
+                         reducer="sum" if reduces or to_memory else None, to_memory=to_memory,
+                         grad=True, config=self.config,
+                         name=f"{self.op}_vjp")(g, *(() if g_only else args))
+
+
+class VJP:
+    """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``."""
+
+    def __init__(self, ufunc, j: int):
+        self.ufunc, self.j = ufunc, j
+        self.name = f"{ufunc.name}_vjp"
+        self.vjps = None  # jask computes first derivatives only
+
+    def numpy(self, g, *blocks):
+        return self.ufunc.vjps[self.j](g, *blocks)
+
+    def __hash__(self):
+        return hash((VJP, self.ufunc, self.j))
+
+    def __eq__(self, other):
+        return isinstance(other, VJP) and (self.ufunc, self.j) == (other.ufunc, other.j)
+
+
+def _chooser_vjp(prim, x, out, g):
+    """d max/min: the cotangent goes to the elements equal to the result,
+    split evenly among ties (as jax.numpy does)."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    counts = Blockwise(ufuncs.TIES, (x_aval, out_aval), (axes, out_axes), (dtype, dtype),
+                       prim.shape, out_axes, dtype, reducer="sum",
+                       to_memory=not _on_disk(out_aval), grad=True, config=prim.config)(x, out)
+    return Blockwise(ufuncs.CHOSEN, (_aval(g), x_aval, out_aval, _aval(counts)),
+                     (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
+                     dtype, grad=True, config=prim.config)(g, x, out, counts)
+
+
+# --- layout ------------------------------------------------------------------
+
+class Transpose(DiskPrimitive):
+    """Axes permuted by ``axes``."""
+
+    def __init__(self, aval: DiskArrayType, axes: tuple, grad: bool, config: Config | None):
+        out = DiskArrayType(tuple(aval.shape[i] for i in axes), aval.dtype)
+        super().__init__((aval,), out, axes=tuple(axes), grad=grad, config=config)
+
+    def expand(self, a):
+        return self._run(work.transpose(self.axes, grad=self.grad), [a])
+
+    def backward(self, res, g, ca):
+        inverse = tuple(int(i) for i in np.argsort(self.axes))
+        _accum(ca, lambda: transpose(g, inverse, config=self.config, grad=True))
+
+
+class Slice(DiskPrimitive):
+    """``a[index]`` for a basic index: per axis ``(size, step)`` of a slice
+    or ``None`` for an integer (the axis is dropped). The starts are operands
+    (int32 scalars), so one compiled program serves every start."""
+
+    def __init__(self, aval: DiskArrayType, sizes: tuple, grad: bool, config: Config | None):
+        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
+        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
+        super().__init__((aval,) + starts, DiskArrayType(out_shape, aval.dtype),
+                         sizes=tuple(sizes), grad=grad, config=config)
+
+    def expand(self, a, *starts):
+        return self._run(work.take_slice(self.sizes, grad=self.grad), [a, *starts])
+
+    def backward(self, res, g, ca, *cstarts):
+        a, *starts = res
+        _accum(ca, lambda: Scatter(self.in_avals[0], self.sizes, self.config)(g, *starts))
+
+
+class Scatter(DiskPrimitive):
+    """Zeros of ``aval``'s shape with ``g`` placed where :class:`Slice` took it."""
+
+    def __init__(self, aval: DiskArrayType, sizes: tuple, config: Config | None):
+        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
+        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
+        super().__init__((DiskArrayType(out_shape, aval.dtype),) + starts, aval,
+                         op="slice_vjp", sizes=tuple(sizes), config=config)
+
+    def expand(self, g, *starts):
+        return self._run(work.scatter_slice(self.sizes, self.out_aval.shape), [g, *starts])
+
+
+class Concatenate(DiskPrimitive):
+    """Operands joined along ``axis`` (``stack``: along a new axis)."""
+
+    def __init__(self, avals: tuple, axis: int, stack: bool, grad: bool, config: Config | None):
+        first = avals[0]
+        shape = list(first.shape)
+        if stack:
+            shape.insert(axis, len(avals))
+        else:
+            shape[axis] = sum(a.shape[axis] for a in avals)
+        super().__init__(avals, DiskArrayType(shape, first.dtype), axis=axis, stack=stack,
+                         grad=grad, config=config)
+
+    def expand(self, *arrays):
+        return self._run(work.concatenate(self.axis, self.stack, self.out_aval.shape,
+                                          grad=self.grad), list(arrays))
+
+    def backward(self, res, g, *accums):
+        start = 0
+        for aval, accum in zip(self.in_avals, accums):
+            size = 1 if self.stack else aval.shape[self.axis]
+            sizes = [(n, 1) for n in self.out_aval.shape]
+            sizes[self.axis] = None if self.stack else (size, 1)
+            starts = [0] * len(sizes)
+            starts[self.axis] = start
+            _accum(accum, lambda sizes=tuple(sizes), starts=tuple(starts): take_slice(
+                g, sizes, starts, config=self.config, grad=True))
+            start += size
+
+
+class Reshape(DiskPrimitive):
+    """The same elements in C order under another shape (a copy)."""
+
+    def __init__(self, aval: DiskArrayType, shape: tuple, grad: bool, config: Config | None):
+        super().__init__((aval,), DiskArrayType(shape, aval.dtype), shape=tuple(shape),
+                         grad=grad, config=config)
+
+    def expand(self, a):
+        return self._run(work.reshape(self.shape, grad=self.grad), [a])
+
+    def backward(self, res, g, ca):
+        _accum(ca, lambda: Reshape(self.out_aval, self.in_avals[0].shape, True,
+                                   self.config)(g))
+
+
+class Update(DiskPrimitive):
+    """target.update_(new): new's data written into target's own store.
+
+    Never dead-code eliminated: its effect is the point, even when the
+    returned value is unused.
+    """
+
+    def mutates(self) -> bool:
+        return True
+
+    def __init__(self, aval: DiskArrayType, config: Config | None):
+        super().__init__((aval, aval), aval, config=config)
+
+    def expand(self, target, new):
+        return self._run(work.update, [target, new])
+
+    def dce(self, used_outs):
+        return True, True, self
+
+    def backward(self, res, g, ctarget, cnew):
+        _accum(cnew, lambda: g)
+
+
+# --- products --------------------------------------------------------------------
+
+def _matmul_shape(a_shape, b_shape, ta, tb):
+    """Shape of op(a) @ op(b), 1-D operands promoted and squeezed as numpy does."""
+    a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
+    b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
+    m = a2[-1] if ta else a2[-2]
+    n = b2[-2] if tb else b2[-1]
+    batch = a2[:-2] if len(a2) >= len(b2) else b2[:-2]
+    out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
+    return out
+
+
+class Dot(DiskPrimitive):
+    """op(a) @ op(b) with batch dimensions; ``ta``/``tb`` transpose the last
+    two axes of an operand as it is read (no transposed copy is made). An
+    operand may be in memory, and a 1-D one is a row (left) or column
+    (right) vector, as in numpy; the result is in memory with ``to_memory``
+    (the gradient of an in-memory operand)."""
+
+    def __init__(self, a, b, ta: bool, tb: bool, dtype, *, to_memory: bool = False,
+                 grad: bool = False, config: Config | None = None):
+        shape = _matmul_shape(a.shape, b.shape, ta, tb)
+        super().__init__((a, b), _out_type(shape, dtype, not to_memory), op="dot", ta=ta,
+                         tb=tb, dtype=np.dtype(dtype), grad=grad, config=config)
+
+    def plan(self):
+        A, B = self.in_avals
+        vectors = ("row" if A.ndim == 1 else None, "col" if B.ndim == 1 else None)
+        return (work.dot(self.ta, self.tb, (_on_disk(A), _on_disk(B)), vectors, self.dtype,
+                         to_memory=not _on_disk(self.out_aval), grad=self.grad),
+                self._describe("dot", ta=self.ta, tb=self.tb, vectors=vectors))
+
+    def expand(self, a, b):
+        work_fn, fuse = self.plan()
+        return self._run(work_fn, [a, b], fuse)
+
+    def backward(self, res, g, ca, cb):
+        # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.
+        a, b = res
+        A, B = self.in_avals
+        ta, tb, cfg = self.ta, self.tb, self.config
+        if A.ndim == 1 or B.ndim == 1:
+            self._vector_backward(a, b, g, ca, cb)
+        elif ta:  # da = dA.T = B @ G.T
+            _accum(ca, lambda: _dot_vjp(b, g, tb, True, A, cfg))
+        else:
+            _accum(ca, lambda: _dot_vjp(g, b, False, not tb, A, cfg))
+        if A.ndim == 1 or B.ndim == 1:
+            return
+        if tb:  # db = dB.T = G.T @ A
+            _accum(cb, lambda: _dot_vjp(g, a, True, ta, B, cfg))
+        else:
+            _accum(cb, lambda: _dot_vjp(a, g, not ta, False, B, cfg))
+
+    def _vector_backward(self, a, b, g, ca, cb):
+        """1-D operands (never read transposed): the other cotangent is an
+        outer product, which is elementwise."""
+        A, B = self.in_avals
+        cfg = self.config
+        if A.ndim == 1 and B.ndim == 1:  # a . b: g is a scalar
+            _accum(ca, lambda: outer(g, b, A, cfg))
+            _accum(cb, lambda: outer(g, a, B, cfg))
+        elif A.ndim == 1:  # (k,) @ (k, n): da = b @ g, db = outer(a, g)
+            _accum(ca, lambda: _dot_vjp(b, g, False, False, A, cfg))
+            _accum(cb, lambda: outer(a, g, B, cfg))
+        else:  # (m, k) @ (k,): da = outer(g, b), db = a.T @ g
+            _accum(ca, lambda: outer(g, b, A, cfg))
+            _accum(cb, lambda: _dot_vjp(a, g, True, False, B, cfg))
+
+
+def _dot_vjp(a, b, ta, tb, like, config):
+    """One VJP product, placed (disk or memory) and typed as ``like``."""
+    return Dot(_aval(a), _aval(b), ta, tb, like.dtype, to_memory=not _on_disk(like), grad=True,
+               config=config)(a, b)
+
+
+def outer(x, y, like, config):
+    """x[..., None] * y: the cotangent of a vector product's operand."""
+    X, Y = _aval(x), _aval(y)
+    shape = tuple(X.shape) + tuple(Y.shape)
+    axes = (tuple(range(X.ndim)), tuple(range(X.ndim, len(shape))))
+    return Blockwise(ufuncs.MUL, (X, Y), axes, (like.dtype, like.dtype), shape,
+                     tuple(range(len(shape))), like.dtype, to_memory=not _on_disk(like),
+                     grad=True, config=config)(x, y)
+
+
+# --- between disk and memory ------------------------------------------------------
+
+class Materialize(DiskPrimitive):
+    """The whole array as an in-memory jax.Array."""
+
+    def __init__(self, aval: DiskArrayType, config: Config | None):
+        super().__init__((aval,), ShapedArray(aval.shape, aval.dtype), config=config)
+
+    def expand(self, a):
+        return self._run(work.read_all, [a])
+
+    def backward(self, res, g, ca):
+        _accum(ca, lambda: FromValue(self.in_avals[0], True, self.config)(g))
+
+
+class FromValue(DiskPrimitive):
+    """An in-memory array written to a new store."""
+
+    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
+        super().__init__((ShapedArray(aval.shape, aval.dtype),), aval, grad=grad, config=config)
+
+    def expand(self, x):
+        return self._run(work.write_value(grad=self.grad), [x])
+
+    def backward(self, res, g, cx):
+        _accum(cx, lambda: Materialize(self.out_aval, self.config)(g))
+
+
+# --- binding helpers (arguments already checked by the public layer) ---------------
+
+def transpose(a, axes, *, config=None, grad=False):
+    return Transpose(_aval(a), tuple(axes), grad, config)(a)
+
+
+def take_slice(a, sizes, starts, *, config=None, grad=False):
+    starts = [jax.numpy.asarray(s, np.int32) for s in starts]
+    return Slice(_aval(a), tuple(sizes), grad, config)(a, *starts)
+
+
+def concatenate(arrays, axis, *, stack=False, config=None):
+    return Concatenate(tuple(_aval(x) for x in arrays), axis, stack, False, config)(*arrays)
+
+
+def reshape(a, shape, *, config=None):
+    return Reshape(_aval(a), tuple(shape), False, config)(a)
+
+
+def update(target, new, *, config=None):
+    return Update(_aval(target), config)(target, new)
+
+
+def dot(a, b, dtype, *, config=None):
+    A, B = _aval(a), _aval(b)
+    to_memory = A.ndim == 1 and B.ndim == 1  # a scalar
+    return Dot(A, B, False, False, dtype, to_memory=to_memory, config=config)(a, b)
+
+
+def materialize(a, *, config=None):
+    return Materialize(_aval(a), config)(a)
+
+
+def from_value(x, *, config=None, grad=False):
+    x = jax.numpy.asarray(x)
+    return FromValue(DiskArrayType(x.shape, x.dtype), grad, config)(x)
+
+
+def fill(value, aval: DiskArrayType, *, config=None, grad=False):
+    """A DiskArray of ``aval`` with every element ``value`` (zeros of a vspace)."""
+    scalar = jax.numpy.asarray(value, canonicalize_dtype(aval.dtype))
+    return Blockwise(ufuncs.IDENTITY, (ShapedArray((), scalar.dtype),), ((),), (aval.dtype,),
+                     aval.shape, tuple(range(aval.ndim)), aval.dtype, grad=grad,
+                     config=config)(scalar)
+
+
+def add(a, b, *, config=None, grad=False):
+    """a + b of two DiskArrays of one type (cotangents being summed)."""
+    aval = _aval(a)
+    axes = tuple(range(aval.ndim))
+    return Blockwise(ufuncs.ADD, (aval, _aval(b)), (axes, axes), (aval.dtype, aval.dtype),
+                     aval.shape, axes, aval.dtype, grad=grad, config=config)(a, b)
+
+
+def reduce(name, ufunc, operands, axes, dtypes, shape, out_axes, out_dtype, *, reducer,
+           to_memory, config=None):
+    """Bind a reduction of ``ufunc(*operands)`` (see :class:`Blockwise`)."""
+    avals = tuple(_aval(x) for x in operands)
+    return Blockwise(ufunc, avals, tuple(axes), tuple(dtypes), tuple(shape), tuple(out_axes),
+                     out_dtype, reducer=reducer, to_memory=to_memory, config=config,
+                     name=name)(*operands)
+
+
+class Together(DiskPrimitive):
+    """Several ops returning in-memory values, run as one callback so that
+    those reading the same rows share one band group. Made only by the
+    scheduler, after differentiation (it has no VJP)."""
+
+    def __init__(self, prims: tuple):
+        super().__init__(tuple(a for p in prims for a in p.in_avals),
+                         tuple(p.out_aval for p in prims), op="together", prims=tuple(prims))
+
+    def expand(self, *args):
+        ops, i = [], 0
+        for p in self.prims:
+            ops.append(p.value_op(args[i:i + len(p.in_avals)]))
+            i += len(p.in_avals)
+        return dispatch.to_values(ops)
+
+
+class Forgetting(DiskPrimitive):
+    """A mutating op (``update_``) told which recorded results nothing
+    reads any more: they are dropped first, not computed from the values the
+    op overwrites. Made only by the scheduler, after differentiation."""
+
+    def mutates(self) -> bool:
+        return True
+
+    def __init__(self, prim: DiskPrimitive, dead: tuple):
+        super().__init__(tuple(prim.in_avals) + tuple(dead), prim.out_aval,
+                         op=prim.params.get("op", "update_"),
+                         prim=prim, dead=len(dead))
+
+    def expand(self, *args):
+        k = len(args) - self.dead
+        dispatch.forget(args[k:])
+        return self.prim.expand(*args[:k])
+
+    def dce(self, used_outs):
+        return True, True, self
+
+
+# --- one pass, several outputs (jask.optim's kernels) -------------------------------
+
+class Fused(DiskPrimitive):
+    """``kernel(*operands)`` -> one DiskArray per output dtype, in one pass.
+
+    Operands are DiskArrays of ``shape`` and in-memory scalars; all are read
+    in ``dtype``. With ``into`` (an operand's index) the first output is
+    written into that operand's store and returned as it (never dead-code
+    eliminated: the write is the point).
+    """
+
+    def __init__(self, kernel, in_avals, shape: tuple, dtype, out_dtypes: tuple, *,
+                 into: int | None = None, align: int | None = None, unread: tuple = (),
+                 temporaries: int | None = None, name: str = "fused",
+                 config: Config | None = None):
+        outs = tuple(DiskArrayType(shape, dt) for dt in out_dtypes)
+        super().__init__(in_avals, outs, op=name, kernel=kernel, shape=tuple(shape),
+                         dtype=np.dtype(dtype), out_dtypes=tuple(np.dtype(d) for d in out_dtypes),
+                         into=into, align=align, unread=tuple(unread),
+                         temporaries=temporaries, config=config)
+
+    def expand(self, *args):
+        on_disk = tuple(isinstance(a, DiskArrayType) for a in self.in_avals)
+        return self._run(work.fused(self.op, self.kernel, self.shape, on_disk, self.dtype,
+                                    self.out_dtypes, self.into, self.align, self.unread,
+                                    self.temporaries), args)
+
+    def mutates(self) -> bool:
+        return self.params["into"] is not None
+
+    def dce(self, used_outs):
+        if self.into is not None:
+            return True, True, self
+        return super().dce(used_outs)
+
+
+def _is_value_op(prim) -> bool:
+    """An op returning an in-memory value that a band group can compute."""
+    return (isinstance(prim, DiskPrimitive) and not _on_disk(prim.out_aval)
+            and not isinstance(prim.out_aval, tuple) and prim.plan() is not None)
+
+
+# Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
+# would run them), and run the value ops that can wait together (one pass).
+prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
+                      mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
+                      merge=lambda prims: Together(tuple(prims)),
+                      forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)))
+
+
+# Cotangents of a DiskArray are DiskArrays: their zero and their sum are ops
+# made here, so the type (jask.core.array) gets them from this module.
+setattr(DiskArrayType, "vspace_zero", lambda self: fill(0, self, grad=True))
+setattr(DiskArrayType, "vspace_add", lambda self, x, y: add(x, y, grad=True))

@@ -1,0 +1,177 @@
+"""The op table: every elementwise op as one row.
+
+A row (:class:`Ufunc`) holds the numpy kernel that runs on tiles, the
+``jax.numpy`` function that is its reference (it fixes the result's shape
+and dtype under broadcasting, and computes the op when no operand is on
+disk), and one VJP rule per operand: a numpy function of the cotangent
+tile and the operand tiles, or ``None`` where the op is not
+differentiable in that operand. The public functions, the operators and the
+gradients all follow from the row (see :mod:`jask.api.elementwise`), as
+``standard_unop`` + ``defjvp`` do in ``jax/_src/lax/lax.py``.
+
+Kernels receive tiles already cast to the op's compute dtype; their results
+are cast to the output dtype as they are written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.special import expit
+
+__all__ = ["Ufunc", "TABLE", "PASS"]
+
+
+def g_only(rule):
+    """Mark a VJP rule that reads only the cotangent (its operands are not read)."""
+    rule.g_only = True
+    return rule
+
+
+@g_only
+def PASS(g, *blocks):
+    """The VJP rule "the cotangent is g itself" (a sum, a copy, a broadcast)."""
+    return g
+
+
+@g_only
+def NEGATE(g, *blocks):
+    """The VJP rule "minus the cotangent"."""
+    return -g
+
+
+@dataclass(frozen=True, eq=False)
+class Ufunc:
+    """One elementwise op: kernel, reference and VJP rules."""
+
+    name: str
+    numpy: Callable
+    jnp: Callable
+    vjps: tuple | None
+    public: bool = True
+    doc: str = field(default="", repr=False)
+    dtype: np.dtype | None = None  # a fixed result dtype (a cast)
+
+    @property
+    def nin(self) -> int:
+        return len(self.vjps) if self.vjps is not None else 1
+
+
+TABLE: dict[str, Ufunc] = {}
+
+
+def _row(name, numpy, jnp_fn, *vjps, public=True, doc=""):
+    ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc)
+    TABLE[name] = ufunc
+    return ufunc
+
+
+def _balanced(x, y):
+    """d max(x, y)/dx as jax.numpy computes it: ties share the cotangent."""
+    return np.where(x == y, 0.5, (x > y).astype(x.dtype)).astype(x.dtype)
+
+
+def _pow_base(g, a, b):
+    # jax: the derivative in the base is 0 where the exponent is 0
+    return g * np.where(b == 0, 0, b * np.power(a, b - 1))
+
+
+def _pow_exponent(g, a, b):
+    # jax: log(0) is replaced by 0 (the derivative in the exponent at a == 0)
+    return g * np.log(np.where(a == 0, 1, a)) * np.power(a, b)
+
+
+def _clip_base(g, a, lo, hi):
+    low = np.maximum(a, lo)
+    return g * _balanced(hi, low) * _balanced(a, lo)
+
+
+def _clip_lo(g, a, lo, hi):
+    low = np.maximum(a, lo)
+    return g * _balanced(hi, low) * _balanced(lo, a)
+
+
+def _clip_ref(a, lo, hi):
+    return jnp.minimum(jnp.maximum(a, lo), hi)
+
+
+# --- arithmetic ---------------------------------------------------------------
+ADD = _row("add", np.add, jnp.add, PASS, PASS, doc="a + b")
+SUB = _row("subtract", np.subtract, jnp.subtract, PASS, NEGATE, doc="a - b")
+MUL = _row("multiply", np.multiply, jnp.multiply,
+           lambda g, a, b: g * b, lambda g, a, b: g * a, doc="a * b")
+DIV = _row("divide", np.true_divide, jnp.true_divide,
+           lambda g, a, b: g / b, lambda g, a, b: -g * a / (b * b), doc="a / b")
+POW = _row("power", np.power, jnp.power, _pow_base, _pow_exponent, doc="a ** b")
+_row("negative", np.negative, jnp.negative, NEGATE, doc="-a")
+_row("square", np.square, jnp.square, lambda g, a: 2 * a * g, doc="a ** 2")
+_row("maximum", np.maximum, jnp.maximum,
+     lambda g, a, b: g * _balanced(a, b), lambda g, a, b: g * _balanced(b, a),
+     doc="the larger of a and b (ties share the gradient, as in jax.numpy)")
+_row("minimum", np.minimum, jnp.minimum,
+     lambda g, a, b: g * _balanced(-a, -b), lambda g, a, b: g * _balanced(-b, -a),
+     doc="the smaller of a and b (ties share the gradient, as in jax.numpy)")
+_row("clip", np.clip, _clip_ref, _clip_base, _clip_lo,
+     lambda g, a, lo, hi: g * _balanced(-hi, -np.maximum(a, lo)),
+     doc="a limited to [lo, hi], as minimum(maximum(a, lo), hi)")
+_row("abs", np.abs, jnp.abs, lambda g, a: g * np.sign(a), doc="absolute value")
+
+# --- transcendental -------------------------------------------------------------
+_row("exp", np.exp, jnp.exp, lambda g, a: g * np.exp(a), doc="e ** a")
+_row("log", np.log, jnp.log, lambda g, a: g / a, doc="the natural logarithm")
+_row("log1p", np.log1p, jnp.log1p, lambda g, a: g / (1 + a), doc="log(1 + a), accurate near 0")
+_row("sqrt", np.sqrt, jnp.sqrt, lambda g, a: g * 0.5 / np.sqrt(a), doc="the square root")
+_row("tanh", np.tanh, jnp.tanh, lambda g, a: g * (1 - np.square(np.tanh(a))),
+     doc="the hyperbolic tangent")
+
+# --- selection and comparison ------------------------------------------------------
+_row("where", np.where, jnp.where, None,
+     lambda g, c, a, b: np.where(c, g, 0), lambda g, c, a, b: np.where(c, 0, g),
+     doc="a where the condition holds, else b")
+for _name, _np, _jnp, _doc in [("less", np.less, jnp.less, "a < b"),
+                               ("less_equal", np.less_equal, jnp.less_equal, "a <= b"),
+                               ("greater", np.greater, jnp.greater, "a > b"),
+                               ("greater_equal", np.greater_equal, jnp.greater_equal, "a >= b"),
+                               ("equal", np.equal, jnp.equal, "a == b"),
+                               ("not_equal", np.not_equal, jnp.not_equal, "a != b")]:
+    _row(_name, _np, _jnp, None, None, doc=_doc + ", as a bool array")
+
+# --- activations (jask.nn) ---------------------------------------------------------
+_row("sigmoid", expit, jax.nn.sigmoid, lambda g, a: g * expit(a) * (1 - expit(a)),
+     doc="1 / (1 + exp(-a)), computed stably")
+_row("relu", lambda a: np.maximum(a, 0), jax.nn.relu, lambda g, a: g * (a > 0),
+     doc="max(a, 0); its gradient at 0 is 0, as in jax.nn.relu")
+_row("softplus", lambda a: np.logaddexp(a, 0), jax.nn.softplus, lambda g, a: g * expit(a),
+     doc="log(1 + exp(a)), computed stably")
+
+# --- internal rows: the pieces of reductions and their gradients --------------------
+IDENTITY = _row("copy", lambda a: a, lambda a: a, PASS, public=False)
+TIES = _row("ties", lambda x, m: x == m, lambda x, m: x == m, None, None, public=False)
+CHOSEN = _row("chosen", lambda g, x, m, n: np.where(x == m, g / n, 0),
+              lambda g, x, m, n: jnp.where(x == m, g / n, 0), None, None, None, None,
+              public=False)
+# exp(x - m) and log(s) + m of logsumexp: m (the max) only keeps exp from
+# overflowing; the result does not depend on it, so no gradient flows to it.
+EXP_SUB = _row("exp_sub", lambda x, m: np.exp(x - m),
+               lambda x, m: jnp.exp(x - jax.lax.stop_gradient(m)),
+               lambda g, x, m: g * np.exp(x - m), None, public=False)
+LOG_ADD = _row("log_add", lambda s, m: np.log(s) + m,
+               lambda s, m: jnp.log(s) + jax.lax.stop_gradient(m),
+               lambda g, s, m: g / s, None, public=False)
+# (x - mu)^2 * scale of var: mu is x's mean, where d var / d mu = 0.
+SQDIFF = _row("squared_deviation", lambda x, mu, s: np.square(x - mu) * s,
+              lambda x, mu, s: jnp.square(x - jax.lax.stop_gradient(mu)) * s,
+              lambda g, x, mu, s: 2 * s * g * (x - mu), None, None, public=False)
+
+
+@lru_cache(maxsize=None)
+def astype(dtype) -> Ufunc:
+    """The row of a cast to ``dtype`` (its gradient casts back)."""
+    dtype = np.dtype(dtype)
+    return Ufunc(f"astype_{dtype.name}", IDENTITY.numpy, lambda a: jnp.asarray(a).astype(dtype),
+                 (PASS,), public=False, dtype=dtype)
+

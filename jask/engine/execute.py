@@ -1,0 +1,288 @@
+"""Run a graph on the scheduler in effect.
+
+A ``dask.distributed.Client`` that is the default client runs jask's graphs
+(its dashboard then shows every tile); otherwise the scheduler set with
+``dask.config.set(scheduler=...)``; otherwise Dask's threaded scheduler with
+as many threads as the memory model assumed.
+
+Interrupts. Ctrl-C raises ``KeyboardInterrupt`` in the main thread, which
+waits for the graph: tasks not started are dropped, tasks running finish
+(a tile takes milliseconds), and the caller removes the partial output.
+Inside a compiled call on CPU the callback runs in the main thread too, so
+it stops the same way; but JAX turns every exception a callback raises into
+a ``JaxRuntimeError``, so :func:`_interrupt_caller` raises the
+``KeyboardInterrupt`` again where the compiled call returns to its caller.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
+
+import dask
+import dask.threaded
+from dask.base import get_scheduler
+from threadpoolctl import ThreadpoolController
+
+from jask.base import counters
+from jask.base.memory import TileCost
+from jask.engine import cluster, progress
+from jask.store import buffers, registry
+
+_blas = ThreadpoolController()
+
+
+def _fix_mmap_threshold() -> None:
+    """Give tile-sized buffers back to the system as soon as they are freed.
+
+    glibc serves allocations above its mmap threshold with fresh pages and
+    returns them on free, but raises that threshold to the size of every
+    such block freed (up to 32 MB): after one large tile, tiles come from a
+    per-thread heap arena and stay in the process once freed. Each worker
+    thread then keeps its own, and a chain of ops (a training step) peaked
+    at 1.4-2.3x the budget. Pinning the threshold stops the drift.
+    """
+    import ctypes
+    import os
+    threshold = int(os.environ.get("JASK_MMAP_THRESHOLD", 1 << 20))
+    if threshold <= 0:
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc: nothing to pin
+        pass
+
+
+_fix_mmap_threshold()
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """One long-lived pool per size: fresh threads per op would each get a
+    fresh malloc arena, and the process's memory crept up op after op."""
+    with _pools_lock:
+        pool = _pools.get(workers)
+        if pool is None:
+            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="jask")
+        return pool
+
+
+class _TrackedPool(Executor):
+    """The shared pool, remembering the tasks of one run so that after a
+    failure we can wait for those still running before the caller removes
+    the half-written output."""
+
+    def __init__(self, pool: ThreadPoolExecutor, limit: int):
+        self._pool = pool
+        self.futures: list[Future] = []
+        # what dask.threaded.get reads as the most tasks to run at once
+        self._max_workers = max(1, min(limit, pool._max_workers))
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = self._pool.submit(fn, *args, **kwargs)
+        self.futures.append(future)
+        return future
+
+    def wait(self) -> None:
+        """Drop the tasks not started yet; wait for those running."""
+        for future in self.futures:
+            future.cancel()
+        wait(self.futures)
+
+
+def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> list:
+    """Compute ``keys`` of ``graph``; return their values in order.
+
+    ``cost``, what one task holds, is checked against the memory limits of
+    a distributed cluster's workers before anything runs; locally, at most
+    ``cost.tasks_at_once`` tasks run at once (the plan may need fewer than
+    ``workers`` to fit the budget). A progress bar is
+    drawn when :func:`jask.show_progress` is on.
+
+    Example:
+      >>> run({("x", 0): 1, ("y", 0): (sum, [("x", 0), 2])}, [("y", 0)], workers=2)
+      [3]
+    """
+    graph = counters.label(graph)  # each task's I/O counted for its op (jask.stats)
+    scheduler = _scheduler()
+    client = cluster.distributed_client(scheduler)
+    if client is not None and cost is not None:
+        cluster.check_workers(client, cost)
+    at_once = workers
+    if cost is not None and cost.tasks_at_once >= 1:
+        at_once = min(workers, cost.tasks_at_once)
+    bar = progress.bar(graph, keys)  # None unless progress bars are on
+    # Tasks already run in parallel, one per worker thread; BLAS threads on
+    # top of them only contend (a tile's matvec ran 100x slower with two).
+    try:
+        with _blas.limit(limits=1, user_api="blas"):
+            if client is not None:
+                if bar is not None:
+                    return progress.run_distributed(bar, client, graph, keys)
+                return list(client.get(graph, keys))
+            with buffers.scope():  # tiles reused from task to task (jask.store.buffers)
+                return _run_local(scheduler, graph, keys, workers, at_once,
+                                  progress.local_callbacks(bar) if bar is not None else None)
+    except KeyboardInterrupt:
+        if registry.in_callback():
+            _interrupt_caller()
+        raise
+    finally:
+        if client is not None:
+            counters.collect(client)  # what worker processes counted (jask.stats)
+        if bar is not None:
+            progress.close(bar)
+
+
+def _scheduler():
+    """The scheduler in effect (None: Dask's threaded default).
+
+    Dask looks for a default ``distributed.Client`` by importing
+    ``distributed``: on the first op of a process that took 0.3-3 s and
+    12 MB, counted against the op. No Client exists unless ``distributed``
+    was imported, so jask asks Dask only then, or when a scheduler is set.
+    """
+    if ("distributed" not in sys.modules and not dask.config.get("scheduler", None)
+            and not dask.config.get("get", None)):
+        return None
+    return get_scheduler()
+
+
+def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
+    threaded = scheduler is None or scheduler is dask.threaded.get
+    if threaded and callbacks is None:
+        order = _serial_order(graph, at_once)
+        if order is not None:  # nothing to run in parallel: no scheduler needed
+            return _run_inline(graph, order, keys)
+    if threaded and len(graph) == 1:
+        return list(dask.get(graph, keys, callbacks=callbacks))  # nothing to parallelize
+    if threaded:
+        # The same threads whatever the plan's concurrency: each thread's
+        # malloc arena keeps its last tiles, and a pool per concurrency
+        # would add up those leftovers op after op.
+        pool = _TrackedPool(_pool(workers), at_once)
+        try:
+            return list(dask.threaded.get(graph, keys, num_workers=at_once, pool=pool,
+                                          callbacks=callbacks))
+        except BaseException:
+            pool.wait()
+            raise
+    if callbacks is not None and getattr(scheduler, "__module__", "").startswith("dask."):
+        return list(scheduler(graph, keys, callbacks=callbacks))
+    return list(scheduler(graph, keys))
+
+
+def _is_key(arg, graph: dict) -> bool:
+    if type(arg) is not tuple or not arg or type(arg[0]) is not str:
+        return False
+    try:
+        return arg in graph
+    except TypeError:  # holds slices: a region, not a key
+        return False
+
+
+def _serial_order(graph: dict, at_once: int) -> list | None:
+    """The keys of ``graph`` in an order that runs each task after its
+    inputs, when running them one by one in the calling thread loses
+    nothing: at most one task may run at a time, or only one task needs no
+    other (a chain, like a small reduction). None otherwise, or for a task
+    of a form jask's builders do not make (left to Dask)."""
+    deps: dict = {}
+    for key, task in graph.items():
+        if type(task) is not tuple or not task or not callable(task[0]):
+            return None
+        found = []
+        for arg in task[1:]:
+            if _is_key(arg, graph):
+                found.append(arg)
+            elif (type(arg) is tuple and arg and callable(arg[0])) or (
+                    type(arg) is list and any(_is_key(a, graph) for a in arg)):
+                return None  # a nested task or a list of keys: Dask's job
+        deps[key] = found
+    if at_once > 1 and sum(1 for found in deps.values() if not found) > 1:
+        return None
+    order, seen = [], set()
+    for key in graph:  # builders list inputs before the tasks that read them
+        if any(d not in seen for d in deps[key]):
+            return None
+        seen.add(key)
+        order.append(key)
+    return order
+
+
+def _run_inline(graph: dict, order: list, keys: list) -> list:
+    """Run the tasks in ``order`` in this thread; drop each value once its
+    last reader has run, as Dask would."""
+    readers: dict = {}
+    for key in order:
+        for arg in graph[key][1:]:
+            if _is_key(arg, graph):
+                readers[arg] = readers.get(arg, 0) + 1
+    wanted = set(keys)
+    values: dict = {}
+    for key in order:
+        func, *args = graph[key]
+        inputs = [values[a] if _is_key(a, graph) else a for a in args]
+        for a in args:
+            if _is_key(a, graph):
+                readers[a] -= 1
+                if readers[a] == 0 and a not in wanted:
+                    del values[a]
+        values[key] = func(*inputs)
+        del inputs
+    return [values[k] for k in keys]
+
+
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "\0"
+
+
+_JAX_DIRS = tuple(_package_dir(n) for n in ("jax", "jaxlib", "jask"))
+
+
+def _interrupt_caller() -> None:
+    """Make the compiled call that this callback belongs to raise
+    KeyboardInterrupt, not the JaxRuntimeError JAX makes of it.
+
+    The call goes through JAX's Python API (programs with ordered effects
+    skip JAX's C++ fast path). A one-shot profile hook waits for the
+    exception to leave the outermost frame of that API, the one the user's
+    code called, and replaces it there, as an exception raised by a profile
+    hook does. It is not installed when a profiler is already running, and
+    is removed at jask's next op if the call never returns through it.
+    """
+    boundary = _api_boundary(sys._getframe())
+    if boundary is None or sys.getprofile() is not None:
+        return
+
+    def hook(frame, event, arg):
+        if frame is boundary and event == "return":
+            clear_interrupt_hook()
+            raise KeyboardInterrupt
+    _hook[:] = [hook]
+    sys.setprofile(hook)
+
+
+def _api_boundary(frame):
+    """The innermost JAX (or jask) frame called by code that is neither."""
+    while frame is not None and frame.f_back is not None:
+        if (frame.f_code.co_filename.startswith(_JAX_DIRS)
+                and not frame.f_back.f_code.co_filename.startswith(_JAX_DIRS)):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+_hook: list = []
+
+
+def clear_interrupt_hook() -> None:
+    """Remove the hook :func:`_interrupt_caller` set, if it is still there."""
+    if _hook and sys.getprofile() is _hook[0]:
+        sys.setprofile(None)
+    _hook.clear()

@@ -1,0 +1,419 @@
+"""Fused groups: several ops computed together over row bands, one read of each input.
+
+A *group* is a small DAG of :class:`Node` s whose arrays all run along one
+leading axis of length ``n`` (the rows of a data matrix ``X``, and of
+``X @ w``, ``X @ w - y``, ...). One task per band of rows reads that band of
+every input store once, computes every node of the group on it in memory
+and then
+
+* writes the band of each node whose store is wanted (a *store root*), and
+* hands on a partial result for each node that reduces over the rows (a
+  *value root*: ``sum``, ``X.T @ g``), which a fan-in tree adds up.
+
+Intermediates nobody keeps are never written. So ``X.T @ (2 * (X @ w - y))``
+reads ``X`` once, where running op by op reads it twice and writes three
+arrays in between. Nothing here knows of JAX: :mod:`jask.engine.lazy` builds the
+nodes from recorded ops and decides when a group runs.
+
+A node is one of two kinds:
+
+* ``"map"``: a kernel over the tiles of a full shape (see
+  :mod:`jask.engine.blockwise`): an elementwise op, a broadcast or a
+  reduction, given by its operands' axes maps, the axes the output keeps
+  and a reducer;
+* ``"dot"``: a matrix product that either keeps the rows (``X @ w`` with
+  ``w`` in memory) or contracts them (``X.T @ g``, ``g @ X``).
+
+:func:`fusable` says whether a node can join a band group; :func:`plan`
+chooses the band height from the memory budget (``None`` when even one
+chunk-row band cannot fit: the ops then run one by one, as unfused).
+"""
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jask.base import memory
+from jask.engine.blockwise import REDUCERS
+from jask.engine.builders import FAN_IN, key_name
+from jask.store import chunkio
+from jask.store.spec import StoreSpec
+
+__all__ = ["Node", "fusable", "plan", "Plan", "group_graph"]
+
+
+@dataclass(eq=False)
+class Node:
+    """One op of a group: what it computes and from what.
+
+    ``inputs`` are other nodes, stores or in-memory numpy arrays (and for
+    ``X @ w``, ``w`` may be a store, read whole: see :func:`whole_inputs`). For a
+    ``"map"``, ``params`` holds ``kernel``, ``axes``, ``dtypes``,
+    ``full_shape``, ``out_axes`` and ``reducer``; for a ``"dot"``, ``ta``,
+    ``tb`` and ``vectors`` (as :func:`jask.engine.work.dot` takes them).
+    """
+
+    op: str
+    kind: str
+    inputs: list
+    shape: tuple
+    dtype: np.dtype
+    params: dict = field(default_factory=dict)
+
+    @property
+    def rows(self) -> bool:
+        """Whether the output runs along the band axis (else it reduces it)."""
+        if self.kind == "map":
+            return 0 in self.params["out_axes"]
+        return self._dot_case() == "rows"
+
+    def _dot_case(self) -> str | None:
+        p = self.params
+        a, b = self.inputs
+        va, vb = p["vectors"]
+        if (p["ta"] is False and va is None and len(_shape(a)) == 2
+                and isinstance(b, (np.ndarray, StoreSpec))):
+            return "rows"      # X @ w: a row band of X gives a row band of the product
+        if p["tb"]:
+            return None
+        if p["ta"] and va is None and len(_shape(a)) == 2 and len(_shape(b)) in (1, 2):
+            return "contract"  # X.T @ g: every band adds X_band.T @ g_band
+        if va == "row" and not p["ta"] and len(_shape(b)) == 2:
+            return "contract"  # g @ X
+        return None
+
+
+def _shape(x) -> tuple:
+    return tuple(x.shape)
+
+
+def fusable(node: Node) -> bool:
+    """Whether ``node`` can run in a band group: its rows, and the rows of
+    every input read from disk, are the full shape's leading axis.
+
+    Example:
+      >>> x = StoreSpec("x", (10, 3), np.dtype("float32"), (5, 3))
+      >>> n = Node("dot", "dot", [x, np.ones(3)], (10,), np.dtype("float32"),
+      ...          dict(ta=False, tb=False, vectors=(None, "col")))
+      >>> fusable(n), n.rows
+      (True, True)
+    """
+    if node.kind == "dot":
+        case = node._dot_case()
+        a, b = node.inputs
+        if case == "rows":
+            return not isinstance(a, np.ndarray)
+        return (case == "contract" and not isinstance(a, np.ndarray)
+                and not isinstance(b, np.ndarray) and a.shape[0] == b.shape[0])
+    p = node.params
+    full = p["full_shape"]
+    if not full:
+        return False
+    for x, ax in zip(node.inputs, p["axes"]):
+        if isinstance(x, np.ndarray):
+            continue
+        if not ax or ax[0] != 0 or x.shape[0] != full[0]:
+            return False  # a store broadcast along the rows: read whole, not banded
+    return True
+
+
+def whole_inputs(node: Node) -> list:
+    """The stores a node reads whole rather than by bands (``w`` of ``X @ w``)."""
+    if node.kind == "dot" and node._dot_case() == "rows" and isinstance(node.inputs[1],
+                                                                         StoreSpec):
+        return [node.inputs[1]]
+    return []
+
+
+def band_length(node: Node) -> int:
+    """Length of the band axis of ``node``."""
+    if node.kind == "map":
+        return node.params["full_shape"][0]
+    return node.inputs[0].shape[0]
+
+
+# --- computing one band ------------------------------------------------------------
+
+def _band_of(x, values: dict, rows: slice):
+    """An input's band: a node's value, a store's rows, or an array's rows."""
+    if isinstance(x, Node):
+        return values[id(x)]
+    if isinstance(x, StoreSpec):  # read once per band, however many nodes use it
+        if x.path not in values:
+            region = (rows,) + tuple(slice(0, d) for d in x.shape[1:])
+            values[x.path] = chunkio.read(x, region)
+        return values[x.path]
+    return x[rows]
+
+
+def _map_band(node: Node, values: dict, rows: slice) -> np.ndarray:
+    p = node.params
+    full = p["full_shape"]
+    region_shape = (rows.stop - rows.start,) + tuple(full[1:])
+    tiles = []
+    for x, ax, dt in zip(node.inputs, p["axes"], p["dtypes"]):
+        if isinstance(x, np.ndarray) and not (ax and ax[0] == 0):
+            block = x  # used whole: broadcast along the rows
+        else:
+            block = _band_of(x, values, rows)
+        if dt is not None and block.dtype != dt:
+            block = block.astype(dt)
+        dims = [1] * len(full)
+        for i, a in enumerate(ax):
+            if a is not None:
+                dims[a] = block.shape[i]
+        tiles.append(block.reshape(dims))
+    with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
+        result = np.broadcast_to(p["kernel"](*tiles), region_shape)
+    kept = {a for a in p["out_axes"] if a is not None}
+    reduced = tuple(d for d in range(len(full)) if d not in kept)
+    if p["reducer"] is not None and reduced:
+        result = REDUCERS[p["reducer"]][0](result, reduced)
+    own = tuple(1 if a is None else result.shape[a] for a in p["out_axes"])
+    if node.rows:
+        return np.ascontiguousarray(result.astype(node.dtype, copy=False)).reshape(own)
+    return result  # a partial, full rank (1 along the reduced axes)
+
+
+def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
+    a, b = node.inputs
+    p = node.params
+    if node._dot_case() == "rows":
+        if isinstance(b, StoreSpec):  # a small store, used whole: read once per band
+            key = ("whole", b.path)
+            if key not in values:
+                values[key] = chunkio.read(b, tuple(slice(0, d) for d in b.shape))
+            b = values[key]
+        w = b.T if p["tb"] else b
+        return np.asarray(_band_of(a, values, rows) @ w).astype(node.dtype, copy=False)
+    ab, bb = _band_of(a, values, rows), _band_of(b, values, rows)
+    if p["ta"]:
+        return ab.T @ bb
+    return ab @ bb  # a is a row vector band
+
+
+def _compute(node: Node, values: dict, rows: slice) -> np.ndarray:
+    try:
+        if node.kind == "map":
+            return _map_band(node, values, rows)
+        return _dot_band(node, values, rows)
+    except Exception as err:  # name the op, not only the group it ran in
+        if hasattr(err, "add_note"):  # Python 3.11
+            getattr(err, "add_note")(f"jask.{node.op} failed on rows {rows.start}:{rows.stop} "
+                                     "(run fused with the ops around it)")
+        raise
+
+
+def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
+              rows: slice) -> tuple:
+    """Compute one band of every node in ``order``; write the bands of the
+    store roots; return the partials of the value roots."""
+    values: dict = {}
+    out = []
+    for i, node in enumerate(order):
+        values[id(node)] = _compute(node, values, rows)
+        for j in last_use[i]:  # drop what no later node reads
+            if j not in values_out and order[j] not in [n for n, _ in writes]:
+                values.pop(id(order[j]), None)
+    for node, store in writes:
+        block = values[id(node)]
+        region = (rows,) + tuple(slice(0, d) for d in store.shape[1:])
+        chunkio.write(store, region, block.reshape(tuple(r.stop - r.start for r in region)))
+    for j in values_out:
+        out.append(values[id(order[j])])
+    return tuple(out)
+
+
+def combine_bands(reducers: tuple, *results) -> tuple:
+    """Add up (or max/min) the band partials of each value root; a root
+    keeping the rows (``"rows"``) has its bands joined in order instead."""
+    combined = []
+    for i, reducer in enumerate(reducers):
+        if reducer == "rows":
+            combined.append(np.concatenate([r[i] for r in results], axis=0))
+            continue
+        combine = REDUCERS[reducer][1]
+        acc = results[0][i]
+        for r in results[1:]:
+            acc = combine(acc, r[i])
+        combined.append(acc)
+    return tuple(combined)
+
+
+# --- planning ----------------------------------------------------------------------
+
+#: Share of the budget a band group's tasks plan for. A group's kernels are
+#: many numpy calls whose temporaries the model counts only roughly, and a
+#: compiled step keeps its XLA program beside them: measured peaks ran up to
+#: 1.3x the model with the whole budget planned.
+BAND_SHARE = 0.75
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Band height and what one band task holds."""
+
+    rows: int
+    cost: memory.TileCost
+
+
+def _row_bytes(shape: tuple, dtype) -> int:
+    return math.prod(shape[1:]) * np.dtype(dtype).itemsize
+
+
+def _partial_bytes(node: Node) -> int:
+    if node.kind == "map":
+        kept = [node.params["full_shape"][a] for a in node.params["out_axes"] if a is not None]
+        return math.prod(kept) * max(8, np.dtype(node.dtype).itemsize)
+    return math.prod(node.shape) * max(8, np.dtype(node.dtype).itemsize)
+
+
+def _out_row_bytes(node: Node) -> int:
+    return _row_bytes(node.shape, node.dtype) if node.rows else 0
+
+
+def _temp_row_bytes(node: Node) -> int:
+    """Bytes per row a node's kernel holds while it runs besides its output:
+    a map's result over the full shape (before any reduction) in the widest
+    dtype it computes in; a product, nothing (a contraction's partial is
+    counted apart)."""
+    if node.kind != "map":
+        return 0
+    p = node.params
+    dts = [np.dtype(d) for d in p["dtypes"] if d is not None] + [np.dtype(node.dtype)]
+    return math.prod(p["full_shape"][1:]) * max(d.itemsize for d in dts)
+
+
+def _peak_row_bytes(order: list, keep: set) -> int:
+    """Most bytes per row a band task holds at once besides its input bands,
+    walking the nodes as :func:`band_task` does (a value is dropped after its
+    last reader unless it is kept: written or returned)."""
+    last = _last_uses(tuple(order))
+    live = peak = 0
+    for i, node in enumerate(order):
+        peak = max(peak, live + _out_row_bytes(node) + _temp_row_bytes(node))
+        live += _out_row_bytes(node)
+        for j in last[i]:
+            if id(order[j]) not in keep:
+                live -= _out_row_bytes(order[j])
+    return max(peak, live)
+
+
+def plan(name: str, nodes: list, leaves: list, held: int, n: int, budget: int,
+         workers: int, keep: set | None = None) -> Plan | None:
+    """The band height for a group, or ``None`` if no band fits the budget.
+
+    A band is a whole number of the largest input's chunk rows (so each of
+    its chunks is read once); one band task holds its input bands (and the
+    buffers a read needs), the node bands alive at once (``keep``: the ids
+    of nodes written or returned, alive to the end) with a temporary, and
+    the partials waiting to be combined.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 100), np.dtype("float64"), (100, 100))
+      >>> n = Node("dot", "dot", [x, np.ones(100)], (1000,), np.dtype("float64"),
+      ...          dict(ta=False, tb=False, vectors=(None, "col")))
+      >>> plan("dot", [n], [x], 800, 1000, 10**7, 2).rows
+      500
+    """
+    models = [chunkio.read_model(s) for s in leaves]
+    units = [1]
+    if leaves:  # whole chunk rows of the largest input: each of its chunks read once
+        biggest = max(range(len(leaves)), key=lambda i: _row_bytes(leaves[i].shape,
+                                                                    leaves[i].dtype))
+        chunk_rows = max(1, min(models[biggest].unit[0], n))
+        # uncompressed C-order chunks are read by row ranges: any band height
+        # reads each byte once, so a band may also cut their chunks
+        units = [chunk_rows] + ([1] if models[biggest].raw and chunk_rows > 1 else [])
+    per_row = (sum(_row_bytes(s.shape, s.dtype) for s in leaves)
+               + _peak_row_bytes(nodes, keep or set()))
+    partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
+    fixed = held + memory.op_overhead(budget)
+    budget = int(budget * BAND_SHARE)
+    most_tasks = memory.task_bound(sum(memory.nbytes(s.shape, s.dtype) for s in leaves),
+                                   budget)
+
+    def cost(rows: int, at_once: int) -> memory.TileCost:
+        tiles = [(rows,) + tuple(s.shape[1:]) for s in leaves]
+        extra = max((memory.read_cost(m, t)[0] for m, t in zip(models, tiles)), default=0)
+        task = rows * per_row + extra + partials
+        return memory.TileCost(name, (rows,), task, at_once, extra, -(-n // rows), 1.0, fixed)
+
+    for unit in units:
+        most = -(-n // unit)
+        for at_once in range(workers, 0, -1):
+            if cost(unit, at_once).total > budget:
+                continue
+            # the most rows that fit, but bands enough for every worker
+            lo, hi = 1, max(1, -(-most // at_once))
+            while lo < hi:  # the largest multiple of unit that fits
+                mid = (lo + hi + 1) // 2
+                if cost(mid * unit, at_once).total <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            rows = min(n, lo * unit)
+            if -(-n // rows) <= most_tasks:
+                return Plan(rows, cost(rows, at_once))
+    return None
+
+
+def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: int,
+                rows: int) -> tuple[dict, list]:
+    """The Dask graph of a group: one task per band, then a fan-in tree
+    combining the value roots' partials (the last key's value: their tuple).
+
+    ``value_roots`` are indices into ``order``.
+    """
+    token = uuid.uuid4().hex
+    band_name = key_name(name, token)
+    last_use = _last_uses(order)
+    dsk: dict = {}
+    keys: list = []
+    key: tuple
+    for i, start in enumerate(range(0, n, rows)):
+        key = (band_name, i)
+        dsk[key] = (band_task, order, last_use, writes, value_roots,
+                    slice(start, min(n, start + rows)))
+        keys.append(key)
+    if not value_roots:
+        return dsk, keys
+    reducers = tuple(_reducer(order[j]) for j in value_roots)
+    combine = key_name(name, token, stage="combine")
+    level = 0
+    while len(keys) > 1:
+        nxt = []
+        for i in range(0, len(keys), FAN_IN):
+            key = (combine, level, i)
+            dsk[key] = (combine_bands, reducers, *keys[i:i + FAN_IN])
+            nxt.append(key)
+        keys, level = nxt, level + 1
+    return dsk, keys
+
+
+def _reducer(node: Node) -> str:
+    if node.rows:
+        return "rows"
+    return node.params["reducer"] if node.kind == "map" else "sum"
+
+
+def _last_uses(order: tuple) -> tuple:
+    """For each node, the earlier nodes whose last reader it is."""
+    last: dict = {}
+    for i, node in enumerate(order):
+        for x in node.inputs:
+            if isinstance(x, Node):
+                last[id(x)] = i
+    position = {id(node): i for i, node in enumerate(order)}
+    out: list = [[] for _ in order]
+    for key, i in last.items():
+        out[i].append(position[key])
+    return tuple(tuple(x) for x in out)
+
+
+def finish(node: Node, partial: np.ndarray) -> np.ndarray:
+    """A value root's whole result from its combined partial."""
+    return np.asarray(partial).astype(node.dtype, copy=False).reshape(node.shape)

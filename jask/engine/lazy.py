@@ -1,0 +1,299 @@
+"""Lazy stores inside compiled programs: ops recorded, then run together.
+
+Eagerly every op runs at once. Inside a compiled program (an op's
+callback), an op that a band group can hold (:func:`jask.engine.fusion.fusable`:
+elementwise ops, broadcasts, reductions, products with an in-memory
+operand, all along the rows of their inputs) only records a
+:class:`Recorded` and returns its handle. The work happens when something
+needs the data, in program order:
+
+* an op returning an in-memory value (``sum``, the gradient ``X.T @ g`` of
+  an in-memory parameter) runs its whole chain of recorded inputs as one band
+  group (:mod:`jask.engine.fusion`): each input store read once, nothing in
+  between written;
+* any other op reading a recorded store, the program returning it, and an
+  ``update_`` or ``to_memmap`` of a store a recorded one reads compute it
+  first (:func:`jask.store.registry.spec`, :func:`jask.store.registry.before_mutation`);
+* a recorded store nothing needs is dropped with the program's garbage,
+  never computed.
+
+Groups that do not fit the budget as one band task run op by op, as
+unfused (the same work an eager op does).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from jask.base import memory
+from jask.base.config import Config
+from jask.engine import execute, fusion, work
+from jask.store import chunkio, registry
+from jask.store.spec import StoreSpec
+
+__all__ = ["Description", "Recorded", "record", "values"]
+
+#: One group runs at a time: a group reads stores other groups may be
+#: computing, and each recorded store is computed once.
+_running = threading.RLock()
+
+
+@dataclass(frozen=True, eq=False)
+class Description:
+    """What an op computes, for a band group (see :class:`fusion.Node`)."""
+
+    op: str
+    kind: str
+    on_disk: tuple
+    shape: tuple
+    dtype: np.dtype
+    params: dict = field(default_factory=dict)
+    grad: bool = False
+
+
+class Recorded(registry.Deferred):
+    """A store an op will write when first needed."""
+
+    def __init__(self, desc: Description, inputs: list, config: Config, work: Callable):
+        self.desc = desc
+        self.inputs = inputs  # per operand: Recorded, StoreSpec or numpy array
+        self.config = config
+        self.work = work      # the op's own (unfused) work
+        self.handle = 0
+        self.store: StoreSpec | None = None
+        self.forgotten = False  # nothing reads it any more: never computed
+
+    @property
+    def shape(self) -> tuple:
+        return self.desc.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.desc.dtype
+
+    def compute(self) -> StoreSpec:
+        if self.forgotten:
+            raise RuntimeError(f"jask: internal error, {self.desc.op}'s result was needed "
+                               "after the program said nothing reads it")
+        with _running:
+            if self.store is None:
+                _run_group([self], [], self.config)
+            assert self.store is not None
+            return self.store
+
+    def reads(self, path: str) -> bool:
+        if self.forgotten:
+            return False
+        return any(x.path == path if isinstance(x, StoreSpec)
+                   else isinstance(x, Recorded) and (x.store.path == path if x.store
+                                                    else x.reads(path))
+                   for x in self.inputs)
+
+    def run_alone(self) -> None:
+        """Compute this store with the op's own work (its inputs first)."""
+        stores = [registry.spec(x.handle) if isinstance(x, Recorded) else x
+                  for x, d in zip(self.inputs, self.desc.on_disk) if d]
+        values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
+        self.store = registry.fulfil(self.handle, self.work(stores, values, self.config))
+
+
+def _inputs(desc: Description, args) -> list:
+    """Operands in order: a recorded store, a computed store or an array."""
+    n = sum(desc.on_disk)
+    disk, values = iter(args[:n]), iter(args[n:])
+    out: list = []
+    for d in desc.on_disk:
+        if d:
+            handle = next(disk)
+            recorded = registry.deferred(handle)
+            out.append(recorded if recorded is not None else registry.spec(handle))
+        else:
+            out.append(np.asarray(next(values)))
+    return out
+
+
+def _shallow(desc: Description, inputs: list) -> fusion.Node:
+    return fusion.Node(desc.op, desc.kind, inputs, desc.shape, np.dtype(desc.dtype),
+                       desc.params)
+
+
+def _joins(desc: Description, inputs: list) -> bool:
+    """Whether the op can run in a band group with its recorded inputs."""
+    node = _shallow(desc, inputs)
+    if not fusion.fusable(node):
+        return False
+    n = fusion.band_length(node)
+    for x in inputs:
+        if isinstance(x, Recorded) and x.store is None:
+            inner = _shallow(x.desc, x.inputs)
+            if not inner.rows or fusion.band_length(inner) != n:
+                return False
+    return True
+
+
+def record(desc: Description, args, config: Config, work: Callable) -> int | None:
+    """Record an op whose output is a store; its handle, or None when the
+    op cannot join a group (then it runs now)."""
+    inputs = _inputs(desc, args)
+    if not _joins(desc, inputs):
+        return None
+    recorded = Recorded(desc, inputs, config, work)
+    recorded.handle = registry.register_deferred(recorded)
+    return recorded.handle
+
+
+def forget(handles) -> None:
+    """Results nothing will read: an update_ need not compute them first."""
+    for handle in handles:
+        recorded = registry.deferred(handle)
+        if isinstance(recorded, Recorded):
+            recorded.forgotten = True
+
+
+def values(items: list) -> list:
+    """Compute ops returning in-memory values, ``items`` = [(description,
+    args, config)], together with the recorded stores they read: one band
+    group per band length. An entry is None where its op must run alone
+    (it cannot join a group, or no band fits the budget)."""
+    out: list = [None] * len(items)
+    groups: dict = {}
+    for i, (desc, args, config) in enumerate(items):
+        inputs = _inputs(desc, args)
+        if _joins(desc, inputs):
+            n = fusion.band_length(_shallow(desc, inputs))
+            groups.setdefault(n, []).append((i, desc, inputs, config))
+    for members in groups.values():
+        if len(members) == 1 and not any(isinstance(x, Recorded) and x.store is None
+                                         for x in members[0][2]):
+            continue  # one op on stored data: its own plan is as good
+        with _running:
+            results = _run_group([], [(d, x) for _, d, x, _ in members], members[0][3])
+        for (i, *_), result in zip(members, results):
+            out[i] = result
+    return out
+
+
+# --- running a group ---------------------------------------------------------------
+
+@dataclass
+class _Group:
+    order: list            # nodes, inputs before the nodes reading them
+    node_of: dict          # id(recorded) -> its node
+    recorded_of: dict       # id(node) -> its recorded
+    tops: list = field(default_factory=list)  # the value roots' nodes
+
+
+def _build(roots: list, value_roots: list) -> _Group:
+    group = _Group([], {}, {})
+
+    def node_of(p: Recorded) -> fusion.Node:
+        if id(p) not in group.node_of:
+            node = _shallow(p.desc, [resolve(x) for x in p.inputs])
+            group.node_of[id(p)] = node
+            group.recorded_of[id(node)] = p
+            group.order.append(node)
+        return group.node_of[id(p)]
+
+    def resolve(x):
+        if isinstance(x, Recorded):
+            return x.store if x.store is not None else node_of(x)
+        return x
+
+    for p in roots:
+        node_of(p)
+    for desc, inputs in value_roots:
+        top = _shallow(desc, [resolve(x) for x in inputs])
+        group.tops.append(top)
+        group.order.append(top)
+    return group
+
+
+def _run_group(roots: list, value_roots: list, config: Config) -> list:
+    """Compute ``roots`` (recorded stores) and ``value_roots`` ([(description,
+    inputs)]) as one band group; return the values. When no band fits the
+    budget, the recorded stores are computed op by op and the values are
+    None (their ops then run alone)."""
+    group = _build(roots, value_roots)
+    n = fusion.band_length(group.order[-1])
+    leaves: dict = {}
+    held = 0
+    for node in group.order:
+        whole = fusion.whole_inputs(node)
+        # read whole by every band task: once per task at once
+        held += config.workers * sum(memory.nbytes(x.shape, x.dtype) for x in whole)
+        for x in node.inputs:
+            if isinstance(x, StoreSpec) and not any(x is y for y in whole):
+                leaves.setdefault(x.path, x)
+            elif isinstance(x, np.ndarray):
+                held += x.nbytes
+    # a value keeping the rows is assembled whole in memory, beside its parts
+    held += sum(2 * memory.nbytes(top.shape, top.dtype) for top in group.tops if top.rows)
+    name = f"fused_{group.order[-1].op}"
+    keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
+    plan = None
+    if all(fusion.band_length(x) == n for x in group.order):
+        plan = fusion.plan(name, group.order, list(leaves.values()), held, n,
+                           config.max_memory, config.workers, keep)
+    if plan is None:  # too large for one band task: op by op, as unfused
+        for node in group.order:
+            p = group.recorded_of.get(id(node))
+            if p is not None and p.store is None:
+                p.run_alone()
+        return [None] * len(value_roots)
+    return _run_fused(name, group, roots, plan, n, config)
+
+
+def _run_fused(name: str, group: _Group, roots: list, plan: fusion.Plan, n: int,
+               config: Config):
+    order = group.order
+    index = {id(x): i for i, x in enumerate(order)}
+    banded = [p for p in roots if group.node_of[id(p)].rows]
+    reduced = [p for p in roots if not group.node_of[id(p)].rows]
+    value_roots = tuple(index[id(group.node_of[id(p)])] for p in reduced)
+    value_roots += tuple(index[id(top)] for top in group.tops)
+    with contextlib.ExitStack() as stack:
+        writes = []
+        for p in banded:
+            chunks = (plan.rows,) + tuple(p.shape[1:])
+            stack.enter_context(work._room(config, p.desc.op, p.shape, p.dtype, chunks))
+            store = stack.enter_context(registry.new_store(
+                config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks, grad=p.desc.grad))
+            writes.append((group.node_of[id(p)], store))
+        dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
+                                       plan.rows)
+        results = _run_naming_the_op(dsk, keys, config, plan)
+        values = {j: fusion.finish(order[j], v)
+                  for j, v in zip(value_roots, results[-1] if value_roots else ())}
+        small = [(p, _write_whole(p, values[index[id(group.node_of[id(p)])]], config))
+                 for p in reduced]
+    for node, store in writes:
+        p = group.recorded_of[id(node)]
+        p.store = registry.fulfil(p.handle, store)
+    for p, store in small:
+        p.store = registry.fulfil(p.handle, store)
+    return [values[index[id(top)]] for top in group.tops]
+
+
+def _run_naming_the_op(dsk, keys, config: Config, plan: fusion.Plan) -> list:
+    """Run a group's graph. Inside a compiled program JAX reports only the
+    last line of a callback's error: put the failing op's name there."""
+    try:
+        return execute.run(dsk, keys, config.workers, plan.cost)
+    except Exception as err:
+        notes = getattr(err, "__notes__", [])
+        if notes and registry.in_callback():
+            raise RuntimeError(f"{notes[-1]}: {type(err).__name__}: {err}") from err
+        raise
+
+
+def _write_whole(p: Recorded, data: np.ndarray, config: Config) -> StoreSpec:
+    """A reduced result (small: it was held in memory) as a store of its own."""
+    chunks = memory.default_chunks(p.shape, p.dtype, config.max_memory, config.workers)
+    with registry.new_store(config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks,
+                           grad=p.desc.grad) as out:
+        chunkio.write(out, tuple(slice(0, d) for d in p.shape), data)
+    return out

@@ -1,0 +1,229 @@
+"""Tile planning for blockwise ops: which output tile each task computes.
+
+A blockwise task computes one tile of an output of ``shape`` from one tile
+of each operand store. An operand follows the output's axes through its
+``axes`` map: ``axes[i]`` is the output axis that operand axis ``i`` runs
+along, or ``None`` for a broadcast axis of length 1.
+
+The planner weighs a few hundred candidate tiles built from the operands'
+own chunks (their multiples and halves, per axis), the default chunking and
+the whole array, each with 1 to ``workers`` tasks at once, and keeps the
+plan expected to run fastest that fits the budget (:mod:`jask.base.memory`):
+
+* no tile below :func:`jask.base.memory.min_tile_bytes` (unless the whole array
+  is smaller) and no more tasks than :func:`jask.base.memory.task_bound`, so a
+  plan never degenerates into millions of tiny tasks;
+* reads that decode a chunk more than once (a tile cutting a compressed
+  chunk) count against a plan, and so do the padding of a new output's
+  edge chunks (stored whole) and fewer tasks at once; a
+  tile far below the default chunk size counts a little against it;
+* when nothing fits, :class:`jask.base.memory.BudgetError` names the input whose
+  chunks are too large, their shape, bytes and codec, the smallest budget
+  that would run the op and a chunking that would run under this one.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from jask.base import memory
+from jask.store import chunkio
+from jask.store.spec import StoreSpec
+
+__all__ = ["Operand", "operand_tile", "plan_blockwise"]
+
+#: (store, axes): see the module docstring.
+Operand = tuple[StoreSpec, tuple]
+
+#: Most candidate tiles weighed (the per-axis lists are thinned beyond it),
+#: so that planning stays far below a second for any input.
+MAX_CANDIDATES = 6000
+
+
+def operand_tile(axes: tuple, tile: tuple) -> tuple:
+    """The tile of an operand read for one output tile.
+
+    Example:
+      >>> operand_tile((None, 1), (8, 4))
+      (1, 4)
+    """
+    return tuple(1 if a is None else tile[a] for a in axes)
+
+
+def _powers(base: int, limit: int) -> set[int]:
+    """base times and divided by powers of two, within 1..limit."""
+    out, v = set(), base
+    while v < limit:
+        out.add(v)
+        v *= 2
+    out.add(limit)
+    v = base
+    while v > 1:
+        v = -(-v // 2)
+        out.add(v)
+    return {x for x in out if 1 <= x <= limit}
+
+
+def _axis_values(n: int, units: list[int], default: int, step: int) -> list[int]:
+    """Candidate tile extents along one axis of length n."""
+    bases = {min(u, n) for u in units} | {n, min(default, n)}
+    if len(set(units)) > 1:
+        lcm = math.lcm(*units)
+        if lcm <= n:
+            bases.add(lcm)
+    values = set()
+    for b in bases:
+        values |= _powers(b, n)
+    if step > 1:  # whole write units only (shards of a store written in place)
+        values = {min(n, -(-v // step) * step) for v in values}
+    return sorted(values)
+
+
+def _thin(values: list[int], keep: set[int]) -> list[int]:
+    """Every other value, always keeping ``keep`` and both ends."""
+    return [v for i, v in enumerate(values)
+            if i % 2 == 0 or v in keep or i == len(values) - 1]
+
+
+def _candidates(shape, operands, models, out_unit, default) -> list[list[int]]:
+    per_axis = []
+    for a, n in enumerate(shape):
+        units = [m.unit[i] for (store, axes), m in zip(operands, models)
+                 for i, ax in enumerate(axes) if ax == a]
+        step = out_unit[a] if out_unit else 1
+        per_axis.append(_axis_values(n, units, default[a], min(step, n)))
+    keep = [set(min(u, n) for u in ([default[a]] + ([out_unit[a]] if out_unit else [])))
+            for a, n in enumerate(shape)]
+    while math.prod(len(v) for v in per_axis) > MAX_CANDIDATES:
+        a = max(range(len(shape)), key=lambda k: len(per_axis[k]))
+        thinner = _thin(per_axis[a], keep[a])
+        if len(thinner) == len(per_axis[a]):
+            break
+        per_axis[a] = thinner
+    return per_axis
+
+
+def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, workers: int,
+                   out_copies: int = memory.ELEMENTWISE_OUT_COPIES,
+                   fixed_bytes: int = 0, out_unit: tuple | None = None,
+                   ) -> tuple[tuple, memory.TileCost]:
+    """The output tile of a blockwise op and what one of its tasks holds.
+
+    ``fixed_bytes`` are held once whatever the tiles (in-memory operands).
+    ``out_unit``, when given, is the write unit of an existing output store
+    (its shard or chunk): tiles are then whole multiples of it, so that no
+    two tasks ever write into one shard. The returned cost's
+    ``tasks_at_once`` may be below ``workers``: run at most that many.
+
+    Example:
+      >>> from jask.store.spec import StoreSpec
+      >>> x = StoreSpec("x", (1000, 1000), np.dtype("float32"), (100, 1000))
+      >>> tile, cost = plan_blockwise("add", (1000, 1000), "float32", [(x, (0, 1))],
+      ...                             budget=10**7, workers=2)
+      >>> tile, cost.tasks_at_once, cost.tasks
+      ((250, 1000), 2, 4)
+    """
+    shape = tuple(int(n) for n in shape)
+    models = [chunkio.read_model(store) for store, _ in operands]
+    # Weighing the candidates took a third of an eager op on a small array;
+    # ops in a loop ask the same question each time. (Refusals are not kept:
+    # their message names the store.)
+    key = (op, shape, np.dtype(dtype).str, tuple((_layout(m), tuple(axes)) for m, (_, axes)
+                                                  in zip(models, operands)),
+           budget, workers, out_copies, fixed_bytes, out_unit)
+    found = _plans.get(key)
+    if found is None:
+        found = _plan(op, shape, dtype, operands, models, budget, workers, out_copies,
+                      fixed_bytes, out_unit)
+        if len(_plans) >= MAX_CACHED_PLANS:
+            _plans.clear()
+        _plans[key] = found
+    return found
+
+
+#: Plans kept (see :func:`plan_blockwise`).
+MAX_CACHED_PLANS = 1024
+_plans: dict = {}
+
+
+def _layout(model: memory.ReadModel) -> tuple:
+    """What a plan depends on in a read model: all but the store's path."""
+    return (model.shape, model.unit, model.itemsize, model.raw, model.copies, model.group,
+            model.write_unit, model.write_copies, model.codec)
+
+
+def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed_bytes,
+          out_unit):
+    itemsize = np.dtype(dtype).itemsize
+    if not shape or 0 in shape:  # nothing to tile
+        tile = tuple(max(1, n) for n in shape)
+        return tile, memory.TileCost(op, tile, 0, 1, 0, 1, 1.0, fixed_bytes)
+    default = memory.default_chunks(shape, dtype, budget, workers)
+    data = math.prod(shape) * itemsize
+    smallest = min(memory.min_tile_bytes(budget), data)
+    bound = memory.task_bound(data, budget)
+    target = max(smallest, memory.chunk_bytes(budget, workers))
+    fixed = fixed_bytes + memory.op_overhead(budget)
+    room = budget - fixed
+    best = cheapest = None
+    for tile in itertools.product(*_candidates(shape, operands, models, out_unit, default)):
+        size = math.prod(tile) * itemsize
+        if size < smallest:
+            continue
+        counts = [-(-n // t) for n, t in zip(shape, tile)]
+        tasks = math.prod(counts)
+        if tasks > bound:
+            continue
+        kept = held = decoded = 0
+        for (store, axes), model in zip(operands, models):
+            part = operand_tile(axes, tile)
+            part_bytes = math.prod(part) * model.itemsize
+            extra, factor = memory.read_cost(model, part)
+            kept += part_bytes
+            held = max(held, extra)
+            decoded += part_bytes * factor
+        task = kept + held + out_copies * size
+        factor = decoded / kept if kept else 1.0
+        if cheapest is None or task < cheapest[1]:
+            cheapest = (tile, task, held)
+        at_once = min(workers, room // task)
+        if at_once < 1:
+            continue
+        waves = -(-tasks // at_once)
+        speed = tasks / waves * min(1.0, size / target) ** 0.25 / factor
+        if out_unit is None:  # a new output is chunked by the tile: its edge chunks
+            speed /= math.prod(c * t for c, t in zip(counts, tile)) / data * itemsize
+            # are stored (and written) whole, padding included
+        key = (round(speed, 6), min(size, target), -size)
+        if best is None or key > best[0]:
+            best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor, fixed))
+    if best is None:
+        raise _refusal(op, cheapest, operands, models, budget, fixed, workers, shape)
+    return best[1].tile, best[1]
+
+
+def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape):
+    """The BudgetError for a plan that cannot fit: what needs how much, and
+    what would work instead."""
+    tile, task, held = cheapest
+    need = task + fixed_bytes
+    msg = (f"jask.{op}: tiles of shape {tile} need {task} bytes per task x 1 task at once "
+           f"= {task} bytes")
+    if fixed_bytes:
+        msg += f" (+ {fixed_bytes} bytes held once per op)"
+    msg += f", over the memory budget of {budget} bytes"
+    worst = max(zip(operands, models),
+                key=lambda om: memory.read_cost(om[1], operand_tile(om[0][1], tile))[0])
+    (store, axes), model = worst
+    if held * 2 > task:  # reading the input's chunks is what does not fit
+        size = memory.chunk_bytes(budget, workers)
+        suggestion = memory.chunk_shape(tuple(store.shape), model.itemsize, size)
+        msg += (f". Input {store.path!r} has chunks of shape {model.unit} "
+                f"({model.unit_bytes} bytes decoded, codec {model.codec}); reading one holds "
+                f"{held} bytes. Rechunk it to chunks of at most {size} bytes "
+                f"(e.g. {suggestion}) or raise the budget to at least {need} bytes")
+    else:
+        msg += f". The smallest budget that runs it is {need} bytes"
+    return memory.BudgetError(msg)

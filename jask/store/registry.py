@@ -1,0 +1,318 @@
+"""The registry of stores: handles, owners and lifetimes.
+
+Every array jask computes lives in a Zarr v3 store of its own. A store is
+known to the rest of jask by an integer *handle*: that integer is what flows
+through a compiled JAX program, and a callback turns it back into a path
+(:func:`spec`) when it runs.
+
+Lifetime. A store made by jask is deleted once nothing can reach it:
+
+* an :class:`Owner` is held by every Python ``DiskArray`` whose handle is
+  concrete; when the last one is garbage collected, the store is *doomed*;
+* a store created inside a compiled program starts *pending*; it is
+  *claimed* (given an Owner) if the program returns it, and otherwise is
+  garbage once the program has finished.
+
+Doomed and unclaimed pending stores are removed by :func:`sweep`, which the
+JAX layer calls at safe points (after waiting for running programs), never
+while a program may still read them.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import threading
+import uuid
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+import zarr
+
+from jask.store import chunkio, durability, recycle, sessions, trash
+from jask.store.layout import create_at
+from jask.store.spec import GRAD_SUFFIX, StoreSpec, plain_v3_metadata, stored_nbytes
+
+__all__ = ["Owner", "create", "register", "register_external", "spec", "claim", "sweep",
+           "live_paths", "in_callback", "Deferred"]
+
+
+@dataclass(eq=False)
+class Owner:
+    """Held by every DiskArray of one store; the store dies with the last one."""
+
+    spec: StoreSpec
+    _finalizer: weakref.finalize = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self._finalizer = weakref.finalize(self, _doom, self.spec.handle)
+
+
+_lock = threading.RLock()
+_handles = itertools.count(1)
+_specs: dict[int, StoreSpec] = {}           # every store not yet deleted
+_owners: "weakref.WeakValueDictionary[int, Owner]" = weakref.WeakValueDictionary()
+_pending: set[int] = set()                  # made in a program, not claimed yet
+_doomed: set[int] = set()                   # no owner left
+_unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
+_trash: list = []                           # off the books, not deleted yet (paths, specs)
+_deferred: dict[int, "Deferred"] = {}      # handle -> its computation, not run yet
+_local = threading.local()
+
+
+def in_callback() -> bool:
+    """True while this thread runs an op's work for a compiled program."""
+    return getattr(_local, "depth", 0) > 0
+
+
+class callback_scope:
+    """Marks the current thread as running a program's callback."""
+
+    def __enter__(self):
+        _local.depth = getattr(_local, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _local.depth -= 1
+
+
+def _doom(handle: int) -> None:
+    with _lock:
+        if handle in _specs:
+            _doomed.add(handle)
+
+
+def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = False) -> StoreSpec:
+    """Make an empty store in this process's scratch folder, unregistered.
+
+    The caller fills it and then :func:`register` s it; a store that is never
+    registered (its op failed) is removed by :func:`discard`.
+    """
+    folder = sessions.session_dir(scratch_dir)
+    suffix = GRAD_SUFFIX if grad else ".zarr"
+    path = os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}")
+    with _lock:  # registered or discarded by this thread next, unless Ctrl-C comes first
+        _unclaimed[path] = threading.get_ident()
+    if _reuse(path, shape, dtype, chunks):  # a garbage store's folder (jask.store.recycle)
+        return StoreSpec(path, tuple(int(s) for s in shape), np.dtype(dtype), tuple(chunks))
+    return create_at(path, shape, dtype, chunks)
+
+
+def _reuse(path: str, shape, dtype, chunks) -> bool:
+    """Take a garbage store's folder of this layout for ``path`` (jask.store.recycle)."""
+    shape, dtype, chunks = tuple(int(s) for s in shape), np.dtype(dtype), tuple(chunks)
+    if plain_v3_metadata(shape, dtype, chunks) is None or not recycle.take(
+            path, shape, dtype, chunks):
+        return False
+    chunkio.remember_plain(path, shape, dtype, chunks)
+    return True
+
+
+def register(store: StoreSpec, *, pending: bool) -> StoreSpec:
+    """Give a completed store a handle. ``pending`` stores await a claim."""
+    with _lock:
+        handle = next(_handles)
+        store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
+                          store.managed)
+        # Ctrl-C may land between any two lines: the handle is tracked before
+        # the path's record goes, so sweep always finds the store.
+        if pending:
+            _pending.add(handle)
+        else:  # claimed by this thread next, unless an exception (Ctrl-C) comes first
+            _unclaimed[handle] = threading.get_ident()
+        _specs[handle] = store
+        _unclaimed.pop(store.path, None)
+        return store
+
+
+@contextlib.contextmanager
+def new_store(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = False):
+    """A new store (see :func:`create`) to fill in the ``with`` block; if the
+    block fails, the store is removed, so a half-written one is never kept.
+
+    Example:
+      >>> import tempfile
+      >>> with new_store(tempfile.mkdtemp(), "x", (2,), "float32", (2,)) as out:
+      ...     out.shape
+      (2,)
+    """
+    out = create(scratch_dir, name, shape, dtype, chunks, grad=grad)
+    try:
+        yield out
+    except BaseException:
+        discard(out)
+        raise
+
+
+def discard(store: StoreSpec, *, later: bool = False) -> None:
+    """Remove a store that never became visible (its op failed), or, with
+    ``later``, a garbage store: its path goes now, its files in the
+    background (:mod:`jask.store.trash`)."""
+    chunkio.forget(store.path)
+    if later and plain_v3_metadata(store.shape, store.dtype, store.chunks) is not None:
+        recycle.give(store.path, store.shape, store.dtype, store.chunks, stored_nbytes(store))
+    elif later:
+        trash.remove(store.path)
+    else:
+        shutil.rmtree(store.path, ignore_errors=True)
+    with _lock:
+        _unclaimed.pop(store.path, None)
+
+
+def register_external(path) -> StoreSpec:
+    """Register an existing Zarr array that jask must never delete.
+
+    Raises FileNotFoundError, naming the path, when there is no Zarr array.
+    """
+    path = os.fspath(path)
+    durability.recover(path)  # finish an update_ a killed process left
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
+    try:
+        arr = zarr.open_array(path, mode="r")
+    except Exception as err:  # zarr raises several kinds for a folder that is no array
+        raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
+    store = StoreSpec(os.path.abspath(path), tuple(arr.shape), np.dtype(arr.dtype),
+                      tuple(arr.chunks), managed=False)
+    return register(store, pending=False)
+
+
+class Deferred:
+    """A store not computed yet (see :mod:`jask.engine.lazy`): :func:`spec` runs it."""
+
+    def compute(self) -> StoreSpec:
+        raise NotImplementedError
+
+    def reads(self, path: str) -> bool:
+        """Whether computing it would read the store at ``path``."""
+        raise NotImplementedError
+
+
+def register_deferred(deferred: Deferred) -> int:
+    """A handle for a store to be computed when first needed; pending (a
+    garbage collected one is simply never computed)."""
+    with _lock:
+        handle = next(_handles)
+        _deferred[handle] = deferred
+        _pending.add(handle)
+        return handle
+
+
+def deferred(handle) -> Deferred | None:
+    """The computation behind a handle not computed yet, else None."""
+    return _deferred.get(int(handle))
+
+
+def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
+    """Give a lazy handle the store its computation wrote."""
+    with _lock:
+        store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
+                          store.managed)
+        _specs[handle] = store
+        _unclaimed.pop(store.path, None)
+        _deferred.pop(handle, None)
+        return store
+
+
+def before_mutation(path: str) -> None:
+    """Compute every lazy store that would read ``path``, before it changes."""
+    path = os.path.abspath(path)
+    for handle, waiting in list(_deferred.items()):
+        if handle in _deferred and waiting.reads(path):
+            waiting.compute()
+
+
+def spec(handle) -> StoreSpec:
+    """The store behind a handle, for a callback about to read it (a lazy
+    store is computed first)."""
+    try:
+        return _specs[int(handle)]
+    except KeyError:
+        waiting = _deferred.get(int(handle))
+        if waiting is not None:
+            return waiting.compute()
+        raise RuntimeError(
+            f"jask store handle {int(handle)} no longer exists: its last DiskArray was "
+            "deleted while a compiled function still referred to it (for example a "
+            "DiskArray closed over by a jitted function). Pass DiskArrays as arguments "
+            "instead.") from None
+
+
+def claim(handle: int) -> Owner:
+    """The Owner of a store, making one if the store has none yet."""
+    handle = int(handle)
+    store = spec(handle)  # a lazy store is computed here, outside the lock
+    with _lock:
+        owner = _owners.get(handle)
+        if owner is None:
+            owner = Owner(store)
+            _owners[handle] = owner
+        _pending.discard(handle)
+        _doomed.discard(handle)
+        _unclaimed.pop(handle, None)
+        return owner
+
+
+def sweep() -> int:
+    """Delete every doomed or unclaimed pending store; return how many.
+
+    Only safe once no program that could read those stores is running; the
+    JAX layer calls it after ``jax.effects_barrier()``.
+    """
+    with _lock:
+        abandoned = _abandoned()
+        abandoned_handles = {h for h in abandoned if isinstance(h, int)}
+        dead = (_doomed | _pending | abandoned_handles) - set(_owners.keys())
+        removed = [_specs[h] for h in dead if h in _specs]
+        # into the trash before off the books: a Ctrl-C below leaves them to the next sweep
+        _trash.extend([p for p in abandoned - dead if isinstance(p, str)] + removed)
+        for h in dead:
+            _specs.pop(h, None)
+            _deferred.pop(h, None)  # never needed: never computed
+        _doomed.clear()
+        _pending.difference_update(dead)
+        for key in dead | abandoned:
+            _unclaimed.pop(key, None)
+    _empty_trash()
+    return len(removed)
+
+
+def _empty_trash() -> None:
+    """Delete the trash's stores, each taken out only once deleted."""
+    while True:
+        with _lock:
+            if not _trash:
+                return
+            item = _trash[0]
+        if isinstance(item, str):  # made by an op interrupted before registering it
+            shutil.rmtree(item, ignore_errors=True)
+        elif item.managed:
+            discard(item, later=True)  # reused or deleted in the background
+        else:
+            chunkio.forget(item.path)
+        with _lock, contextlib.suppress(ValueError):  # another thread may have done it
+            _trash.remove(item)
+
+
+def _abandoned() -> set:
+    """Stores made or registered eagerly whose registration or claim never
+    came (handles, or paths of stores never registered): those of this
+    thread (which is at a safe point, so between ops) and of threads that
+    ended."""
+    here = threading.get_ident()
+    alive = {t.ident for t in threading.enumerate()}
+    return {h for h, t in _unclaimed.items() if t == here or t not in alive}
+
+
+def has_garbage() -> bool:
+    """Whether :func:`sweep` has anything to do."""
+    return bool(_doomed or _pending or _trash or (_unclaimed and _abandoned()))
+
+
+def live_paths() -> list[str]:
+    """Paths of the managed stores not yet deleted (for tests and debugging)."""
+    with _lock:
+        return sorted(s.path for s in _specs.values() if s.managed)
+
+

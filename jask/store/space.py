@@ -1,0 +1,118 @@
+"""Disk space and changed inputs: the two ways the filesystem refuses an op.
+
+:class:`DiskFullError` is raised before an output that cannot fit is
+written, or when the disk fills up mid-op; :class:`StoreChangedError` when
+another writer replaced an input while an op read it.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+
+from jask.store import chunkio, recycle, trash
+
+__all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors", "stamp",
+           "check_unchanged"]
+
+
+class DiskFullError(OSError):
+    """Not enough free disk space for an op's output.
+
+    Raised before anything is written when the output's size is known and
+    does not fit, or when the disk fills up during the op (the partial
+    output is then removed). The message names the folder, the bytes needed
+    and the bytes free; ``errno`` is ``ENOSPC``, so ``except OSError`` code
+    keeps working.
+
+    Example:
+      >>> import errno, jask
+      >>> issubclass(jask.DiskFullError, OSError)
+      True
+      >>> try:
+      ...     check_space("/", 2**80, "add")
+      ... except jask.DiskFullError as err:
+      ...     err.errno == errno.ENOSPC
+      True
+    """
+
+
+def _free_bytes(folder: str) -> int:
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe):  # made on first write
+        probe = os.path.dirname(probe)
+    return shutil.disk_usage(probe).free
+
+
+def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
+    free = _free_bytes(folder)
+    return DiskFullError(
+        errno.ENOSPC,
+        f"{op}: not enough disk space in {folder!r}: the output needs {needed:,} bytes "
+        f"and {free:,} bytes are free. Free some space (or choose another scratch_dir "
+        "with jask.set_memory_budget) and run the op again; nothing was kept of it")
+
+
+def check_space(folder: str, needed: int, op: str) -> None:
+    """Refuse, before writing, an output that cannot fit in ``folder``."""
+    if _free_bytes(folder) < needed:
+        recycle.clear()  # garbage kept for reuse or still being deleted
+        trash.wait()
+        if _free_bytes(folder) < needed:
+            raise _full_error(folder, needed, op)
+
+
+@contextlib.contextmanager
+def space_errors(folder: str, needed: int, op: str):
+    """Turn a disk filling up mid-op (another writer took the space) into a
+    :class:`DiskFullError` that names the folder and the sizes."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno != errno.ENOSPC or isinstance(err, DiskFullError):
+            raise
+        raise _full_error(folder, needed, op) from err
+
+
+# --- stores changed by another writer -------------------------------------
+
+class StoreChangedError(RuntimeError):
+    """An input store was replaced (by ``update_`` in another process or
+    thread) while an op read it; the op's result, which could mix old and
+    new values, was discarded. Run the op again.
+
+    Example:
+      >>> import jask
+      >>> issubclass(jask.StoreChangedError, RuntimeError)
+      True
+    """
+
+
+def stamp(stores) -> list:
+    """What identifies the current contents of the user's stores among ``stores``.
+
+    ``update_`` (in any process) puts a new folder at the store's path, so
+    the folder's inode changes whenever its values are replaced.
+    """
+    return [(s.path, _inode(s.path)) for s in stores if not s.managed]
+
+
+def _inode(path: str):
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def check_unchanged(stamps: list, op: str) -> None:
+    """Raise :class:`StoreChangedError` if a stamped store was replaced."""
+    for path, inode in stamps:
+        if _inode(path) != inode:
+            chunkio.forget(path)
+            raise StoreChangedError(
+                f"{op}: the store {path!r} was replaced by another writer while this op "
+                "read it, so the result could mix old and new values; it was discarded. "
+                "Run the op again once the other writer is done.")
+
+

@@ -1,0 +1,149 @@
+"""The layer rule, checked on the source: imports only run downward.
+
+``api`` > ``core`` > ``engine`` > ``store`` > ``base``; above them ``nn`` and
+``optim`` (built on ``api``), and the leaves ``testing``, ``demo`` and the
+facade ``jask/__init__.py``. A module imports its own layer or lower ones,
+imports inside a layer form no cycle, and the libraries each layer may use
+are listed below. Unlike import-linter (which CI also runs, see
+``pyproject.toml``), this reads every import statement where it stands,
+inside functions included, and names the line.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "jask"
+
+#: layer -> rank; a module may import modules of equal or lower rank.
+RANK = {"base": 0, "store": 1, "engine": 2, "core": 3, "api": 4, "nn": 5, "optim": 5,
+        "": 6, "testing": 7, "demo": 7}
+
+#: third-party packages a layer may not import (nor anything above it).
+FORBIDDEN = {
+    "base": ("jax", "jaxlib", "optax", "zarr", "numcodecs", "distributed"),
+    "store": ("jax", "jaxlib", "optax", "dask", "distributed"),
+    "engine": ("jax", "jaxlib", "optax", "zarr", "numcodecs"),
+    "core": ("zarr", "numcodecs"),
+}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = ("jask",) + path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _imports(path: pathlib.Path, module: str | None = None):
+    """(line, imported module) for every import statement in the file."""
+    module = module or _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == "jask" or (node.level and not node.module):
+                for alias in node.names:  # from jask import storage: a module or a name
+                    yield node.lineno, f"{target}.{alias.name}"
+            else:
+                yield node.lineno, target
+
+
+def _own_module(name: str) -> str | None:
+    """The jask module (file) an imported name refers to, if it is jask's."""
+    if name != "jask" and not name.startswith("jask."):
+        return None
+    parts = name.split(".")
+    while parts:
+        candidate = ROOT.parent.joinpath(*parts)
+        if candidate.with_suffix(".py").exists() or (candidate / "__init__.py").exists():
+            return ".".join(parts)
+        parts.pop()
+    return "jask"
+
+
+SOURCES = sorted(ROOT.rglob("*.py"))
+
+
+def _edges():
+    for path in SOURCES:
+        importer = _module_name(path)
+        for line, name in _imports(path):
+            yield path, line, importer, name
+
+
+def test_every_module_sits_in_a_layer():
+    for path in SOURCES:
+        assert _layer(_module_name(path)) in RANK, path
+
+
+def test_imports_run_only_downward():
+    upward = []
+    for path, line, importer, name in _edges():
+        target = _own_module(name)
+        if target is None:
+            continue
+        facade = target == "jask" and _layer(importer) not in ("", "testing", "demo")
+        if RANK[_layer(target)] > RANK[_layer(importer)] or facade:
+            upward.append(f"{path.relative_to(ROOT.parent)}:{line} imports {name}")
+    assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
+
+
+def test_layers_use_only_their_libraries():
+    found = []
+    for path, line, importer, name in _edges():
+        for banned in FORBIDDEN.get(_layer(importer), ()):
+            if name == banned or name.startswith(banned + "."):
+                found.append(f"{path.relative_to(ROOT.parent)}:{line} imports {name}")
+    assert not found, "\n".join(found)
+
+
+def test_jax_internals_only_in_one_module():
+    found = [f"{path.relative_to(ROOT.parent)}:{line}" for path, line, importer, name in _edges()
+             if name.startswith("jax._src") and importer != "jask.core._jax_internals"]
+    assert not found, "jax._src imported outside jask/core/_jax_internals.py: " + ", ".join(found)
+
+
+@pytest.mark.parametrize("layer", ["base", "store", "engine", "core", "api"])
+def test_no_cycles_inside_a_layer(layer):
+    graph: dict[str, set[str]] = {}
+    for path, line, importer, name in _edges():
+        target = _own_module(name)
+        if target and target != importer and _layer(importer) == layer == _layer(target):
+            graph.setdefault(importer, set()).add(target)
+    seen: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, trail: list[str]) -> None:
+        seen[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if seen.get(nxt) == 1:
+                cycle = trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in seen:
+                visit(nxt, trail + [nxt])
+        seen[node] = 2
+
+    for node in sorted(graph):
+        if node not in seen:
+            visit(node, [node])
+
+
+def test_checker_sees_every_import(tmp_path):
+    """The checker itself: imports inside functions and relative ones count."""
+    source = tmp_path / "m.py"
+    source.write_text("import numpy\n\ndef f():\n    from jask.api import save\n"
+                      "    from .. import engine\n    from jask import api\n")
+    found = [(line, _own_module(name)) for line, name in _imports(source, "jask.store.m")]
+    assert found == [(1, None), (4, "jask.api"), (5, "jask.engine"), (6, "jask.api")]
