@@ -6,8 +6,9 @@ Every tile jask reads or writes goes through :mod:`jask.store.chunkio` (and
 once per graph by :mod:`jask.engine.execute`, makes each task of the graph
 run under the op it belongs to (the ``jask-<op>`` of its key), so the
 counts are kept per op and per store. Users see them through
-:func:`stats` (everything since the process started or
-:func:`reset_stats`) and :func:`track` (one block of code)::
+:func:`jask.stats` (everything since the process started or
+:func:`jask.reset_stats`) and :func:`jask.track` (one block of code), in
+:mod:`jask.api.stats`::
 
     with jask.track() as t:
         w = step(w)
