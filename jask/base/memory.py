@@ -241,6 +241,7 @@ def first_fit(candidates, cost_of, budget: int) -> tuple[tuple, "TileCost"]:
         cost = cost_of(tile)
         if cost.total <= budget:
             return tile, cost
+    assert cost is not None, "first_fit: no candidate tiles"
     check_fits(cost, budget)
     raise AssertionError("unreachable: check_fits raised")
 

@@ -209,6 +209,8 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         if at_once >= 1:  # fewer tasks at once before smaller tiles
             return ones + (tm, tn), tk, splits, dataclasses.replace(
                 cost, fixed=waiting, tasks_at_once=at_once, tasks=n_out * splits)
+    # the last candidate, the whole product, is never skipped
+    assert cost is not None, "dot_plan: no tile planned"
     memory.check_fits(cost, budget - waiting)
     raise memory.BudgetError(
         f"jask.dot: partial sums of {FAN_IN} x {out_bytes} bytes do not fit the budget "
@@ -233,7 +235,8 @@ def dot_graph(out: StoreSpec | None, a: tasks.Matrix, b: tasks.Matrix, view_shap
     ks = [slice(s, min(s + tk, k)) for s in range(0, k, tk)]
     size = math.ceil(len(ks) / max(splits, 1))  # contiguous runs of k: sequential reads
     groups = [tuple(ks[i:i + size]) for i in range(0, len(ks), size)]
-    graph, keys = {}, []
+    graph: dict[tuple, tuple] = {}
+    keys: list[tuple] = []
     out_regions = list(regions(view_shape, chunks))
     for t, region in enumerate(out_regions):
         batch, rows, cols = region[:-2], region[-2], region[-1]

@@ -259,7 +259,7 @@ def _run_fused(name: str, group: _Group, roots: list, plan: fusion.Plan, n: int,
         writes = []
         for p in banded:
             chunks = (plan.rows,) + tuple(p.shape[1:])
-            stack.enter_context(work._room(config, p.desc.op, p.shape, p.dtype, chunks))
+            stack.enter_context(work.room(config, p.desc.op, p.shape, p.dtype, chunks))
             store = stack.enter_context(registry.new_store(
                 config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks, grad=p.desc.grad))
             writes.append((group.node_of[id(p)], store))

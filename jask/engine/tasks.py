@@ -148,6 +148,7 @@ def dot_partial(a: Matrix, b: Matrix, batch: tuple, rows: slice, cols: slice,
         else:
             acc += prod
             del prod
+    assert acc is not None, "dot_partial: no contraction tiles"
     return acc
 
 

@@ -26,19 +26,18 @@ from jask.store.spec import StoreSpec, stored_nbytes
 
 def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
     chunks, cost = plan
-    with _room(config, op, shape, dtype, chunks), registry.new_store(
+    with room(config, op, shape, dtype, chunks), registry.new_store(
             config.scratch_dir, op, shape, dtype, chunks, grad=grad) as out:
         dsk, keys = build(out)
         execute.run(dsk, keys, config.workers, cost)
     return out
 
 
-def _room(config: Config, op: str, shape, dtype, chunks):
+def room(config: Config, op: str, shape, dtype, chunks):
     """Refuse an output the scratch disk cannot hold, before writing it; the
     context it returns names the folder and sizes if the disk fills anyway."""
     folder = sessions.session_dir(config.scratch_dir)
-    needed = stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dtype),
-                                                     tuple(chunks)))
+    needed = stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dtype), tuple(chunks)))
     space.check_space(folder, needed, op)
     return space.space_errors(folder, needed, op)
 
@@ -282,7 +281,7 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
         (value,) = scalars
         chunks = memory.default_chunks(value.shape, value.dtype, config.max_memory,
                                          config.workers)
-        with _room(config, op, value.shape, value.dtype, chunks), registry.new_store(
+        with room(config, op, value.shape, value.dtype, chunks), registry.new_store(
                 config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out, \
                 counters.op(op):
             chunkio.write(out, _whole(value.shape), value)

@@ -27,7 +27,9 @@ import itertools
 import math
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal, Protocol, cast
 
 import numcodecs
 import numpy as np
@@ -45,6 +47,14 @@ __all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "r
 ZARR_GROUP_BYTES = 2**20
 
 
+class ChunkCodec(Protocol):
+    """What jask uses of a numcodecs codec (``numcodecs.abc.Codec``)."""
+
+    def encode(self, buf: Any) -> Any: ...
+
+    def decode(self, buf: Any, out: Any = None) -> Any: ...
+
+
 @dataclass(frozen=True)
 class RawLayout:
     """Where each chunk of a local Zarr array whose chunks are single files
@@ -55,9 +65,9 @@ class RawLayout:
     chunks: tuple
     dtype: np.dtype
     fill_value: object
-    encode_key: object  # (chunk index) -> "c/0/1"
-    decoder: object = None  # a numcodecs codec for compressed chunks; None: plain bytes
-    order: str = "C"
+    encode_key: Callable[[tuple], str]  # (chunk index) -> "c/0/1"
+    decoder: ChunkCodec | None = None  # for compressed chunks; None: plain bytes
+    order: Literal["C", "F"] = "C"
     encodes: bool = True  # whether write() may encode chunks as Zarr would here
     # (shard shape, inner chunk shape, index at the end, index has a crc32c)
     shard: tuple | None = None
@@ -182,10 +192,11 @@ def _raw_layout(path: str) -> RawLayout | None:
         pass
     arr = open_array(path)
     layout = None
-    found = _decoder(arr) if isinstance(arr.store, LocalStore) else None
-    if (found is not None and np.dtype(arr.dtype).isnative and np.little_endian
+    store = arr.store
+    if (isinstance(store, LocalStore) and (found := _decoder(arr)) is not None
+            and np.dtype(arr.dtype).isnative and np.little_endian
             and arr.shape and all(c > 0 for c in arr.chunks)):
-        root = os.fspath(arr.store.root / arr.path) if arr.path else os.fspath(arr.store.root)
+        root = os.fspath(store.root / arr.path) if arr.path else os.fspath(store.root)
         fill = arr.fill_value if arr.fill_value is not None else 0
         layout = RawLayout(root, tuple(arr.shape), tuple(arr.chunks), np.dtype(arr.dtype),
                            fill, arr.metadata.encode_chunk_key, **found)
@@ -310,7 +321,7 @@ def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -
             raise ValueError(f"chunk {layout.encode_key(index)!r} of the Zarr store "
                              f"{layout.root!r} is corrupt: its file {path!r} holds {size} "
                              f"bytes, not {row * layout.chunks[0]}")
-        view, offset = memoryview(dest).cast("B"), rows.start * row
+        view, offset = dest.data.cast("B"), rows.start * row
         counters.stored_read(layout.root, view.nbytes)
         while view.nbytes:
             got = os.preadv(fd, [view], offset)
@@ -406,8 +417,8 @@ def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
     model = read_model(store)
     counters.stored_read(store.path, counters.region_bytes(store, region))  # not known: as decoded
     pieces = _split(region, model.unit, model.group)
-    if len(pieces) == 1:
-        return arr[region]
+    if len(pieces) == 1:  # zarr types any selection as array or scalar: slices give an array
+        return cast(np.ndarray, arr[region])
     out = np.empty(tuple(s.stop - s.start for s in region), dtype=arr.dtype)
     for piece in pieces:
         inside = tuple(slice(p.start - r.start, p.stop - r.start) for p, r in zip(piece, region))
@@ -479,10 +490,9 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     """
     counters.wrote(store, region)
     layout = _raw_layout(store.path)
-    whole = layout is not None and layout.encodes and all(
-        s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
-        for s, c, n in zip(region, layout.chunks, layout.shape))
-    if not whole:
+    if layout is None or not (layout.encodes and all(
+            s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
+            for s, c, n in zip(region, layout.chunks, layout.shape))):
         open_array(store.path)[region] = block
         counters.stored_written(store.path, counters.region_bytes(store, region))  # as decoded
         return
@@ -500,12 +510,13 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
             full[tuple(slice(0, d) for d in part.shape)] = part
             part = full
         data = np.ascontiguousarray(part) if layout.plain else part.reshape(-1, order="A")
-        if layout.decoder is not None:  # compressed here, in the task's thread
-            data = layout.decoder.encode(data.view(np.uint8))
+        if layout.decoder is None:
+            view = data.data.cast("B")
+        else:  # compressed here, in the task's thread
+            view = memoryview(layout.decoder.encode(data.view(np.uint8))).cast("B")
         path = layout.path(index)
         if path.count(os.sep) > layout.root.count(os.sep) + 1:  # keys with "/": c/0/1
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        view = memoryview(data).cast("B")
         counters.stored_written(layout.root, view.nbytes)
         # no O_TRUNC: a reused store's chunk file (jask.store.recycle) is overwritten
         # in place, with no blocks freed and allocated again

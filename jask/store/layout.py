@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import zarr
@@ -17,8 +18,10 @@ def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
     shape = tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
     metadata = plain_v3_metadata(shape, dtype, tuple(chunks))
+    if not shape:  # zarr refuses chunks=None here; 0-d stores are not supported yet
+        raise TypeError(f"jask cannot make a 0-d store yet (at {path!r})")
     if metadata is None:
-        zarr.create_array(store=path, shape=shape, chunks=tuple(chunks) or None, dtype=dtype,
+        zarr.create_array(store=path, shape=shape, chunks=tuple(chunks), dtype=dtype,
                           compressors=None, fill_value=0, zarr_format=3)
     else:
         os.makedirs(path)
@@ -35,6 +38,7 @@ def create_like(original: str, path: str) -> None:
     dimension names)."""
     source = zarr.open_array(original, mode="r")
     meta = source.metadata
+    extra: dict[str, Any]  # keyword arguments of zarr.create_array for this format
     if meta.zarr_format == 3:
         extra = dict(shards=source.shards, dimension_names=meta.dimension_names,
                      serializer=source.serializer, chunk_key_encoding=meta.chunk_key_encoding)
