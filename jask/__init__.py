@@ -19,6 +19,7 @@ from jask.api.creation import from_numpy, open
 from jask.api.elementwise import (
     abs,
     add,
+    arctan,
     astype,
     clip,
     divide,
@@ -70,7 +71,7 @@ mul = multiply
 __all__ = [
     "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
     "StoreChangedError",
-    "abs", "add", "astype", "clip",
+    "abs", "add", "arctan", "astype", "clip",
     "collect", "concatenate", "divide", "dot", "dynamic_slice", "equal", "exp", "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",

@@ -153,6 +153,11 @@ OPS = [
          lambda a, b: np.sin(a) * b, lambda a, b: jnp.sin(a) * b, (disk(N, M), mem(M))),
 ]
 
+# --- arctan, argmax / argmin, cumsum (one block, kept at the end of the cases) ---------
+OPS += [
+    _unary("arctan"),
+]
+
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"
 

@@ -148,6 +148,9 @@ _row("sqrt", np.sqrt, jnp.sqrt, lambda g, a: g * 0.5 / np.sqrt(a), doc="the squa
 _row("tanh", np.tanh, jnp.tanh, lambda g, a: g * (1 - np.square(np.tanh(a))),
      doc="the hyperbolic tangent",
      example=("x", "array([0.       , 0.7615942, 0.9640276], dtype=float32)"))
+_row("arctan", np.arctan, jnp.arctan, lambda g, a: g / (1 + np.square(a)),
+     doc="the inverse tangent",
+     example=("x", "array([0.       , 0.7853982, 1.1071488], dtype=float32)"))
 
 # --- selection and comparison ------------------------------------------------------
 _row("where", np.where, jnp.where, None,
