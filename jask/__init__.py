@@ -47,7 +47,7 @@ from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
 from jask.api.interop import from_dask, materialize, to_dask
 from jask.api.linalg import dot, matmul, transpose
 from jask.api.mapping import map
-from jask.api.reductions import logsumexp, max, mean, min, std, sum, var
+from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
 from jask.api.save import save
 from jask.api.stats import reset_stats, stats, track
 from jask.api.update import update_
@@ -71,7 +71,7 @@ mul = multiply
 __all__ = [
     "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
     "StoreChangedError",
-    "abs", "add", "arctan", "astype", "clip",
+    "abs", "add", "arctan", "argmax", "argmin", "astype", "clip",
     "collect", "concatenate", "divide", "dot", "dynamic_slice", "equal", "exp", "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",

@@ -154,8 +154,35 @@ OPS = [
 ]
 
 # --- arctan, argmax / argmin, cumsum (one block, kept at the end of the cases) ---------
+
+def _arg_cases(name):
+    """argmax/argmin: axes and keepdims, ties (int32 and bool values: the
+    first occurrence wins) and NaNs (the first NaN wins); not differentiable."""
+    f, nf, jf = getattr(jask, name), getattr(np, name), getattr(jnp, name)
+    cases = [Case(f"{name}[axis={axis},keepdims={keepdims}]",
+                  lambda x, kw=dict(axis=axis, keepdims=keepdims): f(x, **kw),
+                  lambda x, kw=dict(axis=axis, keepdims=keepdims): nf(x, **kw),
+                  lambda x, kw=dict(axis=axis, keepdims=keepdims): jf(x, **kw),
+                  (disk(N, M),), grad=())
+             for axis, keepdims in [(None, False), (0, False), (1, True), (None, True)]]
+    return cases + [
+        Case(f"{name}[int32-ties,axis=0]", lambda x: f(jask.astype(x * 2.0, np.int32), axis=0),
+             lambda x: nf((x * 2).astype(np.int32), axis=0),
+             lambda x: jf((x * 2).astype(jnp.int32), axis=0), (disk(N, M),), grad=()),
+        Case(f"{name}[bool-ties,axis=1]", lambda m: f(m, axis=1), lambda m: nf(m, axis=1),
+             lambda m: jf(m, axis=1), (mask(N, M),), grad=()),
+        Case(f"{name}[nan,axis=None]", lambda x: f(jask.where(x > 1.5, np.nan, x)),
+             lambda x: nf(np.where(x > 1.5, np.nan, x)),
+             lambda x: jf(jnp.where(x > 1.5, jnp.nan, x)), (disk(N, M),), grad=()),
+        Case(f"{name}[nan,axis=0]", lambda x: f(jask.where(x > 1.5, np.nan, x), axis=0),
+             lambda x: nf(np.where(x > 1.5, np.nan, x), axis=0),
+             lambda x: jf(jnp.where(x > 1.5, jnp.nan, x), axis=0), (disk(N, M),), grad=()),
+    ]
+
+
 OPS += [
     _unary("arctan"),
+    *_arg_cases("argmax"), *_arg_cases("argmin"),
 ]
 
 BY_ID = {case.id: case for case in OPS}

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit
 
+from jask.engine.blockwise import positional
+
 __all__ = ["Ufunc", "TABLE", "PASS"]
 
 
@@ -196,6 +198,50 @@ LOG_ADD = _row("log_add", lambda s, m: np.log(s) + m,
 SQDIFF = _row("squared_deviation", lambda x, mu, s: np.square(x - mu) * s,
               lambda x, mu, s: jnp.square(x - jax.lax.stop_gradient(mu)) * s,
               lambda g, x, mu, s: 2 * s * g * (x - mu), None, None, public=False)
+
+
+class FlatIndex:
+    """The kernel of ``argmax`` and ``argmin`` over ``axes``: a tile, and the
+    flat index (C order over ``axes`` of the full shape, as jax.numpy counts
+    with ``axis=None``) of each of its elements, given as broadcastable int64
+    pieces that add up to it, one per axis (no index tile is made). It takes
+    its tile's position (:func:`jask.engine.blockwise.positional`); the
+    ``"argmax"``/``"argmin"`` reducers pick from the pieces.
+
+    Example:
+      >>> x, pieces = FlatIndex((0, 1))(np.zeros((2, 2)), region=(slice(2, 4), slice(1, 3)),
+      ...                                shape=(4, 5))
+      >>> sum(pieces)
+      array([[11, 12],
+             [16, 17]])
+    """
+
+    def __init__(self, axes: tuple):
+        self.axes = tuple(axes)
+
+    def __call__(self, x, *, region, shape):
+        pieces, stride = [], 1
+        for d in reversed(self.axes):
+            dims = [1] * len(shape)
+            dims[d] = -1
+            where = np.arange(region[d].start, region[d].stop, dtype=np.int64)
+            pieces.append((where * stride).reshape(dims))
+            stride *= shape[d]
+        return x, tuple(pieces)
+
+    def __eq__(self, other):
+        return isinstance(other, FlatIndex) and other.axes == self.axes
+
+    def __hash__(self):
+        return hash((FlatIndex, self.axes))
+
+
+@lru_cache(maxsize=None)
+def flat_index(axes: tuple) -> Ufunc:
+    """The row reduced by ``argmax``/``argmin`` over ``axes`` (see
+    :class:`FlatIndex`). Not differentiable: an index has no gradient, and
+    jax.grad through ``jnp.argmax`` gives zeros, as jask does (no rule)."""
+    return Ufunc("flat_index", positional(FlatIndex(axes)), lambda a: a, (None,), public=False)
 
 
 @lru_cache(maxsize=None)

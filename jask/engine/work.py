@@ -95,7 +95,7 @@ def blockwise_tile(op, shape, dtype, operands, out_axes, reducer, held, config):
 
     tile, cost = plan_with(held)
     if reducer is not None:
-        waiting = builders.FAN_IN * bw.partial_bytes(tile, out_axes, dtype)
+        waiting = builders.FAN_IN * bw.partial_bytes(tile, out_axes, dtype, reducer)
         if cost.total + waiting > config.max_memory:  # total counts the fixed bytes
             tile, cost = plan_with(held + waiting)
     return tile, cost
