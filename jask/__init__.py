@@ -49,6 +49,7 @@ from jask.api.linalg import dot, matmul, transpose
 from jask.api.mapping import map
 from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
 from jask.api.save import save
+from jask.api.scans import cumsum
 from jask.api.stats import reset_stats, stats, track
 from jask.api.update import update_
 from jask.api.visualize import visualize
@@ -72,7 +73,8 @@ __all__ = [
     "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
     "StoreChangedError",
     "abs", "add", "arctan", "argmax", "argmin", "astype", "clip",
-    "collect", "concatenate", "divide", "dot", "dynamic_slice", "equal", "exp", "from_dask",
+    "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
+    "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
     "mul", "multiply", "negative", "not_equal", "open", "power", "progress_bars",

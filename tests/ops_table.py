@@ -180,9 +180,36 @@ def _arg_cases(name):
     ]
 
 
+def _np_cumsum(x, axis=None):
+    """numpy's cumsum, floats summed in float64 (numpy's float32 running sum
+    drifts further from the exact one than jask's tiles do)."""
+    return np.cumsum(x, axis=axis, dtype=np.float64 if x.dtype.kind == "f" else None)
+
+
+def _cumsum_cases():
+    """cumsum along each axis and flattened (values and gradients: the
+    reverse cumsum of the cotangent), and of int32 and bool inputs."""
+    return [
+        *[Case(f"cumsum[axis={axis}]", lambda x, a=axis: jask.cumsum(x, axis=a),
+               lambda x, a=axis: _np_cumsum(x, a), lambda x, a=axis: jnp.cumsum(x, axis=a),
+               (disk(N, M),)) for axis in (0, 1, None, -1)],
+        Case("cumsum[tiles-across,axis=1]", lambda x: jask.cumsum(x, axis=1),
+             lambda x: _np_cumsum(x, 1), lambda x: jnp.cumsum(x, axis=1), (disk(53, 401),)),
+        Case("cumsum[int32,axis=0]", lambda x: jask.cumsum(jask.astype(x * 3.0, np.int32), 0),
+             lambda x: np.cumsum((x * 3).astype(np.int32), 0),
+             lambda x: jnp.cumsum((x * 3).astype(jnp.int32), 0), (disk(N, M),), grad=()),
+        Case("cumsum[bool,axis=None]", jask.cumsum, np.cumsum, jnp.cumsum, (mask(N, M),),
+             grad=()),
+        Case("cumsum[bool,axis=1]", lambda m: jask.cumsum(m, axis=1),
+             lambda m: np.cumsum(m, axis=1), lambda m: jnp.cumsum(m, axis=1), (mask(N, M),),
+             grad=()),
+    ]
+
+
 OPS += [
     _unary("arctan"),
     *_arg_cases("argmax"), *_arg_cases("argmin"),
+    *_cumsum_cases(),
 ]
 
 BY_ID = {case.id: case for case in OPS}
