@@ -19,6 +19,7 @@ from jask.api.creation import from_numpy, open
 from jask.api.elementwise import (
     abs,
     add,
+    arctan,
     astype,
     clip,
     divide,
@@ -46,8 +47,9 @@ from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
 from jask.api.interop import from_dask, materialize, to_dask
 from jask.api.linalg import dot, matmul, transpose
 from jask.api.mapping import map
-from jask.api.reductions import logsumexp, max, mean, min, std, sum, var
+from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
 from jask.api.save import save
+from jask.api.scans import cumsum
 from jask.api.stats import reset_stats, stats, track
 from jask.api.update import update_
 from jask.api.visualize import visualize
@@ -70,8 +72,9 @@ mul = multiply
 __all__ = [
     "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
     "StoreChangedError",
-    "abs", "add", "astype", "clip",
-    "collect", "concatenate", "divide", "dot", "dynamic_slice", "equal", "exp", "from_dask",
+    "abs", "add", "arctan", "argmax", "argmin", "astype", "clip",
+    "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
+    "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
     "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
     "mul", "multiply", "negative", "not_equal", "open", "power", "progress_bars",

@@ -153,6 +153,65 @@ OPS = [
          lambda a, b: np.sin(a) * b, lambda a, b: jnp.sin(a) * b, (disk(N, M), mem(M))),
 ]
 
+# --- arctan, argmax / argmin, cumsum (one block, kept at the end of the cases) ---------
+
+def _arg_cases(name):
+    """argmax/argmin: axes and keepdims, ties (int32 and bool values: the
+    first occurrence wins) and NaNs (the first NaN wins); not differentiable."""
+    f, nf, jf = getattr(jask, name), getattr(np, name), getattr(jnp, name)
+    cases = [Case(f"{name}[axis={axis},keepdims={keepdims}]",
+                  lambda x, kw=dict(axis=axis, keepdims=keepdims): f(x, **kw),
+                  lambda x, kw=dict(axis=axis, keepdims=keepdims): nf(x, **kw),
+                  lambda x, kw=dict(axis=axis, keepdims=keepdims): jf(x, **kw),
+                  (disk(N, M),), grad=())
+             for axis, keepdims in [(None, False), (0, False), (1, True), (None, True)]]
+    return cases + [
+        Case(f"{name}[int32-ties,axis=0]", lambda x: f(jask.astype(x * 2.0, np.int32), axis=0),
+             lambda x: nf((x * 2).astype(np.int32), axis=0),
+             lambda x: jf((x * 2).astype(jnp.int32), axis=0), (disk(N, M),), grad=()),
+        Case(f"{name}[bool-ties,axis=1]", lambda m: f(m, axis=1), lambda m: nf(m, axis=1),
+             lambda m: jf(m, axis=1), (mask(N, M),), grad=()),
+        Case(f"{name}[nan,axis=None]", lambda x: f(jask.where(x > 1.5, np.nan, x)),
+             lambda x: nf(np.where(x > 1.5, np.nan, x)),
+             lambda x: jf(jnp.where(x > 1.5, jnp.nan, x)), (disk(N, M),), grad=()),
+        Case(f"{name}[nan,axis=0]", lambda x: f(jask.where(x > 1.5, np.nan, x), axis=0),
+             lambda x: nf(np.where(x > 1.5, np.nan, x), axis=0),
+             lambda x: jf(jnp.where(x > 1.5, jnp.nan, x), axis=0), (disk(N, M),), grad=()),
+    ]
+
+
+def _np_cumsum(x, axis=None):
+    """numpy's cumsum, floats summed in float64 (numpy's float32 running sum
+    drifts further from the exact one than jask's tiles do)."""
+    return np.cumsum(x, axis=axis, dtype=np.float64 if x.dtype.kind == "f" else None)
+
+
+def _cumsum_cases():
+    """cumsum along each axis and flattened (values and gradients: the
+    reverse cumsum of the cotangent), and of int32 and bool inputs."""
+    return [
+        *[Case(f"cumsum[axis={axis}]", lambda x, a=axis: jask.cumsum(x, axis=a),
+               lambda x, a=axis: _np_cumsum(x, a), lambda x, a=axis: jnp.cumsum(x, axis=a),
+               (disk(N, M),)) for axis in (0, 1, None, -1)],
+        Case("cumsum[tiles-across,axis=1]", lambda x: jask.cumsum(x, axis=1),
+             lambda x: _np_cumsum(x, 1), lambda x: jnp.cumsum(x, axis=1), (disk(53, 401),)),
+        Case("cumsum[int32,axis=0]", lambda x: jask.cumsum(jask.astype(x * 3.0, np.int32), 0),
+             lambda x: np.cumsum((x * 3).astype(np.int32), 0),
+             lambda x: jnp.cumsum((x * 3).astype(jnp.int32), 0), (disk(N, M),), grad=()),
+        Case("cumsum[bool,axis=None]", jask.cumsum, np.cumsum, jnp.cumsum, (mask(N, M),),
+             grad=()),
+        Case("cumsum[bool,axis=1]", lambda m: jask.cumsum(m, axis=1),
+             lambda m: np.cumsum(m, axis=1), lambda m: jnp.cumsum(m, axis=1), (mask(N, M),),
+             grad=()),
+    ]
+
+
+OPS += [
+    _unary("arctan"),
+    *_arg_cases("argmax"), *_arg_cases("argmin"),
+    *_cumsum_cases(),
+]
+
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"
 

@@ -182,3 +182,15 @@ def test_every_public_row_is_exported_and_tested():
     assert all(callable(getattr(jask.nn, n)) for n in nn)
     tested = {case.id.split("[")[0] for case in OPS}
     assert public <= tested, public - tested
+
+
+def test_every_public_row_carries_its_doc_example():
+    """A row is self-contained: its doc example is a field of the row, and
+    the public function's docstring runs it (pytest runs the doctests)."""
+    from jask.core import ufuncs
+    for name, u in ufuncs.TABLE.items():
+        if u.public:
+            assert u.example is not None, name
+            fn = getattr(jask.nn, name) if name in ("sigmoid", "relu", "softplus") else getattr(
+                jask, name)
+            assert u.example[1] in fn.__doc__, name

@@ -1,4 +1,4 @@
-"""Reductions over axes: sum, mean, max, min, var, std and logsumexp.
+"""Reductions over axes: sum, mean, max, min, var, std, logsumexp, argmax and argmin.
 
 Each is one pass over the data (``var`` and ``std``: two, the first being
 the mean; ``logsumexp``: two, the first being the max). With
@@ -6,8 +6,9 @@ the mean; ``logsumexp``: two, the first being the max). With
 axes the result is an in-memory ``jax.Array`` when it is small, at most
 :data:`IN_MEMORY_SHARE` of the memory budget, and a DiskArray otherwise;
 jask's functions accept either, so the next line of code need not care.
-Every reduction is differentiable. With no DiskArray operand each is its
-``jax.numpy`` counterpart.
+Every reduction is differentiable but ``argmax`` and ``argmin`` (an index
+has no gradient: as through ``jnp.argmax``, none flows back). With no
+DiskArray operand each is its ``jax.numpy`` counterpart.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from jask.base.config import Config, get_config
 from jask.core import primitives, ufuncs
 from jask.core.array import disk_type
 
-__all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "IN_MEMORY_SHARE"]
+__all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "argmax", "argmin",
+           "IN_MEMORY_SHARE"]
 
 #: A reduction over some axes stays in memory when its result takes at most
 #: this share of the memory budget.
@@ -254,6 +256,68 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = N
     s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", dtype,
                 config)
     return elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
+
+
+def argmax(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Index of the largest element of ``x`` along ``axis``; with
+    ``axis=None``, into the flattened array (C order), as ``jax.numpy.argmax``.
+
+    The first occurrence wins a tie, and a NaN counts as the largest (its
+    first index is returned), as in jax.numpy; the dtype is int32 (int64 in
+    JAX's x64 mode). Each tile's kernel gets its place in the whole array and
+    the tree reduction carries (value, index) pairs. The result lives where
+    :func:`sum`'s would. Not differentiable (no gradient flows through it).
+
+    Args:
+      x: a DiskArray (or an in-memory array: then ``jax.numpy.argmax``).
+      axis: None or an int.
+      keepdims: keep the reduced axes as length 1.
+      config: a :class:`~jask.Config` to use instead of the active one.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 5.0, 5.0], [7.0, 2.0, 7.0]], np.float32))
+      >>> jask.argmax(x, axis=1)
+      Array([1, 0], dtype=int32)
+      >>> int(jask.argmax(x))
+      3
+    """
+    if disk_type(x) is None:
+        return jnp.argmax(x, axis=axis, keepdims=keepdims)
+    return _arg("argmax", x, axis, keepdims, config)
+
+
+def argmin(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Index of the smallest element of ``x`` along ``axis`` (see :func:`argmax`:
+    the first occurrence wins, a NaN counts as the smallest).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[3.0, 1.0, 1.0], [np.nan, 0.0, np.nan]], np.float32))
+      >>> jask.argmin(x, axis=1, keepdims=True)
+      Array([[1],
+             [0]], dtype=int32)
+    """
+    if disk_type(x) is None:
+        return jnp.argmin(x, axis=axis, keepdims=keepdims)
+    return _arg("argmin", x, axis, keepdims, config)
+
+
+def _arg(op, x, axis, keepdims, config):
+    """argmax or argmin (``op``, also the reducer) of a DiskArray."""
+    aval = _disk(x)
+    if axis is not None and not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"jask.{op}: axis must be None or an int, as in jax.numpy, "
+                        f"got {axis!r}")
+    reduced, out_axes, out_shape = _layout(op, x, axis, keepdims)
+    if any(aval.shape[d] == 0 for d in reduced):
+        raise ValueError(f"jask.{op}: attempt to get {op} of an empty sequence "
+                         f"(shape {tuple(aval.shape)}, axis {axis})")
+    dtype = np.dtype(jax_dtypes.canonicalize_dtype(np.int64))
+    return primitives.reduce(op, ufuncs.flat_index(reduced), [x], [tuple(range(aval.ndim))],
+                             [None], aval.shape, out_axes, dtype, reducer=op,
+                             to_memory=_in_memory(axis, out_shape, dtype, config),
+                             config=config)
 
 
 def sum_of_squares(x, *, config: Config | None = None):

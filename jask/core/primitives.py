@@ -323,6 +323,27 @@ class Reshape(DiskPrimitive):
                                    self.config)(g))
 
 
+class Cumsum(DiskPrimitive):
+    """The cumulative sum of a DiskArray along ``axis`` in ``dtype``
+    (``reverse``: summed from the end). Its VJP is the reverse cumulative
+    sum of the cotangent along the same axis."""
+
+    def __init__(self, aval: DiskArrayType, axis: int, dtype, *, reverse: bool = False,
+                 grad: bool = False, config: Config | None = None, name: str = "cumsum"):
+        super().__init__((aval,), DiskArrayType(aval.shape, dtype), op=name, axis=int(axis),
+                         dtype=np.dtype(dtype), reverse=bool(reverse), grad=grad,
+                         config=config)
+
+    def expand(self, a):
+        return self._run(work.cumsum(self.op, self.axis, self.reverse, self.dtype,
+                                     grad=self.grad), [a])
+
+    def backward(self, res, g, ca):
+        aval = self.in_avals[0]
+        _accum(ca, lambda: Cumsum(_aval(g), self.axis, aval.dtype, reverse=not self.reverse,
+                                  grad=True, config=self.config, name="cumsum_vjp")(g))
+
+
 class Update(DiskPrimitive):
     """target.update_(new): new's data written into target's own store.
 
@@ -478,6 +499,10 @@ def concatenate(arrays, axis, *, stack=False, config=None):
 
 def reshape(a, shape, *, config=None):
     return Reshape(_aval(a), tuple(shape), False, config)(a)
+
+
+def cumsum(a, axis, dtype, *, config=None):
+    return Cumsum(_aval(a), axis, dtype, config=config)(a)
 
 
 def update(target, new, *, config=None):

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit
 
+from jask.engine.blockwise import positional
+
 __all__ = ["Ufunc", "TABLE", "PASS"]
 
 
@@ -55,6 +57,9 @@ class Ufunc:
     public: bool = True
     doc: str = field(default="", repr=False)
     dtype: np.dtype | None = None  # a fixed result dtype (a cast)
+    #: the doc example of a public row: (arguments, expected ``.to_numpy()``),
+    #: with ``x = jask.from_numpy(np.array([0.0, 1.0, 2.0], np.float32))``
+    example: tuple[str, str] | None = field(default=None, repr=False)
 
     @property
     def nin(self) -> int:
@@ -64,8 +69,8 @@ class Ufunc:
 TABLE: dict[str, Ufunc] = {}
 
 
-def _row(name, numpy, jnp_fn, *vjps, public=True, doc=""):
-    ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc)
+def _row(name, numpy, jnp_fn, *vjps, public=True, doc="", example=None):
+    ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc, example=example)
     TABLE[name] = ufunc
     return ufunc
 
@@ -100,53 +105,80 @@ def _clip_ref(a, lo, hi):
 
 
 # --- arithmetic ---------------------------------------------------------------
-ADD = _row("add", np.add, jnp.add, PASS, PASS, doc="a + b")
-SUB = _row("subtract", np.subtract, jnp.subtract, PASS, NEGATE, doc="a - b")
+# Each public row carries its doc example: (arguments, expected ``.to_numpy()``)
+# with ``x = jask.from_numpy(np.array([0.0, 1.0, 2.0], np.float32))``.
+ADD = _row("add", np.add, jnp.add, PASS, PASS, doc="a + b",
+           example=("x, 1.0", "array([1., 2., 3.], dtype=float32)"))
+SUB = _row("subtract", np.subtract, jnp.subtract, PASS, NEGATE, doc="a - b",
+           example=("x, 1.0", "array([-1.,  0.,  1.], dtype=float32)"))
 MUL = _row("multiply", np.multiply, jnp.multiply,
-           lambda g, a, b: g * b, lambda g, a, b: g * a, doc="a * b")
+           lambda g, a, b: g * b, lambda g, a, b: g * a, doc="a * b",
+           example=("x, x", "array([0., 1., 4.], dtype=float32)"))
 DIV = _row("divide", np.true_divide, jnp.true_divide,
-           lambda g, a, b: g / b, lambda g, a, b: -g * a / (b * b), doc="a / b")
-POW = _row("power", np.power, jnp.power, _pow_base, _pow_exponent, doc="a ** b")
-_row("negative", np.negative, jnp.negative, NEGATE, doc="-a")
-_row("square", np.square, jnp.square, lambda g, a: 2 * a * g, doc="a ** 2")
+           lambda g, a, b: g / b, lambda g, a, b: -g * a / (b * b), doc="a / b",
+           example=("x, 2.0", "array([0. , 0.5, 1. ], dtype=float32)"))
+POW = _row("power", np.power, jnp.power, _pow_base, _pow_exponent, doc="a ** b",
+           example=("x, 3", "array([0., 1., 8.], dtype=float32)"))
+_row("negative", np.negative, jnp.negative, NEGATE, doc="-a",
+     example=("x", "array([-0., -1., -2.], dtype=float32)"))
+_row("square", np.square, jnp.square, lambda g, a: 2 * a * g, doc="a ** 2",
+     example=("x", "array([0., 1., 4.], dtype=float32)"))
 _row("maximum", np.maximum, jnp.maximum,
      lambda g, a, b: g * _balanced(a, b), lambda g, a, b: g * _balanced(b, a),
-     doc="the larger of a and b (ties share the gradient, as in jax.numpy)")
+     doc="the larger of a and b (ties share the gradient, as in jax.numpy)",
+     example=("x, 1.0", "array([1., 1., 2.], dtype=float32)"))
 _row("minimum", np.minimum, jnp.minimum,
      lambda g, a, b: g * _balanced(-a, -b), lambda g, a, b: g * _balanced(-b, -a),
-     doc="the smaller of a and b (ties share the gradient, as in jax.numpy)")
+     doc="the smaller of a and b (ties share the gradient, as in jax.numpy)",
+     example=("x, 1.0", "array([0., 1., 1.], dtype=float32)"))
 _row("clip", np.clip, _clip_ref, _clip_base, _clip_lo,
      lambda g, a, lo, hi: g * _balanced(-hi, -np.maximum(a, lo)),
-     doc="a limited to [lo, hi], as minimum(maximum(a, lo), hi)")
-_row("abs", np.abs, jnp.abs, lambda g, a: g * np.sign(a), doc="absolute value")
+     doc="a limited to [lo, hi], as minimum(maximum(a, lo), hi)",
+     example=("x, 0.5, 1.5", "array([0.5, 1. , 1.5], dtype=float32)"))
+_row("abs", np.abs, jnp.abs, lambda g, a: g * np.sign(a), doc="absolute value",
+     example=("-x", "array([0., 1., 2.], dtype=float32)"))
 
 # --- transcendental -------------------------------------------------------------
-_row("exp", np.exp, jnp.exp, lambda g, a: g * np.exp(a), doc="e ** a")
-_row("log", np.log, jnp.log, lambda g, a: g / a, doc="the natural logarithm")
-_row("log1p", np.log1p, jnp.log1p, lambda g, a: g / (1 + a), doc="log(1 + a), accurate near 0")
-_row("sqrt", np.sqrt, jnp.sqrt, lambda g, a: g * 0.5 / np.sqrt(a), doc="the square root")
+_row("exp", np.exp, jnp.exp, lambda g, a: g * np.exp(a), doc="e ** a",
+     example=("x", "array([1.       , 2.718282 , 7.3890557], dtype=float32)"))
+_row("log", np.log, jnp.log, lambda g, a: g / a, doc="the natural logarithm",
+     example=("x + 1", "array([0.       , 0.6931472, 1.0986123], dtype=float32)"))
+_row("log1p", np.log1p, jnp.log1p, lambda g, a: g / (1 + a), doc="log(1 + a), accurate near 0",
+     example=("x", "array([0.       , 0.6931472, 1.0986123], dtype=float32)"))
+_row("sqrt", np.sqrt, jnp.sqrt, lambda g, a: g * 0.5 / np.sqrt(a), doc="the square root",
+     example=("x", "array([0.       , 1.       , 1.4142135], dtype=float32)"))
 _row("tanh", np.tanh, jnp.tanh, lambda g, a: g * (1 - np.square(np.tanh(a))),
-     doc="the hyperbolic tangent")
+     doc="the hyperbolic tangent",
+     example=("x", "array([0.       , 0.7615942, 0.9640276], dtype=float32)"))
+_row("arctan", np.arctan, jnp.arctan, lambda g, a: g / (1 + np.square(a)),
+     doc="the inverse tangent",
+     example=("x", "array([0.       , 0.7853982, 1.1071488], dtype=float32)"))
 
 # --- selection and comparison ------------------------------------------------------
 _row("where", np.where, jnp.where, None,
      lambda g, c, a, b: np.where(c, g, 0), lambda g, c, a, b: np.where(c, 0, g),
-     doc="a where the condition holds, else b")
-for _name, _np, _jnp, _doc in [("less", np.less, jnp.less, "a < b"),
-                               ("less_equal", np.less_equal, jnp.less_equal, "a <= b"),
-                               ("greater", np.greater, jnp.greater, "a > b"),
-                               ("greater_equal", np.greater_equal, jnp.greater_equal, "a >= b"),
-                               ("equal", np.equal, jnp.equal, "a == b"),
-                               ("not_equal", np.not_equal, jnp.not_equal, "a != b")]:
-    _row(_name, _np, _jnp, None, None, doc=_doc + ", as a bool array")
+     doc="a where the condition holds, else b",
+     example=("x > 0.5, x, -1.0", "array([-1.,  1.,  2.], dtype=float32)"))
+for _name, _np, _jnp, _doc, _out in [
+        ("less", np.less, jnp.less, "a < b", "array([ True, False, False])"),
+        ("less_equal", np.less_equal, jnp.less_equal, "a <= b", "array([ True,  True, False])"),
+        ("greater", np.greater, jnp.greater, "a > b", "array([False, False,  True])"),
+        ("greater_equal", np.greater_equal, jnp.greater_equal, "a >= b",
+         "array([False,  True,  True])"),
+        ("equal", np.equal, jnp.equal, "a == b", "array([False,  True, False])"),
+        ("not_equal", np.not_equal, jnp.not_equal, "a != b", "array([ True, False,  True])")]:
+    _row(_name, _np, _jnp, None, None, doc=_doc + ", as a bool array", example=("x, 1.0", _out))
 
 # --- activations (jask.nn) ---------------------------------------------------------
 _row("sigmoid", expit, jax.nn.sigmoid, lambda g, a: g * expit(a) * (1 - expit(a)),
-     doc="1 / (1 + exp(-a)), computed stably")
+     doc="1 / (1 + exp(-a)), computed stably",
+     example=("x", "array([0.5      , 0.7310586, 0.880797 ], dtype=float32)"))
 _row("relu", lambda a: np.maximum(a, 0), jax.nn.relu, lambda g, a: g * (a > 0),
-     doc="max(a, 0); its gradient at 0 is 0, as in jax.nn.relu")
+     doc="max(a, 0); its gradient at 0 is 0, as in jax.nn.relu",
+     example=("x - 1", "array([0., 0., 1.], dtype=float32)"))
 _row("softplus", lambda a: np.logaddexp(a, 0), jax.nn.softplus, lambda g, a: g * expit(a),
-     doc="log(1 + exp(a)), computed stably")
+     doc="log(1 + exp(a)), computed stably",
+     example=("x", "array([0.6931472, 1.3132617, 2.126928 ], dtype=float32)"))
 
 # --- internal rows: the pieces of reductions and their gradients --------------------
 IDENTITY = _row("copy", lambda a: a, lambda a: a, PASS, public=False)
@@ -166,6 +198,50 @@ LOG_ADD = _row("log_add", lambda s, m: np.log(s) + m,
 SQDIFF = _row("squared_deviation", lambda x, mu, s: np.square(x - mu) * s,
               lambda x, mu, s: jnp.square(x - jax.lax.stop_gradient(mu)) * s,
               lambda g, x, mu, s: 2 * s * g * (x - mu), None, None, public=False)
+
+
+class FlatIndex:
+    """The kernel of ``argmax`` and ``argmin`` over ``axes``: a tile, and the
+    flat index (C order over ``axes`` of the full shape, as jax.numpy counts
+    with ``axis=None``) of each of its elements, given as broadcastable int64
+    pieces that add up to it, one per axis (no index tile is made). It takes
+    its tile's position (:func:`jask.engine.blockwise.positional`); the
+    ``"argmax"``/``"argmin"`` reducers pick from the pieces.
+
+    Example:
+      >>> x, pieces = FlatIndex((0, 1))(np.zeros((2, 2)), region=(slice(2, 4), slice(1, 3)),
+      ...                                shape=(4, 5))
+      >>> sum(pieces)
+      array([[11, 12],
+             [16, 17]])
+    """
+
+    def __init__(self, axes: tuple):
+        self.axes = tuple(axes)
+
+    def __call__(self, x, *, region, shape):
+        pieces, stride = [], 1
+        for d in reversed(self.axes):
+            dims = [1] * len(shape)
+            dims[d] = -1
+            where = np.arange(region[d].start, region[d].stop, dtype=np.int64)
+            pieces.append((where * stride).reshape(dims))
+            stride *= shape[d]
+        return x, tuple(pieces)
+
+    def __eq__(self, other):
+        return isinstance(other, FlatIndex) and other.axes == self.axes
+
+    def __hash__(self):
+        return hash((FlatIndex, self.axes))
+
+
+@lru_cache(maxsize=None)
+def flat_index(axes: tuple) -> Ufunc:
+    """The row reduced by ``argmax``/``argmin`` over ``axes`` (see
+    :class:`FlatIndex`). Not differentiable: an index has no gradient, and
+    jax.grad through ``jnp.argmax`` gives zeros, as jask does (no rule)."""
+    return Ufunc("flat_index", positional(FlatIndex(axes)), lambda a: a, (None,), public=False)
 
 
 @lru_cache(maxsize=None)

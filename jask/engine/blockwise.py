@@ -12,13 +12,21 @@ shape through its ``axes`` map (``axes[i]``: the full axis operand axis
 broadcasting written out. The output follows the full shape the same way:
 axes it keeps, and ``None`` where a reduced axis stays as length 1
 (``keepdims``). Nothing here knows of JAX.
+
+A kernel may ask for its tile's position, as dask's ``map_blocks`` gives
+``block_info``: a kernel marked :func:`positional` is called as
+``kernel(*tiles, region=region, shape=shape)``, ``region`` being the tile's
+slices in the full ``shape``. ``argmax`` uses it to turn a tile's local
+positions into indices of the whole array. A kernel may also return a pair
+``(values, index)`` for a reducer that carries pairs (``"argmax"``,
+``"argmin"``): see :data:`REDUCERS`.
 """
 from __future__ import annotations
 
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -26,7 +34,31 @@ from jask.engine.builders import FAN_IN, key_name, regions
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
-__all__ = ["Operand", "REDUCERS", "broadcast_axes", "map_graph", "reduce_graph"]
+__all__ = ["Operand", "REDUCERS", "Reducer", "broadcast_axes", "map_graph", "positional",
+           "reduce_graph"]
+
+
+def positional(kernel):
+    """Mark ``kernel`` as taking its tile's position: it is then called as
+    ``kernel(*tiles, region=region, shape=shape)``, where ``region`` holds
+    the tile's slices in the full ``shape`` (dask's ``block_info``).
+
+    Example:
+      >>> @positional
+      ... def rows(x, *, region, shape):
+      ...     return x * 0 + np.arange(region[0].start, region[0].stop)[:, None]
+      >>> _apply(rows, (Operand(np.zeros((4, 2)), (0, 1)),), (slice(2, 4), slice(0, 2)),
+      ...        (4, 2))
+      array([[2., 2.],
+             [3., 3.]])
+    """
+    kernel.positional = True
+    return kernel
+
+
+def is_positional(kernel) -> bool:
+    """Whether ``kernel`` takes its tile's position (see :func:`positional`)."""
+    return bool(getattr(kernel, "positional", False))
 
 
 @dataclass(frozen=True)
@@ -81,8 +113,16 @@ def _full_tile(region: tuple) -> tuple:
     return tuple(s.stop - s.start for s in region)
 
 
-def _apply(kernel: Callable, operands: tuple, region: tuple) -> np.ndarray:
+def _apply(kernel: Callable, operands: tuple, region: tuple, shape: tuple | None = None):
+    """``kernel`` on the operands' tiles of ``region`` (of the full ``shape``,
+    which a positional kernel is given with the region)."""
     tiles = [x.tile(region) for x in operands]
+    if is_positional(kernel):
+        with np.errstate(all="ignore"):
+            result = kernel(*tiles, region=region, shape=shape)
+        if isinstance(result, tuple):  # (values, index) for a reducer of pairs
+            return result
+        return np.broadcast_to(result, _full_tile(region))
     into = _reusable(kernel, tiles, operands, _full_tile(region))
     with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
         result = kernel(*tiles) if into is None else kernel(*tiles, out=into)
@@ -110,13 +150,14 @@ def _ufunc_dtype(kernel, dtypes: tuple):
 
 
 def map_block(kernel: Callable, out: StoreSpec, out_axes: tuple, region: tuple,
-              operands: tuple) -> None:
-    """out[region] = kernel(*operand tiles), one whole output chunk."""
+              operands: tuple, shape: tuple | None = None) -> None:
+    """out[region] = kernel(*operand tiles), one whole output chunk (``shape``:
+    the full shape, for a positional kernel)."""
     for x in operands:
         if x.on_disk:
             chunkio.prefetch(x.source, tuple(slice(0, 1) if a is None else region[a]
                                              for a in x.axes))
-    result = _apply(kernel, operands, region)
+    result = _apply(kernel, operands, region, shape)
     own = tuple(slice(0, 1) if a is None else region[a] for a in out_axes)
     chunkio.write(out, own, np.ascontiguousarray(result.astype(out.dtype, copy=False))
                   .reshape(_full_tile(own)))
@@ -129,7 +170,7 @@ def map_graph(op: str, kernel: Callable, out: StoreSpec, out_axes: tuple, shape:
     ``tile`` must be a whole number of ``out``'s chunks along each axis.
     """
     name = key_name(op, token)
-    graph = {(name, i): (map_block, kernel, out, out_axes, region, operands)
+    graph = {(name, i): (map_block, kernel, out, out_axes, region, operands, shape)
              for i, region in enumerate(regions(shape, tile))}
     return graph, list(graph)
 
@@ -154,21 +195,84 @@ def _min(block, axis):
     return np.min(block, axis=axis, keepdims=True)
 
 
-#: reducer name -> (reduce a block over axes keeping them, combine two partials)
-REDUCERS: dict[str, tuple[Callable, Callable]] = {
-    "sum": (_wide_sum, np.add),
-    "max": (_max, np.maximum),
-    "min": (_min, np.minimum),
+def _arg(pick, better):
+    """The reduce and combine of ``argmax`` (``pick=np.argmax``, ``better=np.greater``)
+    or ``argmin``: partials are (value, index) pairs, and a pair wins when its
+    value is better, or a NaN where the other is not (a NaN counts as the
+    extreme, as in jax.numpy), or equal (or both NaN) with a smaller index:
+    the first occurrence wins, whatever order partials are combined in."""
+
+    def reduce(pair, axis):
+        values, pieces = pair  # pieces: broadcastable int64 arrays adding up to the index
+        shape = values.shape
+        kept = tuple(d for d in range(len(shape)) if d not in axis)
+        moved = np.moveaxis(values, axis, tuple(range(len(kept), len(shape))))
+        flat = moved.reshape(tuple(shape[d] for d in kept) + (-1,))
+        at = pick(flat, axis=-1)  # numpy's rule as jax's: the first NaN, else the first extreme
+        where = [None] * len(shape)
+        for d, coord in zip(axis, np.unravel_index(at, tuple(shape[d] for d in axis))):
+            where[d] = coord
+        for i, d in enumerate(kept):  # the kept axes' own positions, broadcast
+            where[d] = np.arange(shape[d]).reshape([-1 if j == i else 1
+                                                    for j in range(len(kept))])
+        where_t = tuple(where)
+        out = tuple(1 if d in axis else n for d, n in enumerate(shape))
+        index = sum((np.broadcast_to(p, shape)[where_t] for p in pieces),
+                    np.zeros((), np.int64))
+        return (np.asarray(values[where_t]).reshape(out),
+                np.asarray(index, np.int64).reshape(out))
+
+    def combine(a, b):
+        (va, ia), (vb, ib) = a, b
+        if va.dtype.kind in "fc":
+            na, nb = np.isnan(va), np.isnan(vb)
+            wins = ((nb & ~na) | (~na & ~nb & better(vb, va))
+                    | (((vb == va) | (na & nb)) & (ib < ia)))
+        else:
+            wins = better(vb, va) | ((vb == va) & (ib < ia))
+        return np.where(wins, vb, va), np.where(wins, ib, ia)
+
+    return reduce, combine
+
+
+def _index(pair):
+    return pair[1]
+
+
+class Reducer(NamedTuple):
+    """How a reduction reduces a block over axes (keeping them as length 1)
+    and combines two partials; ``finish`` turns a partial into the output
+    (``None``: it is the output), ``pair``: partials are (value, index)."""
+
+    reduce: Callable
+    combine: Callable
+    finish: Callable | None = None
+    pair: bool = False
+
+
+#: reducer name -> :class:`Reducer` (``REDUCERS[name][0]`` reduces, ``[1]`` combines)
+REDUCERS: dict[str, Reducer] = {
+    "sum": Reducer(_wide_sum, np.add),
+    "max": Reducer(_max, np.maximum),
+    "min": Reducer(_min, np.minimum),
+    "argmax": Reducer(*_arg(np.argmax, np.greater), finish=_index, pair=True),
+    "argmin": Reducer(*_arg(np.argmin, np.less), finish=_index, pair=True),
 }
 
 
+def _finish(reducer: str, partial):
+    finish = REDUCERS[reducer].finish
+    return partial if finish is None else finish(partial)
+
+
 def reduce_partial(kernel: Callable, reducer: str, operands: tuple, reduced: tuple,
-                   tiles: tuple) -> np.ndarray:
-    """Reduce kernel(*operands) over ``reduced`` axes, streaming ``tiles``."""
-    reduce, combine = REDUCERS[reducer]
-    acc = reduce(_apply(kernel, operands, tiles[0]), reduced)
+                   tiles: tuple, shape: tuple | None = None) -> np.ndarray:
+    """Reduce kernel(*operands) over ``reduced`` axes, streaming ``tiles``
+    (of the full ``shape``, for a positional kernel)."""
+    reduce, combine = REDUCERS[reducer][:2]
+    acc = reduce(_apply(kernel, operands, tiles[0], shape), reduced)
     for region in tiles[1:]:
-        acc = combine(acc, reduce(_apply(kernel, operands, region), reduced))
+        acc = combine(acc, reduce(_apply(kernel, operands, region, shape), reduced))
     return acc
 
 
@@ -183,7 +287,7 @@ def combine_partials(reducer: str, *partials) -> np.ndarray:
 def write_partial(out: StoreSpec, out_axes: tuple, region: tuple, reducer: str,
                   *partials) -> None:
     """Combine a region's partials and write them as whole output chunks."""
-    value = combine_partials(reducer, *partials)
+    value = _finish(reducer, combine_partials(reducer, *partials))
     own = tuple(slice(0, 1) if a is None else region[a] for a in out_axes)
     chunkio.write(out, own, value.astype(out.dtype).reshape(_full_tile(own)))
 
@@ -193,7 +297,7 @@ def assemble(shape: tuple, dtype, out_axes: tuple, reducer: str, pieces) -> np.n
     result = np.empty(shape, dtype=dtype)
     for region, partials in pieces:
         own = tuple(slice(0, 1) if a is None else region[a] for a in out_axes)
-        value = combine_partials(reducer, *partials)
+        value = _finish(reducer, combine_partials(reducer, *partials))
         result[own] = value.astype(dtype).reshape(_full_tile(own))
     return result
 
@@ -243,7 +347,7 @@ def reduce_graph(op: str, kernel: Callable, reducer: str, shape: tuple, tile: tu
             shifted = tuple(tuple(slice(o.start + s.start, o.start + s.stop)
                                   for o, s in zip(outer, t)) for t in run)
             key = (name, r, g)
-            graph[key] = (reduce_partial, kernel, reducer, operands, reduced, shifted)
+            graph[key] = (reduce_partial, kernel, reducer, operands, reduced, shifted, shape)
             parts.append(key)
         while len(parts) > FAN_IN:
             level = []
@@ -267,9 +371,11 @@ def reduce_graph(op: str, kernel: Callable, reducer: str, shape: tuple, tile: tu
     return graph, [root]
 
 
-def partial_bytes(tile: tuple, out_axes: tuple, dtype) -> int:
-    """Bytes of one partial result of a reduction task (kept axes only, widened)."""
+def partial_bytes(tile: tuple, out_axes: tuple, dtype, reducer: str | None = None) -> int:
+    """Bytes of one partial result of a reduction task (kept axes only,
+    widened; a pair reducer's partials also hold an int64 index)."""
     kept = {a for a in out_axes if a is not None}
     elems = math.prod(t for d, t in enumerate(tile) if d in kept)
-    return elems * max(8, np.dtype(dtype).itemsize)
+    pair = reducer is not None and REDUCERS[reducer].pair
+    return elems * (max(8, np.dtype(dtype).itemsize) + (8 if pair else 0))
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jask.base import memory
-from jask.engine.blockwise import REDUCERS
+from jask.engine.blockwise import REDUCERS, is_positional
 from jask.engine.builders import FAN_IN, key_name
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
@@ -112,6 +112,8 @@ def fusable(node: Node) -> bool:
     full = p["full_shape"]
     if not full:
         return False
+    if p["reducer"] is not None and REDUCERS[p["reducer"]].pair:
+        return False  # argmax's (value, index) partials: run alone
     for x, ax in zip(node.inputs, p["axes"]):
         if isinstance(x, np.ndarray):
             continue
@@ -166,8 +168,14 @@ def _map_band(node: Node, values: dict, rows: slice) -> np.ndarray:
             if a is not None:
                 dims[a] = block.shape[i]
         tiles.append(block.reshape(dims))
+    kernel = p["kernel"]
     with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
-        result = np.broadcast_to(p["kernel"](*tiles), region_shape)
+        if is_positional(kernel):  # the band's place in the full shape
+            band = (rows,) + tuple(slice(0, n) for n in full[1:])
+            result = np.broadcast_to(kernel(*tiles, region=band, shape=tuple(full)),
+                                     region_shape)
+        else:
+            result = np.broadcast_to(kernel(*tiles), region_shape)
     kept = {a for a in p["out_axes"] if a is not None}
     reduced = tuple(d for d in range(len(full)) if d not in kept)
     if p["reducer"] is not None and reduced:

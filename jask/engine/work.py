@@ -8,6 +8,7 @@ half-written store is never returned.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import uuid
@@ -18,7 +19,7 @@ import numpy as np
 from jask.base import counters, memory
 from jask.base.config import Config
 from jask.engine import blockwise as bw
-from jask.engine import builders, execute, plan, tasks
+from jask.engine import builders, execute, plan, scan, tasks
 from jask.engine.fused import fused_graph
 from jask.store import chunkio, durability, layout, registry, sessions, space
 from jask.store.spec import StoreSpec, stored_nbytes
@@ -94,10 +95,68 @@ def blockwise_tile(op, shape, dtype, operands, out_axes, reducer, held, config):
 
     tile, cost = plan_with(held)
     if reducer is not None:
-        waiting = builders.FAN_IN * bw.partial_bytes(tile, out_axes, dtype)
+        waiting = builders.FAN_IN * bw.partial_bytes(tile, out_axes, dtype, reducer)
         if cost.total + waiting > config.max_memory:  # total counts the fixed bytes
             tile, cost = plan_with(held + waiting)
     return tile, cost
+
+
+def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False):
+    """Work for the cumulative sum of a store along ``axis`` in ``dtype``
+    (``reverse``: summed from the end, the VJP of a cumulative sum), in two
+    passes over the same tiles (:mod:`jask.engine.scan`): the tiles' totals,
+    then each tile's own cumulative sum plus the carry of the tiles before it.
+    The totals and carries of every tile are held between the passes, and
+    planned for as bytes held once."""
+    def work(stores, values, config: Config):
+        (source,) = stores
+        shape = tuple(source.shape)
+        disk = [(source, tuple(range(len(shape))))]
+        tile, cost = _scan_tile(op, shape, axis, dtype, disk, config)
+        token = uuid.uuid4().hex
+        tiles: list = []
+        totals: list = []
+        if 0 not in shape:
+            dsk, keys, tiles = scan.totals_graph(op, source, tile, axis, dtype, token)
+            totals = execute.run(dsk, keys, config.workers, cost)
+        carry = scan.carries(shape, tile, axis, tiles, totals, reverse) if tiles else []
+        del totals
+        return _produce(config, op, shape, dtype, (tile, cost),
+                        lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
+                                                    token), grad=grad)
+    return work
+
+
+def _scan_tile(op, shape, axis, dtype, disk, config):
+    """A scan's tile and cost, counting the totals of every tile (one row per
+    tile, held between the passes) as bytes held once. The fastest map plan
+    is kept if the totals fit beside it, with fewer tasks at once if need
+    be; else smaller tiles are planned with room for the totals (which then
+    grow: planned again until they fit, or refused)."""
+    def plan_with(fixed):
+        tile, cost = plan.plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
+                                         workers=config.workers, fixed_bytes=fixed)
+        return tile, cost, SCAN_CARRY_COPIES * scan.carry_bytes(shape, tile, axis, dtype)
+
+    held = 0
+    for _ in range(8):
+        tile, cost, need = plan_with(held)
+        room = config.max_memory - (cost.fixed - held) - need
+        at_once = min(cost.tasks_at_once, room // max(cost.task_bytes, 1))
+        if at_once >= 1:
+            return tile, dataclasses.replace(cost, tasks_at_once=int(at_once),
+                                             fixed=cost.fixed - held + need)
+        held = max(need, held * 2)
+    raise memory.BudgetError(
+        f"jask.{op}: the totals of the tiles along axis {axis} of shape {shape} "
+        f"({need} bytes for tiles of shape {tile}) do not fit beside the tiles in the memory "
+        f"budget of {config.max_memory} bytes")
+
+
+#: Arrays of every tile's totals a scan holds between its passes: the
+#: totals as they come, and the table they are moved into (whose prefix
+#: sums are taken in place, and whose rows are the carries).
+SCAN_CARRY_COPIES = 2
 
 
 def transpose(axes: tuple, *, grad: bool = False):

@@ -1,0 +1,114 @@
+"""Cumulative sums along one axis, tile by tile, in two passes.
+
+A scan needs the carry of every earlier tile along its axis. Pass one reads
+each tile and returns its totals along the axis (one row of the tile's
+cross-section, widened: float64 for floats, int64 for integers and bools).
+In memory, the totals of each lane of tiles along the axis become the
+carries, their exclusive prefix sums (from the end for a ``reverse`` scan,
+the VJP of a scan). Pass two reads each tile again, writes its local
+cumulative sum plus its carry as one whole output chunk. Both passes run
+every tile in parallel; what stays in memory between them is one row per
+tile (:func:`carry_bytes`). Integers wrap as in numpy and jax.numpy: the
+carries are exact in int64 and wrap once, when cast to the output dtype.
+Nothing here knows of JAX.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jask.engine.builders import key_name, regions
+from jask.store import chunkio
+from jask.store.spec import StoreSpec
+
+__all__ = ["carry_bytes", "carries", "totals_graph", "scan_graph", "wide_dtype"]
+
+
+def wide_dtype(dtype) -> np.dtype:
+    """The dtype tile totals and carries are kept in."""
+    kind = np.dtype(dtype).kind
+    return np.dtype({"f": np.float64, "c": np.complex128, "u": np.uint64}.get(kind, np.int64))
+
+
+def carry_bytes(shape: tuple, tile: tuple, axis: int, dtype) -> int:
+    """Bytes of the totals (or carries) of every tile: one row per tile.
+
+    Example:
+      >>> carry_bytes((1000, 300), (100, 300), 0, np.float32)  # 10 tiles of 300 float64s
+      24000
+    """
+    lanes = math.prod(n for d, n in enumerate(shape) if d != axis)
+    return lanes * -(-shape[axis] // max(tile[axis], 1)) * wide_dtype(dtype).itemsize
+
+
+def _total(source: StoreSpec, region: tuple, axis: int, wide) -> np.ndarray:
+    return np.sum(chunkio.read(source, region), axis=axis, keepdims=True, dtype=wide)
+
+
+def totals_graph(op: str, source: StoreSpec, tile: tuple, axis: int, dtype, token: str):
+    """Pass one: each tile's totals along ``axis`` (widened from the output
+    ``dtype``); (graph, keys, regions)."""
+    name = key_name(op, token, stage="totals")
+    tiles = list(regions(source.shape, tile))
+    wide = wide_dtype(dtype)
+    graph = {(name, i): (_total, source, region, axis, wide) for i, region in enumerate(tiles)}
+    return graph, list(graph), tiles
+
+
+def carries(shape: tuple, tile: tuple, axis: int, tiles: list, totals: list,
+            reverse: bool) -> list:
+    """Each tile's carry: the sum of the totals of the tiles before it along
+    ``axis`` (after it, when ``reverse``), in the order of ``tiles``. The
+    entries of ``totals`` are dropped as they are used (set to ``None``), so
+    that the totals and the table of their prefix sums are never both whole.
+
+    Example:
+      >>> tiles = [(slice(0, 2),), (slice(2, 4),), (slice(4, 5),)]
+      >>> totals = [np.array([3.0]), np.array([7.0]), np.array([5.0])]
+      >>> [float(c[0]) for c in carries((5,), (2,), 0, tiles, list(totals), False)]
+      [0.0, 3.0, 10.0]
+      >>> [float(c[0]) for c in carries((5,), (2,), 0, tiles, list(totals), True)]
+      [12.0, 5.0, 0.0]
+    """
+    k = -(-shape[axis] // tile[axis])
+    table = np.zeros(tuple(k if d == axis else n for d, n in enumerate(shape)),
+                     totals[0].dtype if totals else np.float64)
+    places = []
+    for i, region in enumerate(tiles):
+        start = region[axis].start // tile[axis]
+        place = list(region)
+        place[axis] = slice(start, start + 1)
+        table[tuple(place)] = totals[i]
+        totals[i] = None  # the caller's list: each total is dropped once placed
+        place[axis] = slice(start - 1, start) if not reverse else slice(start + 1, start + 2)
+        places.append(tuple(place))
+    # inclusive prefix sums in place; a tile's carry is its predecessor's (none for the first)
+    view = np.flip(table, axis) if reverse else table
+    np.cumsum(view, axis=axis, out=view)
+    zero = np.zeros((1,) * len(shape), table.dtype)
+    return [zero if p[axis].start < 0 or p[axis].start >= k else table[p] for p in places]
+
+
+def _scan_block(source: StoreSpec, out: StoreSpec, region: tuple, axis: int, reverse: bool,
+                carry: np.ndarray) -> None:
+    """out[region] = the tile's cumulative sum along ``axis`` plus its carry."""
+    tile = chunkio.read(source, region)
+    result = np.empty(tile.shape, out.dtype)
+    if reverse:  # accumulate from the end, straight into a flipped view of the result
+        np.cumsum(np.flip(tile, axis), axis=axis, dtype=out.dtype, out=np.flip(result, axis))
+    else:
+        np.cumsum(tile, axis=axis, dtype=out.dtype, out=result)
+    del tile
+    with np.errstate(all="ignore"):  # integers wrap, as in numpy and jax.numpy
+        result += carry.astype(out.dtype)
+    chunkio.write(out, region, result)
+
+
+def scan_graph(op: str, source: StoreSpec, out: StoreSpec, tiles: list, axis: int,
+               reverse: bool, carry: list, token: str):
+    """Pass two: one task per tile (a whole output chunk)."""
+    name = key_name(op, token)
+    graph = {(name, i): (_scan_block, source, out, region, axis, reverse, c)
+             for i, (region, c) in enumerate(zip(tiles, carry))}
+    return graph, list(graph)
