@@ -79,8 +79,9 @@ def cumsum(x, axis=None, dtype=None, *, config: Config | None = None):
     wanted = None if dtype is None else np.dtype(dtype)
     out = _dtype(tuple(aval.shape), np.dtype(aval.dtype), axis, wanted,
                  bool(jax.config.read("jax_enable_x64")))
+    ndim = aval.ndim
     if axis is None:
-        if aval.ndim != 1:
+        if ndim != 1:
             x = reshape(x, (-1,), config=config)
-        axis = 0
-    return primitives.cumsum(x, int(axis) % disk_type(x).ndim, out, config=config)
+        axis, ndim = 0, 1
+    return primitives.cumsum(x, int(axis) % ndim, out, config=config)

@@ -255,8 +255,8 @@ REDUCERS: dict[str, Reducer] = {
     "sum": Reducer(_wide_sum, np.add),
     "max": Reducer(_max, np.maximum),
     "min": Reducer(_min, np.minimum),
-    "argmax": Reducer(*_arg(np.argmax, np.greater), finish=_index, pair=True),
-    "argmin": Reducer(*_arg(np.argmin, np.less), finish=_index, pair=True),
+    "argmax": Reducer(*_arg(np.argmax, np.greater), _index, True),
+    "argmin": Reducer(*_arg(np.argmin, np.less), _index, True),
 }
 
 
