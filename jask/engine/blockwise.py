@@ -250,13 +250,18 @@ class Reducer(NamedTuple):
     pair: bool = False
 
 
+def _arg_reducer(pick: Callable, better: Callable) -> Reducer:
+    reduce, combine = _arg(pick, better)
+    return Reducer(reduce, combine, finish=_index, pair=True)
+
+
 #: reducer name -> :class:`Reducer` (``REDUCERS[name][0]`` reduces, ``[1]`` combines)
 REDUCERS: dict[str, Reducer] = {
     "sum": Reducer(_wide_sum, np.add),
     "max": Reducer(_max, np.maximum),
     "min": Reducer(_min, np.minimum),
-    "argmax": Reducer(*_arg(np.argmax, np.greater), _index, True),
-    "argmin": Reducer(*_arg(np.argmin, np.less), _index, True),
+    "argmax": _arg_reducer(np.argmax, np.greater),
+    "argmin": _arg_reducer(np.argmin, np.less),
 }
 
 
