@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import jask
 from jask.engine import fusion
+from jask.engine.plan import bands
 from jask.store.spec import StoreSpec
 
 
@@ -73,8 +74,8 @@ def test_a_band_plan_fits_the_budget_or_is_refused(n, k, chunk_rows, chunk_cols,
     X = StoreSpec("", (n, k), f, (min(chunk_rows, n), min(chunk_cols, k)))
     y = StoreSpec("", (n,), f, (min(chunk_rows, n),))
     order = _least_squares_group(X, y, np.zeros(k, f))
-    plan = fusion.plan("test", order, [X, y], 4 * k, n, budget, workers,
-                       keep={id(order[2]), id(order[4])})
+    plan = bands.plan_bands("test", order, [X, y], 4 * k, n, budget, workers,
+                            keep={id(order[2]), id(order[4])})
     if plan is None:
         return
     assert 1 <= plan.rows <= n

@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jask.base import memory
-from jask.engine import builders
-from jask.engine.plan import plan_blockwise
+from jask.engine.plan import ops, plan_blockwise
 from jask.store.spec import StoreSpec
 
 _counter = itertools.count()
@@ -99,14 +98,14 @@ def _check_transpose_copy_and_dot(stores, shape, dtype, budget, workers):
     first, last = stores[0], stores[-1]
     axes = tuple(reversed(range(len(shape))))
     data = math.prod(shape) * np.dtype(dtype).itemsize
-    for plan in (lambda: builders.transpose_chunks(first, axes, budget, workers),
-                 lambda: builders.copy_chunks(last, first, budget, workers)):
+    for plan in (lambda: ops.transpose_chunks(first, axes, budget, workers),
+                 lambda: ops.copy_chunks(last, first, budget, workers)):
         result = _timed(plan, budget)
         if result is not None:
             tile, cost = result
             assert cost.total <= budget and cost.tasks <= memory.task_bound(data, budget)
     if len(shape) == 2:  # first @ first.T: (m, k) x (k, m)
-        result = _timed(lambda: builders.dot_plan(first, first, False, True, dtype, budget,
+        result = _timed(lambda: ops.dot_plan(first, first, False, True, dtype, budget,
                                                   workers), budget)
         if result is not None:
             chunks, tk, splits, cost = result
@@ -140,6 +139,6 @@ def test_refusal_names_the_store_its_chunks_and_what_would_work(tmp_path):
 def test_update_into_a_sharded_store_writes_whole_shards(tmp_path):
     target = _store(str(tmp_path), (1000, 900), (100, 90), "float32", "sharded")
     source = StoreSpec("", (1000, 900), np.dtype("float32"), (128, 128))
-    tile, cost = builders.copy_chunks(target, source, 10**8, 2)
+    tile, cost = ops.copy_chunks(target, source, 10**8, 2)
     shards = zarr.open_array(target.path).shards
     assert all(t % s == 0 or t == n for t, s, n in zip(tile, shards, target.shape))

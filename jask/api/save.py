@@ -26,7 +26,8 @@ from jask.base.config import Config, get_config
 from jask.core._jax_internals import is_eager, is_tracer
 from jask.core.array import DiskArray
 from jask.core.lifetime import collect_if_idle
-from jask.engine import builders, execute, plan
+from jask.engine import builders, execute
+from jask.engine.plan import ops as planner
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
@@ -38,12 +39,6 @@ COMPRESSORS = {
     "blosc": zarr.codecs.BloscCodec,
     "gzip": zarr.codecs.GzipCodec,
 }
-
-#: Output-chunk buffers of a save task: the tile read, the whole chunk and
-#: its encoded bytes; a compressor adds its output and working memory.
-SAVE_OUT_COPIES = 3
-COMPRESSOR_COPIES = 2
-
 
 def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
          overwrite: bool = False, config: Config | None = None) -> DiskArray:
@@ -96,7 +91,8 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     source = _source(x)
     path = _target(path, source, overwrite, config)
     codecs = _compressors(compressor)
-    out_chunks, cost = _plan(_chunks(chunks, source), source, codecs, config)
+    planned = planner.save(source, _chunks(chunks, source), bool(codecs), config)
+    out_chunks, cost = planned.tile, planned.cost  # one whole chunk per task
     _check_layout(source, out_chunks, codecs)
     collect_if_idle()
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -130,28 +126,6 @@ def _target(path, source: StoreSpec, overwrite: bool, config: Config) -> str:
         raise FileExistsError(f"jask.save: {path!r} already exists; pass overwrite=True "
                               "to replace it")
     return path
-
-
-def _plan(chunks: tuple | None, source: StoreSpec, codecs: tuple,
-          config: Config) -> tuple[tuple, memory.TileCost]:
-    """The output chunks (the asked ones, else the source's if they fit, else
-    smaller) and what one task writing a chunk holds; BudgetError if none fits."""
-    copies = SAVE_OUT_COPIES + (COMPRESSOR_COPIES if codecs else 0)
-
-    def cost(tile):
-        return memory.task_cost("save", tile, [(chunkio.read_model(source), tile)],
-                                memory.nbytes(tile, source.dtype), copies, config.workers)
-    if chunks is not None:
-        # what every op holds besides its tasks, as jask.engine.plan counts it
-        memory.check_fits(cost(chunks), config.max_memory - memory.op_overhead(config.max_memory))
-        return chunks, cost(chunks)
-    # the planner every op uses: whole source chunks where they fit, never
-    # tiles so small that the graph runs away
-    axes = tuple(range(len(source.shape)))
-    tile, planned = plan.plan_blockwise("save", tuple(source.shape), source.dtype,
-                                        [(source, axes)], budget=config.max_memory,
-                                        workers=config.workers, out_copies=copies)
-    return tuple(tile), planned
 
 
 def _chunks(chunks, source: StoreSpec) -> tuple | None:

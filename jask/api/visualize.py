@@ -1,10 +1,12 @@
 """What a (jitted) function will run: jask's ops, their shapes and tiles.
 
 :func:`visualize` traces the function with ``jax.make_jaxpr`` (nothing is
-computed or written), reads jask's primitives out of the jaxpr, and plans
-each op's tiles under the current memory budget as the op itself would: the
+computed or written), reads jask's primitives out of the jaxpr, and asks
+each one for its plan under the current memory budget (``primitive.plan``:
+the planner the op's own work calls, :mod:`jask.engine.plan`): the
 argument stores' own chunks for the inputs, and for intermediates the
-chunks jask would give the stores it creates. The result prints as a text
+chunks the planned ops would give the stores they create. An op with no
+plan shows why in its note, never a guessed tile. The result prints as a text
 table, shows as an HTML table in a notebook, and becomes a graphviz graph
 when the ``graphviz`` package is installed.
 """
@@ -19,14 +21,11 @@ import jax
 import jax.extend.core
 import numpy as np
 
-from jask.api.display import n_chunks
 from jask.base import memory
 from jask.base.config import Config, get_config
 from jask.core._jax_internals import hi_primitive
 from jask.core.array import DiskArray, DiskArrayType
-from jask.engine import builders, plan, work
-from jask.engine.blockwise import Operand
-from jask.store import chunkio
+from jask.engine.plan import Plan
 from jask.store.spec import StoreSpec
 
 __all__ = ["visualize", "Step", "OpPlan"]
@@ -215,9 +214,11 @@ class _Planner:
         name = _op_name(prim)
         out = prim.out_aval
         try:
-            tile, tasks, held, out_store = self._plan(prim, name, stores, out)
+            planned = prim.plan(stores, self.config)
+            tile, tasks, held = planned.tile, planned.tasks, planned.held
+            out_store = self._out_store(planned, stores, out)
             note = ""
-        except Exception as err:  # a BudgetError, or an op this planner does not know
+        except Exception as err:  # a BudgetError, or an op with no plan (it says which)
             tile = tasks = held = None
             out_store = (self._new_store(out.shape, out.dtype)
                          if isinstance(out, DiskArrayType) else None)
@@ -228,65 +229,14 @@ class _Planner:
         if out_store is not None and len(eqn.outvars) == 1:
             env[eqn.outvars[0]] = (out_store, index)
 
-    def _plan(self, prim, name, stores, out):
-        cfg = self.config
-        budget, workers = cfg.max_memory, cfg.workers
-        params = getattr(prim, "params", {})
-        if "ufunc" in params:  # elementwise, broadcast or reduction: the op's own planner
-            return self._plan_blockwise(prim, name, stores, out)
-        if not isinstance(out, DiskArrayType):  # a read: chunk by chunk
-            tile = stores[0].chunks
-            reads = [(chunkio.read_model(s), tile) for s in stores]
-            cost = memory.task_cost(name, tile, reads, 0, 0, workers)
-            memory.check_fits(cost, budget)
-            return tile, n_chunks(stores[0].shape, tile), cost.total, None
-        if name == "update_":
-            target = stores[0]
-            reads = [(chunkio.read_model(stores[1]), target.chunks)]
-            cost = memory.task_cost(name, target.chunks, reads,
-                                    memory.nbytes(target.chunks, target.dtype), 2, workers)
-            memory.check_fits(cost, budget)
-            return target.chunks, n_chunks(target.shape, target.chunks), cost.total, target
-        if "ta" in params and len(stores) == 2:  # a matrix product streaming K
-            chunks, _, splits, cost = builders.dot_plan(stores[0], stores[1], params["ta"],
-                                                        params["tb"], out.dtype, budget,
-                                                        workers)
-            return (chunks, n_chunks(out.shape, chunks) * splits, cost.total,
-                    self._new_store(out.shape, out.dtype, chunks))
-        operands = [(s, _axes(s.shape, out.shape, params.get("axes"))) for s in stores]
-        tile, cost = plan.plan_blockwise(name, out.shape, out.dtype, operands, budget=budget,
-                                         workers=workers)
-        tile = tuple(tile)
-        return tile, n_chunks(out.shape, tile), cost.total, self._new_store(out.shape, out.dtype,
-                                                                          tile)
-
-
-    def _plan_blockwise(self, prim, name, stores, out):
-        params, cfg = prim.params, self.config
-        disk = iter(stores)
-        operands, held = [], 0
-        for aval, axes, dtype in zip(prim.in_avals, params["axes"], params["dtypes"]):
-            if isinstance(aval, DiskArrayType):
-                operands.append(Operand(next(disk), axes, dtype))
-            else:
-                held += memory.nbytes(aval.shape, aval.dtype)
-        shape, out_axes, reducer = params["shape"], params["out_axes"], params["reducer"]
-        tile, cost = work.blockwise_tile(name, shape, out.dtype, operands, out_axes, reducer,
-                                         held, cfg)
-        out_store = None
-        if isinstance(out, DiskArrayType):
-            chunks = tuple(1 if a is None else tile[a] for a in out_axes)
-            out_store = self._new_store(out.shape, out.dtype, chunks)
-        return tuple(tile), n_chunks(shape, tile), cost.total, out_store
-
-
-def _axes(shape: tuple, out_shape: tuple, perm) -> tuple:
-    """Which output axis each operand axis runs along (None: broadcast)."""
-    if perm is not None:  # out axis j is operand axis perm[j]
-        return tuple(int(j) for j in np.argsort(perm))
-    lead = len(out_shape) - len(shape)
-    return tuple(None if n == 1 and out_shape[i + lead] != 1 else i + lead
-                 for i, n in enumerate(shape))
+    def _out_store(self, planned: Plan, stores: list, out) -> StoreSpec | None:
+        """The store the op's result is: an input it writes into, or a new
+        one chunked as planned."""
+        if not isinstance(out, DiskArrayType):
+            return None
+        if planned.into is not None:
+            return stores[planned.into]
+        return self._new_store(out.shape, out.dtype, planned.chunks)
 
 
 def _is_var(v) -> bool:

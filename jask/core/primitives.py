@@ -18,11 +18,12 @@ import numpy as np
 from jax.dtypes import canonicalize_dtype
 from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
-from jask.base.config import Config
+from jask.base.config import Config, get_config
 from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.engine import lazy, work
+from jask.engine.plan import Plan
 
 
 def _accum(accum, make) -> None:
@@ -85,13 +86,29 @@ class DiskPrimitive(VJPHiPrimitive):
         ops are never moved across it."""
         return False
 
-    def plan(self):
+    def fusion(self):
         """(work, fusion description) for ops that can join a band group."""
         return None
 
+    def disk_work(self) -> work.Work:
+        """The op's disk work (:class:`jask.engine.work.Work`)."""
+        raise NotImplementedError(
+            f"jask.{self.params.get('op', type(self).__name__)}: {type(self).__name__} has no "
+            "disk work to plan (give it a disk_work() returning a jask.engine.work.Work)")
+
+    def plan(self, stores, config: Config | None = None) -> Plan:
+        """The tiles, chunks, tasks and bytes this op runs with, for its input
+        ``stores`` (its in-memory operands are its avals): what its work's own
+        planner answers, running nothing. NotImplementedError, naming the
+        op, when it has none."""
+        mem = [a for a in self.in_avals if not _on_disk(a)]
+        if config is None:
+            config = self.params.get("config") or get_config()  # type: ignore[assignment]
+        return self.disk_work().plan(stores, mem, config)  # type: ignore[arg-type]
+
     def value_op(self, args) -> tuple:
         """This op's part of :func:`dispatch.to_values` (a value op only)."""
-        work_fn, fuse = self.plan()
+        work_fn, fuse = self.fusion()
         disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
         mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
         out = self.out_aval
@@ -143,18 +160,21 @@ class Blockwise(DiskPrimitive):
                          shape=tuple(shape), out_axes=tuple(out_axes), reducer=reducer,
                          grad=grad, config=config)
 
-    def plan(self):
+    def disk_work(self):
         out = self.out_aval
-        return (work.blockwise(
+        return work.blockwise(
             self.op, self.ufunc.numpy, self.shape, self.axes, self.dtypes,
             tuple(_on_disk(a) for a in self.in_avals), self.out_axes, out.shape, out.dtype,
-            reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad),
-            self._describe("map", kernel=self.ufunc.numpy, axes=self.axes, dtypes=self.dtypes,
-                           full_shape=self.shape, out_axes=self.out_axes,
-                           reducer=self.reducer))
+            reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad)
+
+    def fusion(self):
+        return (self.disk_work(),
+                self._describe("map", kernel=self.ufunc.numpy, axes=self.axes, dtypes=self.dtypes,
+                               full_shape=self.shape, out_axes=self.out_axes,
+                               reducer=self.reducer))
 
     def expand(self, *args):
-        work_fn, fuse = self.plan()
+        work_fn, fuse = self.fusion()
         return self._run(work_fn, args, fuse)
 
     def vjp_fwd(self, nzs_in, *args):
@@ -238,8 +258,11 @@ class Transpose(DiskPrimitive):
         out = DiskArrayType(tuple(aval.shape[i] for i in axes), aval.dtype)
         super().__init__((aval,), out, axes=tuple(axes), grad=grad, config=config)
 
+    def disk_work(self):
+        return work.transpose(self.axes, grad=self.grad)
+
     def expand(self, a):
-        return self._run(work.transpose(self.axes, grad=self.grad), [a])
+        return self._run(self.disk_work(), [a])
 
     def backward(self, res, g, ca):
         inverse = tuple(int(i) for i in np.argsort(self.axes))
@@ -257,8 +280,11 @@ class Slice(DiskPrimitive):
         super().__init__((aval,) + starts, DiskArrayType(out_shape, aval.dtype),
                          sizes=tuple(sizes), grad=grad, config=config)
 
+    def disk_work(self):
+        return work.take_slice(self.sizes, grad=self.grad)
+
     def expand(self, a, *starts):
-        return self._run(work.take_slice(self.sizes, grad=self.grad), [a, *starts])
+        return self._run(self.disk_work(), [a, *starts])
 
     def backward(self, res, g, ca, *cstarts):
         a, *starts = res
@@ -274,8 +300,11 @@ class Scatter(DiskPrimitive):
         super().__init__((DiskArrayType(out_shape, aval.dtype),) + starts, aval,
                          op="slice_vjp", sizes=tuple(sizes), config=config)
 
+    def disk_work(self):
+        return work.scatter_slice(self.sizes, self.out_aval.shape)
+
     def expand(self, g, *starts):
-        return self._run(work.scatter_slice(self.sizes, self.out_aval.shape), [g, *starts])
+        return self._run(self.disk_work(), [g, *starts])
 
 
 class Concatenate(DiskPrimitive):
@@ -291,9 +320,11 @@ class Concatenate(DiskPrimitive):
         super().__init__(avals, DiskArrayType(shape, first.dtype), axis=axis, stack=stack,
                          grad=grad, config=config)
 
+    def disk_work(self):
+        return work.concatenate(self.axis, self.stack, self.out_aval.shape, grad=self.grad)
+
     def expand(self, *arrays):
-        return self._run(work.concatenate(self.axis, self.stack, self.out_aval.shape,
-                                          grad=self.grad), list(arrays))
+        return self._run(self.disk_work(), list(arrays))
 
     def backward(self, res, g, *accums):
         start = 0
@@ -315,8 +346,11 @@ class Reshape(DiskPrimitive):
         super().__init__((aval,), DiskArrayType(shape, aval.dtype), shape=tuple(shape),
                          grad=grad, config=config)
 
+    def disk_work(self):
+        return work.reshape(self.shape, grad=self.grad)
+
     def expand(self, a):
-        return self._run(work.reshape(self.shape, grad=self.grad), [a])
+        return self._run(self.disk_work(), [a])
 
     def backward(self, res, g, ca):
         _accum(ca, lambda: Reshape(self.out_aval, self.in_avals[0].shape, True,
@@ -334,9 +368,11 @@ class Cumsum(DiskPrimitive):
                          dtype=np.dtype(dtype), reverse=bool(reverse), grad=grad,
                          config=config)
 
+    def disk_work(self):
+        return work.cumsum(self.op, self.axis, self.reverse, self.dtype, grad=self.grad)
+
     def expand(self, a):
-        return self._run(work.cumsum(self.op, self.axis, self.reverse, self.dtype,
-                                     grad=self.grad), [a])
+        return self._run(self.disk_work(), [a])
 
     def backward(self, res, g, ca):
         aval = self.in_avals[0]
@@ -357,8 +393,11 @@ class Update(DiskPrimitive):
     def __init__(self, aval: DiskArrayType, config: Config | None):
         super().__init__((aval, aval), aval, config=config)
 
+    def disk_work(self):
+        return work.update
+
     def expand(self, target, new):
-        return self._run(work.update, [target, new])
+        return self._run(self.disk_work(), [target, new])
 
     def dce(self, used_outs):
         return True, True, self
@@ -393,15 +432,21 @@ class Dot(DiskPrimitive):
         super().__init__((a, b), _out_type(shape, dtype, not to_memory), op="dot", ta=ta,
                          tb=tb, dtype=np.dtype(dtype), grad=grad, config=config)
 
-    def plan(self):
+    def _vectors(self) -> tuple:
         A, B = self.in_avals
-        vectors = ("row" if A.ndim == 1 else None, "col" if B.ndim == 1 else None)
-        return (work.dot(self.ta, self.tb, (_on_disk(A), _on_disk(B)), vectors, self.dtype,
-                         to_memory=not _on_disk(self.out_aval), grad=self.grad),
-                self._describe("dot", ta=self.ta, tb=self.tb, vectors=vectors))
+        return ("row" if A.ndim == 1 else None, "col" if B.ndim == 1 else None)
+
+    def disk_work(self):
+        A, B = self.in_avals
+        return work.dot(self.ta, self.tb, (_on_disk(A), _on_disk(B)), self._vectors(),
+                        self.dtype, to_memory=not _on_disk(self.out_aval), grad=self.grad)
+
+    def fusion(self):
+        return (self.disk_work(),
+                self._describe("dot", ta=self.ta, tb=self.tb, vectors=self._vectors()))
 
     def expand(self, a, b):
-        work_fn, fuse = self.plan()
+        work_fn, fuse = self.fusion()
         return self._run(work_fn, [a, b], fuse)
 
     def backward(self, res, g, ca, cb):
@@ -462,8 +507,11 @@ class Materialize(DiskPrimitive):
     def __init__(self, aval: DiskArrayType, config: Config | None):
         super().__init__((aval,), ShapedArray(aval.shape, aval.dtype), config=config)
 
+    def disk_work(self):
+        return work.read_all
+
     def expand(self, a):
-        return self._run(work.read_all, [a])
+        return self._run(self.disk_work(), [a])
 
     def backward(self, res, g, ca):
         _accum(ca, lambda: FromValue(self.in_avals[0], True, self.config)(g))
@@ -475,8 +523,11 @@ class FromValue(DiskPrimitive):
     def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
         super().__init__((ShapedArray(aval.shape, aval.dtype),), aval, grad=grad, config=config)
 
+    def disk_work(self):
+        return work.write_value(grad=self.grad)
+
     def expand(self, x):
-        return self._run(work.write_value(grad=self.grad), [x])
+        return self._run(self.disk_work(), [x])
 
     def backward(self, res, g, cx):
         _accum(cx, lambda: Materialize(self.out_aval, self.config)(g))
@@ -565,6 +616,11 @@ class Together(DiskPrimitive):
             i += len(p.in_avals)
         return dispatch.to_values(ops)
 
+    def plan(self, stores, config: Config | None = None) -> Plan:
+        raise NotImplementedError(
+            "jask.together: several ops run as one callback have no single plan; ask each of "
+            "its ops (prims) for its own")
+
 
 class Forgetting(DiskPrimitive):
     """A mutating op (``update_``) told which recorded results nothing
@@ -583,6 +639,11 @@ class Forgetting(DiskPrimitive):
         k = len(args) - self.dead
         dispatch.forget(args[k:])
         return self.prim.expand(*args[:k])
+
+    def plan(self, stores, config: Config | None = None) -> Plan:
+        """The plan of the op it wraps (the forgotten handles are not read)."""
+        prim, dead = self.params["prim"], self.params["dead"]
+        return prim.plan(list(stores)[:len(stores) - dead], config)  # type: ignore
 
     def dce(self, used_outs):
         return True, True, self
@@ -609,11 +670,13 @@ class Fused(DiskPrimitive):
                          into=into, align=align, unread=tuple(unread),
                          temporaries=temporaries, config=config)
 
-    def expand(self, *args):
+    def disk_work(self):
         on_disk = tuple(isinstance(a, DiskArrayType) for a in self.in_avals)
-        return self._run(work.fused(self.op, self.kernel, self.shape, on_disk, self.dtype,
-                                    self.out_dtypes, self.into, self.align, self.unread,
-                                    self.temporaries), args)
+        return work.fused(self.op, self.kernel, self.shape, on_disk, self.dtype,
+                          self.out_dtypes, self.into, self.align, self.unread, self.temporaries)
+
+    def expand(self, *args):
+        return self._run(self.disk_work(), args)
 
     def mutates(self) -> bool:
         return self.params["into"] is not None
@@ -627,7 +690,7 @@ class Fused(DiskPrimitive):
 def _is_value_op(prim) -> bool:
     """An op returning an in-memory value that a band group can compute."""
     return (isinstance(prim, DiskPrimitive) and not _on_disk(prim.out_aval)
-            and not isinstance(prim.out_aval, tuple) and prim.plan() is not None)
+            and not isinstance(prim.out_aval, tuple) and prim.fusion() is not None)
 
 
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))

@@ -32,6 +32,7 @@ import numpy as np
 from jask.base import memory
 from jask.base.config import Config
 from jask.engine import execute, fusion, work
+from jask.engine.plan import Plan, bands
 from jask.store import chunkio, registry
 from jask.store.spec import StoreSpec
 
@@ -219,25 +220,9 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     None (their ops then run alone)."""
     group = _build(roots, value_roots)
     n = fusion.band_length(group.order[-1])
-    leaves: dict = {}
-    held = 0
-    for node in group.order:
-        whole = fusion.whole_inputs(node)
-        # read whole by every band task: once per task at once
-        held += config.workers * sum(memory.nbytes(x.shape, x.dtype) for x in whole)
-        for x in node.inputs:
-            if isinstance(x, StoreSpec) and not any(x is y for y in whole):
-                leaves.setdefault(x.path, x)
-            elif isinstance(x, np.ndarray):
-                held += x.nbytes
-    # a value keeping the rows is assembled whole in memory, beside its parts
-    held += sum(2 * memory.nbytes(top.shape, top.dtype) for top in group.tops if top.rows)
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
-    plan = None
-    if all(fusion.band_length(x) == n for x in group.order):
-        plan = fusion.plan(name, group.order, list(leaves.values()), held, n,
-                           config.max_memory, config.workers, keep)
+    plan = bands.group(name, group.order, keep, group.tops, config)
     if plan is None:  # too large for one band task: op by op, as unfused
         for node in group.order:
             p = group.recorded_of.get(id(node))
@@ -247,7 +232,7 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     return _run_fused(name, group, roots, plan, n, config)
 
 
-def _run_fused(name: str, group: _Group, roots: list, plan: fusion.Plan, n: int,
+def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
                config: Config):
     order = group.order
     index = {id(x): i for i, x in enumerate(order)}
@@ -278,7 +263,7 @@ def _run_fused(name: str, group: _Group, roots: list, plan: fusion.Plan, n: int,
     return [values[index[id(top)]] for top in group.tops]
 
 
-def _run_naming_the_op(dsk, keys, config: Config, plan: fusion.Plan) -> list:
+def _run_naming_the_op(dsk, keys, config: Config, plan: Plan) -> list:
     """Run a group's graph. Inside a compiled program JAX reports only the
     last line of a callback's error: put the failing op's name there."""
     try:

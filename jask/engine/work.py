@@ -1,32 +1,59 @@
 """What each op does to stores: plan tiles, create the output, run a graph.
 
-Each function here takes input :class:`~jask.store.spec.StoreSpec` s, scalar
-operands as numpy values and a :class:`~jask.base.config.Config`, and returns the
-output store (or an in-memory value). The plan is checked against the budget
-before the output store exists; an output whose graph fails is removed, so a
+Each function here makes a :class:`Work`: called with input
+:class:`~jask.store.spec.StoreSpec` s, scalar operands as numpy values and a
+:class:`~jask.base.config.Config`, it returns the output store (or an
+in-memory value). Its plan comes from the op's planner in
+:mod:`jask.engine.plan` (nothing is planned here), checked against the budget
+before the output store exists, and :meth:`Work.plan` answers that same plan
+without running anything. An output whose graph fails is removed, so a
 half-written store is never returned.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import uuid
 from typing import Callable
 
 import numpy as np
 
-from jask.base import counters, memory
+from jask.base import counters
 from jask.base.config import Config
 from jask.engine import blockwise as bw
-from jask.engine import builders, execute, plan, scan, tasks
+from jask.engine import builders, execute, scan, tasks
 from jask.engine.fused import fused_graph
+from jask.engine.plan import ops as planner
+from jask.engine.plan.tiles import Plan
 from jask.store import chunkio, durability, layout, registry, sessions, space
 from jask.store.spec import StoreSpec, stored_nbytes
 
 
-def _produce(config: Config, op: str, shape, dtype, plan, build, *, grad: bool):
-    chunks, cost = plan
+class Work:
+    """An op's disk work: ``work(stores, values, config)`` runs it, and
+    ``work.plan(stores, values, config)`` is the :class:`Plan` it runs with
+    (in-memory operands as anything with ``shape`` and ``dtype``: numpy
+    arrays, or JAX avals when nothing runs)."""
+
+    def __init__(self, op: str, run: Callable, plan: Callable | None = None):
+        self.op, self._run, self._plan = op, run, plan
+
+    def __call__(self, stores, values, config: Config):
+        return self._run(stores, values, config)
+
+    def plan(self, stores, values, config: Config) -> Plan:
+        if self._plan is None:
+            raise NotImplementedError(f"jask.{self.op}: this op has no tile plan")
+        return self._plan(list(stores), list(values), config)
+
+
+def _in_order(on_disk: tuple, stores, values) -> list:
+    """Operands in the op's order, from its stores and its in-memory values."""
+    stores, values = iter(stores), iter(values)
+    return [next(stores) if disk else next(values) for disk in on_disk]
+
+
+def _produce(config: Config, op: str, shape, dtype, planned: Plan, build, *, grad: bool):
+    chunks, cost = planned.chunks, planned.cost
     with room(config, op, shape, dtype, chunks), registry.new_store(
             config.scratch_dir, op, shape, dtype, chunks, grad=grad) as out:
         dsk, keys = build(out)
@@ -38,7 +65,8 @@ def room(config: Config, op: str, shape, dtype, chunks):
     """Refuse an output the scratch disk cannot hold, before writing it; the
     context it returns names the folder and sizes if the disk fills anyway."""
     folder = sessions.session_dir(config.scratch_dir)
-    needed = stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dtype), tuple(chunks)))
+    needed = stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dtype),
+                                                     tuple(chunks)))
     space.check_space(folder, needed, op)
     return space.space_errors(folder, needed, op)
 
@@ -54,19 +82,20 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
     :mod:`jask.engine.blockwise`). With ``to_memory`` the (small) result is
     returned as a numpy array instead of a store.
     """
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.blockwise(op, shape, list(zip(_in_order(on_disk, stores, values), axes)),
+                                 dtypes, out_axes, out_shape, out_dtype, reducer=reducer,
+                                 to_memory=to_memory, config=config)
+
     def work(stores, values, config: Config):
-        stores, values = iter(stores), iter(values)
-        operands = tuple(bw.Operand(next(stores) if disk else np.asarray(next(values)), ax, dt)
-                         for disk, ax, dt in zip(on_disk, axes, dtypes))
-        held = sum(x.source.nbytes for x in operands if isinstance(x.source, np.ndarray))
-        compute = np.result_type(*[d for d in dtypes if d is not None] or [out_dtype])
-        if reducer is not None and to_memory:
-            held += memory.nbytes(out_shape, out_dtype)
-        tile, cost = blockwise_tile(op, shape, compute, operands, out_axes, reducer, held,
-                                     config)
+        values = [np.asarray(v) for v in values]
+        planned = plan_of(stores, values, config)
+        tile, cost = planned.tile, planned.cost
+        operands = tuple(bw.Operand(src, ax, dt) for src, ax, dt
+                         in zip(_in_order(on_disk, stores, values), axes, dtypes))
         token = uuid.uuid4().hex
         if reducer is None:
-            return _produce(config, op, out_shape, out_dtype, (tile, cost),
+            return _produce(config, op, out_shape, out_dtype, planned,
                             lambda out: bw.map_graph(op, kernel, out, out_axes, shape, tile,
                                                      operands, token), grad=grad)
         if to_memory:
@@ -74,31 +103,12 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
                                         token, out=None, out_shape=out_shape,
                                         out_dtype=out_dtype, workers=config.workers)
             return execute.run(dsk, keys, config.workers, cost)[0]
-        chunks = tuple(1 if a is None else tile[a] for a in out_axes)
-        return _produce(config, op, out_shape, out_dtype, (chunks, cost),
+        return _produce(config, op, out_shape, out_dtype, planned,
                         lambda out: bw.reduce_graph(op, kernel, reducer, shape, tile, operands,
                                                     out_axes, token, out=out,
                                                     out_shape=out_shape, out_dtype=out_dtype,
                                                     workers=config.workers), grad=grad)
-    return work
-
-
-def blockwise_tile(op, shape, dtype, operands, out_axes, reducer, held, config):
-    """Plan a blockwise op's tiles. A reduction's partial results wait for
-    their combine task: if they do not fit beside the tiles, plan again
-    with room for them (the smaller tile then has smaller partials)."""
-    disk = [(x.source, x.axes) for x in operands if x.on_disk]
-
-    def plan_with(fixed):
-        return plan.plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
-                                   workers=config.workers, fixed_bytes=fixed)
-
-    tile, cost = plan_with(held)
-    if reducer is not None:
-        waiting = builders.FAN_IN * bw.partial_bytes(tile, out_axes, dtype, reducer)
-        if cost.total + waiting > config.max_memory:  # total counts the fixed bytes
-            tile, cost = plan_with(held + waiting)
-    return tile, cost
+    return Work(op, work, plan_of)
 
 
 def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False):
@@ -106,92 +116,41 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False):
     (``reverse``: summed from the end, the VJP of a cumulative sum), in two
     passes over the same tiles (:mod:`jask.engine.scan`): the tiles' totals,
     then each tile's own cumulative sum plus the carry of the tiles before it.
-    The totals and carries of every tile are held between the passes, and
-    planned for as bytes held once."""
+    The totals and carries of every tile are held between the passes."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.scan(op, stores[0], axis, dtype, config)
+
     def work(stores, values, config: Config):
         (source,) = stores
         shape = tuple(source.shape)
-        disk = [(source, tuple(range(len(shape))))]
-        tile, cost = _scan_tile(op, shape, axis, dtype, disk, config)
+        planned = plan_of(stores, values, config)
+        tile = planned.tile
         token = uuid.uuid4().hex
         tiles: list = []
         totals: list = []
         if 0 not in shape:
             dsk, keys, tiles = scan.totals_graph(op, source, tile, axis, dtype, token)
-            totals = execute.run(dsk, keys, config.workers, cost)
+            totals = execute.run(dsk, keys, config.workers, planned.cost)
         carry = scan.carries(shape, tile, axis, tiles, totals, reverse) if tiles else []
         del totals
-        return _produce(config, op, shape, dtype, (tile, cost),
+        return _produce(config, op, shape, dtype, planned,
                         lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
                                                     token), grad=grad)
-    return work
-
-
-def _scan_tile(op, shape, axis, dtype, disk, config):
-    """A scan's tile and cost, counting the totals of every tile (one row per
-    tile, held between the passes) as bytes held once. The fastest map plan
-    is kept if the totals fit beside it, with fewer tasks at once if need
-    be; else smaller tiles are planned with room for the totals (which then
-    grow: planned again until they fit, or refused)."""
-    def plan_with(fixed):
-        tile, cost = plan.plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
-                                         workers=config.workers, fixed_bytes=fixed)
-        return tile, cost, SCAN_CARRY_COPIES * scan.carry_bytes(shape, tile, axis, dtype)
-
-    held = 0
-    for _ in range(8):
-        tile, cost, need = plan_with(held)
-        room = config.max_memory - (cost.fixed - held) - need
-        at_once = min(cost.tasks_at_once, room // max(cost.task_bytes, 1))
-        if at_once >= 1:
-            return tile, dataclasses.replace(cost, tasks_at_once=int(at_once),
-                                             fixed=cost.fixed - held + need)
-        held = max(need, held * 2)
-    raise memory.BudgetError(
-        f"jask.{op}: the totals of the tiles along axis {axis} of shape {shape} "
-        f"({need} bytes for tiles of shape {tile}) do not fit beside the tiles in the memory "
-        f"budget of {config.max_memory} bytes")
-
-
-#: Arrays of every tile's totals a scan holds between its passes: the
-#: totals as they come, and the table they are moved into (whose prefix
-#: sums are taken in place, and whose rows are the carries).
-SCAN_CARRY_COPIES = 2
+    return Work(op, work, plan_of)
 
 
 def transpose(axes: tuple, *, grad: bool = False):
     """Work for a permuted copy of the input."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.transpose(stores[0], axes, config)
+
     def work(stores, scalars, config: Config):
         (source,) = stores
-        plan = builders.transpose_chunks(source, axes, config.max_memory, config.workers)
+        planned = plan_of(stores, scalars, config)
         shape = tuple(source.shape[a] for a in axes)
-        return _produce(config, "transpose", shape, source.dtype, plan,
+        return _produce(config, "transpose", shape, source.dtype, planned,
                         lambda out: builders.transpose_graph(out, source, axes), grad=grad)
-    return work
-
-
-def _as_matrix(x, vector: str | None) -> StoreSpec:
-    """A product operand's 2-D (or batched) form, for the planner: a vector
-    as a row or column, an in-memory array with chunks set below."""
-    if isinstance(x, StoreSpec):
-        if vector is None:
-            return x
-        shape = (1, x.shape[0]) if vector == "row" else (x.shape[0], 1)
-        chunks = (1, x.chunks[0]) if vector == "row" else (x.chunks[0], 1)
-        return StoreSpec(x.path, shape, x.dtype, chunks)
-    shape = (1,) + x.shape if vector == "row" else (x.shape + (1,) if vector == "col" else x.shape)
-    return StoreSpec("<in-memory>", shape, x.dtype, shape)
-
-
-def _memory_chunks(mem: StoreSpec, other: StoreSpec, transposed: bool, left: bool,
-                   other_transposed: bool) -> StoreSpec:
-    """Chunks for an in-memory operand: whole along its free axis and, along
-    the contraction, the disk operand's chunks (a tile of it is a view)."""
-    k_axis = (-2 if transposed else -1) if left else (-1 if transposed else -2)
-    other_k = (-1 if other_transposed else -2) if left else (-2 if other_transposed else -1)
-    chunks = list(mem.shape)
-    chunks[k_axis] = min(mem.shape[k_axis], other.chunks[other_k])
-    return StoreSpec(mem.path, mem.shape, mem.dtype, tuple(chunks))
+    return Work("transpose", work, plan_of)
 
 
 def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory: bool = False,
@@ -199,24 +158,17 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
     """Work for ``op(a) @ op(b)``, where op transposes the last two axes of
     an operand whose flag is set (the backward products). Either operand may
     be in memory or a 1-D vector (``vectors``: "row", "col" or None)."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        a, b = _in_order(on_disk, stores, values)
+        return planner.dot(a, b, ta, tb, on_disk, vectors, dtype, to_memory=to_memory,
+                           config=config)
+
     def work(stores, values, config: Config):
-        stores, values = iter(stores), iter(values)
-        a, b = (next(stores) if disk else np.asarray(next(values)) for disk in on_disk)
-        pa, pb = _as_matrix(a, vectors[0]), _as_matrix(b, vectors[1])
-        if not on_disk[0]:
-            pa = _memory_chunks(pa, pb, ta, True, tb)
-        if not on_disk[1]:
-            pb = _memory_chunks(pb, pa, tb, False, ta)
-        held = sum(x.nbytes for x, disk in zip((a, b), on_disk) if not disk)
-        chunks, tk, splits, cost = builders.dot_plan(pa, pb, ta, tb, dtype,
-                                                     config.max_memory - held, config.workers)
-        m = pa.shape[-1] if ta else pa.shape[-2]
-        n = pb.shape[-2] if tb else pb.shape[-1]
-        k = pa.shape[-2] if ta else pa.shape[-1]
-        view_shape = pa.shape[:-2] + (m, n)
-        squeeze = tuple(i for i, v in ((len(view_shape) - 2, vectors[0] == "row"),
-                                       (len(view_shape) - 1, vectors[1] == "col")) if v)
-        shape = tuple(d for i, d in enumerate(view_shape) if i not in squeeze)
+        values = [np.asarray(v) for v in values]
+        a, b = _in_order(on_disk, stores, values)
+        planned = plan_of(stores, values, config)
+        chunks, tk, splits, cost = planned.tile, planned.k_tile, planned.splits, planned.cost
+        view_shape, squeeze, shape, k = planner.dot_geometry(a, b, ta, tb, vectors)
         ma = tasks.Matrix(a, ta, vectors[0])
         mb = tasks.Matrix(b, tb, vectors[1])
         token = uuid.uuid4().hex
@@ -224,135 +176,104 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
             dsk, keys = builders.dot_graph(None, ma, mb, view_shape, chunks, k, tk, splits, token,
                                            squeeze=squeeze, shape=shape, dtype=dtype)
             return execute.run(dsk, keys, config.workers, cost)[0]
-        out_chunks = tuple(c for i, c in enumerate(chunks) if i not in squeeze)
-        return _produce(config, "dot", shape, dtype, (out_chunks, cost),
+        return _produce(config, "dot", shape, dtype, planned,
                         lambda out: builders.dot_graph(out, ma, mb, view_shape, chunks, k, tk,
                                                        splits, token, squeeze=squeeze),
                         grad=grad)
-    return work
+    return Work("dot", work, plan_of)
 
 
 def take_slice(sizes: tuple, *, grad: bool = False):
     """Work for ``a[index]``: per axis (size, step) or None for an integer
     index; the starts are the in-memory operands."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.take_slice(stores[0], sizes, config)
+
     def work(stores, values, config: Config):
         (source,) = stores
         starts = tuple(int(v) for v in values)
         shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-        def cost_of(tile):
-            window = _slice_window(source, sizes, starts, tile)
-            return memory.task_cost("slice", tile, [(chunkio.read_model(source), window)],
-                                    memory.nbytes(tile, source.dtype), 2, config.workers)
-        candidates = memory.shrinking(memory.default_chunks(shape, source.dtype,
-                                                              config.max_memory, config.workers))
-        tile, cost = memory.first_fit(candidates, cost_of, config.max_memory)
-        return _produce(config, "slice", shape, source.dtype, (tile, cost),
+        return _produce(config, "slice", shape, source.dtype, plan_of(stores, values, config),
                         lambda out: builders.slice_graph(out, source, sizes, starts),
                         grad=grad)
-    return work
-
-
-def _slice_window(source, sizes, starts, tile) -> tuple:
-    """The part of ``source`` one output tile of a slice spans."""
-    window, i = [], 0
-    for n, x in zip(source.shape, sizes):
-        if x is None:
-            window.append(1)
-            continue
-        window.append(min(n, (tile[i] - 1) * x[1] + 1))
-        i += 1
-    return tuple(window)
+    return Work("slice", work, plan_of)
 
 
 def scatter_slice(sizes: tuple, shape: tuple):
     """Work for the gradient of a slice: zeros with ``g`` where it was taken."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.scatter_slice(stores[0], shape, config)
+
     def work(stores, values, config: Config):
         (g,) = stores
         starts = tuple(int(v) for v in values)
-        chunks = memory.default_chunks(shape, g.dtype, config.max_memory, config.workers)
-        cost = memory.task_cost("slice_vjp", chunks, [(chunkio.read_model(g), chunks)],
-                                memory.nbytes(chunks, g.dtype), 2, config.workers)
-        memory.check_fits(cost, config.max_memory)
-        return _produce(config, "slice_vjp", shape, g.dtype, (chunks, cost),
+        return _produce(config, "slice_vjp", shape, g.dtype, plan_of(stores, values, config),
                         lambda out: builders.scatter_graph(out, g, sizes, starts), grad=True)
-    return work
+    return Work("slice_vjp", work, plan_of)
 
 
 def reshape(shape: tuple, *, grad: bool = False):
     """Work for a C-order reshape: bands of whole output rows, each read
     from the source rows that hold its elements."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.reshape(stores[0], shape, config)
+
     def work(stores, values, config: Config):
         (source,) = stores
-        out_row = math.prod(shape[1:])
-        src_row = math.prod(source.shape[1:])
-
-        def cost_of(tile):
-            rows = tile[0]
-            covered = min(source.shape[0], -(-(rows * out_row) // src_row) + 1)
-            src_tile = (covered,) + tuple(source.shape[1:])
-            return memory.task_cost("reshape", tile, [(chunkio.read_model(source), src_tile)],
-                                    memory.nbytes(tile, source.dtype), 2, config.workers)
-
-        start = memory.default_chunks(shape, source.dtype, config.max_memory, config.workers)
-        candidates = [(r,) + tuple(shape[1:]) for r in _halvings(start[0])]
-        tile, cost = memory.first_fit(candidates, cost_of, config.max_memory)
-        return _produce(config, "reshape", shape, source.dtype, (tile, cost),
+        return _produce(config, "reshape", shape, source.dtype, plan_of(stores, values, config),
                         lambda out: builders.reshape_graph(out, source), grad=grad)
-    return work
-
-
-def _halvings(n: int):
-    while n > 1:
-        yield n
-        n //= 2
-    yield 1
+    return Work("reshape", work, plan_of)
 
 
 def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
     """Work for joining stores along ``axis`` (a new axis when ``stack``)
     into an array of ``shape``."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.concatenate(stores, axis, stack, shape, config)
+
     def work(stores, values, config: Config):
         first = stores[0]
-        chunks = memory.default_chunks(shape, first.dtype, config.max_memory, config.workers)
-        if stack:
-            chunks = chunks[:axis] + (1,) + chunks[axis + 1:]
-        part = tuple(c for i, c in enumerate(chunks) if not (stack and i == axis))
-        reads = [(chunkio.read_model(x), part) for x in stores]
-        cost = memory.task_cost("concatenate", chunks, reads,
-                                memory.nbytes(chunks, first.dtype), 2, config.workers)
-        memory.check_fits(cost, config.max_memory)
-        return _produce(config, "concatenate", shape, first.dtype, (chunks, cost),
+        return _produce(config, "concatenate", shape, first.dtype,
+                        plan_of(stores, values, config),
                         lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
                         grad=grad)
-    return work
+    return Work("concatenate", work, plan_of)
 
 
-def read_all(stores, scalars, config: Config) -> np.ndarray:
-    """Work for loading a whole store into memory."""
+def _read_all(stores, scalars, config: Config) -> np.ndarray:
     (store,) = stores
     with counters.op("materialize"):
         return chunkio.read(store, _whole(store.shape))
 
 
+#: Work for loading a whole store into memory: one read in the calling
+#: thread, never refused (its plan only describes it).
+read_all = Work("materialize", _read_all,
+                lambda stores, values, config: planner.read_all(stores[0], config))
+
+
 def write_value(*, grad: bool = False, op: str = "from_value"):
     """Work for writing an in-memory array (the scalar operand) to a new store."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        (value,) = values
+        return planner.from_value(op, tuple(value.shape), value.dtype, config)
+
     def work(stores, scalars, config: Config):
         (value,) = scalars
-        chunks = memory.default_chunks(value.shape, value.dtype, config.max_memory,
-                                         config.workers)
+        chunks = plan_of(stores, scalars, config).chunks
         with room(config, op, value.shape, value.dtype, chunks), registry.new_store(
                 config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out, \
                 counters.op(op):
             chunkio.write(out, _whole(value.shape), value)
         return out
-    return work
+    return Work(op, work, plan_of)
 
 
 def _whole(shape) -> tuple:
     return tuple(slice(0, n) for n in shape)
 
 
-def update(stores, scalars, config: Config) -> StoreSpec:
+def _update(stores, scalars, config: Config) -> StoreSpec:
     """Work for ``target.update_(source)``: copy, then swap the copy in.
 
     The copy goes to a staging folder beside the target with the target's own
@@ -364,7 +285,8 @@ def update(stores, scalars, config: Config) -> StoreSpec:
     target, source = stores
     if target.path == source.path:
         return target
-    tile, cost = builders.copy_chunks(target, source, config.max_memory, config.workers)
+    planned = planner.update(target, source, config)
+    tile, cost = planned.tile, planned.cost
     folder = os.path.dirname(target.path)
     needed = stored_nbytes(target)  # exact when uncompressed, else an upper bound
     if not layout.compressed(target):
@@ -390,6 +312,10 @@ def update(stores, scalars, config: Config) -> StoreSpec:
     return target
 
 
+update = Work("update_", _update,
+              lambda stores, values, config: planner.update(stores[0], stores[1], config))
+
+
 def replace_store(target: StoreSpec, make_staging, fill) -> None:
     """Replace ``target``'s data atomically (:func:`jask.store.durability.replace`),
     after computing the deferred results that read its old values."""
@@ -407,23 +333,19 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
     operands in ``unread`` only lend their layout and are never read.
     ``temporaries``: tiles the kernel allocates besides its inputs (default:
     one per output and one more), what the plan counts for its outputs."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.fused(op, shape, dtype, _in_order(on_disk, stores, values), out_dtypes,
+                             into, align, temporaries, config)
+
     def run(stores, values, config: Config):
-        stores, values = iter(stores), iter(values)
-        sources = [next(stores) if disk else np.asarray(next(values)) for disk in on_disk]
+        values = [np.asarray(v) for v in values]
+        sources = _in_order(on_disk, stores, values)
         full = tuple(range(len(shape)))
         operands = tuple(bw.Operand(src, full if disk else (), dtype)
                          for src, disk in zip(sources, on_disk))
-        held = sum(int(src.nbytes) for src in sources if isinstance(src, np.ndarray))
         target = _store(sources, into)
-        like = _store(sources, into if align is None else align)
-        unit = None
-        if like is not None:
-            unit = chunkio.read_model(like).write_unit or tuple(like.chunks)
-        tile, cost = plan.plan_blockwise(
-            op, shape, dtype, [(x.source, x.axes) for x in operands if x.on_disk],
-            budget=config.max_memory, workers=config.workers, fixed_bytes=held,
-            out_copies=len(out_dtypes) + 1 if temporaries is None else temporaries,
-            out_unit=unit)
+        planned = plan_of(stores, values, config)
+        tile, cost = planned.tile, planned.cost
         first = 0 if target is None else 1
         outs: list = []
         try:
@@ -451,7 +373,7 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
                 registry.discard(out)
             raise
         return ([target] if target is not None else []) + outs
-    return run
+    return Work(op, run, plan_of)
 
 
 def _store(sources: list, i: int | None) -> StoreSpec | None:

@@ -1,4 +1,7 @@
-"""Tile planning for blockwise ops: which output tile each task computes.
+"""The plan type, and tile planning for blockwise ops: which output tile each task computes.
+
+Every op's planner (:mod:`jask.engine.plan.ops`, :mod:`jask.engine.plan.bands`)
+returns a :class:`Plan`.
 
 A blockwise task computes one tile of an output of ``shape`` from one tile
 of each operand store. An operand follows the output's axes through its
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,7 +36,43 @@ from jask.base import memory
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
-__all__ = ["Operand", "operand_tile", "plan_blockwise"]
+__all__ = ["Operand", "Plan", "operand_tile", "plan_blockwise"]
+
+@dataclass(frozen=True)
+class Plan:
+    """What an op will run, planned before anything is read or written.
+
+    ``tile`` is what one task computes (a blockwise op's tile of its full
+    shape, a product's output tile, a band group's ``(rows,)``); ``chunks``
+    the chunks of the store the op writes (``None``: the result is in
+    memory, or the op writes several stores chunked as ``tile``); ``into``
+    the input store (index among the stores planned with) that the op
+    writes into instead of a new one (``update_``). ``tasks`` counts the
+    tasks that compute tiles (not a reduction's combine tasks) and ``cost``
+    is what one task holds and how many run at once (:mod:`jask.base.memory`).
+    A product also streams its contraction in ``k_tile`` runs, split
+    ``splits`` ways.
+    """
+
+    op: str
+    tile: tuple
+    chunks: tuple | None
+    tasks: int
+    cost: memory.TileCost
+    into: int | None = None
+    k_tile: int = 0
+    splits: int = 1
+
+    @property
+    def held(self) -> int:
+        """Bytes the op holds at once: its concurrent tasks and fixed bytes."""
+        return self.cost.total
+
+    @property
+    def rows(self) -> int:
+        """A band group's band height."""
+        return self.tile[0]
+
 
 #: (store, axes): see the module docstring.
 Operand = tuple[StoreSpec, tuple]

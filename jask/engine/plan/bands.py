@@ -1,0 +1,157 @@
+"""The band planner of band groups (:mod:`jask.engine.fusion`): how many rows
+one band task computes, under the memory budget.
+
+:func:`group` is the entry point: it finds a group's input stores and the
+bytes it holds whatever the band (in-memory operands, stores read whole,
+values assembled whole), then :func:`plan_bands` picks the band height.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jask.base import memory
+from jask.base.config import Config
+from jask.engine.builders import FAN_IN
+from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
+from jask.engine.plan.tiles import Plan
+from jask.store import chunkio
+from jask.store.spec import StoreSpec
+
+__all__ = ["BAND_SHARE", "group", "plan_bands"]
+
+
+def group(name: str, order: list, keep: set, returned: list, config: Config) -> Plan | None:
+    """The band plan of a group of nodes (inputs before their readers), or
+    ``None`` when its nodes run along different lengths or no band fits.
+
+    ``keep``: ids of the nodes written or returned (alive to the end of a
+    band task); ``returned``: the value roots, a value keeping the rows
+    being assembled whole in memory beside its parts.
+    """
+    n = band_length(order[-1])
+    leaves: dict = {}
+    held = 0
+    for node in order:
+        whole = whole_inputs(node)
+        # read whole by every band task: once per task at once
+        held += config.workers * sum(memory.nbytes(x.shape, x.dtype) for x in whole)
+        for x in node.inputs:
+            if isinstance(x, StoreSpec) and not any(x is y for y in whole):
+                leaves.setdefault(x.path, x)
+            elif isinstance(x, np.ndarray):
+                held += x.nbytes
+    held += sum(2 * memory.nbytes(top.shape, top.dtype) for top in returned if top.rows)
+    if not all(band_length(x) == n for x in order):
+        return None
+    return plan_bands(name, order, list(leaves.values()), held, n, config.max_memory,
+                      config.workers, keep)
+
+
+#: Share of the budget a band group's tasks plan for. A group's kernels are
+#: many numpy calls whose temporaries the model counts only roughly, and a
+#: compiled step keeps its XLA program beside them: measured peaks ran up to
+#: 1.3x the model with the whole budget planned.
+BAND_SHARE = 0.75
+
+
+def _row_bytes(shape: tuple, dtype) -> int:
+    return math.prod(shape[1:]) * np.dtype(dtype).itemsize
+
+
+def _partial_bytes(node: Node) -> int:
+    if node.kind == "map":
+        kept = [node.params["full_shape"][a] for a in node.params["out_axes"] if a is not None]
+        return math.prod(kept) * max(8, np.dtype(node.dtype).itemsize)
+    return math.prod(node.shape) * max(8, np.dtype(node.dtype).itemsize)
+
+
+def _out_row_bytes(node: Node) -> int:
+    return _row_bytes(node.shape, node.dtype) if node.rows else 0
+
+
+def _temp_row_bytes(node: Node) -> int:
+    """Bytes per row a node's kernel holds while it runs besides its output:
+    a map's result over the full shape (before any reduction) in the widest
+    dtype it computes in; a product, nothing (a contraction's partial is
+    counted apart)."""
+    if node.kind != "map":
+        return 0
+    p = node.params
+    dts = [np.dtype(d) for d in p["dtypes"] if d is not None] + [np.dtype(node.dtype)]
+    return math.prod(p["full_shape"][1:]) * max(d.itemsize for d in dts)
+
+
+def _peak_row_bytes(order: list, keep: set) -> int:
+    """Most bytes per row a band task holds at once besides its input bands,
+    walking the nodes as :func:`jask.engine.fusion.band_task` does (a value is dropped after its
+    last reader unless it is kept: written or returned)."""
+    last = last_uses(tuple(order))
+    live = peak = 0
+    for i, node in enumerate(order):
+        peak = max(peak, live + _out_row_bytes(node) + _temp_row_bytes(node))
+        live += _out_row_bytes(node)
+        for j in last[i]:
+            if id(order[j]) not in keep:
+                live -= _out_row_bytes(order[j])
+    return max(peak, live)
+
+
+def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: int,
+               workers: int, keep: set | None = None) -> Plan | None:
+    """The band height for a group, or ``None`` if no band fits the budget.
+
+    A band is a whole number of the largest input's chunk rows (so each of
+    its chunks is read once); one band task holds its input bands (and the
+    buffers a read needs), the node bands alive at once (``keep``: the ids
+    of nodes written or returned, alive to the end) with a temporary, and
+    the partials waiting to be combined.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 100), np.dtype("float64"), (100, 100))
+      >>> n = Node("dot", "dot", [x, np.ones(100)], (1000,), np.dtype("float64"),
+      ...          dict(ta=False, tb=False, vectors=(None, "col")))
+      >>> plan_bands("dot", [n], [x], 800, 1000, 10**7, 2).rows
+      500
+    """
+    models = [chunkio.read_model(s) for s in leaves]
+    units = [1]
+    if leaves:  # whole chunk rows of the largest input: each of its chunks read once
+        biggest = max(range(len(leaves)), key=lambda i: _row_bytes(leaves[i].shape,
+                                                                    leaves[i].dtype))
+        chunk_rows = max(1, min(models[biggest].unit[0], n))
+        # uncompressed C-order chunks are read by row ranges: any band height
+        # reads each byte once, so a band may also cut their chunks
+        units = [chunk_rows] + ([1] if models[biggest].raw and chunk_rows > 1 else [])
+    per_row = (sum(_row_bytes(s.shape, s.dtype) for s in leaves)
+               + _peak_row_bytes(nodes, keep or set()))
+    partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
+    fixed = held + memory.op_overhead(budget)
+    budget = int(budget * BAND_SHARE)
+    most_tasks = memory.task_bound(sum(memory.nbytes(s.shape, s.dtype) for s in leaves),
+                                   budget)
+
+    def cost(rows: int, at_once: int) -> memory.TileCost:
+        tiles = [(rows,) + tuple(s.shape[1:]) for s in leaves]
+        extra = max((memory.read_cost(m, t)[0] for m, t in zip(models, tiles)), default=0)
+        task = rows * per_row + extra + partials
+        return memory.TileCost(name, (rows,), task, at_once, extra, -(-n // rows), 1.0, fixed)
+
+    for unit in units:
+        most = -(-n // unit)
+        for at_once in range(workers, 0, -1):
+            if cost(unit, at_once).total > budget:
+                continue
+            # the most rows that fit, but bands enough for every worker
+            lo, hi = 1, max(1, -(-most // at_once))
+            while lo < hi:  # the largest multiple of unit that fits
+                mid = (lo + hi + 1) // 2
+                if cost(mid * unit, at_once).total <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            rows = min(n, lo * unit)
+            if -(-n // rows) <= most_tasks:
+                return Plan(name, (rows,), None, -(-n // rows), cost(rows, at_once))
+    return None

@@ -1,0 +1,470 @@
+"""One planner per kind of op: its tiles, output chunks and what a task holds.
+
+Each function here takes the op's input stores (:class:`~jask.store.spec.StoreSpec`),
+its in-memory operands as anything with ``shape`` and ``dtype`` (numpy
+arrays when the op runs, JAX avals when :func:`jask.visualize` asks), the
+op's own parameters and a :class:`~jask.base.config.Config`, and returns a
+:class:`~jask.engine.plan.tiles.Plan`, or raises
+:class:`~jask.base.memory.BudgetError` when no plan fits. Nothing is read
+(but store metadata) or written: the op's work (:mod:`jask.engine.work`)
+calls the same function and then builds and runs its graph.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from jask.base import memory
+from jask.base.config import Config
+from jask.engine.blockwise import partial_bytes
+from jask.engine.builders import FAN_IN
+from jask.engine.plan.tiles import Plan, plan_blockwise
+from jask.engine.scan import carry_bytes
+from jask.store import chunkio
+from jask.store.spec import StoreSpec
+
+__all__ = ["blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
+           "dot_plan", "dot_geometry", "take_slice", "scatter_slice", "reshape",
+           "concatenate", "read_all", "from_value", "save", "fused", "scan"]
+
+
+def _n_tiles(shape: tuple, tile: tuple) -> int:
+    return math.prod(-(-n // max(t, 1)) for n, t in zip(shape, tile))
+
+
+def _held(values) -> int:
+    """Bytes of in-memory operands (numpy arrays or avals)."""
+    return sum(memory.nbytes(x.shape, x.dtype) for x in values)
+
+
+# --- blockwise: elementwise ops, broadcasts and reductions ---------------------------
+
+def blockwise(op: str, shape: tuple, operands, dtypes: tuple, out_axes: tuple, out_shape: tuple,
+              out_dtype, *, reducer: str | None, to_memory: bool, config: Config) -> Plan:
+    """A blockwise op (see :mod:`jask.engine.blockwise`): ``operands`` are
+    (store or in-memory value, axes map) in the op's order. The tile is of
+    the full ``shape``; a new output store is chunked by the tile along the
+    axes it keeps."""
+    held = _held(src for src, _ in operands if not isinstance(src, StoreSpec))
+    compute = np.result_type(*[d for d in dtypes if d is not None] or [out_dtype])
+    if reducer is not None and to_memory:
+        held += memory.nbytes(out_shape, out_dtype)
+    disk = [(src, axes) for src, axes in operands if isinstance(src, StoreSpec)]
+    tile, cost = blockwise_tile(op, shape, compute, disk, out_axes, reducer, held, config)
+    chunks = None
+    if not to_memory:
+        chunks = tile if reducer is None else tuple(1 if a is None else tile[a]
+                                                    for a in out_axes)
+    return Plan(op, tuple(tile), chunks, cost.tasks, cost)
+
+
+def blockwise_tile(op, shape, dtype, disk, out_axes, reducer, held, config):
+    """Plan a blockwise op's tiles. A reduction's partial results wait for
+    their combine task: if they do not fit beside the tiles, plan again
+    with room for them (the smaller tile then has smaller partials)."""
+    def plan_with(fixed):
+        return plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
+                              workers=config.workers, fixed_bytes=fixed)
+
+    tile, cost = plan_with(held)
+    if reducer is not None:
+        waiting = FAN_IN * partial_bytes(tile, out_axes, dtype, reducer)
+        if cost.total + waiting > config.max_memory:  # total counts the fixed bytes
+            tile, cost = plan_with(held + waiting)
+    return tile, cost
+
+
+# --- scans: cumsum ----------------------------------------------------------------------
+
+#: Arrays of every tile's totals a scan holds between its passes: the
+#: totals as they come, and the table they are moved into (whose prefix
+#: sums are taken in place, and whose rows are the carries).
+SCAN_CARRY_COPIES = 2
+
+
+def scan(op: str, source: StoreSpec, axis: int, dtype, config: Config) -> Plan:
+    """A scan along ``axis`` (:mod:`jask.engine.scan`): tiles as for a map,
+    counting the totals of every tile (one row per tile, held between the
+    passes) as bytes held once. The fastest map plan is kept if the totals
+    fit beside it, with fewer tasks at once if need be; else smaller tiles are
+    planned with room for the totals (which then grow: planned again until
+    they fit, or refused)."""
+    shape = tuple(source.shape)
+    disk = [(source, tuple(range(len(shape))))]
+
+    def plan_with(fixed):
+        tile, cost = plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
+                                    workers=config.workers, fixed_bytes=fixed)
+        return tile, cost, SCAN_CARRY_COPIES * carry_bytes(shape, tile, axis, dtype)
+
+    held = 0
+    for _ in range(8):
+        tile, cost, need = plan_with(held)
+        room = config.max_memory - (cost.fixed - held) - need
+        at_once = min(cost.tasks_at_once, room // max(cost.task_bytes, 1))
+        if at_once >= 1:
+            cost = dataclasses.replace(cost, tasks_at_once=int(at_once),
+                                       fixed=cost.fixed - held + need)
+            return Plan(op, tuple(tile), tuple(tile), cost.tasks, cost)
+        held = max(need, held * 2)
+    raise memory.BudgetError(
+        f"jask.{op}: the totals of the tiles along axis {axis} of shape {shape} "
+        f"({need} bytes for tiles of shape {tile}) do not fit beside the tiles in the memory "
+        f"budget of {config.max_memory} bytes")
+
+
+# --- copies: transpose, update_ ------------------------------------------------------
+
+def transpose_chunks(source: StoreSpec, axes: tuple, budget: int, workers: int,
+                     op: str = "transpose", out_unit: tuple | None = None,
+                     out_copies: int = 2) -> tuple[tuple, memory.TileCost]:
+    """Output tiles for a permuted copy (see :func:`jask.engine.plan.plan_blockwise`):
+    a task holds the tile read, its transposed copy and what writing it
+    takes. ``out_unit``: tiles of whole write units of an existing output.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 2000), np.dtype("float32"), (1000, 250))
+      >>> tile, cost = transpose_chunks(x, (1, 0), 10**8, 2)
+      >>> tile[1] % 1000 == 0 or tile[1] == 1000, cost.total <= 10**8
+      (True, True)
+    """
+    shape = tuple(source.shape[a] for a in axes)
+    follows = tuple(int(i) for i in np.argsort(axes))  # source axis i is output axis follows[i]
+    return plan_blockwise(op, shape, source.dtype, [(source, follows)], budget=budget,
+                          workers=workers, out_copies=out_copies, out_unit=out_unit)
+
+
+def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
+                op: str = "update_") -> tuple[tuple, memory.TileCost]:
+    """Tiles for copying ``source`` into the existing layout of ``target``:
+    whole shards (or chunks) of the target per task, so no two tasks write
+    one shard; writing through Zarr holds the encoded bytes (and a shard's
+    assembly) besides the tile.
+
+    Example:
+      >>> x = StoreSpec("", (1000, 1000), np.dtype("float32"), (250, 1000))
+      >>> copy_chunks(x, x, 10**8, 2)[0][0] % 250
+      0
+    """
+    model = chunkio.read_model(target)
+    return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
+                            out_unit=model.write_unit or tuple(target.chunks),
+                            out_copies=model.write_copies)
+
+
+def transpose(source: StoreSpec, axes: tuple, config: Config) -> Plan:
+    """A permuted copy: a new store chunked by the tile."""
+    tile, cost = transpose_chunks(source, axes, config.max_memory, config.workers)
+    return Plan("transpose", tuple(tile), tuple(tile), cost.tasks, cost)
+
+
+def update(target: StoreSpec, source: StoreSpec, config: Config) -> Plan:
+    """``target.update_(source)``: a copy in whole write units of the
+    target, into the target's own store (input 0)."""
+    tile, cost = copy_chunks(target, source, config.max_memory, config.workers)
+    return Plan("update_", tuple(tile), tuple(target.chunks), cost.tasks, cost, into=0)
+
+
+# --- dot -------------------------------------------------------------------------------
+
+def _as_matrix(x, vector: str | None) -> StoreSpec:
+    """A product operand's 2-D (or batched) form, for the planner: a vector
+    as a row or column, an in-memory array with chunks set below."""
+    if isinstance(x, StoreSpec):
+        if vector is None:
+            return x
+        shape = (1, x.shape[0]) if vector == "row" else (x.shape[0], 1)
+        chunks = (1, x.chunks[0]) if vector == "row" else (x.chunks[0], 1)
+        return StoreSpec(x.path, shape, x.dtype, chunks)
+    own = tuple(x.shape)
+    own = (1,) + own if vector == "row" else (own + (1,) if vector == "col" else own)
+    return StoreSpec("<in-memory>", own, np.dtype(x.dtype), own)
+
+
+def _memory_chunks(mem: StoreSpec, other: StoreSpec, transposed: bool, left: bool,
+                   other_transposed: bool) -> StoreSpec:
+    """Chunks for an in-memory operand: whole along its free axis and, along
+    the contraction, the disk operand's chunks (a tile of it is a view)."""
+    k_axis = (-2 if transposed else -1) if left else (-1 if transposed else -2)
+    other_k = (-1 if other_transposed else -2) if left else (-2 if other_transposed else -1)
+    chunks = list(mem.shape)
+    chunks[k_axis] = min(mem.shape[k_axis], other.chunks[other_k])
+    return StoreSpec(mem.path, mem.shape, mem.dtype, tuple(chunks))
+
+
+class DotGeometry(NamedTuple):
+    """A product's shapes: ``view_shape`` keeps a vector operand's missing
+    axes (``squeeze``), ``shape`` is the result's, ``k`` the contraction."""
+
+    view_shape: tuple
+    squeeze: tuple
+    shape: tuple
+    k: int
+
+
+def _matrices(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple):
+    pa, pb = _as_matrix(a, vectors[0]), _as_matrix(b, vectors[1])
+    if not on_disk[0]:
+        pa = _memory_chunks(pa, pb, ta, True, tb)
+    if not on_disk[1]:
+        pb = _memory_chunks(pb, pa, tb, False, ta)
+    return pa, pb
+
+
+def dot_geometry(a, b, ta: bool, tb: bool, vectors: tuple) -> DotGeometry:
+    """The shapes of ``op(a) @ op(b)`` (see :class:`DotGeometry`)."""
+    pa, pb = _as_matrix(a, vectors[0]), _as_matrix(b, vectors[1])
+    m = pa.shape[-1] if ta else pa.shape[-2]
+    n = pb.shape[-2] if tb else pb.shape[-1]
+    k = pa.shape[-2] if ta else pa.shape[-1]
+    view_shape = pa.shape[:-2] + (m, n)
+    squeeze = tuple(i for i, v in ((len(view_shape) - 2, vectors[0] == "row"),
+                                   (len(view_shape) - 1, vectors[1] == "col")) if v)
+    shape = tuple(d for i, d in enumerate(view_shape) if i not in squeeze)
+    return DotGeometry(view_shape, squeeze, shape, k)
+
+
+def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory: bool,
+        config: Config) -> Plan:
+    """``op(a) @ op(b)`` (see :func:`jask.engine.work.dot`): either operand a
+    store or in memory (its bytes taken from the budget), or a vector."""
+    pa, pb = _matrices(a, b, ta, tb, on_disk, vectors)
+    held = _held(x for x, disk in zip((a, b), on_disk) if not disk)
+    chunks, tk, splits, cost = dot_plan(pa, pb, ta, tb, dtype, config.max_memory - held,
+                                        config.workers)
+    squeeze = dot_geometry(a, b, ta, tb, vectors).squeeze
+    out_chunks = None if to_memory else tuple(c for i, c in enumerate(chunks)
+                                              if i not in squeeze)
+    return Plan("dot", tuple(chunks), out_chunks, cost.tasks, cost, k_tile=tk, splits=splits)
+
+
+def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
+    """(rows, cols, row_chunk, col_chunk) of a matrix operand as used."""
+    r, c = store.shape[-2:]
+    cr, cc = store.chunks[-2:]
+    return (c, r, cc, cr) if transposed else (r, c, cr, cc)
+
+
+def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
+    """Candidate (tm, tn, tk) tiles, best first: the operands' own chunks
+    (chunk-aligned reads), square tiles of the default chunk size, then the
+    chunk-based tile halved (halves of a chunk still read one chunk each)."""
+    m, k, cm, ck = _matrix(a, ta)
+    _, n, ck2, cn = _matrix(b, tb)
+    aligned = (cm, cn, min(k, min(ck, ck2)))
+    yield aligned
+    yield cm, cn, min(k, max(ck, ck2))
+    side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
+    yield min(m, side), min(n, side), min(k, side)
+    yield from memory.shrinking(aligned)
+    yield m, n, k  # one task per batch entry: always within the task bound
+
+
+def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
+             budget: int, workers: int) -> tuple[tuple, int, int, memory.TileCost]:
+    """Output chunks, the contraction tile, how many ways to split K, and
+    the cost of one task.
+
+    A task holds one tile of each operand (as read: twice), the running sum
+    and the product of the current pair. A product with fewer output tiles
+    than twice the workers splits the contraction among several tasks whose
+    partial sums a bounded fan-in tree adds before writing.
+    """
+    m, k = _matrix(a, ta)[:2]
+    n = _matrix(b, tb)[1]
+    batch = a.shape[:-2]
+    ones = (1,) * len(batch)
+    itemsize = np.dtype(out_dtype).itemsize
+    smallest = memory.min_tile_bytes(budget)
+    bound = memory.task_bound(math.prod(batch) * (m * k + k * n) * itemsize, budget)
+    cost = None
+    for tm, tn, tk in _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
+        tm, tn, tk = min(tm, m), min(tn, n), min(tk, k)
+        a_tile = ones + ((tk, tm) if ta else (tm, tk))
+        b_tile = ones + ((tn, tk) if tb else (tk, tn))
+        out_bytes = tm * tn * itemsize
+        n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
+        # tiles too small to be worth a read, or graphs too large: never planned
+        whole = (tm, tn, tk) == (m, n, k)
+        if not whole and (2 * tm * tk * itemsize < min(smallest, m * k * itemsize)
+                          or n_out * math.ceil(k / tk) > bound):
+            continue
+        splits = 1
+        if n_out < 2 * workers:
+            splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
+        # accumulator, product of the current pair, encoded output
+        reads = [(chunkio.read_model(a), a_tile), (chunkio.read_model(b), b_tile)]
+        cost = memory.task_cost("dot", (tm, tn, tk), reads, out_bytes, 3, 1)
+        # partial sums waiting for their combine task, and the op's own overhead
+        waiting = (FAN_IN * out_bytes if splits > 1 else 0) + memory.op_overhead(budget)
+        at_once = min(workers, (budget - waiting) // max(cost.task_bytes, 1))
+        if at_once >= 1:  # fewer tasks at once before smaller tiles
+            return ones + (tm, tn), tk, splits, dataclasses.replace(
+                cost, fixed=waiting, tasks_at_once=at_once, tasks=n_out * splits)
+    # the last candidate, the whole product, is never skipped
+    assert cost is not None, "dot_plan: no tile planned"
+    memory.check_fits(cost, budget - waiting)
+    raise memory.BudgetError(
+        f"jask.dot: partial sums of {FAN_IN} x {out_bytes} bytes do not fit the budget "
+        f"of {budget} bytes")
+
+
+# --- slicing, reshaping and joining --------------------------------------------------
+
+def _first_fit(op: str, shape: tuple, candidates, cost_of, config: Config) -> Plan:
+    tile, cost = memory.first_fit(candidates, cost_of, config.max_memory)
+    tile = tuple(tile)
+    return Plan(op, tile, tile, _n_tiles(shape, tile), cost)
+
+
+def take_slice(source: StoreSpec, sizes: tuple, config: Config) -> Plan:
+    """``a[index]``: per axis (size, step) or None for an integer index; the
+    largest default-chunk-sized tile whose read window fits."""
+    shape = tuple(size for size, _ in (x for x in sizes if x is not None))
+
+    def cost_of(tile):
+        window = _slice_window(source, sizes, tile)
+        return memory.task_cost("slice", tile, [(chunkio.read_model(source), window)],
+                                memory.nbytes(tile, source.dtype), 2, config.workers)
+    candidates = memory.shrinking(memory.default_chunks(shape, source.dtype,
+                                                        config.max_memory, config.workers))
+    return _first_fit("slice", shape, candidates, cost_of, config)
+
+
+def _slice_window(source, sizes, tile) -> tuple:
+    """The part of ``source`` one output tile of a slice spans."""
+    window, i = [], 0
+    for n, x in zip(source.shape, sizes):
+        if x is None:
+            window.append(1)
+            continue
+        window.append(min(n, (tile[i] - 1) * x[1] + 1))
+        i += 1
+    return tuple(window)
+
+
+def scatter_slice(g: StoreSpec, shape: tuple, config: Config) -> Plan:
+    """The gradient of a slice (zeros with ``g`` placed where it was taken):
+    default chunks of ``shape``."""
+    chunks = memory.default_chunks(shape, g.dtype, config.max_memory, config.workers)
+    cost = memory.task_cost("slice_vjp", chunks, [(chunkio.read_model(g), chunks)],
+                            memory.nbytes(chunks, g.dtype), 2, config.workers)
+    memory.check_fits(cost, config.max_memory)
+    return Plan("slice_vjp", tuple(chunks), tuple(chunks), _n_tiles(shape, chunks), cost)
+
+
+def reshape(source: StoreSpec, shape: tuple, config: Config) -> Plan:
+    """A C-order reshape: bands of whole output rows, each read from the
+    source rows that hold its elements."""
+    out_row = math.prod(shape[1:])
+    src_row = math.prod(source.shape[1:])
+
+    def cost_of(tile):
+        rows = tile[0]
+        covered = min(source.shape[0], -(-(rows * out_row) // src_row) + 1)
+        src_tile = (covered,) + tuple(source.shape[1:])
+        return memory.task_cost("reshape", tile, [(chunkio.read_model(source), src_tile)],
+                                memory.nbytes(tile, source.dtype), 2, config.workers)
+
+    start = memory.default_chunks(shape, source.dtype, config.max_memory, config.workers)
+    candidates = [(r,) + tuple(shape[1:]) for r in _halvings(start[0])]
+    return _first_fit("reshape", shape, candidates, cost_of, config)
+
+
+def _halvings(n: int):
+    while n > 1:
+        yield n
+        n //= 2
+    yield 1
+
+
+def concatenate(stores, axis: int, stack: bool, shape: tuple, config: Config) -> Plan:
+    """Stores joined along ``axis`` (a new axis when ``stack``) into ``shape``:
+    default chunks, one along a stacked axis."""
+    first = stores[0]
+    chunks = memory.default_chunks(shape, first.dtype, config.max_memory, config.workers)
+    if stack:
+        chunks = chunks[:axis] + (1,) + chunks[axis + 1:]
+    part = tuple(c for i, c in enumerate(chunks) if not (stack and i == axis))
+    reads = [(chunkio.read_model(x), part) for x in stores]
+    cost = memory.task_cost("concatenate", chunks, reads,
+                            memory.nbytes(chunks, first.dtype), 2, config.workers)
+    memory.check_fits(cost, config.max_memory)
+    return Plan("concatenate", tuple(chunks), tuple(chunks), _n_tiles(shape, chunks), cost)
+
+
+# --- between disk and memory ----------------------------------------------------------
+
+def read_all(store: StoreSpec, config: Config) -> Plan:
+    """Loading a whole store into memory: one read of the whole array in
+    the calling thread (never refused: the caller asked for the array)."""
+    shape = tuple(max(1, n) for n in store.shape)
+    cost = memory.task_cost("materialize", shape, [(chunkio.read_model(store), shape)], 0, 0, 1)
+    return Plan("materialize", shape, None, 1, dataclasses.replace(cost, tasks=1))
+
+
+def from_value(op: str, shape: tuple, dtype, config: Config) -> Plan:
+    """Writing an in-memory array to a new store of default chunks: one
+    write of the whole value in the calling thread."""
+    chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
+    whole = tuple(max(1, n) for n in shape)
+    cost = memory.task_cost(op, whole, [], memory.nbytes(shape, dtype), 1, 1)
+    return Plan(op, whole, tuple(chunks), 1, dataclasses.replace(cost, tasks=1))
+
+
+#: Output-chunk buffers of a save task: the tile read, the whole chunk and
+#: its encoded bytes; a compressor adds its output and working memory.
+SAVE_OUT_COPIES = 3
+COMPRESSOR_COPIES = 2
+
+
+def save(source: StoreSpec, chunks: tuple | None, compressed: bool, config: Config) -> Plan:
+    """``jask.save``: the output chunks (the asked ones, else the source's if
+    they fit, else smaller) and what one task writing a chunk holds;
+    BudgetError if none fits."""
+    copies = SAVE_OUT_COPIES + (COMPRESSOR_COPIES if compressed else 0)
+
+    def cost(tile):
+        return memory.task_cost("save", tile, [(chunkio.read_model(source), tile)],
+                                memory.nbytes(tile, source.dtype), copies, config.workers)
+    shape = tuple(source.shape)
+    if chunks is not None:
+        # what every op holds besides its tasks, as plan_blockwise counts it
+        memory.check_fits(cost(chunks), config.max_memory - memory.op_overhead(config.max_memory))
+        chunks = tuple(chunks)
+        return Plan("save", chunks, chunks, _n_tiles(shape, chunks), cost(chunks))
+    # the planner every op uses: whole source chunks where they fit, never
+    # tiles so small that the graph runs away
+    axes = tuple(range(len(shape)))
+    tile, planned = plan_blockwise("save", shape, source.dtype, [(source, axes)],
+                                   budget=config.max_memory, workers=config.workers,
+                                   out_copies=copies)
+    tile = tuple(tile)
+    return Plan("save", tile, tile, planned.tasks, planned)
+
+
+# --- one pass, several outputs ----------------------------------------------------------
+
+def fused(op: str, shape: tuple, dtype, sources: list, out_dtypes: tuple, into: int | None,
+          align: int | None, temporaries: int | None, config: Config) -> Plan:
+    """``Fused`` (``jask.api.fused``): ``sources`` are the operands in order,
+    stores or in-memory values. Tiles are whole write units of operand
+    ``align`` (of ``into`` by default); each new output is chunked by the
+    tile (``chunks`` is None: several stores)."""
+    full = tuple(range(len(shape)))
+    disk = [(src, full) for src in sources if isinstance(src, StoreSpec)]
+    held = _held(src for src in sources if not isinstance(src, StoreSpec))
+    unit = None
+    like = into if align is None else align
+    if like is not None:
+        if not isinstance(sources[like], StoreSpec):
+            raise TypeError(f"jask.fused: operand {like} must be a DiskArray")
+        unit = chunkio.read_model(sources[like]).write_unit or tuple(sources[like].chunks)
+    tile, cost = plan_blockwise(
+        op, shape, dtype, disk, budget=config.max_memory, workers=config.workers,
+        fixed_bytes=held, out_copies=len(out_dtypes) + 1 if temporaries is None else temporaries,
+        out_unit=unit)
+    return Plan(op, tuple(tile), None, cost.tasks, cost)
