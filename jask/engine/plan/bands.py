@@ -128,9 +128,10 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
                + _peak_row_bytes(nodes, keep or set()))
     partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
     fixed = held + memory.op_overhead(budget)
-    budget = int(budget * BAND_SHARE)
+    # the task bound is the budget's, as for every op; only the bytes get a share
     most_tasks = memory.task_bound(sum(memory.nbytes(s.shape, s.dtype) for s in leaves),
                                    budget)
+    budget = int(budget * BAND_SHARE)
 
     def cost(rows: int, at_once: int) -> memory.TileCost:
         tiles = [(rows,) + tuple(s.shape[1:]) for s in leaves]
