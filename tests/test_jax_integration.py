@@ -1,4 +1,6 @@
 """DiskArray as a JAX value: pytrees, jit caching, optax."""
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,3 +95,29 @@ def test_vmap_is_refused_clearly(small_budget):
     a = jask.from_numpy(np.ones((3, 4), np.float32))
     with pytest.raises(NotImplementedError, match="vmap over DiskArrays is not supported"):
         jax.vmap(lambda s: jask.sum(a * s))(jnp.arange(3.0))
+
+
+def test_64_bit_values_cross_a_callback_run_on_a_thread_without_x64(jask_scratch):
+    """JAX converts a callback's operands and results under the x64 setting
+    of the thread the callback runs on, which need not be the thread that
+    turned x64 on: a compiled float64 step run from another thread must keep
+    64 bits going in (the min residual, the scalar) and coming out (dw)."""
+    jask.set_memory_budget("64KB", scratch_dir=jask_scratch.path)
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        x, w = rng.standard_normal((97, 61)), jnp.asarray(rng.standard_normal(61))
+        X = jask.from_numpy(x)
+        third = 1.0 / 3.0
+        loss = lambda X, w: (jask.sum(jask.multiply(jask.min(X, axis=0), w))
+                             + jask.sum(jask.divide(third, X)))
+        compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(X, w).compile()
+        ref = lambda x, w: jnp.sum(jnp.min(x, axis=0) * w) + jnp.sum(third / x)
+        want = jax.grad(ref, argnums=(0, 1))(jnp.asarray(x), w)
+    got: dict = {}
+    thread = threading.Thread(target=lambda: got.update(g=compiled(X, w)))  # x64 off there
+    thread.start()
+    thread.join()
+    g_X, g_w = got.pop("g")
+    assert g_X.dtype == np.float64 and g_w.dtype == np.float64
+    np.testing.assert_allclose(g_X.to_numpy(), want[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(g_w), want[1], rtol=1e-12, atol=1e-12)

@@ -65,17 +65,51 @@ def _from_wire(value, result: jax.ShapeDtypeStruct):
     return jax.lax.bitcast_convert_type(value, result.dtype)
 
 
+def _operand_to_wire(x) -> tuple:
+    """(what crosses, its dtype to restore or None): an in-memory operand
+    entering a callback. JAX puts a callback's operands on the CPU device
+    under the x64 setting of the thread that runs the callback, so a 64-bit
+    operand would arrive as 32 bits there too; it crosses as uint32 pairs."""
+    x = jax.numpy.asarray(x)
+    dtype = np.dtype(x.dtype)
+    if dtype.itemsize == 8 and dtype.kind in "fiu":
+        return jax.lax.bitcast_convert_type(x, np.uint32), dtype
+    return x, None
+
+
+def _operand_from_wire(value, dtype: np.dtype | None) -> np.ndarray:
+    value = np.asarray(value)
+    if dtype is None:
+        return value
+    return np.ascontiguousarray(value).view(dtype).reshape(value.shape[:-1])
+
+
+def _staged_operands(arrays: Sequence[DiskArray], scalars: Sequence) -> tuple[list, Callable]:
+    """The operands of a callback (handles, then in-memory values on the
+    wire) and the function that turns what the callback receives back into
+    ``(*handles, *values)``."""
+    wired = [_operand_to_wire(s) for s in scalars]
+    n = len(arrays)
+
+    def received(args) -> tuple:
+        return (*args[:n], *(_operand_from_wire(a, dtype)
+                             for a, (_, dtype) in zip(args[n:], wired)))
+
+    return [*_handles(arrays), *(w for w, _ in wired)], received
+
+
 def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalars: Sequence):
     """``run(*handles, *scalars, pending=...)`` now, or staged as an ordered callback."""
     if is_eager():
         collect_if_idle()
         return run(*[x._handle for x in arrays], *scalars, pending=False)
+    operands, received = _staged_operands(arrays, scalars)
 
     def callback(*args):
         with registry.callback_scope():
-            return _to_wire(run(*args, pending=True), result)
+            return _to_wire(run(*received(args), pending=True), result)
 
-    out = io_callback(callback, _wire(result), *_handles(arrays), *scalars, ordered=True)
+    out = io_callback(callback, _wire(result), *operands, ordered=True)
     return _from_wire(out, result)
 
 
@@ -177,11 +211,12 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
         return tuple(to_value(*op) for op in ops)
     sizes = [(len(arrays), len(scalars)) for _, arrays, scalars, *_ in ops]
     results = tuple(result for *_, result, _, _ in ops)
+    staged = [_staged_operands(arrays, scalars) for _, arrays, scalars, *_ in ops]
 
     def split(args):
         out, i = [], 0
-        for a, b in sizes:
-            out.append(args[i:i + a + b])
+        for (a, b), (_, received) in zip(sizes, staged):
+            out.append(received(args[i:i + a + b]))
             i += a + b
         return out
 
@@ -198,7 +233,7 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
                 out.append(_to_wire(value, result))
             return tuple(out)
 
-    flat = [x for _, arrays, scalars, *_ in ops for x in (*_handles(arrays), *scalars)]
+    flat = [x for operands, _ in staged for x in operands]
     outs = io_callback(callback, tuple(_wire(r) for r in results), *flat, ordered=True)
     return tuple(jax.numpy.asarray(_from_wire(x, r)) for x, r in zip(outs, results))
 
