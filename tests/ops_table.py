@@ -6,6 +6,9 @@ An operand is a spec: ``disk(shape)`` a DiskArray, ``mem(shape)`` an
 in-memory jax.Array, ``scalar(value)`` a (traced) scalar. Adding an op to
 jask means adding rows here; the tests in ``test_table.py`` check values,
 gradients in every mode, and random compositions from the rows.
+
+Layouts come in 1-D (``L``), 2-D (``N, M``) and 3-D (``K, P, Q``) shapes
+that tiles do not divide.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from scipy.special import expit
 import jask
 
 N, M = 97, 61  # odd sizes that tiles do not divide
+L = 4001  # a 1-D length tiles do not divide (4 to 7 tiles at 64 KB)
+K, P, Q = 7, 41, 23  # a 3-D shape: 7 to 14 tiles at 64 KB
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class Case:
     domain: str = "real"          # "positive": operands shifted to > 0.5
     grad: tuple | None = None     # argnums to differentiate (default: every float operand)
     tags: tuple = field(default=())
+    refused: tuple = ()           # (dtype name, why): a known jask limitation, BudgetError
 
     @property
     def argnums(self) -> tuple:
@@ -72,25 +78,58 @@ LAYOUTS = {  # operand layouts of binary elementwise ops: numpy broadcasting cas
 }
 
 
-def _binary(name, numpy=None, jnp_fn=None, domain="real", layouts=tuple(LAYOUTS)):
+LAYOUTS_1D = {  # the same five broadcasting cases on vectors (an in-memory one of
+    # length L would be over the budget's share for in-memory operands)
+    "1d:disk-disk": (disk(L), disk(L)),
+    "1d:disk-one": (disk(L), disk(1)),
+    "1d:one-disk": (disk(1), disk(L)),
+    "1d:scalar-disk": (scalar(1.3), disk(L)),
+    "1d:mem-disk": (mem(1), disk(L)),
+}
+
+LAYOUTS_3D = {  # and on a 3-D array, broadcast over its middle, last and first axes
+    "3d:disk-disk": (disk(K, P, Q), disk(K, P, Q)),
+    "3d:disk-middle": (disk(K, P, Q), disk(K, 1, Q)),
+    "3d:column-disk": (disk(K, P, 1), disk(K, P, Q)),
+    "3d:scalar-disk": (scalar(1.3), disk(K, P, Q)),
+    "3d:mem-disk": (mem(P, 1), disk(K, P, Q)),
+}
+
+
+def _binary(name, numpy=None, jnp_fn=None, domain="real", layouts=LAYOUTS):
     return [Case(f"{name}[{layout}]", getattr(jask, name), numpy or getattr(np, name),
-                 jnp_fn or getattr(jnp, name), LAYOUTS[layout], domain) for layout in layouts]
+                 jnp_fn or getattr(jnp, name), args, domain) for layout, args in layouts.items()]
 
 
-def _unary(name, numpy=None, jnp_fn=None, domain="real", fn=None):
-    return Case(name, fn or getattr(jask, name), numpy or getattr(np, name),
-                jnp_fn or getattr(jnp, name), (disk(N, M),), domain)
+def _unary(name, numpy=None, jnp_fn=None, domain="real", fn=None, shape=(N, M)):
+    label = {1: "[1d]", 2: "", 3: "[3d]"}[len(shape)]
+    return Case(name + label, fn or getattr(jask, name), numpy or getattr(np, name),
+                jnp_fn or getattr(jnp, name), (disk(*shape),), domain)
 
 
-def _reductions(name, numpy=None, jnp_fn=None):
+AXES_2D = [(None, False), (0, False), (1, True), ((0, 1), False)]
+AXES_1D = [(None, False), (0, True), (-1, False)]
+AXES_3D = [(None, False), (0, True), (1, True), (2, False), ((0, 2), True), ((1, 2), False)]
+
+
+#: jask.engine.work.blockwise_tile re-plans a reduction with room for the
+#: partials of its first (larger) tile, and no smaller tile fits beside them.
+LEADING_AXIS_3D = ("a float32 reduction over the leading axis of a 3-D array is refused at "
+                   "64 KB: the re-plan reserves the first tile's partials")
+
+
+def _reductions(name, numpy=None, jnp_fn=None, shape=(N, M), axes=AXES_2D):
+    label = {1: "1d,", 2: "", 3: "3d,"}[len(shape)]
     out = []
-    for axis, keepdims in [(None, False), (0, False), (1, True), ((0, 1), False)]:
+    for axis, keepdims in axes:
         kw = dict(axis=axis, keepdims=keepdims)
-        out.append(Case(f"{name}[axis={axis},keepdims={keepdims}]",
+        out.append(Case(f"{name}[{label}axis={axis},keepdims={keepdims}]",
                         lambda x, kw=kw, f=getattr(jask, name): f(x, **kw),
                         lambda x, kw=kw, f=numpy or getattr(np, name): f(x, **kw),
                         lambda x, kw=kw, f=jnp_fn or getattr(jnp, name): f(x, **kw),
-                        (disk(N, M),)))
+                        (disk(*shape),),
+                        refused=("float32", LEADING_AXIS_3D) if len(shape) == 3 and axis == 0
+                        else ()))
     return out
 
 
@@ -100,7 +139,22 @@ def _np_logsumexp(x, axis=None, keepdims=False):
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
+#: Elementwise ops, unary ops and reductions on 1-D and 3-D layouts.
+LAYOUT_CASES = [
+    *[c for name in ("add", "subtract", "multiply", "maximum")
+      for c in _binary(name, layouts=LAYOUTS_1D) + _binary(name, layouts=LAYOUTS_3D)],
+    *_binary("divide", domain="positive", layouts=LAYOUTS_3D),
+    *[_unary(n, shape=s) for n in ("square", "exp") for s in [(L,), (K, P, Q)]],
+    _unary("log", domain="positive", shape=(K, P, Q)),
+    *[c for name in ("sum", "max") for c in _reductions(name, shape=(L,), axes=AXES_1D)],
+    *[c for name in ("sum", "mean", "max", "var") for c in
+      _reductions(name, shape=(K, P, Q), axes=AXES_3D)],
+    *_reductions("logsumexp", _np_logsumexp, jax.nn.logsumexp, shape=(K, P, Q), axes=AXES_3D),
+]
+
+
 OPS = [
+    *LAYOUT_CASES,
     *_binary("add"), *_binary("subtract"), *_binary("multiply"),
     *_binary("divide", domain="positive"), *_binary("maximum"), *_binary("minimum"),
     Case("power[disk-scalar]", jask.power, np.power, jnp.power, (disk(N, M), scalar(3.0)),
