@@ -9,7 +9,7 @@ import pytest
 from ops_table import OPS, as_jask, make_inputs
 
 import jask
-from helpers import to_numpy, tolerance
+from helpers import stores_on_disk, to_numpy, tolerance
 
 MODES = {
     "eager": lambda f, **kw: jax.grad(f, **kw),
@@ -82,12 +82,31 @@ def test_gradients_match_jax(case, small_budget, dtype, rng):
 
 # --- errors -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("op", ["add", "multiply", "where", "maximum"])
-def test_broadcast_mismatch_names_both_shapes(op, small_budget):
+#: Every elementwise binary op of the table (its rows in the "disk-disk" or
+#: "disk-row" layouts), the first release's names of two of them, and where.
+BINARY_NAMES = sorted({c.id.split("[")[0] for c in OPS
+                       if c.id.endswith(("[disk-disk]", "[disk-row]")) and len(c.args) == 2}
+                      - {"dot"} | {"sub", "mul", "where"})
+
+
+def test_first_release_names_are_the_table_ops():
+    assert jask.sub is jask.subtract and jask.mul is jask.multiply
+
+
+@pytest.mark.parametrize("other", ["disk", "mem"])
+@pytest.mark.parametrize("op", BINARY_NAMES)
+def test_broadcast_mismatch_names_both_shapes(op, other, small_budget):
+    """Refused before anything is written: no store appears."""
     a = jask.from_numpy(np.ones((9, 7), np.float32))
-    args = (a > 0, a, np.ones(5, np.float32)) if op == "where" else (a, np.ones(5, np.float32))
-    with pytest.raises(ValueError, match=r"\(9, 7\).*\(5,\)"):
+    if other == "disk":
+        b, shapes = jask.from_numpy(np.ones((7, 9), np.float32)), r"\(9, 7\).*\(7, 9\)"
+    else:
+        b, shapes = np.ones(5, np.float32), r"\(9, 7\).*\(5,\)"
+    args = (a > 0, a, b) if op == "where" else (a, b)
+    before = stores_on_disk(small_budget)
+    with pytest.raises(ValueError, match=shapes):
         getattr(jask, op)(*args)
+    assert stores_on_disk(small_budget) == before
 
 
 @pytest.mark.parametrize("index, message", [
@@ -125,13 +144,6 @@ def test_asarray_materializes_small_arrays_and_refuses_large(small_budget):
     big = jask.from_numpy(np.zeros((200, 100)))  # 160 kB against a 64 kB budget
     with pytest.raises(MemoryError, match=r"\(200, 100\).*budget"):
         np.asarray(big)
-
-
-def test_vmap_is_refused_clearly(small_budget):
-    a = jask.from_numpy(np.ones((4, 3), np.float32))
-    for f in (lambda x: x + 1.0, lambda x: jask.sum(x), lambda x: x[0]):
-        with pytest.raises(NotImplementedError, match="vmap"):
-            jax.vmap(f)(a)
 
 
 def test_methods_as_on_jax_arrays(small_budget, rng):
