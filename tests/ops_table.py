@@ -6,6 +6,11 @@ An operand is a spec: ``disk(shape)`` a DiskArray, ``mem(shape)`` an
 in-memory jax.Array, ``scalar(value)`` a (traced) scalar. Adding an op to
 jask means adding rows here; the tests in ``test_table.py`` check values,
 gradients in every mode, and random compositions from the rows.
+
+Layouts come in 1-D (``L``), 2-D (``N, M``) and 3-D (``K, P, Q``) shapes
+that tiles do not divide. A case with ``exact=True`` must match numpy bit
+for bit (data movement: transposes, materialize); one tagged
+``"every-mode"`` checks its gradients in all three modes for float64 too.
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from scipy.special import expit
 import jask
 
 N, M = 97, 61  # odd sizes that tiles do not divide
+L = 4001  # a 1-D length tiles do not divide (4 to 7 tiles at 64 KB)
+K, P, Q = 7, 41, 23  # a 3-D shape: 7 to 14 tiles at 64 KB
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,9 @@ class Case:
     args: tuple
     domain: str = "real"          # "positive": operands shifted to > 0.5
     grad: tuple | None = None     # argnums to differentiate (default: every float operand)
-    tags: tuple = field(default=())
+    tags: tuple = field(default=())  # "every-mode": float64 gradients in all three modes
+    exact: bool = False           # values equal numpy's exactly (no tolerance)
+    refused: tuple = ()           # (dtype name, why): a known jask limitation, BudgetError
 
     @property
     def argnums(self) -> tuple:
@@ -72,25 +81,58 @@ LAYOUTS = {  # operand layouts of binary elementwise ops: numpy broadcasting cas
 }
 
 
-def _binary(name, numpy=None, jnp_fn=None, domain="real", layouts=tuple(LAYOUTS)):
+LAYOUTS_1D = {  # the same five broadcasting cases on vectors (an in-memory one of
+    # length L would be over the budget's share for in-memory operands)
+    "1d:disk-disk": (disk(L), disk(L)),
+    "1d:disk-one": (disk(L), disk(1)),
+    "1d:one-disk": (disk(1), disk(L)),
+    "1d:scalar-disk": (scalar(1.3), disk(L)),
+    "1d:mem-disk": (mem(1), disk(L)),
+}
+
+LAYOUTS_3D = {  # and on a 3-D array, broadcast over its middle, last and first axes
+    "3d:disk-disk": (disk(K, P, Q), disk(K, P, Q)),
+    "3d:disk-middle": (disk(K, P, Q), disk(K, 1, Q)),
+    "3d:column-disk": (disk(K, P, 1), disk(K, P, Q)),
+    "3d:scalar-disk": (scalar(1.3), disk(K, P, Q)),
+    "3d:mem-disk": (mem(P, 1), disk(K, P, Q)),
+}
+
+
+def _binary(name, numpy=None, jnp_fn=None, domain="real", layouts=LAYOUTS):
     return [Case(f"{name}[{layout}]", getattr(jask, name), numpy or getattr(np, name),
-                 jnp_fn or getattr(jnp, name), LAYOUTS[layout], domain) for layout in layouts]
+                 jnp_fn or getattr(jnp, name), args, domain) for layout, args in layouts.items()]
 
 
-def _unary(name, numpy=None, jnp_fn=None, domain="real", fn=None):
-    return Case(name, fn or getattr(jask, name), numpy or getattr(np, name),
-                jnp_fn or getattr(jnp, name), (disk(N, M),), domain)
+def _unary(name, numpy=None, jnp_fn=None, domain="real", fn=None, shape=(N, M)):
+    label = {1: "[1d]", 2: "", 3: "[3d]"}[len(shape)]
+    return Case(name + label, fn or getattr(jask, name), numpy or getattr(np, name),
+                jnp_fn or getattr(jnp, name), (disk(*shape),), domain)
 
 
-def _reductions(name, numpy=None, jnp_fn=None):
+AXES_2D = [(None, False), (0, False), (1, True), ((0, 1), False)]
+AXES_1D = [(None, False), (0, True), (-1, False)]
+AXES_3D = [(None, False), (0, True), (1, True), (2, False), ((0, 2), True), ((1, 2), False)]
+
+
+#: jask.engine.work.blockwise_tile re-plans a reduction with room for the
+#: partials of its first (larger) tile, and no smaller tile fits beside them.
+LEADING_AXIS_3D = ("a float32 reduction over the leading axis of a 3-D array is refused at "
+                   "64 KB: the re-plan reserves the first tile's partials")
+
+
+def _reductions(name, numpy=None, jnp_fn=None, shape=(N, M), axes=AXES_2D):
+    label = {1: "1d,", 2: "", 3: "3d,"}[len(shape)]
     out = []
-    for axis, keepdims in [(None, False), (0, False), (1, True), ((0, 1), False)]:
+    for axis, keepdims in axes:
         kw = dict(axis=axis, keepdims=keepdims)
-        out.append(Case(f"{name}[axis={axis},keepdims={keepdims}]",
+        out.append(Case(f"{name}[{label}axis={axis},keepdims={keepdims}]",
                         lambda x, kw=kw, f=getattr(jask, name): f(x, **kw),
                         lambda x, kw=kw, f=numpy or getattr(np, name): f(x, **kw),
                         lambda x, kw=kw, f=jnp_fn or getattr(jnp, name): f(x, **kw),
-                        (disk(N, M),)))
+                        (disk(*shape),),
+                        refused=("float32", LEADING_AXIS_3D) if len(shape) == 3 and axis == 0
+                        else ()))
     return out
 
 
@@ -100,7 +142,91 @@ def _np_logsumexp(x, axis=None, keepdims=False):
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
+#: Every operator between two arrays, or with a Python or numpy scalar on
+#: either side: the same expression runs on DiskArrays, numpy and jax.numpy.
+OPERATORS = {
+    "a+b": lambda a, b: a + b, "a-b": lambda a, b: a - b, "a*b": lambda a, b: a * b,
+    "2.5*a": lambda a: 2.5 * a, "a*2.5": lambda a: a * 2.5,
+    "float32(3)*a": lambda a: np.float32(3) * a,
+    "a+1.5": lambda a: a + 1.5, "1.5+a": lambda a: 1.5 + a,
+    "a-1.5": lambda a: a - 1.5, "1.5-a": lambda a: 1.5 - a, "-a": lambda a: -a,
+}
+
+
+def _operators(label, shape):
+    return [Case(f"operators[{name},{label}]", f, f, f,
+                 (disk(*shape),) * f.__code__.co_argcount) for name, f in OPERATORS.items()]
+
+
+def _dot_and_matmul(label, a_shape, b_shape):
+    """``jask.dot`` and the ``@`` operator on two DiskArrays, stacked."""
+    return Case(f"dot[{label}]", lambda a, b: jask.stack([jask.dot(a, b), a @ b]),
+                lambda a, b: np.stack([a @ b, a @ b]), lambda a, b: jnp.stack([a @ b, a @ b]),
+                (disk(*a_shape), disk(*b_shape)))
+
+
+def _transpose(label, shape, axes):
+    return Case(f"transpose[{label}]", lambda a: jask.transpose(a, axes=axes),
+                lambda a: np.transpose(a, axes), lambda a: jnp.transpose(a, axes),
+                (disk(*shape),), exact=True)
+
+
+#: Elementwise ops, unary ops and reductions on 1-D and 3-D layouts.
+LAYOUT_CASES = [
+    *[c for name in ("add", "subtract", "multiply", "maximum")
+      for c in _binary(name, layouts=LAYOUTS_1D) + _binary(name, layouts=LAYOUTS_3D)],
+    *_binary("divide", domain="positive", layouts=LAYOUTS_3D),
+    *[_unary(n, shape=s) for n in ("square", "exp") for s in [(L,), (K, P, Q)]],
+    _unary("log", domain="positive", shape=(K, P, Q)),
+    *[c for name in ("sum", "max") for c in _reductions(name, shape=(L,), axes=AXES_1D)],
+    *[c for name in ("sum", "mean", "max", "var") for c in
+      _reductions(name, shape=(K, P, Q), axes=AXES_3D)],
+    *_reductions("logsumexp", _np_logsumexp, jax.nn.logsumexp, shape=(K, P, Q), axes=AXES_3D),
+]
+
+#: Cases that were hand-written tests before the table (test_ops.py, test_grad.py).
+FOLDED_CASES = [
+    *[c for label, shape in [("1d", (301,)), ("2d", (N, M)), ("3d", (5, 33, 19))]
+      for c in _operators(label, shape)],
+    _transpose("2d-default", (N, M), None),
+    _transpose("1d", (301,), None),
+    *[_transpose(str(axes), (5, 33, 19), axes) for axes in [(1, 0, 2), (-1, 1, 0)]],
+    Case("transpose[.T]", lambda a: a.T, lambda a: a.T, lambda a: a.T, (disk(N, M),),
+         exact=True),
+    _dot_and_matmul("wide", (N, M), (M, 43)),
+    _dot_and_matmul("batched-3d", (3, 37, 29), (3, 29, 41)),
+    _dot_and_matmul("to-column", (257, 3), (3, 1)),
+    _dot_and_matmul("row-column", (1, 200), (200, 1)),
+    _dot_and_matmul("batched-4d", (2, 2, 17, 9), (2, 2, 9, 13)),
+    Case("materialize", jask.materialize, lambda a: a, lambda a: a, (disk(N, M),), exact=True),
+    Case("materialize[composed]", lambda a: jnp.sin(jask.materialize(a * 2.0)),
+         lambda a: np.sin(a * 2.0), lambda a: jnp.sin(a * 2.0), (disk(N, M),),
+         tags=("every-mode",)),
+    Case("composed[elementwise]", lambda a, b: jask.square(a - b) * a + b,
+         lambda a, b: np.square(a - b) * a + b, lambda a, b: jnp.square(a - b) * a + b,
+         (disk(N, M), disk(N, M)), tags=("every-mode",)),
+    Case("composed[least-squares]", lambda x, w, y: jask.square(x @ w - y),
+         lambda x, w, y: np.square(x @ w - y), lambda x, w, y: jnp.square(x @ w - y),
+         (disk(N, 13), disk(13, 3), disk(N, 3)), tags=("every-mode",)),
+    Case("composed[batched-dot]", lambda a, b: jask.square(jask.dot(a, b)),
+         lambda a, b: np.square(a @ b), lambda a, b: jnp.square(a @ b),
+         (disk(3, 17, 11), disk(3, 11, 5)), tags=("every-mode",)),
+    Case("composed[transpose]", lambda a, c: jask.transpose(a, (2, 0, 1)) * c,
+         lambda a, c: np.transpose(a, (2, 0, 1)) * c, lambda a, c: jnp.transpose(a, (2, 0, 1)) * c,
+         (disk(5, 33, 19), disk(19, 5, 33)), tags=("every-mode",)),
+    Case("composed[scalar-operands]",  # the scalar of mul (either side), add and sub
+         lambda a, s: jask.square(jask.mul(s, a) + s) - s * a + (jask.mul(a, s) - s),
+         lambda a, s: np.square(s * a + s) - s * a + (a * s - s),
+         lambda a, s: jnp.square(s * a + s) - s * a + (a * s - s),
+         (disk(N, M), scalar(1.7)), tags=("every-mode",)),
+    Case("composed[rsub-neg]", lambda a: jask.square(2.0 - a) + (-a),
+         lambda a: np.square(2.0 - a) + (-a), lambda a: jnp.square(2.0 - a) + (-a),
+         (disk(31, 7),), tags=("every-mode",)),
+]
+
+
 OPS = [
+    *LAYOUT_CASES, *FOLDED_CASES,
     *_binary("add"), *_binary("subtract"), *_binary("multiply"),
     *_binary("divide", domain="positive"), *_binary("maximum"), *_binary("minimum"),
     Case("power[disk-scalar]", jask.power, np.power, jnp.power, (disk(N, M), scalar(3.0)),
@@ -134,7 +260,7 @@ OPS = [
     Case("dot[batched]", jask.dot, np.matmul, jnp.matmul, (disk(3, 17, 11), disk(3, 11, 5))),
     Case("transpose", lambda a: jask.transpose(a, (2, 0, 1)),
          lambda a: np.transpose(a, (2, 0, 1)), lambda a: jnp.transpose(a, (2, 0, 1)),
-         (disk(5, 33, 19),)),
+         (disk(5, 33, 19),), exact=True),
     *[Case(f"getitem[{label}]", lambda a, i=index: a[i], lambda a, i=index: a[i],
            lambda a, i=index: a[i], (disk(N, M),)) for label, index in [
         ("rows", np.s_[10:41]), ("strided", np.s_[3:90:4, 5::3]), ("row", np.s_[-2]),

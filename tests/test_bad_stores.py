@@ -8,26 +8,19 @@ a missing file is an error. A truncated chunk, metadata that is no Zarr
 array, and a store replaced by another writer while an op reads it are
 errors everywhere.
 """
-import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import zarr
 
-from helpers import tmpfs_mount
-
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "bad_stores.py")
+from helpers import run_script, tmpfs_mount
 
 
 def _run(tmp_path, **cases):
     args = [f"{case.replace('_', '-')}={path}" for case, path in cases.items()]
-    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "scratch"), *args],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = run_script("bad_stores.py", tmp_path / "scratch", *args, timeout=300)
     return {k.replace("-", "_"): v for k, v in report.items()}
 
 

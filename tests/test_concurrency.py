@@ -9,22 +9,21 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import zarr
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "concurrency_child.py")
+from helpers import last_json, script_command
 
 
 def _child(*args, **kwargs):
-    return subprocess.Popen([sys.executable, SCRIPT, *map(str, args)], text=True,
+    return subprocess.Popen(script_command("concurrency_child.py", *args), text=True,
                             stdout=subprocess.PIPE, **kwargs)
 
 
 def test_ops_from_several_threads_are_correct(tmp_path):
     out, _ = _child("threads", tmp_path / "scratch").communicate(timeout=300)
-    assert json.loads(out.strip().splitlines()[-1]) == {"errors": []}
+    assert last_json(out) == {"errors": []}
 
 
 def _identity(path) -> tuple:
@@ -74,7 +73,7 @@ def test_sessions_sharing_a_scratch_folder_keep_their_stores(tmp_path):
     # A live session whose PID this process cannot see (another PID namespace,
     # as in another container): the old PID check judged it dead.
     prefix = _unshare_prefix()
-    holder = subprocess.Popen(prefix + [sys.executable, SCRIPT, "holder", str(scratch)],
+    holder = subprocess.Popen(prefix + script_command("concurrency_child.py", "holder", scratch),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     paths = json.loads(holder.stdout.readline())
     # A session killed without cleaning up: its folder must go.

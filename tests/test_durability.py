@@ -11,15 +11,13 @@ plain zarr.
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import zarr
 
+from helpers import script_command
 from jask.store import durability
-
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "kill_updates.py")
 
 
 def _user_store(path, layout):
@@ -36,7 +34,7 @@ def _user_store(path, layout):
 def _kill_trials(tmp_path, layout, mode, whens):
     store = str(tmp_path / "target.zarr")
     _user_store(store, layout)
-    proc = subprocess.Popen([sys.executable, SCRIPT, store, str(tmp_path / "scratch"), mode],
+    proc = subprocess.Popen(script_command("kill_updates.py", store, tmp_path / "scratch", mode),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     current, phases = -1.0, []

@@ -4,19 +4,14 @@ intact, and the next op works once space is freed.
 The small disk is a real 12 MiB tmpfs mount (we run as root here); the test
 is skipped, saying why, where mounting is not allowed.
 """
-import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import zarr
 
-from helpers import tmpfs_mount
-
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "full_disk.py")
+from helpers import run_script, tmpfs_mount
 
 
 @pytest.fixture
@@ -33,10 +28,7 @@ def test_full_scratch_disk(tmp_path, small_disk):
                       chunks=(100, 100), compressors=None, zarr_format=3)
     with open(small_disk / "ballast", "wb") as f:       # the user's own file
         os.posix_fallocate(f.fileno(), 0, 9 * 2**20)    # (truncate would be sparse)
-    out = subprocess.run([sys.executable, SCRIPT, str(small_disk), str(tmp_path / "input.zarr")],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = run_script("full_disk.py", small_disk, tmp_path / "input.zarr", timeout=300)
     scratch = os.path.join(str(small_disk), "scratch")
 
     refused = report["refused"]

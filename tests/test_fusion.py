@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 import jask
-from helpers import rand, tolerance
+from helpers import rand, tolerance, user_store
 
 #: Reads of X per jit(grad) step that count as "one pass": the bands are whole
 #: chunk rows, so a fused step reads X exactly once; the slack is for a
@@ -33,14 +33,6 @@ def _passes(counts, x) -> float:
     return counts.passes(x)
 
 
-def _user_store(tmp_path, name, data, chunks, **kwargs):
-    """A store written by zarr itself, chunked as another tool would."""
-    path = str(tmp_path / name)
-    z = zarr.create_array(path, shape=data.shape, dtype=data.dtype, chunks=chunks, **kwargs)
-    z[...] = data
-    return jask.open(path)
-
-
 def _least_squares(w, X, y):
     return jask.sum(jask.square(X @ w - y))
 
@@ -57,7 +49,7 @@ def test_jit_grad_step_reads_X_once(small_budget, rng, dtype, reads, tmp_path, c
     if chunks is None:
         X = jask.DiskArray.from_numpy(Xn)
     else:
-        X = _user_store(tmp_path, "X", Xn, chunks)
+        X = user_store(tmp_path / "X", Xn, chunks=chunks)
     y = jask.DiskArray.from_numpy(yn)
     step = jax.jit(jax.grad(_least_squares))
     got = step(jnp.asarray(wn), X, y)
@@ -136,7 +128,7 @@ def test_a_group_too_wide_for_one_band_runs_op_by_op(small_budget, rng, tmp_path
     # chunks of all rows and a few columns: one chunk-row band is the whole
     # of X, far over the budget, so the group cannot be one band task
     Xn = rand(rng, (3000, 200), np.float32)
-    X = _user_store(tmp_path, "X", Xn, (3000, 8))
+    X = user_store(tmp_path / "X", Xn, chunks=(3000, 8))
     jask.set_memory_budget("1MB", scratch_dir=small_budget.scratch_dir)
     w = jnp.asarray(rand(rng, (200,), np.float32))
     got = jax.jit(jax.grad(lambda w, X: jask.sum(jask.square(X @ w))))(w, X)
@@ -147,7 +139,7 @@ def test_a_group_too_wide_for_one_band_runs_op_by_op(small_budget, rng, tmp_path
 
 def test_an_error_in_a_group_names_the_op(small_budget, rng, tmp_path):
     Xn = rand(rng, (400, 9), np.float32)
-    X = _user_store(tmp_path, "X", Xn, (50, 9), compressors=zarr.codecs.ZstdCodec())
+    X = user_store(tmp_path / "X", Xn, chunks=(50, 9), compressors=zarr.codecs.ZstdCodec())
     chunk = os.path.join(X.filename, "c", "3", "0")
     with open(chunk, "wb") as f:
         f.write(b"not zstd")

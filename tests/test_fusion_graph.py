@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import jask
+from helpers import user_spec, write_store
 from jask.engine import fusion
 from jask.engine.plan import bands
 from jask.store.spec import StoreSpec
@@ -13,9 +14,7 @@ from jask.store.spec import StoreSpec
 
 def _store(path, data, chunks, codec):
     kwargs = {} if codec else {"compressors": None}
-    z = zarr.create_array(str(path), shape=data.shape, dtype=data.dtype, chunks=chunks, **kwargs)
-    z[...] = data
-    return StoreSpec(str(path), data.shape, data.dtype, tuple(chunks), managed=False)
+    return user_spec(write_store(path, data, chunks=chunks, **kwargs))
 
 
 def _least_squares_group(X, y, w):

@@ -4,20 +4,17 @@ partial output in scratch, and the session goes on working.
 A real child process loops a long op; this process sends it SIGINT (what
 Ctrl-C and a notebook's "interrupt kernel" send) and reads its report.
 """
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
+from helpers import last_json, run_script, script_command
+
 #: Measured in child processes: run one after another on one xdist worker
 #: (``--dist loadgroup``), never beside each other.
 pytestmark = pytest.mark.xdist_group("measured")
-
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "interrupt_op.py")
 
 #: What "within a couple of seconds" means here (measured: a few ms to ~0.1 s).
 MAX_LATENCY = 2.0
@@ -25,14 +22,14 @@ MAX_LATENCY = 2.0
 
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 def test_sigint_stops_a_long_op_cleanly(tmp_path, mode):
-    proc = subprocess.Popen([sys.executable, SCRIPT, mode, str(tmp_path / "scratch")],
+    proc = subprocess.Popen(script_command("interrupt_op.py", mode, tmp_path / "scratch"),
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "running"
     time.sleep(0.5)  # well inside the loop of ops
     sent = time.time()
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
-    report = json.loads(out.strip().splitlines()[-1])
+    report = last_json(out)
     latency = report["caught"] - sent
     print(f"{mode}: interrupt latency {latency * 1000:.0f} ms")
     assert 0 <= latency < MAX_LATENCY
@@ -47,11 +44,7 @@ def test_ctrl_c_at_any_line_of_the_store_bookkeeping_leaves_nothing(tmp_path):
     while sweeping one, once left the store in scratch with nothing tracking
     it (seen as ``left`` above, about one run in a hundred): here it is made
     to land at every line of that code in turn, deterministically."""
-    script = os.path.join(os.path.dirname(__file__), "scripts", "interrupt_every_line.py")
-    out = subprocess.run([sys.executable, script, str(tmp_path / "scratch")],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = run_script("interrupt_every_line.py", tmp_path / "scratch", timeout=600)
     assert report["lines"] > 50  # it did reach the code (create, register, sweep)
     assert report["leaks"] == []
     assert report["next_ok"]

@@ -92,8 +92,13 @@ def test_optax_sgd_on_a_dict_of_diskarrays(small_budget, rng):
 
 
 def test_vmap_is_refused_clearly(small_budget):
+    """Over a DiskArray (an op, a reduction, indexing), or closing over one."""
     a = jask.from_numpy(np.ones((3, 4), np.float32))
-    with pytest.raises(NotImplementedError, match="vmap over DiskArrays is not supported"):
+    message = "vmap over DiskArrays is not supported"
+    for f in (lambda x: x + 1.0, lambda x: jask.sum(x), lambda x: x[0]):
+        with pytest.raises(NotImplementedError, match=message):
+            jax.vmap(f)(a)
+    with pytest.raises(NotImplementedError, match=message):
         jax.vmap(lambda s: jask.sum(a * s))(jnp.arange(3.0))
 
 

@@ -2,15 +2,15 @@
 baseline + budget while every op runs on arrays 4-8x the budget (measured
 in a fresh process, as Cubed does), whatever chunks the inputs came with,
 or the op is refused up front with a BudgetError and nothing written."""
-import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scripts"))
+from helpers import SCRIPTS, run_script
+
+sys.path.insert(0, SCRIPTS)
 import chunk_grid  # noqa: E402
 
 #: Measured in child processes: run one after another on one xdist worker
@@ -47,15 +47,11 @@ def run_grid(data: str, budget: int, side: int, names=None) -> dict:
     one cell's libraries keep, such as Zarr's codec threads, would count
     against the next)."""
     grid = chunk_grid.cells(budget, side)
-    script = os.path.join(os.path.dirname(__file__), "scripts", "bounded_memory.py")
     report = {"cells": {}}
     for name in names or list(grid):
         folder = name.replace("/", "_")
         chunk_grid.write_cell(os.path.join(data, folder), grid[name], side)
-        out = subprocess.run([sys.executable, script, data, str(budget), folder],
-                             capture_output=True, text=True, timeout=900)
-        assert out.returncode == 0, out.stderr[-3000:]
-        cell = json.loads(out.stdout.strip().splitlines()[-1])
+        cell = run_script("bounded_memory.py", data, budget, folder, timeout=900)
         report["budget"], report["baseline"] = cell["budget"], cell["baseline"]
         report["cells"][name] = cell["cells"][folder]
         shutil.rmtree(os.path.join(data, folder), ignore_errors=True)

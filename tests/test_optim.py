@@ -2,7 +2,6 @@
 alias_test): in-memory pytrees, DiskArray parameters and mixed pytrees,
 float32 and float64, eager and under jax.jit, with schedules, under a
 budget that splits every leaf into many tiles."""
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,7 @@ import optax
 import pytest
 
 import jask
-from helpers import tolerance
+from helpers import bytes_on_disk, to_numpy, tolerance
 from jask.testing import leaked_stores
 
 SCHEDULE = optax.exponential_decay(0.05, transition_steps=1, decay_rate=0.7)
@@ -81,12 +80,8 @@ def _on_disk(tree, keys):
     return {k: jask.from_numpy(v) if k in keys else jnp.asarray(v) for k, v in tree.items()}
 
 
-def _numpy(x):
-    return x.to_numpy() if isinstance(x, jask.DiskArray) else np.asarray(x)
-
-
 def _check(got, want, dtype):
-    got_leaves = jax.tree.leaves(jax.tree.map(_numpy, got))
+    got_leaves = jax.tree.leaves(jax.tree.map(to_numpy, got))
     want_leaves = jax.tree.leaves(jax.tree.map(np.asarray, want))
     assert len(got_leaves) == len(want_leaves)
     for g, w in zip(got_leaves, want_leaves):
@@ -186,13 +181,6 @@ def _linear_data(rng, n=32, d=4096, k=32):
     return x, x @ w_true
 
 
-def _scratch_bytes(path):
-    total = 0
-    for root, _, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-    return total
-
-
 def test_wide_linear_model_trained_with_adam_on_disk(small_budget, jask_scratch, rng):
     x, y = _linear_data(rng)
     d, k = x.shape[1], y.shape[1]
@@ -227,7 +215,7 @@ def test_wide_linear_model_trained_with_adam_on_disk(small_budget, jask_scratch,
         w_ref = optax.apply_updates(w_ref, u)
         ref_losses.append(float(value))
         jask.collect()
-        scratch.append(_scratch_bytes(jask_scratch.path))
+        scratch.append(bytes_on_disk(jask_scratch.path))
     assert len(traces) == 1  # compiled once
     assert w.filename == path  # the parameter kept its store
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)

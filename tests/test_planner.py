@@ -15,6 +15,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import user_spec
 from jask.base import memory
 from jask.engine.plan import ops, plan_blockwise
 from jask.store.spec import StoreSpec
@@ -33,8 +34,8 @@ def _store(folder, shape, chunks, dtype, codec):
         extra = {"shards": tuple(2 * c for c in chunks)}
     elif codec == "v2":
         extra = {"zarr_format": 2, "order": "F"}
-    z = zarr.create_array(store=path, shape=shape, chunks=chunks, dtype=dtype, **extra)
-    return StoreSpec(path, tuple(z.shape), np.dtype(dtype), tuple(z.chunks), managed=False)
+    zarr.create_array(store=path, shape=shape, chunks=chunks, dtype=dtype, **extra)
+    return user_spec(path)
 
 
 @st.composite

@@ -4,18 +4,17 @@ leave the number of stores, the scratch bytes and the RSS where they were.
 Runs in a fresh child process (about a minute); the scratch is on /dev/shm
 when it exists, since this disk's folder operations would make it minutes.
 """
-import json
 import os
 import subprocess
-import sys
 
 import pytest
+
+from helpers import run_script
 
 #: Measured in child processes: run one after another on one xdist worker
 #: (``--dist loadgroup``), never beside each other.
 pytestmark = pytest.mark.xdist_group("measured")
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "soak.py")
 STEPS = 1000
 #: RSS may wobble (allocator, XLA caches); a leak of one store per step would not.
 MAX_RSS_GROWTH = 32 * 2**20
@@ -25,12 +24,9 @@ def test_thousand_training_steps_stay_flat(tmp_path):
     base = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
     scratch = os.path.join(base, f"jask-soak-{os.getpid()}")
     try:
-        out = subprocess.run([sys.executable, SCRIPT, scratch, str(STEPS)], capture_output=True,
-                             text=True, timeout=600)
+        report = run_script("soak.py", scratch, STEPS, timeout=600)
     finally:
         subprocess.run(["rm", "-rf", scratch])
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
     before, after = report["before"], report["after"]
     print(f"per {STEPS} steps ({report['seconds']:.1f} s): stores "
           f"{after['stores'] - before['stores']:+d}, scratch bytes "

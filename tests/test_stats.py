@@ -17,7 +17,7 @@ import zarr
 from distributed import Client, LocalCluster
 
 import jask
-from helpers import rand
+from helpers import bytes_on_disk, rand, user_store
 
 SHAPE = (301, 203)
 
@@ -33,18 +33,6 @@ LOGISTIC_GRAD_MAX_PASSES = 1.2
 
 def _path(x) -> str:
     return os.path.abspath(x.filename)
-
-
-def _user_store(path, value, **layout):
-    z = zarr.create_array(store=str(path), shape=value.shape, dtype=value.dtype, **layout)
-    z[:] = value
-    return jask.open(str(path))
-
-
-def _files_bytes(path) -> int:
-    """Bytes of a store's chunk files on disk (metadata excluded)."""
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
-               for f in files if not f.startswith("zarr.json") and not f.startswith(".z"))
 
 
 def test_add_reads_each_input_once_and_writes_the_output_once(small_budget, rng, dtype):
@@ -69,15 +57,15 @@ def test_add_on_user_stores_reads_each_once(small_budget, rng, tmp_path, layout)
     x, y = rand(rng, SHAPE, np.float32), rand(rng, SHAPE, np.float32)
     kind = (dict(chunks=(77, 41), compressors=None) if layout == "other grid"
             else dict(chunks=(50, 70), compressors=zarr.codecs.ZstdCodec()))
-    a = _user_store(tmp_path / "a.zarr", x, **kind)
-    b = _user_store(tmp_path / "b.zarr", y, chunks=(33, 203), compressors=None)
+    a = user_store(tmp_path / "a.zarr", x, **kind)
+    b = user_store(tmp_path / "b.zarr", y, chunks=(33, 203), compressors=None)
     with jask.track() as t:
         c = a + b
     assert t.store(a).bytes_read == x.nbytes and t.store(b).bytes_read == y.nbytes
     assert t.store(str(tmp_path / "a.zarr")).bytes_read == x.nbytes  # by path too
     assert t.store(c).bytes_written == x.nbytes
     if layout == "zstd":  # every compressed chunk file read (some more than once)
-        assert t.store(a).stored_read >= _files_bytes(a.filename) > 0
+        assert t.store(a).stored_read >= bytes_on_disk(a.filename, metadata=False) > 0
     np.testing.assert_allclose(c.to_numpy(), x + y)
 
 
@@ -94,7 +82,7 @@ def test_sum_reads_its_input_once_and_writes_nothing(small_budget, rng, dtype):
 def test_update_reads_the_source_once_and_writes_the_target_once(small_budget, rng, tmp_path):
     x, y = rand(rng, SHAPE, np.float32), rand(rng, SHAPE, np.float32)
     w = jask.from_numpy(x)
-    user = _user_store(tmp_path / "u.zarr", x, chunks=(40, 90), compressors=None)
+    user = user_store(tmp_path / "u.zarr", x, chunks=(40, 90), compressors=None)
     v = jask.from_numpy(y)
     with jask.track() as t:
         w.update_(v)
@@ -116,7 +104,8 @@ def test_save_writes_every_byte_once_and_counts_the_files(small_budget, rng, tmp
     with jask.track() as t:
         saved = jask.save(a, path, compressor=compressor)
     assert t.passes(a) == 1.0 and t.store(path).bytes_written == x.nbytes
-    assert t.store(saved).stored_written == _files_bytes(path)  # counted for the final path
+    # counted for the final path
+    assert t.store(saved).stored_written == bytes_on_disk(path, metadata=False)
     if compressor:
         assert t.store(path).stored_written < x.nbytes
     np.testing.assert_array_equal(zarr.open_array(str(path))[:], x)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jask
-from helpers import rand, tolerance
+from helpers import rand, stores_on_disk, tolerance
 
 MODES = {"eager": lambda f: f, "jit": jax.jit}
 
@@ -124,14 +124,6 @@ def test_constant_only_op_in_a_trace_runs_each_call(small_budget, rng):
 
 # --- 4. stores are deleted when nothing can reach them -------------------------
 
-def _stores_on_disk(config):
-    found = []
-    for root, dirs, _ in os.walk(config.scratch_dir):
-        found += [os.path.join(root, d) for d in dirs if d.endswith((".zarr", ".grad"))]
-        dirs[:] = [d for d in dirs if not d.endswith((".zarr", ".grad"))]
-    return sorted(found)
-
-
 def test_unreferenced_stores_are_deleted(small_budget, rng):
     a = jask.from_numpy(rand(rng, (97, 61), np.float32))
     b = a + a
@@ -139,7 +131,7 @@ def test_unreferenced_stores_are_deleted(small_budget, rng):
     del b
     jask.collect()
     assert not os.path.exists(path)
-    assert _stores_on_disk(small_budget) == [a.filename]
+    assert stores_on_disk(small_budget) == [a.filename]
 
 
 def test_training_loop_leaves_only_live_stores(small_budget, rng):
@@ -159,11 +151,11 @@ def test_training_loop_leaves_only_live_stores(small_budget, rng):
     for _ in range(100):
         w, value = step(w, 0.002)
         # bounded: the stores of one step at most, never an accumulation
-        assert len(_stores_on_disk(small_budget)) <= 3 + 12
+        assert len(stores_on_disk(small_budget)) <= 3 + 12
     assert len(traces) == 1
     assert w.filename == path
     final = w.to_numpy()  # a jask call: the last step's garbage goes now
-    assert _stores_on_disk(small_budget) == sorted([X.filename, Y.filename, path])
+    assert stores_on_disk(small_budget) == sorted([X.filename, Y.filename, path])
     ref = np.linalg.lstsq(x, y, rcond=None)[0]
     assert np.linalg.norm(final - ref) < 0.5 * np.linalg.norm(ref)
 
@@ -177,4 +169,4 @@ def test_intermediates_of_a_compiled_call_are_removed(small_budget, rng):
 
     f(a)
     jask.collect()
-    assert _stores_on_disk(small_budget) == [a.filename]
+    assert stores_on_disk(small_budget) == [a.filename]

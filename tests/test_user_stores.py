@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 import jask
-from helpers import tolerance
+from helpers import tolerance, user_store, write_store
 
 SHAPE = (301, 203)
 
@@ -31,12 +31,6 @@ LAYOUTS = {
 }
 
 
-def _write(path, value, **layout):
-    z = zarr.create_array(store=path, shape=value.shape, dtype=value.dtype, **layout)
-    z[:] = value
-    return path
-
-
 @pytest.fixture
 def budget(jask_scratch):
     jask.set_memory_budget("2MB", scratch_dir=jask_scratch.path)
@@ -48,8 +42,8 @@ def test_ops_on_a_user_store_match_numpy(tmp_path, budget, layout):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(SHAPE).astype(np.float32)
     y = rng.standard_normal(SHAPE).astype(np.float32)
-    a = jask.open(_write(str(tmp_path / "a.zarr"), x, **LAYOUTS[layout]))
-    b = jask.open(_write(str(tmp_path / "b.zarr"), y, chunks=(77, 41), compressors=None))
+    a = user_store(tmp_path / "a.zarr", x, **LAYOUTS[layout])
+    b = user_store(tmp_path / "b.zarr", y, chunks=(77, 41), compressors=None)
     tol = tolerance(np.float32)
     np.testing.assert_allclose((a + b).to_numpy(), x + y, **tol)
     np.testing.assert_allclose((b - a).to_numpy(), y - x, **tol)
@@ -67,7 +61,8 @@ def test_ops_on_a_user_store_match_numpy(tmp_path, budget, layout):
 def test_update_into_a_user_store_keeps_its_layout(tmp_path, budget, layout):
     rng = np.random.default_rng(1)
     x = rng.standard_normal(SHAPE).astype(np.float32)
-    target_path = _write(str(tmp_path / "t.zarr"), np.zeros(SHAPE, np.float32), **LAYOUTS[layout])
+    target_path = write_store(tmp_path / "t.zarr", np.zeros(SHAPE, np.float32),
+                              **LAYOUTS[layout])
     before = zarr.open_array(target_path)
     t = jask.open(target_path)
     s = jask.from_numpy(x)
@@ -95,9 +90,9 @@ def test_operands_on_different_grids(tmp_path, jask_scratch):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((2000, 2048)).astype(np.float32)
     y = rng.standard_normal((2000, 2048)).astype(np.float32)
-    a = jask.open(_write(str(tmp_path / "a.zarr"), x, chunks=(1000, 1000), compressors=None))
-    b = jask.open(_write(str(tmp_path / "b.zarr"), y, chunks=(512, 2048),
-                         compressors=zarr.codecs.ZstdCodec()))
+    a = user_store(tmp_path / "a.zarr", x, chunks=(1000, 1000), compressors=None)
+    b = user_store(tmp_path / "b.zarr", y, chunks=(512, 2048),
+                   compressors=zarr.codecs.ZstdCodec())
     np.testing.assert_allclose((a * b).to_numpy(), x * y, **tolerance(np.float32))
     np.testing.assert_allclose((b + a).to_numpy(), x + y, **tolerance(np.float32))
 
@@ -105,12 +100,11 @@ def test_operands_on_different_grids(tmp_path, jask_scratch):
 def test_chunks_too_large_for_the_budget_are_refused_naming_the_store(tmp_path, jask_scratch):
     jask.set_memory_budget("2MB", scratch_dir=jask_scratch.path)
     x = np.ones((1024, 1024), np.float32)  # one 4 MB zstd chunk: cannot be decoded in 2 MB
-    path = _write(str(tmp_path / "big.zarr"), x, chunks=(1024, 1024),
-                  compressors=zarr.codecs.ZstdCodec())
+    path = write_store(tmp_path / "big.zarr", x, chunks=(1024, 1024),
+                       compressors=zarr.codecs.ZstdCodec())
     a = jask.open(path)
     with pytest.raises(jask.BudgetError, match=r"big\.zarr.*\(1024, 1024\).*zstd.*Rechunk"):
         a + a
     # the same chunks uncompressed are read by row ranges: it runs
-    plain = jask.open(_write(str(tmp_path / "plain.zarr"), x, chunks=(1024, 1024),
-                             compressors=None))
+    plain = user_store(tmp_path / "plain.zarr", x, chunks=(1024, 1024), compressors=None)
     np.testing.assert_array_equal((plain + plain).to_numpy(), 2 * x)
