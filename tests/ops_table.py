@@ -63,7 +63,6 @@ class Case:
     grad: tuple | None = None     # argnums to differentiate (default: every float operand)
     tags: tuple = field(default=())  # "every-mode": float64 gradients in all three modes
     exact: bool = False           # values equal numpy's exactly (no tolerance)
-    refused: tuple = ()           # (dtype name, why): a known jask limitation, BudgetError
 
     @property
     def argnums(self) -> tuple:
@@ -115,12 +114,6 @@ AXES_1D = [(None, False), (0, True), (-1, False)]
 AXES_3D = [(None, False), (0, True), (1, True), (2, False), ((0, 2), True), ((1, 2), False)]
 
 
-#: jask.engine.work.blockwise_tile re-plans a reduction with room for the
-#: partials of its first (larger) tile, and no smaller tile fits beside them.
-LEADING_AXIS_3D = ("a float32 reduction over the leading axis of a 3-D array is refused at "
-                   "64 KB: the re-plan reserves the first tile's partials")
-
-
 def _reductions(name, numpy=None, jnp_fn=None, shape=(N, M), axes=AXES_2D):
     label = {1: "1d,", 2: "", 3: "3d,"}[len(shape)]
     out = []
@@ -130,9 +123,7 @@ def _reductions(name, numpy=None, jnp_fn=None, shape=(N, M), axes=AXES_2D):
                         lambda x, kw=kw, f=getattr(jask, name): f(x, **kw),
                         lambda x, kw=kw, f=numpy or getattr(np, name): f(x, **kw),
                         lambda x, kw=kw, f=jnp_fn or getattr(jnp, name): f(x, **kw),
-                        (disk(*shape),),
-                        refused=("float32", LEADING_AXIS_3D) if len(shape) == 3 and axis == 0
-                        else ()))
+                        (disk(*shape),)))
     return out
 
 

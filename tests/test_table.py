@@ -18,19 +18,8 @@ MODES = {
 }
 
 
-def _check_refusal(case, dtype, rng):
-    """A case jask refuses today (``Case.refused``) must still raise
-    BudgetError, and is reported as xfail; once jask runs it, this fails and
-    the entry has to go."""
-    if case.refused and np.dtype(dtype).name == case.refused[0]:
-        with pytest.raises(jask.BudgetError):
-            case.jask(*as_jask(case, make_inputs(case, dtype, rng)))
-        pytest.xfail(case.refused[1])
-
-
 @pytest.mark.parametrize("case", OPS, ids=lambda c: c.id)
 def test_values_match_numpy(case, small_budget, dtype, rng):
-    _check_refusal(case, dtype, rng)
     values = make_inputs(case, dtype, rng)
     got = case.jask(*as_jask(case, values))
     want = case.numpy(*values)
@@ -50,7 +39,6 @@ GRAD_CASES = [c for c in OPS if c.argnums]
 def test_gradients_match_jax(case, small_budget, dtype, rng):
     """float32 in all three modes; float64 (slower to compile) under jit(grad),
     or in all three modes too for a case tagged "every-mode"."""
-    _check_refusal(case, dtype, rng)
     values = make_inputs(case, dtype, rng)
     args = as_jask(case, values)
     out = case.jask(*args)

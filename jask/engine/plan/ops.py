@@ -69,12 +69,35 @@ def blockwise_tile(op, shape, dtype, disk, out_axes, reducer, held, config):
         return plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
                               workers=config.workers, fixed_bytes=fixed)
 
+    def waiting(tile) -> int:
+        return FAN_IN * partial_bytes(tile, out_axes, dtype, reducer)
+
     tile, cost = plan_with(held)
-    if reducer is not None:
-        waiting = FAN_IN * partial_bytes(tile, out_axes, dtype, reducer)
-        if cost.total + waiting > config.max_memory:  # total counts the fixed bytes
-            tile, cost = plan_with(held + waiting)
-    return tile, cost
+    if reducer is None or cost.total + waiting(tile) <= config.max_memory:
+        return tile, cost  # (total counts the fixed bytes)
+    try:
+        return plan_with(held + waiting(tile))
+    except memory.BudgetError as refusal:
+        # room for the first tile's partials leaves no tile that fits, but a
+        # smaller tile has smaller partials: the least room whose tile's
+        # partials fit in it (fewer bytes of room, larger tiles)
+        fits, low, high = None, 0, waiting(tile)
+        for _ in range(40):
+            if high - low <= 1:
+                break
+            room = (low + high) // 2
+            try:
+                planned = plan_with(held + room)
+            except memory.BudgetError:
+                high = room
+                continue
+            if waiting(planned[0]) <= room:
+                fits, high = planned, room
+            else:
+                low = room
+        if fits is None:
+            raise refusal
+        return fits
 
 
 # --- scans: cumsum ----------------------------------------------------------------------
