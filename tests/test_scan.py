@@ -1,5 +1,6 @@
-"""cumsum's two passes (values and gradients against numpy and jax are in
-the op table, tests/ops_table.py)."""
+"""cumsum's two passes, and empty arrays in the scan and arg ops (values and
+gradients against numpy and jax are in the op table, tests/ops_table.py)."""
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -28,3 +29,22 @@ def test_cumsum_refuses_what_jax_numpy_refuses(small_budget):
         jask.cumsum(X, axis=(0, 1))
     with pytest.raises(ValueError, match="out of range"):
         jask.cumsum(X, axis=2)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0,), (3, 0, 2)], ids=str)
+@pytest.mark.parametrize("name", ["cumsum", "argmax", "argmin"])
+def test_empty_arrays_answer_as_jax_numpy_does(name, shape, small_budget):
+    """An empty result where jax.numpy gives one (shape and dtype), an error
+    where it raises one (argmax over an empty axis)."""
+    x = np.zeros(shape, np.float32)
+    X = jask.from_numpy(x)
+    for axis in [None, *range(len(shape))]:
+        try:
+            want = np.asarray(getattr(jnp, name)(jnp.asarray(x), axis=axis))
+        except ValueError:
+            with pytest.raises(ValueError, match="empty"):
+                getattr(jask, name)(X, axis=axis)
+            continue
+        got = getattr(jask, name)(X, axis=axis)
+        got = got.to_numpy() if isinstance(got, jask.DiskArray) else np.asarray(got)
+        assert (got.shape, got.dtype) == (want.shape, want.dtype), axis

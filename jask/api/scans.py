@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import dtypes as jax_dtypes
 
+from jask.api.creation import from_numpy
 from jask.api.indexing import reshape
 from jask.base.config import Config
 from jask.core import primitives
@@ -81,6 +82,8 @@ def cumsum(x, axis=None, dtype=None, *, config: Config | None = None):
                  bool(jax.config.read("jax_enable_x64")))
     ndim = aval.ndim
     if axis is None:
+        if aval.size == 0:  # nothing to scan (and jask.reshape makes no empty store)
+            return from_numpy(np.zeros((0,), out), config=config)
         if ndim != 1:
             x = reshape(x, (-1,), config=config)
         axis, ndim = 0, 1

@@ -207,7 +207,9 @@ def _arg(pick, better):
         shape = values.shape
         kept = tuple(d for d in range(len(shape)) if d not in axis)
         moved = np.moveaxis(values, axis, tuple(range(len(kept), len(shape))))
-        flat = moved.reshape(tuple(shape[d] for d in kept) + (-1,))
+        # the reduced length spelled out: -1 is ambiguous when a kept axis is empty
+        length = math.prod(shape[d] for d in axis)
+        flat = moved.reshape(tuple(shape[d] for d in kept) + (length,))
         at = pick(flat, axis=-1)  # numpy's rule as jax's: the first NaN, else the first extreme
         where = [None] * len(shape)
         for d, coord in zip(axis, np.unravel_index(at, tuple(shape[d] for d in axis))):
