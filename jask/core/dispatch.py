@@ -18,7 +18,7 @@ from jask.base.config import Config, get_config
 from jask.core._jax_internals import is_eager
 from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.core.lifetime import collect_if_idle
-from jask.engine import lazy
+from jask.engine import execute, lazy
 from jask.store import registry, space
 from jask.store.spec import StoreSpec
 
@@ -98,6 +98,18 @@ def _staged_operands(arrays: Sequence[DiskArray], scalars: Sequence) -> tuple[li
     return [*_handles(arrays), *(w for w, _ in wired)], received
 
 
+def _callback_body(body: Callable):
+    """Run the body of one of jask's callbacks: marked as such for this
+    thread, and a Ctrl-C landing anywhere in it reaches the caller of the
+    compiled call as KeyboardInterrupt (JAX wraps whatever a callback raises)."""
+    with registry.callback_scope():
+        try:
+            return body()
+        except KeyboardInterrupt:
+            execute.interrupt_caller()
+            raise
+
+
 def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalars: Sequence):
     """``run(*handles, *scalars, pending=...)`` now, or staged as an ordered callback."""
     if is_eager():
@@ -106,8 +118,7 @@ def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalar
     operands, received = _staged_operands(arrays, scalars)
 
     def callback(*args):
-        with registry.callback_scope():
-            return _to_wire(run(*received(args), pending=True), result)
+        return _callback_body(lambda: _to_wire(run(*received(args), pending=True), result))
 
     out = io_callback(callback, _wire(result), *operands, ordered=True)
     return _from_wire(out, result)
@@ -220,18 +231,20 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
             i += a + b
         return out
 
+    def run(args) -> tuple:
+        parts = split(args)
+        done = lazy.values([(fuse, part, config or get_config())
+                            for (_, _, _, _, config, fuse), part in zip(ops, parts)])
+        out = []
+        for (work, _, _, result, config, _), part, value, (n, _) in zip(
+                ops, parts, done, sizes):
+            if value is None:  # alone, as to_value runs it
+                value = _value_alone(work, part, n, config)
+            out.append(_to_wire(value, result))
+        return tuple(out)
+
     def callback(*args):
-        with registry.callback_scope():
-            parts = split(args)
-            done = lazy.values([(fuse, part, config or get_config())
-                                for (_, _, _, _, config, fuse), part in zip(ops, parts)])
-            out = []
-            for (work, _, _, result, config, _), part, value, (n, _) in zip(
-                    ops, parts, done, sizes):
-                if value is None:  # alone, as to_value runs it
-                    value = _value_alone(work, part, n, config)
-                out.append(_to_wire(value, result))
-            return tuple(out)
+        return _callback_body(lambda: run(args))
 
     flat = [x for operands, _ in staged for x in operands]
     outs = io_callback(callback, tuple(_wire(r) for r in results), *flat, ordered=True)
@@ -245,6 +258,6 @@ def forget(arrays: Sequence[DiskArray]) -> None:
         return
 
     def callback(*handles):
-        lazy.forget(handles)
+        _callback_body(lambda: lazy.forget(handles))
 
     io_callback(callback, None, *_handles(arrays), ordered=True)

@@ -10,8 +10,9 @@ waits for the graph: tasks not started are dropped, tasks running finish
 (a tile takes milliseconds), and the caller removes the partial output.
 Inside a compiled call on CPU the callback runs in the main thread too, so
 it stops the same way; but JAX turns every exception a callback raises into
-a ``JaxRuntimeError``, so :func:`_interrupt_caller` raises the
-``KeyboardInterrupt`` again where the compiled call returns to its caller.
+a ``JaxRuntimeError``, so the callback (``jask.core.dispatch``) calls
+:func:`interrupt_caller`, which raises the ``KeyboardInterrupt`` again where
+the compiled call returns to its caller.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from threadpoolctl import ThreadpoolController
 from jask.base import counters
 from jask.base.memory import TileCost
 from jask.engine import cluster, progress
-from jask.store import buffers, registry
+from jask.store import buffers
 
 _blas = ThreadpoolController()
 
@@ -127,10 +128,6 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
             with buffers.scope():  # tiles reused from task to task (jask.store.buffers)
                 return _run_local(scheduler, graph, keys, workers, at_once,
                                   progress.local_callbacks(bar) if bar is not None else None)
-    except KeyboardInterrupt:
-        if registry.in_callback():
-            _interrupt_caller()
-        raise
     finally:
         if client is not None:
             counters.collect(client)  # what worker processes counted (jask.stats)
@@ -245,7 +242,7 @@ def _package_dir(name: str) -> str:
 _JAX_DIRS = tuple(_package_dir(n) for n in ("jax", "jaxlib", "jask"))
 
 
-def _interrupt_caller() -> None:
+def interrupt_caller() -> None:
     """Make the compiled call that this callback belongs to raise
     KeyboardInterrupt, not the JaxRuntimeError JAX makes of it.
 
@@ -282,7 +279,7 @@ _hook: list = []
 
 
 def clear_interrupt_hook() -> None:
-    """Remove the hook :func:`_interrupt_caller` set, if it is still there."""
+    """Remove the hook :func:`interrupt_caller` set, if it is still there."""
     if _hook and sys.getprofile() is _hook[0]:
         sys.setprofile(None)
     _hook.clear()
