@@ -36,7 +36,7 @@ def create_like(original: str, path: str) -> None:
     """An empty array at ``path`` laid out exactly as the Zarr array at
     ``original`` (format, chunks, shards, codecs, fill value, attributes,
     dimension names)."""
-    source = zarr.open_array(original, mode="r")
+    source = chunkio.open_array(original)  # opened once per process, as ops read it
     meta = source.metadata
     extra: dict[str, Any]  # keyword arguments of zarr.create_array for this format
     if meta.zarr_format == 3:
@@ -68,6 +68,6 @@ def compressed(target: StoreSpec) -> bool:
     that :func:`jask.store.spec.stored_nbytes` is only an upper bound."""
     if target.managed:
         return False
-    source = zarr.open_array(target.path, mode="r")
+    source = chunkio.open_array(target.path)
     return bool(source.compressors or source.filters)
 
