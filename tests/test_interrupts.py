@@ -42,12 +42,8 @@ def test_sigint_stops_a_long_op_cleanly(tmp_path, mode):
     latency = report["caught"] - sent
     print(f"{mode}: interrupt latency {latency * 1000:.0f} ms")
     assert 0 <= latency < MAX_LATENCY
-    # KeyboardInterrupt, not JAX's wrapper of it under jit, wherever it lands in
-    # jask's code; only inside JAX's own callback plumbing (device_put of the
-    # operands, about one run in 60) does JAX's JaxRuntimeError reach the caller
-    assert report["type"] == "KeyboardInterrupt" or (
-        report["landed"] is not None and not report["landed"].startswith(report["jask_dir"])
-        and "/jax/" in report["landed"]), report
+    # not JAX's wrapper of it under jit (the report names where a wrapped one landed)
+    assert report["type"] == "KeyboardInterrupt", report
     assert report["left"] == []          # no partial (or orphaned) output
     assert report["next_ok"]
     assert proc.returncode == 0

@@ -53,13 +53,6 @@ def _binary(f: Callable, reflected: bool = False) -> Callable:
     return apply
 
 
-def _unary(f: Callable) -> Callable:
-    def apply(x):
-        return f(x)
-    apply.__name__ = f"_{f.__name__}"
-    return apply
-
-
 def _pos(x):
     return x
 
@@ -161,7 +154,7 @@ def install() -> None:
     operators: dict[str, Callable] = {f"_{op}": _binary(f)
                                       for op, f in {**BINARY, **COMPARE}.items()}
     operators.update({f"_r{op}": _binary(f, reflected=True) for op, f in BINARY.items()})
-    operators.update({f"_{op}": _unary(f) for op, f in UNARY.items()})
+    operators.update({f"_{op}": f for op, f in UNARY.items()})
     operators.update(_pos=_pos, _getitem=indexing.getitem)
     for name, f in operators.items():
         setattr(DiskArrayType, name, staticmethod(f))  # tracers call aval._add(x, y)
