@@ -159,7 +159,7 @@ _row("tanh", np.tanh, jnp.tanh, lambda g, a: g * (1 - np.square(np.tanh(a))),
      example=("x", "array([0.       , 0.7615942, 0.9640276], dtype=float32)"))
 _row("arctan", np.arctan, jnp.arctan, lambda g, a: g / (1 + np.square(a)),
      doc="the inverse tangent",
-     example=("x", "array([0.       , 0.7853981, 1.1071488], dtype=float32)"))
+     example=("x", "array([0.       , 0.7853982, 1.1071488], dtype=float32)"))
 
 # --- selection and comparison ------------------------------------------------------
 _row("where", np.where, jnp.where, None,
