@@ -183,11 +183,11 @@ _zero = None
 
 
 def _replace_inf(a):
-    return np.where(np.isinf(a), 0, a)
+    return np.where(a == np.inf, 0, a)  # +inf only, as jax's _replace_inf
 
 
 def _logaddexp_vjp(g, a, b):
-    # jax's custom JVP: exp(a - out), infinities replaced by 0 first
+    # jax's custom JVP: exp(a - out), +inf replaced by 0 first
     return g * np.exp(_replace_inf(a) - _replace_inf(np.logaddexp(a, b)))
 
 
