@@ -58,15 +58,19 @@ def test_integer_ops_match_jax_on_every_pair_of_edge_values(dtype, small_budget)
             _same(getattr(jask, name)(A).to_numpy(), getattr(jnp, name)(a), name=name)
 
 
+#: operators with an in-memory array (m), a numpy array (b) or a scalar on either side
+OPERATORS = [lambda A, m, b: A // m, lambda A, m, b: m // A, lambda A, m, b: A % m,
+             lambda A, m, b: m % A, lambda A, m, b: A << m, lambda A, m, b: m >> A,
+             lambda A, m, b: A & m, lambda A, m, b: m | A, lambda A, m, b: m ^ A,
+             lambda A, m, b: ~A, lambda A, m, b: 7 // A, lambda A, m, b: A % 3,
+             lambda A, m, b: np.int32(5) << A, lambda A, m, b: b & A, lambda A, m, b: -A]
+
+
 def test_integer_operators_with_in_memory_and_scalar_operands(small_budget):
     a, b = _pairs(_edges("int32"))
-    A = jask.from_numpy(a)
-    m = jnp.asarray(b)
-    for expr in ["A // m", "m // A", "A % m", "m % A", "A << m", "m >> A", "A & m", "m | A",
-                 "m ^ A", "~A", "7 // A", "A % 3", "np.int32(5) << A", "b & A", "-A"]:
-        got = eval(expr)
-        want = eval(expr.replace("A", "jnp.asarray(a)"))
-        _same(got.to_numpy(), want)
+    A, m = jask.from_numpy(a), jnp.asarray(b)
+    for i, f in enumerate(OPERATORS):
+        _same(f(A, m, b).to_numpy(), f(jnp.asarray(a), m, b), name=f"operator {i}")
 
 
 def test_float_ops_match_jax_on_signed_zeros_infinities_and_nans(small_budget):
