@@ -198,7 +198,7 @@ def _remainder_divisor(g, a, b):
     return g * (plus - np.trunc(a / b))
 
 
-for _name, _np, _rule, _doc, _args, _out in [
+for _name, _kernel, _rule, _doc, _args, _out in [
         ("sin", np.sin, lambda g, a: g * np.cos(a), "the sine", "x",
          "array([0.       , 0.841471 , 0.9092974], dtype=float32)"),
         ("cos", np.cos, lambda g, a: -g * np.sin(a), "the cosine", "x",
@@ -249,7 +249,7 @@ for _name, _np, _rule, _doc, _args, _out in [
          "halves to even (ints as they are)", "x - 0.5", "array([-0.,  0.,  2.], dtype=float32)"),
         ("sign", kernels.sign, _zero, "-1, 0 or 1 by the sign of a (nan stays nan)", "x - 1",
          "array([-1.,  0.,  1.], dtype=float32)")]:
-    _row(_name, _np, getattr(jnp, _name), _rule, doc=_doc, example=(_args, _out))
+    _row(_name, _kernel, getattr(jnp, _name), _rule, doc=_doc, example=(_args, _out))
 
 for _name, _doc, _args, _out in [
         ("isfinite", "a is neither infinite nor nan", "jask.log(x)",
@@ -263,7 +263,7 @@ for _name, _doc, _args, _out in [
     _row(_name, getattr(np, _name), getattr(jnp, _name), None, doc=_doc + ", as a bool array",
          example=(_args, _out))
 _row("invert", np.invert, jnp.invert, None,
-     doc="~a: the bitwise not of an integer, the logical not of a bool",
+     doc="``~a``: the bitwise not of an integer, the logical not of a bool",
      example=("x.astype(np.int32)", "array([-1, -2, -3], dtype=int32)"))
 
 _row("arctan2", np.arctan2, jnp.arctan2,
@@ -281,34 +281,34 @@ _row("logaddexp", np.logaddexp, jnp.logaddexp,
      example=("x, x", "array([0.6931472, 1.6931472, 2.6931472], dtype=float32)"))
 _row("copysign", np.copysign, jnp.copysign,
      lambda g, a, b: g * np.where(np.signbit(b), -1, 1) * _sign_or_one(a), _zero,
-     doc="|a| with the sign of b",
+     doc="``|a|`` with the sign of b",
      example=("1.0, x - 1", "array([-1.,  1.,  1.], dtype=float32)"))
 _row("nextafter", np.nextafter, jnp.nextafter, None, None,
      doc="the next representable number after a toward b (jax.grad refuses it; jask's "
          "gradient is zero)",
      example=("x, 3.0", "array([1.4012985e-45, 1.0000001e+00, 2.0000002e+00], dtype=float32)"))
 _row("remainder", kernels.remainder, jnp.remainder, PASS, _remainder_divisor,
-     doc="a % b, with the sign of b; an integer a % 0 is 0, as in jax.numpy",
+     doc="``a % b``, with the sign of b; an integer a % 0 is 0, as in jax.numpy",
      example=("x, -1.5", "array([ 0. , -0.5, -1. ], dtype=float32)"))
 _row("floor_divide", kernels.floor_divide, jnp.floor_divide, _zero, _zero,
-     doc="a // b, rounded down; an integer a // 0 is -1 (or -2 for a > 0, the largest value "
+     doc="``a // b``, rounded down; an integer a // 0 is -1 (or -2 for a > 0, the largest value "
          "unsigned), as in jax.numpy",
      example=("x - 1, 2.0", "array([-1.,  0.,  0.], dtype=float32)"))
 
 # integers and bools only (floats are refused as jax.numpy refuses them); no gradients
-for _name, _np, _doc, _args, _out in [
-        ("bitwise_and", np.bitwise_and, "a & b", "x.astype(np.int32), 1",
+for _name, _kernel, _doc, _args, _out in [
+        ("bitwise_and", np.bitwise_and, "``a & b``", "x.astype(np.int32), 1",
          "array([0, 1, 0], dtype=int32)"),
-        ("bitwise_or", np.bitwise_or, "a | b", "x.astype(np.int32), 1",
+        ("bitwise_or", np.bitwise_or, "``a | b``", "x.astype(np.int32), 1",
          "array([1, 1, 3], dtype=int32)"),
-        ("bitwise_xor", np.bitwise_xor, "a ^ b", "x.astype(np.int32), 1",
+        ("bitwise_xor", np.bitwise_xor, "``a ^ b``", "x.astype(np.int32), 1",
          "array([1, 0, 3], dtype=int32)"),
-        ("left_shift", kernels.left_shift, "a << b; by a negative amount or the width or more: 0",
+        ("left_shift", kernels.left_shift, "``a << b``; by a negative amount or the width or more: 0",
          "x.astype(np.int32), 3", "array([ 0,  8, 16], dtype=int32)"),
-        ("right_shift", kernels.right_shift, "a >> b, arithmetic for signed types; by a "
+        ("right_shift", kernels.right_shift, "``a >> b``, arithmetic for signed types; by a "
          "negative amount or the width or more: -1 or 0 by a's sign",
          "x.astype(np.int32) * 4, 1", "array([0, 2, 4], dtype=int32)")]:
-    _row(_name, _np, getattr(jnp, _name), None, None, doc=_doc, example=(_args, _out))
+    _row(_name, _kernel, getattr(jnp, _name), None, None, doc=_doc, example=(_args, _out))
 for _name, _doc, _out in [("logical_and", "a and b", "array([False, False,  True])"),
                           ("logical_or", "a or b", "array([ True,  True,  True])"),
                           ("logical_xor", "a xor b", "array([ True,  True, False])")]:
