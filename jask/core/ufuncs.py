@@ -303,7 +303,8 @@ for _name, _kernel, _doc, _args, _out in [
          "array([1, 1, 3], dtype=int32)"),
         ("bitwise_xor", np.bitwise_xor, "``a ^ b``", "x.astype(np.int32), 1",
          "array([1, 0, 3], dtype=int32)"),
-        ("left_shift", kernels.left_shift, "``a << b``; by a negative amount or the width or more: 0",
+        ("left_shift", kernels.left_shift,
+         "``a << b``; by a negative amount or the width or more: 0",
          "x.astype(np.int32), 3", "array([ 0,  8, 16], dtype=int32)"),
         ("right_shift", kernels.right_shift, "``a >> b``, arithmetic for signed types; by a "
          "negative amount or the width or more: -1 or 0 by a's sign",
