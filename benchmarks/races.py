@@ -61,10 +61,10 @@ class Counts:
         self.errors += other.errors
 
 
-def make_store(path: str, compressor=None, value: float = 0.0) -> str:
-    """A user's Zarr v3 store of SHAPE, all ``value``, chunked by CHUNKS."""
+def make_store(path: str, compressor=None, value: float = 0.0, shape=SHAPE) -> str:
+    """A user's Zarr v3 store of ``shape``, all ``value``, chunked by CHUNKS."""
     import zarr
-    zarr.create_array(path, shape=SHAPE, chunks=CHUNKS, dtype="float32", fill_value=0.0,
+    zarr.create_array(path, shape=shape, chunks=CHUNKS, dtype="float32", fill_value=0.0,
                       compressors=compressor, zarr_format=3)[:] = value
     return path
 
@@ -146,6 +146,31 @@ def update_loop(x, seconds: float, first: int, optim: bool = False) -> int:
     return n
 
 
+def swap_keeping_the_inode(path: str) -> dict:
+    """Replace the store at ``path`` twice, by jask's exchange, so that the
+    folder at ``path`` ends with the inode number it started with and new
+    values (all 102): what a filesystem that reuses a freed inode number for
+    the next staging folder gives (ext4 does, once its journal has committed
+    the deletion, which is not every time), made certain."""
+    import zarr
+
+    from jask.store import durability
+    try:
+        from jask.store import versions
+    except ImportError:  # a jask before version tokens (the harness runs against it too)
+        versions = None
+    inode = os.stat(path).st_ino
+    staging = path + ".jask-update-races"
+    shutil.copytree(path, staging)
+    for value in (101, 102):  # the second swap puts the first folder back, rewritten
+        zarr.open_array(staging, mode="r+")[...] = value
+        if versions is not None:
+            versions.write_token(staging)
+        durability._swap(staging, path, durable=False)
+    shutil.rmtree(staging)
+    return {"inode_back": os.stat(path).st_ino == inode}
+
+
 def jit_threads(seconds: float, n_train: int = 2) -> dict:
     """Threads running jitted training steps (and one running eager ops) at
     once; each trainer checks its final parameter against numpy."""
@@ -214,6 +239,16 @@ def _child(argv) -> None:
     if a.role in ("update", "optim"):
         report["writes"] = update_loop(jask.open(a.store[0]), a.seconds, a.first,
                                        optim=a.role == "optim")
+    elif a.role == "serve":  # commands on stdin, a JSON line each (tests/test_races.py)
+        for line in sys.stdin:
+            what, store, *rest = line.split()
+            jask.store.durability.FSYNC = False  # races, not power losses: syncfs is slow
+            if what == "update":
+                done = update_loop(jask.open(store), float(rest[0]), int(rest[1]))
+            else:
+                done = swap_keeping_the_inode(store)
+            print(json.dumps(done), flush=True)
+        return
     elif a.role == "read":
         for store in a.store:
             counts = read_loop(jask.open(store), READERS, a.seconds, a.work)
@@ -248,12 +283,14 @@ def _threads(stores, seconds: float, work: str) -> dict:
     return report
 
 
-def _spawn(role: str, stores, seconds: float, work: str, budget: str, first: int = 1000):
+def _spawn(role: str, stores, seconds: float, work: str, budget: str, first: int = 1000,
+           **popen):
     cmd = [sys.executable, "-m", "benchmarks.races", "--role", role, "--seconds",
            str(seconds), "--work", work, "--budget", budget, "--first", str(first)]
     for s in stores:
         cmd += ["--store", s]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    popen.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **popen)
 
 
 def run(seconds: float, budget: str = "256KB") -> dict:
