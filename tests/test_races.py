@@ -96,3 +96,28 @@ def test_jitted_training_threads_beside_eager_ops(small_budget):
     report = races.jit_threads(2.0)
     assert report["errors"] == []
     assert min(report["steps"]) >= 2, report
+
+
+def test_threads_updating_each_others_source_never_wait_for_each_other(small_budget):
+    """a.update_(b) and b.update_(a) at once: each swap waits only for
+    readers still reading, never for a thread that is itself swapping."""
+    a = jask.from_numpy(np.full(races.SHAPE, 1.0, np.float32))
+    b = jask.from_numpy(np.full(races.SHAPE, 2.0, np.float32))
+    errors: list = []
+
+    def copy(target, source, n=15):
+        try:
+            for _ in range(n):
+                target.update_(source)
+        except Exception as err:  # noqa: BLE001 - reported
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=copy, args=(a, b)),
+               threading.Thread(target=copy, args=(b, a))]
+    [t.start() for t in threads]
+    [t.join(timeout=120) for t in threads]
+    assert not any(t.is_alive() for t in threads), "the two updates wait for each other"
+    assert errors == []
+    for x in (a, b):
+        values = x.to_numpy()
+        assert (values == values.flat[0]).all() and values.flat[0] in (1.0, 2.0)

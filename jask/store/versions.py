@@ -16,14 +16,16 @@ new one. Two mechanisms stop that:
   and its result is discarded. Tokens never repeat (unlike inode numbers,
   which the filesystem hands out again once the old folder is deleted: two
   swaps during one read could put the same inode back).
-* **Reader holds within one process.** Threads of one process never need to
-  see that error: an op holds its input stores for reading, and a writer of
-  this process waits, at the moment of its swap only (its copy runs
-  meanwhile), until no other thread holds that store; new readers wait while
-  a writer waits. A writer that itself holds reads waits at most
-  :data:`SWAP_WAIT` seconds (two threads each updating the store the other
-  reads would otherwise wait for each other forever); past that it swaps
-  anyway and the readers it overtook raise :class:`StoreChangedError`.
+* **Reader holds within one process.** Threads of one process need not see
+  that error: an op holds its input stores for reading, and a writer of this
+  process waits, at the moment of its swap only (its copy runs meanwhile),
+  until no other thread holds that store; a thread holding nothing yet waits
+  while a writer waits (so readers cannot starve it). Threads that are
+  themselves swapping have finished their reads and are not waited for, so
+  two threads each updating the store the other reads do not wait for each
+  other. A writer waits at most :data:`SWAP_WAIT` seconds, a reader
+  :data:`READ_WAIT`: past that (a wait nobody foresaw) it goes on, and the
+  token check still refuses a mixed read.
 
 What is not covered: writes that do not replace the folder (a ``zarr``
 writer or ``to_memmap`` view writing chunks in place) carry no token; they
@@ -46,8 +48,8 @@ __all__ = ["StoreChangedError", "VERSION_FILE", "write_token", "identity", "stam
 #: The file, inside a store, holding the random token of its version.
 VERSION_FILE = ".jask-version"
 
-#: Seconds a writer that holds reads itself waits for other threads' readers.
-SWAP_WAIT = 5.0
+#: Seconds a writer waits for other threads' readers of the store it swaps.
+SWAP_WAIT = 60.0
 
 #: Seconds a new reader waits for a waiting writer before reading anyway.
 READ_WAIT = 5.0
@@ -118,10 +120,11 @@ def check_unchanged(stamps: list, op: str) -> None:
 _cond = threading.Condition()
 _readers: dict[str, dict[int, int]] = {}   # path -> {thread: reads held}
 _writers: dict[str, int] = {}              # path -> writers waiting or swapping
+_swapping: set[int] = set()                # threads in a swap: their reads are over
 
 
 def _others_read(path: str, me: int) -> bool:
-    return any(t != me for t in _readers.get(path, ()))
+    return any(t != me and t not in _swapping for t in _readers.get(path, ()))
 
 
 def _holds_any(me: int) -> bool:
@@ -133,7 +136,8 @@ def _holding(paths: list):
     me = threading.get_ident()
     with _cond:
         deadline = time.monotonic() + READ_WAIT
-        while any(p in _writers and me not in _readers.get(p, ()) for p in paths):
+        # a thread already holding reads goes on: a writer may be waiting for it
+        while not _holds_any(me) and any(p in _writers for p in paths):
             left = deadline - time.monotonic()
             if left <= 0:
                 break  # read anyway: the snapshot check still guards the result
@@ -162,10 +166,12 @@ def swapping(target: str):
     target, me = os.path.abspath(target), threading.get_ident()
     with _cond:
         _writers[target] = _writers.get(target, 0) + 1
-        deadline = time.monotonic() + SWAP_WAIT if _holds_any(me) else None
+        _swapping.add(me)
+        _cond.notify_all()  # a writer waiting for this thread's reads stops waiting
+        deadline = time.monotonic() + SWAP_WAIT
         while _others_read(target, me):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
             _cond.wait(left)
     try:
@@ -175,6 +181,7 @@ def swapping(target: str):
             _writers[target] -= 1
             if not _writers[target]:
                 del _writers[target]
+            _swapping.discard(me)
             _cond.notify_all()
 
 
@@ -185,10 +192,12 @@ class _Snapshot:
     op: str
     stamps: list
     replaced: set = field(default_factory=set)  # stores this thread itself swapped
+    sealed: bool = False  # checked before publishing; its reads are over
 
     def check(self, exclude: str | None = None) -> None:
-        check_unchanged([s for s in self.stamps
-                         if s[0] not in self.replaced and s[0] != exclude], self.op)
+        if not self.sealed:
+            check_unchanged([s for s in self.stamps
+                             if s[0] not in self.replaced and s[0] != exclude], self.op)
 
 
 _local = threading.local()
@@ -232,10 +241,14 @@ def snapshot(stores, op: str):
 def check_open(target: str) -> None:
     """Before this thread swaps ``target``: check every snapshot it has open
     (their reads made what is about to be published), except ``target``,
-    whose writers are serialized by the lock the caller holds."""
+    whose writers are serialized by the lock the caller holds. They are then
+    sealed: a swap is the last step of the op that reads them, and a change
+    after it no longer matters (nor must it fail the op that published)."""
     target = os.path.abspath(target)
     for snap in _open():
         snap.check(exclude=target)
+    for snap in _open():
+        snap.sealed = True
 
 
 def replaced(target: str) -> None:
