@@ -105,11 +105,12 @@ def one_version(values: np.ndarray) -> bool:
 
 
 def read_loop(x, kinds, seconds: float, workdir: str) -> dict[str, Counts]:
-    """Read ``x`` with each of ``kinds`` in turn for ``seconds``; count the results."""
+    """Read ``x`` with each of ``kinds`` in turn for ``seconds`` (and at least
+    once each); count the results."""
     import jask
     counts = {k: Counts() for k in kinds}
     end, i = time.monotonic() + seconds, 0
-    while time.monotonic() < end:
+    while time.monotonic() < end or i < len(kinds):
         kind = kinds[i % len(kinds)]
         i += 1
         c = counts[kind]

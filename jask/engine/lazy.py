@@ -223,14 +223,14 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     plan = bands.group(name, group.order, keep, group.tops, config)
-    if plan is None:  # too large for one band task: op by op, as unfused
-        for node in group.order:
-            p = group.recorded_of.get(id(node))
-            if p is not None and p.store is None:
-                p.run_alone()
-        return [None] * len(value_roots)
     read = [x for node in group.order for x in node.inputs if isinstance(x, StoreSpec)]
     with space.snapshot(read, f"jask ({name})"):  # one version of each store read
+        if plan is None:  # too large for one band task: op by op, as unfused
+            for node in group.order:
+                p = group.recorded_of.get(id(node))
+                if p is not None and p.store is None:
+                    p.run_alone()
+            return [None] * len(value_roots)
         return _run_fused(name, group, roots, plan, n, config)
 
 
