@@ -28,7 +28,7 @@ from jask.core.array import DiskArray
 from jask.core.lifetime import collect_if_idle
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
-from jask.store import chunkio
+from jask.store import chunkio, space, versions
 from jask.store.spec import StoreSpec
 
 __all__ = ["save", "COMPRESSORS"]
@@ -76,6 +76,8 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
         jask's scratch directory (deleted when the session ends).
       TypeError: ``x`` is not a concrete DiskArray, or a bad ``compressor``.
       jask.BudgetError: one chunk's task does not fit in the budget.
+      jask.StoreChangedError: another process replaced ``x``'s store (its
+        ``update_``) while it was copied; nothing was saved: run it again.
 
     Example:
       >>> import numpy as np, jask, zarr
@@ -97,7 +99,13 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     collect_if_idle()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     staging = _sibling(path, "saving")
-    _write(source, staging, out_chunks, codecs, cost, config)
+    try:  # one version of x's store, checked before the copy is put in place
+        with space.snapshot([source], "jask.save"):
+            _write(source, staging, out_chunks, codecs, cost, config)
+            versions.write_token(staging)  # readers of an overwritten path see a new version
+    except space.StoreChangedError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     _move_into_place(staging, path)
     return creation.open(path)
 

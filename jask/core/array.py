@@ -17,7 +17,7 @@ from jax.experimental.hijax import HiType, ShapedArray, aval_property, register_
 from jask.base.config import get_config
 from jask.core._jax_internals import is_tracer
 from jask.core.lifetime import collect_if_idle
-from jask.store import chunkio, registry
+from jask.store import chunkio, registry, space
 from jask.store.spec import StoreSpec
 
 __all__ = ["DiskArray", "DiskArrayType"]
@@ -263,6 +263,11 @@ class DiskArray:
     def to_numpy(self) -> np.ndarray:
         """Read the whole array into a numpy array (small arrays only).
 
+        The values are those of one version of the store: if another
+        process replaces it meanwhile (``update_``), this raises
+        :class:`jask.StoreChangedError` (run it again); threads of this
+        process updating it wait until the read is done.
+
         Example:
           >>> import numpy as np
           >>> import jask
@@ -270,7 +275,10 @@ class DiskArray:
           array([[1., 0.],
                  [0., 1.]])
         """
-        return np.asarray(self.to_memmap())
+        collect_if_idle()
+        store = self._store()
+        with space.snapshot([store], "to_numpy"):  # one version, or StoreChangedError
+            return np.asarray(chunkio.open_view(store.path))
 
     # Operators and methods are set below, shared with tracers of DiskArrayType.
     __hash__ = object.__hash__  # == is elementwise, as on jax.Array; identity hashes

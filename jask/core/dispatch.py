@@ -130,12 +130,11 @@ def _register_outputs(work, args, n: int, config: Config | None, pending: bool) 
     ``update_`` and in-place optimizer steps return their target: it keeps its
     handle, and its own replacement is no other writer."""
     stores, values = _resolve(args, n)
-    stamps = space.stamp(stores)
-    outs = work(stores, values, config or get_config())
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    written = {out.path for out in outs}
-    try:
-        space.check_unchanged([s for s in stamps if s[0] not in written], "jask")
+    outs: list = []
+    try:  # one version of each input, or StoreChangedError (jask.store.versions)
+        with space.snapshot(stores, "jask"):
+            got = work(stores, values, config or get_config())
+            outs = list(got) if isinstance(got, (list, tuple)) else [got]
     except space.StoreChangedError:
         for out in outs:
             if not out.handle:
@@ -182,10 +181,8 @@ def _value_alone(work: ValueWork, args, n: int, config: Config | None):
     """Run a value op's own work on its stores (pending ones computed first),
     refusing a result read while another process replaced an input."""
     stores, values = _resolve(args, n)
-    stamps = space.stamp(stores)
-    value = work(stores, values, config or get_config())
-    space.check_unchanged(stamps, "jask")
-    return value
+    with space.snapshot(stores, "jask"):
+        return work(stores, values, config or get_config())
 
 
 def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,

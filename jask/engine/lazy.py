@@ -33,7 +33,7 @@ from jask.base import memory
 from jask.base.config import Config
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
-from jask.store import chunkio, registry
+from jask.store import chunkio, registry, space
 from jask.store.spec import StoreSpec
 
 __all__ = ["Description", "Recorded", "record", "values"]
@@ -223,13 +223,15 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     plan = bands.group(name, group.order, keep, group.tops, config)
-    if plan is None:  # too large for one band task: op by op, as unfused
-        for node in group.order:
-            p = group.recorded_of.get(id(node))
-            if p is not None and p.store is None:
-                p.run_alone()
-        return [None] * len(value_roots)
-    return _run_fused(name, group, roots, plan, n, config)
+    read = [x for node in group.order for x in node.inputs if isinstance(x, StoreSpec)]
+    with space.snapshot(read, f"jask ({name})"):  # one version of each store read
+        if plan is None:  # too large for one band task: op by op, as unfused
+            for node in group.order:
+                p = group.recorded_of.get(id(node))
+                if p is not None and p.store is None:
+                    p.run_alone()
+            return [None] * len(value_roots)
+        return _run_fused(name, group, roots, plan, n, config)
 
 
 def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,

@@ -19,6 +19,10 @@ run one after the other: the last to finish wins, and neither tears it.
 Leftover staging folders of a crashed writer are removed by the next holder
 of the lock.
 
+Readers: each new store gets a fresh version token just before the swap,
+and the swap waits for this process's other readers of the store
+(:mod:`jask.store.versions`), so that a read sees one version or fails.
+
 Durability: for the user's stores (opened with ``jask.open``), before the
 swap the staging files and folders are synced to disk (``syncfs``, or an
 ``fsync`` per file), and after it the parent folder is ``fsync`` ed, so once
@@ -36,6 +40,8 @@ import os
 import shutil
 import uuid
 from typing import Callable
+
+from jask.store import versions
 
 __all__ = ["replace", "recover", "store_lock", "FSYNC"]
 
@@ -182,8 +188,8 @@ def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
       >>> import os, tempfile
       >>> d = tempfile.mkdtemp(); t = os.path.join(d, "s"); os.makedirs(t)
       >>> replace(t, os.makedirs, lambda p: open(os.path.join(p, "v"), "w").close())
-      >>> os.listdir(t), sorted(os.listdir(d))
-      (['v'], ['s'])
+      >>> sorted(os.listdir(t)), sorted(os.listdir(d))
+      (['.jask-version', 'v'], ['s'])
     """
     target = os.path.abspath(target)
     with store_lock(target):
@@ -193,14 +199,18 @@ def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
             make_staging(staging)
             _step("copy")
             fill(staging)
+            versions.write_token(staging)  # a new version: readers of the old one see it
             _step("sync")
             if durable:
                 sync_tree(staging)
+            versions.check_open(target)  # what this thread read to make it is one version
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         _step("swap")
-        _swap(staging, target, durable)
+        with versions.swapping(target):  # no reader of this process is mid-read
+            _swap(staging, target, durable)
+        versions.replaced(target)
         _step("cleanup")
         shutil.rmtree(staging, ignore_errors=True)  # it holds the old store now
 

@@ -11,7 +11,10 @@ Lifetime. A store made by jask is deleted once nothing can reach it:
   concrete; when the last one is garbage collected, the store is *doomed*;
 * a store created inside a compiled program starts *pending*; it is
   *claimed* (given an Owner) if the program returns it, and otherwise is
-  garbage once the program has finished.
+  garbage once the program has finished. Pending stores are kept per
+  thread: a safe point of one thread never removes those of a compiled call
+  another thread is running (or has just returned from, claims still to
+  come); they go at that thread's next safe point, or once it has ended.
 
 Doomed and unclaimed pending stores are removed by :func:`sweep`, which the
 JAX layer calls at safe points (after waiting for running programs), never
@@ -54,7 +57,7 @@ _lock = threading.RLock()
 _handles = itertools.count(1)
 _specs: dict[int, StoreSpec] = {}           # every store not yet deleted
 _owners: "weakref.WeakValueDictionary[int, Owner]" = weakref.WeakValueDictionary()
-_pending: set[int] = set()                  # made in a program, not claimed yet
+_pending: dict[int, int] = {}               # made in a program, not claimed yet -> thread
 _doomed: set[int] = set()                   # no owner left
 _unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
 _trash: list = []                           # off the books, not deleted yet (paths, specs)
@@ -117,8 +120,8 @@ def register(store: StoreSpec, *, pending: bool) -> StoreSpec:
                           store.managed)
         # Ctrl-C may land between any two lines: the handle is tracked before
         # the path's record goes, so sweep always finds the store.
-        if pending:
-            _pending.add(handle)
+        if pending:  # a callback runs on the thread that called the program (on CPU)
+            _pending[handle] = threading.get_ident()
         else:  # claimed by this thread next, unless an exception (Ctrl-C) comes first
             _unclaimed[handle] = threading.get_ident()
         _specs[handle] = store
@@ -195,7 +198,7 @@ def register_deferred(deferred: Deferred) -> int:
     with _lock:
         handle = next(_handles)
         _deferred[handle] = deferred
-        _pending.add(handle)
+        _pending[handle] = threading.get_ident()
         return handle
 
 
@@ -248,7 +251,7 @@ def claim(handle: int) -> Owner:
         if owner is None:
             owner = Owner(store)
             _owners[handle] = owner
-        _pending.discard(handle)
+        _pending.pop(handle, None)
         _doomed.discard(handle)
         _unclaimed.pop(handle, None)
         return owner
@@ -263,7 +266,7 @@ def sweep() -> int:
     with _lock:
         abandoned = _abandoned()
         abandoned_handles = {h for h in abandoned if isinstance(h, int)}
-        dead = (_doomed | _pending | abandoned_handles) - set(_owners.keys())
+        dead = (_doomed | _unclaimed_pending() | abandoned_handles) - set(_owners.keys())
         removed = [_specs[h] for h in dead if h in _specs]
         # into the trash before off the books: a Ctrl-C below leaves them to the next sweep
         _trash.extend([p for p in abandoned - dead if isinstance(p, str)] + removed)
@@ -271,7 +274,8 @@ def sweep() -> int:
             _specs.pop(h, None)
             _deferred.pop(h, None)  # never needed: never computed
         _doomed.clear()
-        _pending.difference_update(dead)
+        for h in dead:
+            _pending.pop(h, None)
         for key in dead | abandoned:
             _unclaimed.pop(key, None)
     _empty_trash()
@@ -295,19 +299,37 @@ def _empty_trash() -> None:
             _trash.remove(item)
 
 
+def _finished(threads) -> set:
+    """Of ``threads`` (idents), this one (at a safe point, so between ops and
+    compiled calls) and those that ended."""
+    here = threading.get_ident()
+    alive = {t.ident for t in threading.enumerate()}
+    return {t for t in threads if t == here or t not in alive}
+
+
+def _unclaimed_pending() -> set:
+    """Pending stores whose program is over and whose claim never came: those
+    made by this thread's calls or by threads that ended. Another thread's
+    are left alone: its compiled call may be running, or have returned
+    without claiming its outputs yet."""
+    done = _finished(set(_pending.values()))
+    return {h for h, t in _pending.items() if t in done}
+
+
 def _abandoned() -> set:
     """Stores made or registered eagerly whose registration or claim never
     came (handles, or paths of stores never registered): those of this
     thread (which is at a safe point, so between ops) and of threads that
     ended."""
-    here = threading.get_ident()
-    alive = {t.ident for t in threading.enumerate()}
-    return {h for h, t in _unclaimed.items() if t == here or t not in alive}
+    done = _finished(set(_unclaimed.values()))
+    return {h for h, t in _unclaimed.items() if t in done}
 
 
 def has_garbage() -> bool:
     """Whether :func:`sweep` has anything to do."""
-    return bool(_doomed or _pending or _trash or (_unclaimed and _abandoned()))
+    with _lock:
+        return bool(_doomed or _trash or (_pending and _unclaimed_pending())
+                    or (_unclaimed and _abandoned()))
 
 
 def live_paths() -> list[str]:

@@ -2,7 +2,8 @@
 
 :class:`DiskFullError` is raised before an output that cannot fit is
 written, or when the disk fills up mid-op; :class:`StoreChangedError` when
-another writer replaced an input while an op read it.
+another writer replaced an input while an op read it (snapshot reads, in
+:mod:`jask.store.versions`).
 """
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import errno
 import os
 import shutil
 
-from jask.store import chunkio, recycle, trash
+from jask.store import recycle, trash
+from jask.store.versions import StoreChangedError, check_unchanged, snapshot, stamp
 
 __all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors", "stamp",
-           "check_unchanged"]
+           "check_unchanged", "snapshot"]
 
 
 class DiskFullError(OSError):
@@ -75,44 +77,4 @@ def space_errors(folder: str, needed: int, op: str):
         raise _full_error(folder, needed, op) from err
 
 
-# --- stores changed by another writer -------------------------------------
-
-class StoreChangedError(RuntimeError):
-    """An input store was replaced (by ``update_`` in another process or
-    thread) while an op read it; the op's result, which could mix old and
-    new values, was discarded. Run the op again.
-
-    Example:
-      >>> import jask
-      >>> issubclass(jask.StoreChangedError, RuntimeError)
-      True
-    """
-
-
-def stamp(stores) -> list:
-    """What identifies the current contents of the user's stores among ``stores``.
-
-    ``update_`` (in any process) puts a new folder at the store's path, so
-    the folder's inode changes whenever its values are replaced.
-    """
-    return [(s.path, _inode(s.path)) for s in stores if not s.managed]
-
-
-def _inode(path: str):
-    try:
-        return os.stat(path).st_ino
-    except FileNotFoundError:
-        return None
-
-
-def check_unchanged(stamps: list, op: str) -> None:
-    """Raise :class:`StoreChangedError` if a stamped store was replaced."""
-    for path, inode in stamps:
-        if _inode(path) != inode:
-            chunkio.forget(path)
-            raise StoreChangedError(
-                f"{op}: the store {path!r} was replaced by another writer while this op "
-                "read it, so the result could mix old and new values; it was discarded. "
-                "Run the op again once the other writer is done.")
-
-
+# --- stores changed by another writer: jask.store.versions (re-exported here) ---

@@ -1,0 +1,258 @@
+"""Snapshot reads: an op sees one version of each store it reads, or fails.
+
+``update_`` (and an in-place optimizer step, and ``save(overwrite=True)``)
+replace a store by exchanging a complete new folder into its path
+(:mod:`jask.store.durability`). A reader that opens chunk files by path
+while that happens could read some chunks of the old folder and some of the
+new one. Two mechanisms stop that:
+
+* **A version token in every store.** Just before a new folder is swapped
+  in, a fresh random token is written into it (the file
+  :data:`VERSION_FILE`). A read takes a *snapshot*: the token (and the
+  folder's inode) of each store it will read, before its first read and
+  again after its last one, and before it publishes anything (the swap of
+  an in-place op, the rename of a save). Any replacement in between, by any
+  process, changes the token, so the read raises :class:`StoreChangedError`
+  and its result is discarded. Tokens never repeat (unlike inode numbers,
+  which the filesystem hands out again once the old folder is deleted: two
+  swaps during one read could put the same inode back).
+* **Reader holds within one process.** Threads of one process need not see
+  that error: an op holds its input stores for reading, and a writer of this
+  process waits, at the moment of its swap only (its copy runs meanwhile),
+  until no other thread holds that store; a thread holding nothing yet waits
+  while a writer waits (so readers cannot starve it). Threads that are
+  themselves swapping have finished their reads and are not waited for, so
+  two threads each updating the store the other reads do not wait for each
+  other. A writer waits at most :data:`SWAP_WAIT` seconds, a reader
+  :data:`READ_WAIT`: past that (a wait nobody foresaw) it goes on, and the
+  token check still refuses a mixed read.
+
+What is not covered: writes that do not replace the folder (a ``zarr``
+writer or ``to_memmap`` view writing chunks in place) carry no token; they
+are seen as they land.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from jask.store import chunkio
+
+__all__ = ["StoreChangedError", "VERSION_FILE", "write_token", "identity", "stamp",
+           "check_unchanged", "snapshot", "check_open", "swapping", "SWAP_WAIT"]
+
+#: The file, inside a store, holding the random token of its version.
+VERSION_FILE = ".jask-version"
+
+#: Seconds a writer waits for other threads' readers of the store it swaps.
+SWAP_WAIT = 60.0
+
+#: Seconds a new reader waits for a waiting writer before reading anyway.
+READ_WAIT = 5.0
+
+
+class StoreChangedError(RuntimeError):
+    """An input store was replaced (by ``update_`` in another process or
+    thread) while an op read it; the op's result, which could mix old and
+    new values, was discarded and nothing was written. jask does not retry
+    on its own (a writer that never pauses would keep a retry loop busy):
+    run the op again, which is always safe.
+
+    Example:
+      >>> import jask
+      >>> issubclass(jask.StoreChangedError, RuntimeError)
+      True
+    """
+
+
+def write_token(folder: str) -> str:
+    """Give the store in ``folder`` a new version token (before it is swapped in).
+
+    Example:
+      >>> import tempfile
+      >>> d = tempfile.mkdtemp()
+      >>> write_token(d) == identity(d)[1]
+      True
+    """
+    token = uuid.uuid4().hex
+    with open(os.path.join(folder, VERSION_FILE), "w") as f:
+        f.write(token)
+    return token
+
+
+def identity(path: str) -> tuple:
+    """(inode, token) of the store at ``path``: ``None`` when there is no store,
+    an empty token for a store jask never replaced."""
+    try:
+        inode = os.stat(path).st_ino
+    except FileNotFoundError:
+        return None, ""
+    try:
+        with open(os.path.join(path, VERSION_FILE)) as f:
+            return inode, f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return inode, ""
+
+
+def stamp(stores) -> list:
+    """What identifies the current version of each of ``stores``: [(path, identity)]."""
+    paths = dict.fromkeys(os.path.abspath(s.path) for s in stores if s.path)
+    return [(p, identity(p)) for p in paths]
+
+
+def check_unchanged(stamps: list, op: str) -> None:
+    """Raise :class:`StoreChangedError` if a stamped store was replaced."""
+    for path, before in stamps:
+        if identity(path) != before:
+            chunkio.forget(path)
+            raise StoreChangedError(
+                f"{op}: the store {path!r} was replaced by another writer while this op "
+                "read it, so the result could mix old and new values; it was discarded "
+                "and nothing was written. Run the op again (it is safe to).")
+
+
+# --- reader holds within this process -----------------------------------------------
+
+_cond = threading.Condition()
+_readers: dict[str, dict[int, int]] = {}   # path -> {thread: reads held}
+_writers: dict[str, int] = {}              # path -> writers waiting or swapping
+_swapping: set[int] = set()                # threads in a swap: their reads are over
+
+
+def _others_read(path: str, me: int) -> bool:
+    return any(t != me and t not in _swapping for t in _readers.get(path, ()))
+
+
+def _holds_any(me: int) -> bool:
+    return any(me in held for held in _readers.values())
+
+
+@contextlib.contextmanager
+def _holding(paths: list):
+    me = threading.get_ident()
+    with _cond:
+        deadline = time.monotonic() + READ_WAIT
+        # a thread already holding reads goes on: a writer may be waiting for it
+        while not _holds_any(me) and any(p in _writers for p in paths):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break  # read anyway: the snapshot check still guards the result
+            _cond.wait(left)
+        for p in paths:
+            held = _readers.setdefault(p, {})
+            held[me] = held.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _cond:
+            for p in paths:
+                held = _readers[p]
+                held[me] -= 1
+                if not held[me]:
+                    del held[me]
+                if not held:
+                    del _readers[p]
+            _cond.notify_all()
+
+
+@contextlib.contextmanager
+def swapping(target: str):
+    """Hold ``target`` for the swap that replaces it: wait until no other
+    thread of this process holds it for reading (see :data:`SWAP_WAIT`)."""
+    target, me = os.path.abspath(target), threading.get_ident()
+    with _cond:
+        _writers[target] = _writers.get(target, 0) + 1
+        _swapping.add(me)
+        _cond.notify_all()  # a writer waiting for this thread's reads stops waiting
+        deadline = time.monotonic() + SWAP_WAIT
+        while _others_read(target, me):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _cond.wait(left)
+    try:
+        yield
+    finally:
+        with _cond:
+            _writers[target] -= 1
+            if not _writers[target]:
+                del _writers[target]
+            _swapping.discard(me)
+            _cond.notify_all()
+
+
+# --- snapshots -----------------------------------------------------------------------
+
+@dataclass(eq=False)
+class _Snapshot:
+    op: str
+    stamps: list
+    replaced: set = field(default_factory=set)  # stores this thread itself swapped
+    sealed: bool = False  # checked before publishing; its reads are over
+
+    def check(self, exclude: str | None = None) -> None:
+        if not self.sealed:
+            check_unchanged([s for s in self.stamps
+                             if s[0] not in self.replaced and s[0] != exclude], self.op)
+
+
+_local = threading.local()
+
+
+def _open() -> list:
+    if not hasattr(_local, "open"):
+        _local.open = []
+    return _local.open
+
+
+@contextlib.contextmanager
+def snapshot(stores, op: str):
+    """Read ``stores`` as one version each: held against this process's
+    writers, and checked when the block ends (:class:`StoreChangedError` if
+    another process replaced one meanwhile). Stores that this thread
+    replaces inside the block (an in-place op) are its own writes, not a
+    change.
+
+    Example:
+      >>> import tempfile
+      >>> from jask.store.spec import StoreSpec
+      >>> s = StoreSpec(tempfile.mkdtemp(), (1,), "f4", (1,))
+      >>> with snapshot([s], "example"):
+      ...     _ = write_token(s.path)  # another writer's swap
+      Traceback (most recent call last):
+      ...
+      jask.store.versions.StoreChangedError: example: the store ...
+    """
+    paths = list(dict.fromkeys(os.path.abspath(s.path) for s in stores if s.path))
+    with _holding(paths):
+        snap = _Snapshot(op, [(p, identity(p)) for p in paths])
+        _open().append(snap)
+        try:
+            yield snap
+        finally:
+            _open().remove(snap)
+        snap.check()
+
+
+def check_open(target: str) -> None:
+    """Before this thread swaps ``target``: check every snapshot it has open
+    (their reads made what is about to be published), except ``target``,
+    whose writers are serialized by the lock the caller holds. They are then
+    sealed: a swap is the last step of the op that reads them, and a change
+    after it no longer matters (nor must it fail the op that published)."""
+    target = os.path.abspath(target)
+    for snap in _open():
+        snap.check(exclude=target)
+    for snap in _open():
+        snap.sealed = True
+
+
+def replaced(target: str) -> None:
+    """This thread just swapped ``target``: its own write, not another's."""
+    target = os.path.abspath(target)
+    for snap in _open():
+        snap.replaced.add(target)
