@@ -327,7 +327,7 @@ def _describe(store) -> memory.ReadModel:
         return memory.ReadModel(shape, chunks, itemsize, write_unit=chunks,
                                 group=_group(chunks, itemsize), path=store.path)
     arr = open_array(store.path)
-    unit = tuple(arr.chunks)
+    unit = tuple(max(1, c) for c in arr.chunks)  # Zarr allows chunks of 0 along empty axes
     compressed = bool(arr.compressors or arr.filters)
     copies = memory.COMPRESSED_COPIES if compressed else memory.ZARR_COPIES
     if getattr(arr, "order", "C") == "F":
@@ -587,6 +587,8 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
              [8., 9.]])
     """
     counters.read(store, region)
+    if any(s.stop <= s.start for s in region):  # nothing to read
+        return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
     layout = _raw_layout(store.path)
     if layout is None:
         return _read_zarr(store, region)
