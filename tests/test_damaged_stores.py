@@ -135,3 +135,4 @@ def test_a_missing_chunk_file_is_still_the_fill_value(tmp_path, small_budget):
         expected = zarr.open_array(str(path), mode="r")[...]
         np.testing.assert_array_equal(jask.open(path).to_numpy(), expected)
         assert float(jask.sum(jask.open(path))) == expected.sum(dtype=np.float64)
+

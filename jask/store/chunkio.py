@@ -370,21 +370,25 @@ def _check_may_be_missing(layout: RawLayout, index: tuple, path: str) -> None:
             f"missing (no file {path!r}): the store is damaged or was removed")
 
 
-def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -> bool:
-    """Fill ``dest`` with rows ``rows`` of chunk ``index`` (all its other
-    axes, full chunk width). False when the chunk file does not exist."""
+def _read_rows(layout: RawLayout, index: tuple, rows: slice,
+               dest: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray | None:
+    """Fill ``dest`` (or the array it makes, once the file is found) with
+    rows ``rows`` of chunk ``index`` (all its other axes, full chunk width);
+    return it. None when the chunk file does not exist."""
     row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
     path = layout.path(index)
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
         _check_may_be_missing(layout, index, path)
-        return False
+        return None
     try:
         size = os.fstat(fd).st_size
         if size != row * layout.chunks[0]:
             raise layout.damaged(index, f"its file {path!r} holds {size} bytes, not "
                                  f"{row * layout.chunks[0]}")
+        if callable(dest):  # a sparse store's missing chunks need no buffer
+            dest = dest()
         view, offset = dest.data.cast("B"), rows.start * row
         counters.stored_read(layout.root, view.nbytes)
         while view.nbytes:
@@ -395,7 +399,7 @@ def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -
             view, offset = view[got:], offset + got
     finally:
         os.close(fd)
-    return True
+    return dest
 
 
 def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
@@ -408,30 +412,34 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
         direct = (all(s.start == 0 and s.stop == c for s, c in zip(src[1:], layout.chunks[1:]))
                   and all(d.start == 0 and d.stop == n for d, n in zip(dst[1:], out.shape[1:])))
         if direct:
-            if not _read_rows(layout, index, src[0], out[dst]):
+            if _read_rows(layout, index, src[0], out[dst]) is None:
                 out[dst] = layout.fill_value
             continue
         shape = (src[0].stop - src[0].start,) + layout.chunks[1:]
-        if buffer is None or buffer.size < math.prod(shape):
-            buffer = buffers.empty((math.prod(shape),), layout.dtype)
-        rows = buffer[:math.prod(shape)].reshape(shape)
-        if _read_rows(layout, index, src[0], rows):
+
+        def rows_buffer(shape=shape) -> np.ndarray:
+            nonlocal buffer
+            if buffer is None or buffer.size < math.prod(shape):
+                buffer = buffers.empty((math.prod(shape),), layout.dtype)
+            return buffer[:math.prod(shape)].reshape(shape)
+        rows = _read_rows(layout, index, src[0], rows_buffer)
+        if rows is not None:
             out[dst] = rows[(slice(None),) + src[1:]]
         else:
             out[dst] = layout.fill_value
     return out
 
 
-def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray:
+def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray | None:
     """One whole compressed chunk (or inner chunk of a shard), decoded in
     this thread straight into its array (Zarr would decode on its own
     threads, each of which then keeps freed chunk buffers in its own malloc
-    arena)."""
-    chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
+    arena). None when it was never written (Zarr leaves chunks of only
+    fill_value unwritten)."""
     data = layout.chunk_data(index)
-    if data is None:  # Zarr leaves chunks of only fill_value unwritten
-        chunk.fill(layout.fill_value)
-        return chunk
+    if data is None:
+        return None
+    chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
     counters.stored_read(layout.root, len(data))
     _decode_into(layout, index, data, chunk.reshape(-1, order="A").view(np.uint8))
     return chunk
@@ -509,7 +517,8 @@ def _read_decoded(layout: RawLayout, region: tuple) -> np.ndarray:
     out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
     for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
         src, dst = _overlap(index, region, layout.chunks)
-        out[dst] = _load_decoded(layout, index)[src]
+        chunk = _load_decoded(layout, index)
+        out[dst] = layout.fill_value if chunk is None else chunk[src]
     return out
 
 
@@ -587,7 +596,7 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
              [8., 9.]])
     """
     counters.read(store, region)
-    if any(s.stop <= s.start for s in region):  # nothing to read
+    if _empty(region):  # nothing to read (and no chunk of 0 to divide by)
         return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
     layout = _raw_layout(store.path)
     if layout is None:
@@ -595,6 +604,10 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
     if layout.plain:
         return _read_raw(layout, region)
     return _read_decoded(layout, region)
+
+
+def _empty(region: tuple) -> bool:
+    return any(s.stop <= s.start for s in region)
 
 
 def _overlap(index: tuple, region: tuple, chunks: tuple) -> tuple[tuple, tuple]:
@@ -614,6 +627,8 @@ def prefetch(store: StoreSpec, region: tuple) -> None:
     budget; it lets the disk work on several files while a task computes.
     Stores that go through Zarr are left alone.
     """
+    if _empty(region):  # (itertools.product lists every chunk index of an axis)
+        return
     layout = _raw_layout(store.path)
     if layout is None or layout.shard is not None or not hasattr(os, "posix_fadvise"):
         return
@@ -641,6 +656,8 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
              [0., 1.]])
     """
     counters.wrote(store, region)
+    if _empty(region):
+        return
     layout = _raw_layout(store.path)
     if layout is None or not (layout.encodes and all(
             s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
