@@ -10,6 +10,7 @@ except on an empty shard file, which it reads as the fill value (zarr
 never writes one: it deletes a shard that holds nothing).
 """
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -136,3 +137,20 @@ def test_a_missing_chunk_file_is_still_the_fill_value(tmp_path, small_budget):
         np.testing.assert_array_equal(jask.open(path).to_numpy(), expected)
         assert float(jask.sum(jask.open(path))) == expected.sum(dtype=np.float64)
 
+
+def test_a_store_written_anew_in_the_same_folder_is_read_anew(tmp_path, small_budget):
+    """jask kept the first store's layout (shape, chunks, codec) by path while
+    the folder (its inode) stayed: the new values read as the fill value."""
+    path = tmp_path / "x.zarr"
+    zarr.create_array(str(path), data=np.arange(12.0).reshape(3, 4), chunks=(2, 2),
+                      compressors=zarr.codecs.BloscCodec())
+    old = jask.open(path)  # still held: its store stays known
+    assert float(jask.sum(old)) == 66.0
+    for entry in os.listdir(path):  # emptied, not removed: the folder's inode stays
+        shutil.rmtree(path / entry) if (path / entry).is_dir() else os.remove(path / entry)
+    new = np.arange(1, 21, dtype=">i4").reshape(4, 5)
+    zarr.create_array(str(path), data=new, chunks=(3, 3), zarr_format=2)
+    x = jask.open(path)
+    np.testing.assert_array_equal(x.to_numpy(), new)
+    assert float(jask.sum(x)) == 210.0
+    del old

@@ -174,6 +174,7 @@ def register_external(path) -> StoreSpec:
     except Exception as err:  # zarr raises several kinds for a folder that is no array
         raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
     chunks, dtype = check_metadata(path, arr.shape, arr.chunks, arr.dtype)  # before any planning
+    chunkio.forget(os.path.abspath(path))  # a store written anew in this folder: its own layout
     store = StoreSpec(os.path.abspath(path), tuple(arr.shape), dtype, chunks, managed=False)
     return register(store, pending=False)
 
