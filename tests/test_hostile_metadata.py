@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 import jask
 
-NUMBERS = ["<f4", ">f4", "<f8", ">f8", "<f2", ">f2", "|b1", "|i1", "|u1", "<i2", ">u2", "<i4",
-           ">i4", "<i8", ">i8", "<u8", ">u8", "<c8", ">c16"]
+NUMBERS = ["<f4", ">f4", "<f8", ">f8", "<f2", ">f2", "|b1", "|i1", "|u1", "<i2", "<u2", ">u2",
+           "<i4", ">i4", "<i8", ">i8", "<u8", ">u8", "<c8", ">c16"]
 REFUSED = ["<M8[s]", "<m8[ms]", "<U3"]  # stored by zarr, not numbers
 CODECS = {
     2: {"none": None, "zstd": numcodecs.Zstd(), "gzip": numcodecs.GZip(),

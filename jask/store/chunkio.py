@@ -113,7 +113,7 @@ class RawLayout:
         except FileNotFoundError:
             return None
         try:
-            offset, nbytes = (int(v) for v in index_of_shard(self, fd, where)[slot])
+            offset, nbytes = (int(v) for v in _index_of_shard(self, fd, where)[slot])
             if offset == 2**64 - 1:  # an inner chunk never written
                 return None
             data = os.pread(fd, nbytes, offset)
@@ -130,7 +130,7 @@ _indexes: dict[tuple, np.ndarray] = {}
 _MAX_CACHED_INDEXES = 64
 
 
-def index_of_shard(layout: RawLayout, fd: int, where: tuple) -> np.ndarray:
+def _index_of_shard(layout: RawLayout, fd: int, where: tuple) -> np.ndarray:
     """The index of the shard file ``fd`` (shard ``where``): the (offset,
     bytes) of each inner chunk, checked as Zarr checks it (its crc32c) and
     against the file's size, so that no read goes past the file or into the
