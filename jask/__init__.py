@@ -115,6 +115,7 @@ from jask.core.array import DiskArray, DiskArrayType
 from jask.core.lifetime import collect
 from jask.engine.progress import progress_bars, progress_enabled, show_progress
 from jask.store.space import DiskFullError, StoreChangedError
+from jask.store.spec import DamagedStoreError
 
 try:
     __version__ = _version("jask")
@@ -126,7 +127,7 @@ mul = multiply
 
 __all__ = [
     "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
-    "StoreChangedError",
+    "StoreChangedError", "DamagedStoreError",
     "abs", "add", "arctan", "argmax", "argmin", "astype", "clip",
     "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
     "from_dask",

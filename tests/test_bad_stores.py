@@ -56,7 +56,7 @@ def damaged(tmp_path_factory):
 def test_truncated_chunk_names_store_and_chunk(damaged):
     tmp, results = damaged
     result = results["open_truncated"]
-    assert result["type"] == "ValueError", result
+    assert result["type"] == "DamagedStoreError", result  # a ValueError
     assert str(tmp / "truncated.zarr") in result["message"] and "'c/1/2'" in result["message"]
     assert "100 bytes" in result["message"]
 

@@ -55,6 +55,11 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
     value = np.asarray(arr)
     if value.dtype == object:
         raise TypeError("jask.from_numpy: cannot store an object array")
+    if value.dtype.kind not in "biufc" or value.dtype.fields is not None:
+        raise TypeError(f"jask.from_numpy: cannot store {value.dtype} values; jask computes on "
+                        "numbers and booleans only (bool, int, uint, float, complex)")
+    if not value.dtype.isnative:  # '>f4' holds the numbers of float32, as JAX takes them
+        value = value.astype(value.dtype.newbyteorder("="))
     # A numpy array is a constant: write it now, in its own dtype, even
     # inside a trace (it then enters the program as a constant DiskArray).
     collect_if_idle()

@@ -26,11 +26,13 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
+import google_crc32c  # what Zarr checks shard indexes with
 import numcodecs
 import numpy as np
 import zarr
@@ -39,7 +41,7 @@ from zarr.storage import LocalStore
 
 from jask.base import counters, memory
 from jask.store import buffers
-from jask.store.spec import StoreSpec, writes_every_chunk
+from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "remember_plain"]
 
@@ -80,6 +82,20 @@ class RawLayout:
     def path(self, index: tuple) -> str:
         return os.path.join(self.root, *self.encode_key(index).split("/"))
 
+    def key(self, index: tuple) -> str:
+        """The chunk's key (``c/1/2``), or for an inner chunk of a shard the
+        shard's key and the inner chunk's index in it."""
+        if self.shard is None:
+            return self.encode_key(index)
+        per = tuple(s // c for s, c in zip(self.shard[0], self.shard[1]))
+        where = tuple(i // p for i, p in zip(index, per))
+        return f"{self.encode_key(where)} (inner chunk {tuple(i % p for i, p in zip(index, per))})"
+
+    def damaged(self, index: tuple, what: str) -> DamagedStoreError:
+        """The error for chunk ``index`` whose bytes are not the chunk."""
+        return DamagedStoreError(f"chunk {self.key(index)!r} of the Zarr store {self.root!r} is "
+                                 f"damaged: {what}")
+
     def chunk_data(self, index: tuple) -> bytes | None:
         """The encoded bytes of chunk ``index`` (None: not written)."""
         if self.shard is None:
@@ -88,7 +104,7 @@ class RawLayout:
                     return f.read()
             except FileNotFoundError:
                 return None
-        shards, inner, at_end, crc = self.shard
+        shards, inner, _, _ = self.shard
         per = tuple(s // c for s, c in zip(shards, inner))
         where = tuple(i // p for i, p in zip(index, per))
         slot = int(np.ravel_multi_index(tuple(i % p for i, p in zip(index, per)), per))
@@ -97,14 +113,61 @@ class RawLayout:
         except FileNotFoundError:
             return None
         try:
-            size = math.prod(per) * 16 + (4 if crc else 0)
-            base = os.fstat(fd).st_size - size if at_end else 0
-            offset, nbytes = np.frombuffer(os.pread(fd, 16, base + 16 * slot), "<u8")
-            if offset == np.uint64(2**64 - 1):  # an inner chunk never written
+            offset, nbytes = (int(v) for v in _index_of_shard(self, fd, where)[slot])
+            if offset == 2**64 - 1:  # an inner chunk never written
                 return None
-            return os.pread(fd, int(nbytes), int(offset))
+            data = os.pread(fd, nbytes, offset)
+            if len(data) != nbytes:
+                raise self.damaged(index, f"its shard file {self.path(where)!r} ended early "
+                                   f"(was it cut short while being read?)")
+            return data
         finally:
             os.close(fd)
+
+
+# Checked shard indexes: (path, inode, size, mtime) -> (inner chunks, 2) array.
+_indexes: dict[tuple, np.ndarray] = {}
+_MAX_CACHED_INDEXES = 64
+
+
+def _index_of_shard(layout: RawLayout, fd: int, where: tuple) -> np.ndarray:
+    """The index of the shard file ``fd`` (shard ``where``): the (offset,
+    bytes) of each inner chunk, checked as Zarr checks it (its crc32c) and
+    against the file's size, so that no read goes past the file or into the
+    index. Read once per version of the file.
+    """
+    shards, inner, at_end, crc = cast(tuple, layout.shard)
+    per = tuple(s // c for s, c in zip(shards, inner))
+    stat = os.fstat(fd)
+    key = (layout.path(where), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    found = _indexes.get(key)
+    if found is not None:
+        return found
+    path, size = key[0], math.prod(per) * 16 + (4 if crc else 0)
+    first = layout.encode_key(where)
+    bad = f"shard {first!r} of the Zarr store {layout.root!r} is damaged: its file {path!r} "
+    # (each reason below goes on from "its file ... ")
+    if stat.st_size < size:
+        raise DamagedStoreError(bad + f"holds {stat.st_size} bytes, less than its index of "
+                                f"{size} bytes")
+    base = stat.st_size - size if at_end else 0
+    raw = os.pread(fd, size, base)
+    if len(raw) != size:
+        raise DamagedStoreError(bad + "ended early")
+    if crc and struct.pack("<I", google_crc32c.value(raw[:-4])) != raw[-4:]:
+        raise DamagedStoreError(bad + "has an index that does not match its crc32c checksum")
+    index = np.frombuffer(raw, "<u8", count=math.prod(per) * 2).reshape(-1, 2)
+    written = index[:, 0] != np.uint64(2**64 - 1)
+    lo, hi = (0, base) if at_end else (size, stat.st_size)
+    offsets, lengths = index[written, 0], index[written, 1]
+    if np.any((offsets < lo) | (lengths > hi) | (offsets > hi - lengths)):
+        raise DamagedStoreError(bad + f"has an index pointing outside its chunk bytes "
+                                f"[{lo}, {hi}) (cut short, or not a shard)")
+    with _lock:
+        if len(_indexes) >= _MAX_CACHED_INDEXES:
+            _indexes.pop(next(iter(_indexes)))
+        _indexes[key] = index
+    return index
 
 
 # What is known of each store, per process (also on Dask workers): its
@@ -225,6 +288,8 @@ def forget(path: str) -> None:
         _layouts.pop(path, None)
         for key in [k for k in _models if k[0] == path]:
             _models.pop(key, None)
+        for key in [k for k in _indexes if k[0].startswith(path + os.sep)]:
+            _indexes.pop(key, None)
 
 
 _models: dict[tuple, memory.ReadModel] = {}
@@ -262,7 +327,7 @@ def _describe(store) -> memory.ReadModel:
         return memory.ReadModel(shape, chunks, itemsize, write_unit=chunks,
                                 group=_group(chunks, itemsize), path=store.path)
     arr = open_array(store.path)
-    unit = tuple(arr.chunks)
+    unit = tuple(max(1, c) for c in arr.chunks)  # Zarr allows chunks of 0 along empty axes
     compressed = bool(arr.compressors or arr.filters)
     copies = memory.COMPRESSED_COPIES if compressed else memory.ZARR_COPIES
     if getattr(arr, "order", "C") == "F":
@@ -305,33 +370,36 @@ def _check_may_be_missing(layout: RawLayout, index: tuple, path: str) -> None:
             f"missing (no file {path!r}): the store is damaged or was removed")
 
 
-def _read_rows(layout: RawLayout, index: tuple, rows: slice, dest: np.ndarray) -> bool:
-    """Fill ``dest`` with rows ``rows`` of chunk ``index`` (all its other
-    axes, full chunk width). False when the chunk file does not exist."""
+def _read_rows(layout: RawLayout, index: tuple, rows: slice,
+               dest: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray | None:
+    """Fill ``dest`` (or the array it makes, once the file is found) with
+    rows ``rows`` of chunk ``index`` (all its other axes, full chunk width);
+    return it. None when the chunk file does not exist."""
     row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
     path = layout.path(index)
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
         _check_may_be_missing(layout, index, path)
-        return False
+        return None
     try:
         size = os.fstat(fd).st_size
         if size != row * layout.chunks[0]:
-            raise ValueError(f"chunk {layout.encode_key(index)!r} of the Zarr store "
-                             f"{layout.root!r} is corrupt: its file {path!r} holds {size} "
-                             f"bytes, not {row * layout.chunks[0]}")
+            raise layout.damaged(index, f"its file {path!r} holds {size} bytes, not "
+                                 f"{row * layout.chunks[0]}")
+        if callable(dest):  # a sparse store's missing chunks need no buffer
+            dest = dest()
         view, offset = dest.data.cast("B"), rows.start * row
         counters.stored_read(layout.root, view.nbytes)
         while view.nbytes:
             got = os.preadv(fd, [view], offset)
             if got <= 0:
-                raise ValueError(f"chunk {layout.encode_key(index)!r} of the Zarr store "
-                                 f"{layout.root!r} is corrupt: its file {path!r} ended early")
+                raise layout.damaged(index, f"its file {path!r} ended early (was it cut "
+                                     "short while being read?)")
             view, offset = view[got:], offset + got
     finally:
         os.close(fd)
-    return True
+    return dest
 
 
 def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
@@ -344,37 +412,104 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
         direct = (all(s.start == 0 and s.stop == c for s, c in zip(src[1:], layout.chunks[1:]))
                   and all(d.start == 0 and d.stop == n for d, n in zip(dst[1:], out.shape[1:])))
         if direct:
-            if not _read_rows(layout, index, src[0], out[dst]):
+            if _read_rows(layout, index, src[0], out[dst]) is None:
                 out[dst] = layout.fill_value
             continue
         shape = (src[0].stop - src[0].start,) + layout.chunks[1:]
-        if buffer is None or buffer.size < math.prod(shape):
-            buffer = buffers.empty((math.prod(shape),), layout.dtype)
-        rows = buffer[:math.prod(shape)].reshape(shape)
-        if _read_rows(layout, index, src[0], rows):
+
+        def rows_buffer(shape=shape) -> np.ndarray:
+            nonlocal buffer
+            if buffer is None or buffer.size < math.prod(shape):
+                buffer = buffers.empty((math.prod(shape),), layout.dtype)
+            return buffer[:math.prod(shape)].reshape(shape)
+        rows = _read_rows(layout, index, src[0], rows_buffer)
+        if rows is not None:
             out[dst] = rows[(slice(None),) + src[1:]]
         else:
             out[dst] = layout.fill_value
     return out
 
 
-def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray:
+def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray | None:
     """One whole compressed chunk (or inner chunk of a shard), decoded in
     this thread straight into its array (Zarr would decode on its own
     threads, each of which then keeps freed chunk buffers in its own malloc
-    arena)."""
-    chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
+    arena). None when it was never written (Zarr leaves chunks of only
+    fill_value unwritten)."""
     data = layout.chunk_data(index)
-    if data is None:  # Zarr leaves chunks of only fill_value unwritten
-        chunk.fill(layout.fill_value)
-        return chunk
+    if data is None:
+        return None
+    chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
     counters.stored_read(layout.root, len(data))
-    flat = chunk.reshape(-1, order="A")
-    if layout.decoder is None:
-        flat.view(np.uint8)[:] = np.frombuffer(data, np.uint8)
-    else:
-        layout.decoder.decode(data, out=flat.view(np.uint8))
+    _decode_into(layout, index, data, chunk.reshape(-1, order="A").view(np.uint8))
     return chunk
+
+
+def _decode_into(layout: RawLayout, index: tuple, data: bytes, out: np.ndarray) -> None:
+    """Decode chunk ``index`` into all of ``out``, or raise DamagedStoreError.
+
+    numcodecs decodes a frame shorter than ``out`` into its start and says
+    nothing, leaving the rest as it was: the decoded size is checked first
+    (blosc and zstd frames state it) or after (gzip).
+    """
+    codec = layout.decoder
+    name = "uncompressed" if codec is None else f"{type(codec).__name__.lower()}-compressed"
+    got: int | None
+    try:
+        if codec is None:
+            got = len(data)
+        elif isinstance(codec, numcodecs.Blosc):
+            got = _blosc_content_size(data)
+        elif isinstance(codec, numcodecs.Zstd):
+            got = _zstd_content_size(data)
+        else:
+            got = None
+        if got is not None and got < 0:
+            raise layout.damaged(index, f"its {len(data)} bytes are no whole {name} chunk")
+        if got is not None and got != out.nbytes:
+            raise layout.damaged(index, f"its {len(data)} bytes, a {name} chunk, decode to "
+                                 f"{got} bytes, not {out.nbytes}")
+        if codec is None:
+            out[:] = np.frombuffer(data, np.uint8)
+        elif got is not None:
+            codec.decode(data, out=out)
+        else:
+            decoded = np.frombuffer(memoryview(codec.decode(data)).cast("B"), np.uint8)
+            if decoded.nbytes != out.nbytes:
+                raise layout.damaged(index, f"its {len(data)} bytes, a {name} chunk, decode "
+                                     f"to {decoded.nbytes} bytes, not {out.nbytes}")
+            out[:] = decoded
+    except DamagedStoreError:
+        raise
+    except (ValueError, RuntimeError, EOFError, OSError, TypeError) as err:
+        # each codec has its own way of saying its input is no frame of it
+        raise layout.damaged(index, f"its {len(data)} bytes are not a {name} chunk "
+                                    f"({type(err).__name__}: {err})") from err
+
+
+def _blosc_content_size(frame: bytes) -> int:
+    """The decoded size a blosc frame header states (-1: no whole blosc frame)."""
+    if len(frame) < 16:
+        return -1
+    nbytes, _, cbytes = struct.unpack_from("<III", frame, 4)
+    return nbytes if cbytes == len(frame) else -1
+
+
+def _zstd_content_size(frame: bytes) -> int | None:
+    """The decoded size a zstd frame header states (-1: no zstd frame;
+    None: not stated, as in a frame written by a stream)."""
+    if len(frame) < 5 or frame[:4] != b"\x28\xb5\x2f\xfd":
+        return -1
+    flags = frame[4]
+    single = flags >> 5 & 1
+    size_bytes = (1 if single else 0, 2, 4, 8)[flags >> 6]
+    start = 5 + (0 if single else 1) + (0, 1, 2, 4)[flags & 3]
+    if size_bytes == 0:
+        return None
+    if len(frame) < start + size_bytes:
+        return -1
+    size = int.from_bytes(frame[start:start + size_bytes], "little")
+    return size + 256 if size_bytes == 2 else size
 
 
 def _read_decoded(layout: RawLayout, region: tuple) -> np.ndarray:
@@ -382,7 +517,8 @@ def _read_decoded(layout: RawLayout, region: tuple) -> np.ndarray:
     out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
     for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
         src, dst = _overlap(index, region, layout.chunks)
-        out[dst] = _load_decoded(layout, index)[src]
+        chunk = _load_decoded(layout, index)
+        out[dst] = layout.fill_value if chunk is None else chunk[src]
     return out
 
 
@@ -417,13 +553,36 @@ def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
     model = read_model(store)
     counters.stored_read(store.path, counters.region_bytes(store, region))  # not known: as decoded
     pieces = _split(region, model.unit, model.group)
-    if len(pieces) == 1:  # zarr types any selection as array or scalar: slices give an array
-        return cast(np.ndarray, arr[region])
-    out = np.empty(tuple(s.stop - s.start for s in region), dtype=arr.dtype)
+    if len(pieces) == 1:  # big-endian stores are read as native numbers
+        return _zarr_piece(arr, store, region).astype(store.dtype, copy=False)
+    out = np.empty(tuple(s.stop - s.start for s in region), dtype=store.dtype)
     for piece in pieces:
         inside = tuple(slice(p.start - r.start, p.stop - r.start) for p, r in zip(piece, region))
-        out[inside] = arr[piece]
+        out[inside] = _zarr_piece(arr, store, piece)
     return out
+
+
+def _zarr_piece(arr: zarr.Array, store: StoreSpec, piece: tuple) -> np.ndarray:
+    """``arr[piece]``; Zarr's error for a chunk it cannot decode becomes a
+    DamagedStoreError naming the store and that chunk."""
+    try:  # zarr types any selection as array or scalar: slices give an array
+        return cast(np.ndarray, arr[piece])
+    except _DECODE_ERRORS as err:
+        grid = tuple(getattr(arr, "shards", None) or arr.chunks)
+        for index in itertools.product(*_chunk_ranges(piece, grid)):  # which chunk it was
+            try:
+                arr[tuple(slice(max(s.start, i * c), min(s.stop, (i + 1) * c))
+                          for i, s, c in zip(index, piece, grid))]
+            except _DECODE_ERRORS as one:
+                key = arr.metadata.encode_chunk_key(index)
+                raise DamagedStoreError(
+                    f"chunk {key!r} of the Zarr store {store.path!r} is damaged: Zarr could "
+                    f"not decode it ({type(one).__name__}: {one})") from err
+        raise
+
+
+#: What numcodecs and Zarr raise for bytes that are no chunk.
+_DECODE_ERRORS = (ValueError, RuntimeError, EOFError, ArithmeticError, TypeError)
 
 
 def read(store: StoreSpec, region: tuple) -> np.ndarray:
@@ -437,12 +596,18 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
              [8., 9.]])
     """
     counters.read(store, region)
+    if _empty(region):  # nothing to read (and no chunk of 0 to divide by)
+        return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
     layout = _raw_layout(store.path)
     if layout is None:
         return _read_zarr(store, region)
     if layout.plain:
         return _read_raw(layout, region)
     return _read_decoded(layout, region)
+
+
+def _empty(region: tuple) -> bool:
+    return any(s.stop <= s.start for s in region)
 
 
 def _overlap(index: tuple, region: tuple, chunks: tuple) -> tuple[tuple, tuple]:
@@ -462,6 +627,8 @@ def prefetch(store: StoreSpec, region: tuple) -> None:
     budget; it lets the disk work on several files while a task computes.
     Stores that go through Zarr are left alone.
     """
+    if _empty(region):  # (itertools.product lists every chunk index of an axis)
+        return
     layout = _raw_layout(store.path)
     if layout is None or layout.shard is not None or not hasattr(os, "posix_fadvise"):
         return
@@ -489,6 +656,8 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
              [0., 1.]])
     """
     counters.wrote(store, region)
+    if _empty(region):
+        return
     layout = _raw_layout(store.path)
     if layout is None or not (layout.encodes and all(
             s.start % c == 0 and (s.stop % c == 0 or s.stop == n)

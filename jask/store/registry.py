@@ -36,7 +36,7 @@ import zarr
 
 from jask.store import chunkio, durability, recycle, sessions, trash
 from jask.store.layout import create_at
-from jask.store.spec import GRAD_SUFFIX, StoreSpec, plain_v3_metadata, stored_nbytes
+from jask.store.spec import GRAD_SUFFIX, StoreSpec, check_metadata, plain_v3_metadata, stored_nbytes
 
 __all__ = ["Owner", "create", "register", "register_external", "spec", "claim", "sweep",
            "live_paths", "in_callback", "Deferred"]
@@ -176,8 +176,9 @@ def register_external(path) -> StoreSpec:
         arr = zarr.open_array(path, mode="r")
     except Exception as err:  # zarr raises several kinds for a folder that is no array
         raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
-    store = StoreSpec(os.path.abspath(path), tuple(arr.shape), np.dtype(arr.dtype),
-                      tuple(arr.chunks), managed=False)
+    chunks, dtype = check_metadata(path, arr.shape, arr.chunks, arr.dtype)  # before any planning
+    chunkio.forget(os.path.abspath(path))  # a store written anew in this folder: its own layout
+    store = StoreSpec(os.path.abspath(path), tuple(arr.shape), dtype, chunks, managed=False)
     return register(store, pending=False)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["StoreSpec", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
-           "writes_every_chunk"]
+           "writes_every_chunk", "DamagedStoreError", "check_metadata"]
 
 #: Suffix of every store holding a gradient (a cotangent).
 GRAD_SUFFIX = ".grad"
@@ -30,6 +30,63 @@ class StoreSpec:
     chunks: tuple
     handle: int = 0
     managed: bool = True  # jask made it and may delete it
+
+
+class DamagedStoreError(ValueError):
+    """A chunk of a store holds bytes that are not the chunk: a chunk file
+    or shard that is empty, cut short, too long or does not decode to the
+    chunk's size. Raised before the op that read it writes anything the
+    user sees; the message names the store and the chunk.
+
+    (A *missing* chunk file of a user's store is no damage: Zarr leaves out
+    chunks that hold only the fill value, and they read as the fill value.)
+
+    Example:
+      >>> import jask
+      >>> issubclass(jask.DamagedStoreError, ValueError)
+      True
+    """
+
+
+#: Most bytes an array may have: numpy indexes with signed 64-bit integers.
+MAX_ARRAY_BYTES = 2**63 - 1
+
+
+def check_metadata(path: str, shape, chunks, dtype) -> tuple[tuple, np.dtype]:
+    """The chunks and native-byte-order dtype jask reads the Zarr array at
+    ``path`` as, or a ValueError/TypeError naming ``path`` and what is wrong
+    with its metadata (in microseconds: nothing is read).
+
+    jask reads numbers and booleans in any byte order (as numpy's native
+    order); a chunk of 0 along an axis longer than 0 could hold nothing.
+
+    Example:
+      >>> check_metadata("a", (10, 0), (4, 0), np.dtype(">f4"))
+      ((4, 1), dtype('float32'))
+      >>> check_metadata("a", (10,), (0,), np.dtype("f4"))
+      Traceback (most recent call last):
+      ...
+      ValueError: the Zarr array 'a' has chunks of length 0 along axis 0 (chunks (0,), shape (10,))
+    """
+    shape, chunks, dtype = tuple(shape), tuple(chunks), np.dtype(dtype)
+    where = f"the Zarr array {path!r}"
+    if len(chunks) != len(shape):
+        raise ValueError(f"{where} has chunks {chunks} of {len(chunks)} axes for its shape "
+                         f"{shape} of {len(shape)}")
+    if any(n < 0 for n in shape) or any(c < 0 for c in chunks):
+        raise ValueError(f"{where} has a negative length in its shape {shape} or chunks {chunks}")
+    for axis, (n, c) in enumerate(zip(shape, chunks)):
+        if c == 0 and n > 0:
+            raise ValueError(f"{where} has chunks of length 0 along axis {axis} (chunks "
+                             f"{chunks}, shape {shape})")
+    if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+        raise TypeError(f"{where} holds {dtype} values; jask computes on numbers and booleans "
+                        "only (bool, int, uint, float, complex)")
+    if math.prod(shape) * dtype.itemsize > MAX_ARRAY_BYTES:
+        raise ValueError(f"{where} of shape {shape} and dtype {dtype} would hold "
+                         f"{math.prod(shape) * dtype.itemsize} bytes, more than numpy can "
+                         f"index ({MAX_ARRAY_BYTES})")
+    return tuple(max(c, 1) for c in chunks), dtype.newbyteorder("=")
 
 
 

@@ -36,7 +36,14 @@ from jask.base import memory
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
-__all__ = ["Operand", "Plan", "operand_tile", "plan_blockwise"]
+__all__ = ["Operand", "Plan", "operand_tile", "plan_blockwise", "MAX_TASKS"]
+
+#: Most tasks one op may run. Its graph is built before any task runs and
+#: costs memory and time per task (a few KB and tens of microseconds in
+#: Dask), so an absurd shape (10**12 rows) is refused before, naming its
+#: shape, instead of filling memory while building it.
+MAX_TASKS = 100_000
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -62,6 +69,14 @@ class Plan:
     into: int | None = None
     k_tile: int = 0
     splits: int = 1
+
+    def __post_init__(self):
+        if self.tasks > MAX_TASKS:  # every planner's plan: refused before a graph exists
+            raise memory.BudgetError(
+                f"jask.{self.op}: its plan has {self.tasks} tasks (tiles of shape {self.tile}), "
+                f"more than the {MAX_TASKS} one op may run (jask.engine.plan.tiles.MAX_TASKS): "
+                "building its graph alone would fill memory. Reduce or slice the array "
+                "first, or raise the memory budget")
 
     @property
     def held(self) -> int:
@@ -108,6 +123,7 @@ def _powers(base: int, limit: int) -> set[int]:
 
 def _axis_values(n: int, units: list[int], default: int, step: int) -> list[int]:
     """Candidate tile extents along one axis of length n."""
+    units = [max(1, u) for u in units]  # (a chunk of 0 is refused when a store is opened)
     bases = {min(u, n) for u in units} | {n, min(default, n)}
     if len(set(units)) > 1:
         lcm = math.lcm(*units)
@@ -208,6 +224,7 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
     fixed = fixed_bytes + memory.op_overhead(budget)
     room = budget - fixed
     best = cheapest = None
+    fewest = None  # the fewest tasks of a plan that fits the budget but has too many
     for tile in itertools.product(*_candidates(shape, operands, models, out_unit, default)):
         size = math.prod(tile) * itemsize
         if size < smallest:
@@ -231,6 +248,9 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
         at_once = min(workers, room // task)
         if at_once < 1:
             continue
+        if tasks > MAX_TASKS:
+            fewest = tasks if fewest is None else min(fewest, tasks)
+            continue
         waves = -(-tasks // at_once)
         speed = tasks / waves * min(1.0, size / target) ** 0.25 / factor
         if out_unit is None:  # a new output is chunked by the tile: its edge chunks
@@ -239,9 +259,23 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
         key = (round(speed, 6), min(size, target), -size)
         if best is None or key > best[0]:
             best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor, fixed))
+    if best is None and fewest is not None:
+        raise _too_many_tasks(op, shape, dtype, operands, budget, fewest)
     if best is None:
         raise _refusal(op, cheapest, operands, models, budget, fixed, workers, shape)
     return best[1].tile, best[1]
+
+
+def _too_many_tasks(op, shape, dtype, operands, budget, fewest) -> memory.BudgetError:
+    """The refusal of an op on an array too large to plan under this budget."""
+    chunks = ", ".join(f"{tuple(store.chunks)} of {store.path!r}" for store, _ in operands)
+    return memory.BudgetError(
+        f"jask.{op}: an array of shape {shape} and dtype {np.dtype(dtype)}"
+        f"{f' (input chunks {chunks})' if chunks else ''} needs at least "
+        f"{fewest} tasks under the memory budget of {budget} "
+        f"bytes, more than the {MAX_TASKS} one op may run (jask.engine.plan.tiles.MAX_TASKS): "
+        "building its graph alone would fill memory. Reduce or slice the array first, or "
+        "raise the memory budget")
 
 
 def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape):
