@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StoreSpec", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
-           "writes_every_chunk"]
+__all__ = ["StoreSpec", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata"]
 
 #: Suffix of every store holding a gradient (a cotangent).
 GRAD_SUFFIX = ".grad"
@@ -78,20 +77,3 @@ def plain_v3_metadata(shape, dtype, chunks) -> str | None:
         "node_type": "array",
         "storage_transformers": [],
     }, indent=2)
-
-
-
-def writes_every_chunk(path: str) -> bool:
-    """Whether the store at ``path`` is one of jask's own (in a session
-    folder), whose every chunk file jask writes: there, unlike in Zarr
-    stores in general, a missing chunk file is damage, not the fill value.
-
-    Example:
-      >>> writes_every_chunk("/s/.jask_scratch/session-h-1-ab/add-1.zarr")
-      True
-      >>> writes_every_chunk("/data/features.zarr")
-      False
-    """
-    return os.path.basename(os.path.dirname(os.path.abspath(path))).startswith("session-")
-
-
