@@ -37,6 +37,8 @@ import shutil
 import uuid
 from typing import Callable
 
+from jask.store import sessions
+
 __all__ = ["replace", "recover", "store_lock", "FSYNC"]
 
 #: fsync the new store before it becomes visible, and its folder after.
@@ -85,7 +87,7 @@ def store_lock(target: str, *, blocking: bool = True):
     """
     path = _sibling(target, _LOCK)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = sessions.open_lock(path)  # no symlink, no other user's file
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:

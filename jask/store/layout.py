@@ -22,7 +22,8 @@ def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
         raise TypeError(f"jask cannot make a 0-d store yet (at {path!r})")
     if metadata is None:
         zarr.create_array(store=path, shape=shape, chunks=tuple(chunks), dtype=dtype,
-                          compressors=None, fill_value=0, zarr_format=3)
+                          compressors=None, fill_value=0, zarr_format=3,
+                          chunk_key_encoding={"name": "default", "separator": "."})
         os.chmod(os.path.join(path, "zarr.json"), sessions.file_mode(path))  # not the umask's
         os.chmod(path, sessions.folder_mode(path))
     else:

@@ -27,7 +27,7 @@ import stat
 import threading
 import uuid
 
-__all__ = ["session_dir", "owns", "keep", "holds_jask_stores", "file_mode", "folder_mode",
+__all__ = ["session_dir", "owns", "keep", "holds_jask_stores", "open_lock", "file_mode", "folder_mode",
            "journal_dir"]
 
 _lock = threading.Lock()
@@ -106,6 +106,32 @@ def _create_private(path: str, text: str, *, keep_open: bool = False) -> int:
         return fd
     os.close(fd)
     return -1
+
+
+def open_lock(path: str) -> int:
+    """Open (or make, ``0600``) the lock file at ``path`` for ``flock``: never
+    through a symlink, and only a regular file of this user's.
+
+    Raises:
+      PermissionError: ``path`` is a symlink, not a regular file, or another
+        user's (someone could make jask lock, or remove, a file it does not own).
+
+    Example:
+      >>> import tempfile
+      >>> os.close(open_lock(os.path.join(tempfile.mkdtemp(), "a.lock")))
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise PermissionError(errno.EPERM, "jask refuses the lock file, a symlink", path) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise PermissionError(errno.EPERM, "jask refuses the lock file, not a regular file "
+                                           "of this user's", path)
+    return fd
 
 
 def _proof(token: str) -> str:

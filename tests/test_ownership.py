@@ -1,0 +1,182 @@
+"""jask deletes only what it made, replaces atomically, and keeps scratch private.
+
+Real child processes, real SIGKILLs, checks from outside with plain zarr:
+
+* ``jask.save(..., overwrite=True)`` killed inside each step leaves the old
+  or the new array at the path (never none, with ``renameat2``); the next
+  session finishes a fallback swap cut short and removes the hidden copies
+  killed saves left, and nothing that merely looks like them;
+* folders named like sessions but without jask's proof survive; so does a
+  dead session whose lock file is a symlink;
+* a store opened by path survives the collection of the array that made it;
+* a forked child's exit leaves its parent's session and stores intact;
+* scratch folders are 0700 and files 0600 under umask 022; a symlinked
+  update_ lock file is refused.
+"""
+import gc
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import zarr
+
+import jask
+from helpers import run_script
+from jask.store import sessions
+
+
+def _user_array(path, value, chunks=(5, 4)):
+    zarr.create_array(str(path), data=value, chunks=chunks, compressors=None, zarr_format=3)
+
+
+def _next_session(scratch) -> str:
+    """What a later process does first: make its session, cleaning dead ones."""
+    return sessions.session_dir(str(scratch))
+
+
+def test_killed_saves_leave_old_or_new_and_are_cleaned_by_the_next_session(tmp_path):
+    old, new = np.zeros((11, 7), np.float32), np.ones((11, 7), np.float32)
+    scratch, folder = tmp_path / "scratch", tmp_path / "mine"
+    folder.mkdir()
+    _user_array(tmp_path / "source.zarr", new)
+    steps = ["write-exchange", "swap-exchange", "cleanup-exchange", "renamed-aside-fallback",
+             "swap-fallback"]
+    for name in steps:
+        _user_array(folder / f"{name}.zarr", old)
+    # the user's own look-alikes: hidden names as jask's, folders named as sessions
+    (folder / ".write-exchange.zarr.jask-save-0123456789ab").mkdir()
+    host = socket.gethostname()
+    lookalikes = [f"session-{host}-999999-0123456789abcdef", f"session-{host}-1-ab",
+                  "session-notes"]
+    for name in lookalikes:
+        (scratch / name).mkdir(parents=True)
+        (scratch / name / "mine.txt").write_text("mine")
+    (scratch / f"session-{host}-1-ab.lock").write_text("")  # a free lock, no proof
+
+    report = run_script("save_kills.py", scratch, tmp_path / "source.zarr", folder, timeout=300)
+    assert all(r["killed"] for r in report.values()), report
+    found = {name: r["found"] for name, r in report.items() if name != "bare"}
+    assert found == {"write-exchange": "old", "swap-exchange": "old",
+                     "cleanup-exchange": "new", "swap-fallback": "old",
+                     "renamed-aside-fallback": "nothing"}, found  # the fallback's gap
+    # only the last session is left dead; a symlinked lock file is no proof: kept
+    dead = [n for n in os.listdir(scratch) if n.endswith(".lock") and "-1-ab" not in n]
+    assert len(dead) == 1, os.listdir(scratch)
+    tampered = scratch / dead[0]
+    shutil.copy(tampered, tmp_path / "copy.lock")
+    tampered.unlink()
+    tampered.symlink_to(tmp_path / "copy.lock")
+
+    mine = _next_session(scratch)
+    expected = {"write-exchange": old, "swap-exchange": old, "cleanup-exchange": new,
+                "swap-fallback": old, "renamed-aside-fallback": new}  # completed: it goes in
+    for name, value in expected.items():
+        np.testing.assert_array_equal(zarr.open_array(str(folder / f"{name}.zarr"))[...],
+                                      value, err_msg=name)
+    left = sorted(os.listdir(folder))
+    assert left == [".write-exchange.zarr.jask-save-0123456789ab"] + [
+        f"{n}.zarr" for n in sorted(steps)], left   # copies gone, the user's look-alike kept
+    for name in lookalikes:
+        assert (scratch / name / "mine.txt").read_text() == "mine", name
+    assert tampered.is_symlink() and (scratch / dead[0][:-len(".lock")]).is_dir()
+    assert sorted(os.listdir(scratch)) == sorted(
+        lookalikes + [f"session-{host}-1-ab.lock", dead[0], dead[0][:-len(".lock")],
+                      os.path.basename(mine), os.path.basename(mine) + ".lock"])
+
+
+def test_store_opened_by_path_survives_its_maker(jask_scratch):
+    x = jask.from_numpy(np.arange(12.0, dtype=np.float32).reshape(3, 4))
+    opened = jask.open(x.filename)
+    path = x.filename
+    del x
+    gc.collect()
+    jask.collect()
+    assert os.path.isdir(path)
+    np.testing.assert_array_equal(zarr.open_array(path)[...],
+                                  np.arange(12.0, dtype=np.float32).reshape(3, 4))
+    y = jask.from_numpy(np.zeros((3, 4), np.float32))  # never reuses the kept folder
+    assert float(jask.sum(opened)) == 66.0 and float(jask.sum(y)) == 0.0
+
+
+def test_user_store_in_a_folder_named_like_a_session_is_the_users(tmp_path, jask_scratch):
+    path = tmp_path / "session-vm-1-ab" / "data.zarr"   # a chunk of only fill: no file
+    arr = zarr.create_array(str(path), shape=(4, 4), chunks=(2, 2), dtype="float32",
+                            fill_value=3.0, compressors=None, zarr_format=3)
+    arr[:2, :2] = 1.0
+    assert float(jask.sum(jask.open(path))) == 4 * 1.0 + 12 * 3.0
+
+
+def test_private_scratch_under_umask_022(jask_scratch):
+    previous = os.umask(0o022)
+    try:
+        x = jask.from_numpy(np.ones((5, 3), np.float32))
+        y = jask.from_numpy(np.ones((5, 3), np.int8))   # through zarr-python
+        z = (x + 1.0, y)
+        folder = sessions.session_dir(jask_scratch.path)
+        modes = {}
+        for root, folders, files in os.walk(folder):
+            modes[root] = os.stat(root).st_mode & 0o777
+            modes.update({os.path.join(root, f): os.stat(os.path.join(root, f)).st_mode & 0o777
+                          for f in files})
+        modes[folder + ".lock"] = os.stat(folder + ".lock").st_mode & 0o777
+        wrong = {p: oct(m) for p, m in modes.items()
+                 if m != (0o700 if os.path.isdir(p) else 0o600)}
+        assert len(modes) >= 8 and not wrong, wrong
+        del x, y, z
+    finally:
+        os.umask(previous)
+        jask.collect()
+
+
+def test_update_refuses_a_symlinked_lock_file(tmp_path, jask_scratch):
+    _user_array(tmp_path / "w.zarr", np.zeros((4, 4), np.float32))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not a lock")
+    (tmp_path / ".w.zarr.jask-lock").symlink_to(victim)
+    w = jask.open(tmp_path / "w.zarr")
+    with pytest.raises(OSError, match="jask-lock"):
+        w.update_(jask.from_numpy(np.ones((4, 4), np.float32)))
+    assert victim.read_text() == "not a lock" and (tmp_path / ".w.zarr.jask-lock").is_symlink()
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "w.zarr"))[...], 0.0)
+
+
+FORK_CHILD = """
+import gc, multiprocessing, os, sys
+import numpy as np
+import jask
+
+jask.set_memory_budget("8MB", scratch_dir=sys.argv[1])
+x = jask.from_numpy(np.arange(6.0, dtype=np.float32))
+folder = jask.store.sessions.session_dir(sys.argv[1])
+
+def drop_everything():
+    global x
+    del x
+    gc.collect()
+    jask.store.registry.sweep()
+    jask.store.trash.wait()
+
+proc = multiprocessing.get_context("fork").Process(target=drop_everything)
+proc.start(); proc.join()
+pid = os.fork()
+if pid == 0:
+    drop_everything()
+    sys.exit(0)   # a plain exit: atexit handlers run in the child
+os.waitpid(pid, 0)
+assert proc.exitcode == 0
+print(os.path.isdir(folder), float(jask.sum(x)), x.to_numpy().tolist())
+"""
+
+
+def test_forked_children_leave_the_parents_session(tmp_path):
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(FORK_CHILD),
+                          str(tmp_path / "scratch")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "True 15.0 [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]", out.stdout
+    assert not os.listdir(tmp_path / "scratch")   # and the parent cleaned up at its exit
