@@ -347,6 +347,7 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
         planned = plan_of(stores, values, config)
         tile, cost = planned.tile, planned.cost
         first = 0 if target is None else 1
+        needs = _fused_room(config, op, shape, out_dtypes[first:], tile, target)
         outs: list = []
         try:
             for dt in out_dtypes[first:]:
@@ -368,12 +369,29 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
                 fill(None)
             else:  # the first output replaces target's data, atomically (as update_)
                 replace_store(target, layout.maker_like(target), fill)
-        except BaseException:
+        except BaseException as err:
             for out in outs:
                 registry.discard(out)
+            space.raise_if_full(err, needs, op)  # naming the folder and the sizes
             raise
         return ([target] if target is not None else []) + outs
     return Work(op, run, plan_of)
+
+
+def _fused_room(config: Config, op: str, shape, dtypes, tile, target) -> dict[str, int]:
+    """Bytes each folder must take of a fused op's outputs (the scratch
+    folder, and the folder of a ``target`` replaced), refused now if short."""
+    folder = sessions.session_dir(config.scratch_dir)
+    needs = {folder: sum(stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dt), tile))
+                         for dt in dtypes)}
+    if target is not None:
+        beside = os.path.dirname(target.path)
+        needs[beside] = needs.get(beside, 0) + stored_nbytes(target)
+    for where, needed in needs.items():
+        if needed and not (target is not None and where == os.path.dirname(target.path)
+                           and layout.compressed(target)):  # then only an upper bound
+            space.check_space(where, needed, op)
+    return needs
 
 
 def _store(sources: list, i: int | None) -> StoreSpec | None:

@@ -85,12 +85,12 @@ def put(target: str, write: Callable[[str], None], *, overwrite: bool, journal: 
     target = os.path.abspath(target)
     tag = uuid.uuid4().hex[:12]
     folder, name = os.path.split(target)
-    entry = {"target": target, "staging": os.path.join(folder, f".{name}.jask-save-{tag}"),
-             "aside": os.path.join(folder, f".{name}.jask-aside-{tag}"),
-             "old": _identity(target), "new": None, "phase": "write"}
+    staging = os.path.join(folder, f".{name}.jask-save-{tag}")
+    aside = os.path.join(folder, f".{name}.jask-aside-{tag}")
+    entry: dict = {"target": target, "staging": staging, "aside": aside,
+                   "old": _identity(target), "new": None, "phase": "write"}
     record = os.path.join(journal, f"save-{tag}")
     _write_entry(record, entry)  # before the staging folder exists: never unproven
-    staging = entry["staging"]
     try:
         os.mkdir(staging)
         entry["new"] = _identity(staging)
@@ -105,7 +105,7 @@ def put(target: str, write: Callable[[str], None], *, overwrite: bool, journal: 
         raise
     _step("swap")
     try:
-        _swap(staging, target, entry["aside"], overwrite)
+        _swap(staging, target, aside, overwrite)
     except BaseException:
         _recover(entry)  # a refused or failed swap: the path as it was, no copies left
         _unlink(record)

@@ -11,9 +11,10 @@ import errno
 import os
 import shutil
 
-from jask.store import chunkio, recycle, trash
+from jask.store import chunkio, recycle, sessions, trash
 
-__all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors", "stamp",
+__all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors",
+           "raise_if_full", "stamp",
            "check_unchanged"]
 
 
@@ -47,11 +48,13 @@ def _free_bytes(folder: str) -> int:
 
 def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
     free = _free_bytes(folder)
+    elsewhere = ("choose another scratch_dir with jask.set_memory_budget"
+                 if sessions.is_session(folder) else "write elsewhere")
     return DiskFullError(
         errno.ENOSPC,
         f"{op}: not enough disk space in {folder!r}: the output needs {needed:,} bytes "
-        f"and {free:,} bytes are free. Free some space (or choose another scratch_dir "
-        "with jask.set_memory_budget) and run the op again; nothing was kept of it")
+        f"and {free:,} bytes are free. Free some space (or {elsewhere}) and run the op "
+        "again; nothing was kept of it")
 
 
 def check_space(folder: str, needed: int, op: str) -> None:
@@ -73,6 +76,16 @@ def space_errors(folder: str, needed: int, op: str):
         if err.errno != errno.ENOSPC or isinstance(err, DiskFullError):
             raise
         raise _full_error(folder, needed, op) from err
+
+
+def raise_if_full(err: BaseException, needs: dict[str, int], op: str) -> None:
+    """Raise :class:`DiskFullError` if ``err`` is a bare full-disk error of an
+    op writing into several folders (``folder -> bytes``), naming the one
+    with the least space left."""
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC
+            and not isinstance(err, DiskFullError)):
+        folder = min(needs, key=_free_bytes)
+        raise _full_error(folder, needs[folder], op) from err
 
 
 # --- stores changed by another writer -------------------------------------
