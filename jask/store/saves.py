@@ -35,7 +35,7 @@ import stat
 import uuid
 from typing import Callable
 
-__all__ = ["put", "recover_journal"]
+__all__ = ["put", "copies_of", "recover_journal"]
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
@@ -149,6 +149,42 @@ def _renameat2(source: str, target: str, flags: int) -> bool:
                                     "overwrite=True to replace it")
     raise OSError(code, f"jask.save: cannot put {source!r} at {target!r}: "
                         f"{os.strerror(code)}")
+
+
+@contextlib.contextmanager
+def copies_of(target: str, journal: str | None):
+    """Journal the hidden copies of ``target`` made in the block, for
+    ``update_`` (:func:`jask.store.durability.replace`): ``note(make)`` wraps a
+    ``make(path)``. If the process is killed, a later session removes each
+    copy that still holds what the journal proves this process made (the new
+    values, or the old store after the exchange), never the store itself.
+
+    Example:
+      >>> import tempfile
+      >>> d = tempfile.mkdtemp()
+      >>> with copies_of(os.path.join(d, "a.zarr"), tempfile.mkdtemp()) as note:
+      ...     note(os.mkdir)(os.path.join(d, ".a.zarr.copy"))
+      >>> os.listdir(d)
+      ['.a.zarr.copy']
+    """
+    records: list[str] = []
+
+    def note(make):
+        def made(path: str) -> None:
+            record = os.path.join(journal, f"save-{uuid.uuid4().hex[:12]}")
+            entry = {"target": os.path.abspath(target), "staging": path, "aside": path,
+                     "old": _identity(target), "new": None, "phase": "write"}
+            _write_entry(record, entry)
+            records.append(record)
+            make(path)
+            entry["new"] = _identity(path)
+            _write_entry(record, entry)
+        return made if journal is not None else make
+    try:
+        yield note
+    finally:
+        for record in records:
+            _unlink(record)
 
 
 # --- the journal -------------------------------------------------------------------

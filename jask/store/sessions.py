@@ -64,8 +64,10 @@ def session_dir(scratch_dir: str) -> str:
     with _lock:
         _forget_if_forked()
         folder = _sessions.get(scratch_dir)
-        if folder is not None:
+        if folder is not None and os.path.isdir(folder):
             return folder
+        if folder is not None:  # removed under us (with its scratch dir): a new one
+            _close_lock(_sessions.pop(scratch_dir))
         if not os.path.isdir(scratch_dir):
             os.makedirs(scratch_dir, mode=0o700, exist_ok=True)
         _remove_stale_sessions(scratch_dir)
@@ -242,7 +244,11 @@ def _finish_journal(folder: str) -> None:
 def _remove_session_files(folder: str) -> None:
     """Delete a session folder, its marker last and its lock file after it, so
     a removal cut short leaves a folder that is still proven (and removed later)."""
-    for entry in os.scandir(folder):
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        entries = []  # gone already
+    for entry in entries:
         if entry.name == MARKER:
             continue
         if entry.is_dir(follow_symlinks=False):
@@ -350,6 +356,11 @@ def _remove_sessions() -> None:
     for folder in list(_sessions.values()):
         _finish_journal(folder)
         _remove_session_files(folder)
-        fd = _session_locks.pop(folder, None)
-        if fd is not None:
+        _close_lock(folder)
+
+
+def _close_lock(folder: str) -> None:
+    fd = _session_locks.pop(folder, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
             os.close(fd)

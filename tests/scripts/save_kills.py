@@ -5,7 +5,8 @@ SOURCE is a Zarr array of ones; FOLDER holds one user array of zeros per
 scenario, ``<step>-<exchange|fallback>.zarr``. For each scenario a forked
 child opens SOURCE, saves it over its target and SIGKILLs itself when the
 save reaches that step (``jask.store.saves.on_step``; in the fallback, with
-no ``renameat2``). A jask whose save renames the target aside is also
+no ``renameat2``); two more kill ``update_`` of the target, before and
+after its exchange (``jask.store.durability.on_step``). A jask whose save renames the target aside is also
 killed right after that rename, wherever it does it. Right after each kill
 the target is read with plain zarr (the next child's session then cleans
 up after the killed one); a last child makes a session and is killed.
@@ -21,7 +22,8 @@ import zarr
 import jask
 
 SCENARIOS = [("write", "exchange"), ("swap", "exchange"), ("cleanup", "exchange"),
-             ("renamed-aside", "fallback"), ("swap", "fallback")]
+             ("renamed-aside", "fallback"), ("swap", "fallback"),
+             ("swap", "update"), ("cleanup", "update")]   # update_'s copy, then the old store
 
 
 def save_and_die(scratch: str, source: str, target: str, step: str, how: str) -> None:
@@ -42,7 +44,11 @@ def save_and_die(scratch: str, source: str, target: str, step: str, how: str) ->
             os.kill(os.getpid(), signal.SIGKILL)
     os.rename = rename_then_die
     jask.set_memory_budget("8MB", scratch_dir=scratch)
-    jask.save(jask.open(source), target, overwrite=True)
+    if how == "update":
+        jask.store.durability.on_step = die
+        jask.open(target).update_(jask.open(source))
+    else:
+        jask.save(jask.open(source), target, overwrite=True)
 
 
 def main(scratch: str, source: str, folder: str) -> None:
