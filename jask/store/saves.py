@@ -170,8 +170,12 @@ def copies_of(target: str, journal: str | None):
     records: list[str] = []
 
     def note(make):
+        if journal is None:
+            return make
+        folder = journal
+
         def made(path: str) -> None:
-            record = os.path.join(journal, f"save-{uuid.uuid4().hex[:12]}")
+            record = os.path.join(folder, f"save-{uuid.uuid4().hex[:12]}")
             entry = {"target": os.path.abspath(target), "staging": path, "aside": path,
                      "old": _identity(target), "new": None, "phase": "write"}
             _write_entry(record, entry)
@@ -179,7 +183,7 @@ def copies_of(target: str, journal: str | None):
             make(path)
             entry["new"] = _identity(path)
             _write_entry(record, entry)
-        return made if journal is not None else make
+        return made
     try:
         yield note
     finally:

@@ -6,10 +6,11 @@ scenario, ``<step>-<exchange|fallback>.zarr``. For each scenario a forked
 child opens SOURCE, saves it over its target and SIGKILLs itself when the
 save reaches that step (``jask.store.saves.on_step``; in the fallback, with
 no ``renameat2``); two more kill ``update_`` of the target, before and
-after its exchange (``jask.store.durability.on_step``). A jask whose save renames the target aside is also
-killed right after that rename, wherever it does it. Right after each kill
-the target is read with plain zarr (the next child's session then cleans
-up after the killed one); a last child makes a session and is killed.
+after its exchange (``jask.store.durability.on_step``). A jask whose save
+renames the target aside is also killed right after that rename, wherever
+it does it. Right after each kill the target is read with plain zarr (the
+next child's session then cleans up after the killed one); a last child
+makes a session and is killed.
 """
 import json
 import os
