@@ -17,9 +17,6 @@ import gc
 import os
 import shutil
 import socket
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -39,26 +36,39 @@ def _next_session(scratch) -> str:
     return sessions.session_dir(str(scratch))
 
 
-def test_killed_saves_leave_old_or_new_and_are_cleaned_by_the_next_session(tmp_path):
-    old, new = np.zeros((11, 7), np.float32), np.ones((11, 7), np.float32)
+OLD, NEW = np.zeros((11, 7), np.float32), np.ones((11, 7), np.float32)
+STEPS = ["write-exchange", "swap-exchange", "cleanup-exchange", "renamed-aside-fallback",
+         "swap-fallback", "swap-update", "cleanup-update"]
+HOST = socket.gethostname()
+LOOKALIKES = [f"session-{HOST}-999999-0123456789abcdef", f"session-{HOST}-1-ab", "session-notes"]
+
+
+@pytest.fixture(scope="module")
+def child(tmp_path_factory):
+    """One child process (tests/scripts/ownership.py) for the kills and the forks."""
+    tmp_path = tmp_path_factory.mktemp("ownership")
     scratch, folder = tmp_path / "scratch", tmp_path / "mine"
     folder.mkdir()
-    _user_array(tmp_path / "source.zarr", new)
-    steps = ["write-exchange", "swap-exchange", "cleanup-exchange", "renamed-aside-fallback",
-             "swap-fallback", "swap-update", "cleanup-update"]
-    for name in steps:
-        _user_array(folder / f"{name}.zarr", old)
+    _user_array(tmp_path / "source.zarr", NEW)
+    for name in STEPS:
+        _user_array(folder / f"{name}.zarr", OLD)
     # the user's own look-alikes: hidden names as jask's, folders named as sessions
     (folder / ".write-exchange.zarr.jask-save-0123456789ab").mkdir()
-    host = socket.gethostname()
-    lookalikes = [f"session-{host}-999999-0123456789abcdef", f"session-{host}-1-ab",
-                  "session-notes"]
-    for name in lookalikes:
+    for name in LOOKALIKES:
         (scratch / name).mkdir(parents=True)
         (scratch / name / "mine.txt").write_text("mine")
-    (scratch / f"session-{host}-1-ab.lock").write_text("")  # a free lock, no proof
+    (scratch / f"session-{HOST}-1-ab.lock").write_text("")  # a free lock, no proof
 
-    report = run_script("save_kills.py", scratch, tmp_path / "source.zarr", folder, timeout=300)
+    report = run_script("ownership.py", scratch, tmp_path / "source.zarr", folder,
+                        tmp_path / "forked", timeout=300)
+    return tmp_path, report
+
+
+@pytest.mark.xdist_group("ownership")  # one worker runs the child once (--dist loadgroup)
+def test_killed_saves_leave_old_or_new_and_are_cleaned_by_the_next_session(child):
+    tmp_path, report = child
+    old, new, steps, host, lookalikes = OLD, NEW, STEPS, HOST, LOOKALIKES
+    scratch, folder, report = tmp_path / "scratch", tmp_path / "mine", report["kills"]
     assert all(r["killed"] for r in report.values()), report
     found = {name: r["found"] for name, r in report.items() if name != "bare"}
     assert found == {"write-exchange": "old", "swap-exchange": "old",
@@ -147,38 +157,9 @@ def test_update_refuses_a_symlinked_lock_file(tmp_path, jask_scratch):
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "w.zarr"))[...], 0.0)
 
 
-FORK_CHILD = """
-import gc, multiprocessing, os, sys
-import numpy as np
-import jask
-
-jask.set_memory_budget("8MB", scratch_dir=sys.argv[1])
-x = jask.from_numpy(np.arange(6.0, dtype=np.float32))
-folder = jask.store.sessions.session_dir(sys.argv[1])
-
-def drop_everything():
-    global x
-    del x
-    gc.collect()
-    jask.store.registry.sweep()
-    jask.store.trash.wait()
-
-proc = multiprocessing.get_context("fork").Process(target=drop_everything)
-proc.start(); proc.join()
-pid = os.fork()
-if pid == 0:
-    drop_everything()
-    sys.exit(0)   # a plain exit: atexit handlers run in the child
-os.waitpid(pid, 0)
-assert proc.exitcode == 0
-print(os.path.isdir(folder), float(jask.sum(x)), x.to_numpy().tolist())
-"""
-
-
-def test_forked_children_leave_the_parents_session(tmp_path):
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(FORK_CHILD),
-                          str(tmp_path / "scratch")], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[-2] == "True 15.0 [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]", out.stdout
-    assert not os.listdir(tmp_path / "scratch")   # and the parent cleaned up at its exit
+@pytest.mark.xdist_group("ownership")
+def test_forked_children_leave_the_parents_session(child):
+    tmp_path, report = child
+    assert report["forks"] == {"exitcode": 0, "session": True, "sum": 15.0,
+                               "values": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}, report["forks"]
+    assert not os.listdir(tmp_path / "forked")   # and the parent cleaned up at its exit

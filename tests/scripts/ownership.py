@@ -1,6 +1,9 @@
-"""Kill -9 ``jask.save(..., overwrite=True)`` inside each of its steps; report as JSON.
+"""Kill -9 saves and updates inside each of their steps, and fork children
+that exit; report as JSON.
 
-Run by tests/test_ownership.py: ``python save_kills.py SCRATCH SOURCE FOLDER``.
+Run by tests/test_ownership.py: ``python ownership.py SCRATCH SOURCE FOLDER FORKED``.
+
+Kills.
 SOURCE is a Zarr array of ones; FOLDER holds one user array of zeros per
 scenario, ``<step>-<exchange|fallback>.zarr``. For each scenario a forked
 child opens SOURCE, saves it over its target and SIGKILLs itself when the
@@ -11,8 +14,15 @@ renames the target aside is also killed right after that rename, wherever
 it does it. Right after each kill the target is read with plain zarr (the
 next child's session then cleans up after the killed one); a last child
 makes a session and is killed.
+
+Forks. In the scratch folder FORKED this process makes an array, then a
+``multiprocessing`` fork child and an ``os.fork`` child (which exits with
+``sys.exit``, so atexit handlers run) drop every reference to it and
+collect; the report says whether the session folder and the array survived.
 """
+import gc
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -52,7 +62,36 @@ def save_and_die(scratch: str, source: str, target: str, step: str, how: str) ->
         jask.save(jask.open(source), target, overwrite=True)
 
 
-def main(scratch: str, source: str, folder: str) -> None:
+def main(scratch: str, source: str, folder: str, forked: str) -> None:
+    report = {"kills": kills(scratch, source, folder), "forks": forks(forked)}
+    print(json.dumps(report), flush=True)
+
+
+def forks(scratch: str) -> dict:
+    jask.set_memory_budget("8MB", scratch_dir=scratch)
+    x = jask.from_numpy(np.arange(6.0, dtype=np.float32))
+    folder = jask.store.sessions.session_dir(scratch)
+
+    def drop_everything():
+        nonlocal x
+        del x
+        gc.collect()
+        jask.store.registry.sweep()   # what jask's next safe point does
+        jask.store.trash.wait()
+
+    child = multiprocessing.get_context("fork").Process(target=drop_everything)
+    child.start()
+    child.join()
+    pid = os.fork()
+    if pid == 0:
+        drop_everything()
+        sys.exit(0)   # a plain exit: atexit handlers run in the child
+    os.waitpid(pid, 0)
+    return {"exitcode": child.exitcode, "session": os.path.isdir(folder),
+            "sum": float(jask.sum(x)), "values": x.to_numpy().tolist()}
+
+
+def kills(scratch: str, source: str, folder: str) -> dict:
     report = {}
     for step, how in SCENARIOS:
         target = os.path.join(folder, f"{step}-{how}.zarr")
@@ -71,7 +110,7 @@ def main(scratch: str, source: str, folder: str) -> None:
         finally:
             os._exit(0)
     report["bare"] = {"killed": killed(pid), "found": None}
-    print(json.dumps(report), flush=True)
+    return report
 
 
 def killed(pid: int) -> bool:
@@ -88,4 +127,4 @@ def found(target: str) -> str:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
