@@ -38,8 +38,8 @@ from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from jask.base import counters, memory
-from jask.store import buffers, sessions
-from jask.store.spec import StoreSpec
+from jask.store import buffers
+from jask.store.spec import StoreSpec, writes_every_chunk
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "remember_plain"]
 
@@ -120,7 +120,7 @@ def open_array(path: str) -> zarr.Array:
     arr = _arrays.get(path)
     if arr is None:
         arr = zarr.open_array(path, mode="r+")
-        if sessions.holds_jask_stores(path):  # so that a missing chunk file means damage
+        if writes_every_chunk(path):  # so that a missing chunk file means damage
             arr = arr.with_config({"write_empty_chunks": True})  # type: ignore[call-overload]
         with _lock:
             if len(_arrays) >= _MAX_CACHED_ARRAYS:
@@ -299,7 +299,7 @@ def _chunk_ranges(region: tuple, chunks: tuple):
 def _check_may_be_missing(layout: RawLayout, index: tuple, path: str) -> None:
     """Zarr leaves chunks of only the fill value unwritten, but jask writes
     every chunk of its own stores: there a missing file is damage."""
-    if not os.path.isdir(layout.root) or sessions.holds_jask_stores(layout.root):
+    if not os.path.isdir(layout.root) or writes_every_chunk(layout.root):
         raise FileNotFoundError(
             f"chunk {layout.encode_key(index)!r} of the Zarr store {layout.root!r} is "
             f"missing (no file {path!r}): the store is damaged or was removed")
@@ -520,7 +520,8 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         counters.stored_written(layout.root, view.nbytes)
         # no O_TRUNC: a reused store's chunk file (jask.store.recycle) is overwritten
         # in place, with no blocks freed and allocated again
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, sessions.file_mode(layout.root))
+        from jask.store.sessions import file_mode  # 0600 in jask's scratch (local: a
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, file_mode(layout.root))  # small hunk)
         try:
             size = view.nbytes
             while view:  # on a filling disk a write can be short before one fails

@@ -27,7 +27,7 @@ import stat
 import threading
 import uuid
 
-__all__ = ["session_dir", "owns", "is_session", "keep", "holds_jask_stores", "open_lock",
+__all__ = ["session_dir", "owns", "keep", "holds_jask_stores", "open_lock",
            "file_mode", "folder_mode", "journal_dir"]
 
 _lock = threading.Lock()
@@ -277,12 +277,6 @@ def owns(path: str) -> bool:
     _forget_if_forked()
     path = os.path.abspath(path)
     return os.path.dirname(path) in _sessions.values() and path not in _kept
-
-
-def is_session(folder: str) -> bool:
-    """Whether ``folder`` is one of this process's session folders."""
-    _forget_if_forked()
-    return os.path.abspath(folder) in _sessions.values()
 
 
 def keep(path: str) -> None:

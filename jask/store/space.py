@@ -11,10 +11,9 @@ import errno
 import os
 import shutil
 
-from jask.store import chunkio, recycle, sessions, trash
+from jask.store import chunkio, recycle, trash
 
-__all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors",
-           "raise_if_full", "stamp",
+__all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors", "stamp",
            "check_unchanged"]
 
 
@@ -48,13 +47,12 @@ def _free_bytes(folder: str) -> int:
 
 def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
     free = _free_bytes(folder)
-    elsewhere = ("choose another scratch_dir with jask.set_memory_budget"
-                 if sessions.is_session(folder) else "write elsewhere")
     return DiskFullError(
         errno.ENOSPC,
         f"{op}: not enough disk space in {folder!r}: the output needs {needed:,} bytes "
-        f"and {free:,} bytes are free. Free some space (or {elsewhere}) and run the op "
-        "again; nothing was kept of it")
+        f"and {free:,} bytes are free. Free some space (or write elsewhere: jask's own "
+        "results go to the scratch_dir of jask.set_memory_budget) and run the op again; "
+        "nothing was kept of it")
 
 
 def check_space(folder: str, needed: int, op: str) -> None:
@@ -64,6 +62,16 @@ def check_space(folder: str, needed: int, op: str) -> None:
         trash.wait()
         if _free_bytes(folder) < needed:
             raise _full_error(folder, needed, op)
+
+
+def raise_if_full(err: BaseException, needs: dict[str, int], op: str) -> None:
+    """Raise :class:`DiskFullError` if ``err`` is a bare full-disk error of an
+    op writing into several folders (``folder -> bytes``), naming the one
+    with the least space left."""
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC
+            and not isinstance(err, DiskFullError)):
+        folder = min(needs, key=_free_bytes)
+        raise _full_error(folder, needs[folder], op) from err
 
 
 @contextlib.contextmanager
@@ -76,16 +84,6 @@ def space_errors(folder: str, needed: int, op: str):
         if err.errno != errno.ENOSPC or isinstance(err, DiskFullError):
             raise
         raise _full_error(folder, needed, op) from err
-
-
-def raise_if_full(err: BaseException, needs: dict[str, int], op: str) -> None:
-    """Raise :class:`DiskFullError` if ``err`` is a bare full-disk error of an
-    op writing into several folders (``folder -> bytes``), naming the one
-    with the least space left."""
-    if (isinstance(err, OSError) and err.errno == errno.ENOSPC
-            and not isinstance(err, DiskFullError)):
-        folder = min(needs, key=_free_bytes)
-        raise _full_error(folder, needs[folder], op) from err
 
 
 # --- stores changed by another writer -------------------------------------

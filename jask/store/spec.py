@@ -8,11 +8,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StoreSpec", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata"]
+__all__ = ["StoreSpec", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
+           "writes_every_chunk"]
 
 #: Suffix of every store holding a gradient (a cotangent).
 GRAD_SUFFIX = ".grad"
@@ -76,3 +78,22 @@ def plain_v3_metadata(shape, dtype, chunks) -> str | None:
         "node_type": "array",
         "storage_transformers": [],
     }, indent=2)
+
+
+
+def writes_every_chunk(path: str) -> bool:
+    """Whether the store at ``path`` is one of jask's own (in a session
+    folder, proven by the files jask wrote there, not by its name), whose
+    every chunk file jask writes: there, unlike in Zarr stores in general, a
+    missing chunk file is damage, not the fill value. (It reads a few small
+    files: :func:`jask.store.sessions.holds_jask_stores`.)
+
+    Example:
+      >>> writes_every_chunk("/data/session-h-1-ab/features.zarr")  # a look-alike
+      False
+    """
+    from jask.store.sessions import holds_jask_stores  # the proof lives with the sessions
+
+    return holds_jask_stores(path)
+
+
