@@ -37,8 +37,6 @@ import shutil
 import uuid
 from typing import Callable
 
-from jask.store import sessions
-
 __all__ = ["replace", "recover", "store_lock", "FSYNC"]
 
 #: fsync the new store before it becomes visible, and its folder after.
@@ -87,7 +85,8 @@ def store_lock(target: str, *, blocking: bool = True):
     """
     path = _sibling(target, _LOCK)
     while True:
-        fd = sessions.open_lock(path)  # no symlink, no other user's file
+        from jask.store.sessions import open_lock  # (a local import: a small hunk)
+        fd = open_lock(path)  # never through a symlink, never another user's file
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
