@@ -15,13 +15,14 @@ The new array is written into a hidden staging folder beside the path,
   the next jask session puts the complete new one in.
 
 Proof, not names. Before the staging folder exists, an entry in this
-process's session journal (:func:`jask.store.sessions.journal_dir`) records
-the path, the hidden names, and the inode numbers of the old array and the
-staging folder. A later session that finds a dead session's folder (and
-this process at exit) runs :func:`recover_journal`: it finishes a swap cut
-short and removes the staging or old copies a killed save left, but only
-folders whose inode the journal holds; a folder that merely has a hidden
-jask-like name is never touched.
+process's session journal (:func:`jask.store.sessions.journal_dir`, a
+``0600`` file of this user's in a proven session folder) records the path,
+the two hidden names (each with a random id) and the inode of the old
+array. A later session that finds a dead session's folder (and this
+process at exit) runs :func:`recover_journal`: it finishes a fallback swap
+cut short and removes the hidden copies a killed save left, exactly the
+paths its journal names; a folder that merely has a jask-like hidden name
+is never touched. Cost: one small journal file written and removed per save.
 """
 from __future__ import annotations
 
@@ -88,24 +89,22 @@ def put(target: str, write: Callable[[str], None], *, overwrite: bool, journal: 
     staging = os.path.join(folder, f".{name}.jask-save-{tag}")
     aside = os.path.join(folder, f".{name}.jask-aside-{tag}")
     entry: dict = {"target": target, "staging": staging, "aside": aside,
-                   "old": _identity(target), "new": None, "phase": "write"}
+                   "old": _identity(target), "phase": "write"}
     record = os.path.join(journal, f"save-{tag}")
     _write_entry(record, entry)  # before the staging folder exists: never unproven
     try:
         os.mkdir(staging)
-        entry["new"] = _identity(staging)
-        _write_entry(record, entry)
         _step("write")
         write(staging)
-        entry["phase"] = "swap"  # complete: recovery puts it in if the path is empty
-        _write_entry(record, entry)
     except BaseException:
         _remove(staging)
         _unlink(record)
         raise
     _step("swap")
     try:
-        _swap(staging, target, aside, overwrite)
+        # complete: if a fallback swap is cut short, recovery puts it in
+        _swap(staging, target, aside, overwrite, lambda: _write_entry(
+            record, dict(entry, phase="swap"), fresh=False))
     except BaseException:
         _recover(entry)  # a refused or failed swap: the path as it was, no copies left
         _unlink(record)
@@ -115,14 +114,16 @@ def put(target: str, write: Callable[[str], None], *, overwrite: bool, journal: 
     _unlink(record)
 
 
-def _swap(staging: str, target: str, aside: str, overwrite: bool) -> None:
-    """Put ``staging`` at ``target``; the old array (if any) goes to a hidden name."""
+def _swap(staging: str, target: str, aside: str, overwrite: bool, journal_swap) -> None:
+    """Put ``staging`` at ``target``; the old array (if any) goes to a hidden name
+    (``journal_swap()`` first, where that takes two renames)."""
     if os.path.lexists(target):
         if not overwrite:
             raise FileExistsError(f"jask.save: {target!r} already exists; pass "
                                   "overwrite=True to replace it")
         if _renameat2(staging, target, _RENAME_EXCHANGE):
             return
+        journal_swap()
         os.rename(target, aside)
         _step("renamed-aside")  # no array at target: recovery puts staging in
         os.rename(staging, target)
@@ -156,8 +157,8 @@ def copies_of(target: str, journal: str | None):
     """Journal the hidden copies of ``target`` made in the block, for
     ``update_`` (:func:`jask.store.durability.replace`): ``note(make)`` wraps a
     ``make(path)``. If the process is killed, a later session removes each
-    copy that still holds what the journal proves this process made (the new
-    values, or the old store after the exchange), never the store itself.
+    copy the journal names (the new values, or the old store after the
+    exchange), never what is at ``target``.
 
     Example:
       >>> import tempfile
@@ -176,13 +177,10 @@ def copies_of(target: str, journal: str | None):
 
         def made(path: str) -> None:
             record = os.path.join(folder, f"save-{uuid.uuid4().hex[:12]}")
-            entry = {"target": os.path.abspath(target), "staging": path, "aside": path,
-                     "old": _identity(target), "new": None, "phase": "write"}
-            _write_entry(record, entry)
+            _write_entry(record, {"target": os.path.abspath(target), "staging": path,
+                                  "aside": path, "old": _identity(target), "phase": "write"})
             records.append(record)
             make(path)
-            entry["new"] = _identity(path)
-            _write_entry(record, entry)
         return made
     try:
         yield note
@@ -202,13 +200,15 @@ def _identity(path: str) -> list | None:
     return [info.st_dev, info.st_ino] if info.st_uid == os.geteuid() else None
 
 
-def _write_entry(record: str, entry: dict) -> None:
-    """Replace the journal entry at ``record`` in one rename (never half written)."""
-    partial = record + ".partial"
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
+def _write_entry(record: str, entry: dict, *, fresh: bool = True) -> None:
+    """Write the journal entry at ``record``. A new one directly (cut short, it
+    does not parse and names nothing made yet); a changed one by a rename."""
+    path = record if fresh else record + ".partial"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if fresh else os.O_TRUNC)
+    with os.fdopen(os.open(path, flags, 0o600), "w") as f:
         json.dump(entry, f)
-    os.replace(partial, record)
+    if not fresh:
+        os.replace(path, record)
 
 
 def _read_entry(record: str) -> dict | None:
@@ -224,7 +224,7 @@ def _read_entry(record: str) -> dict | None:
             entry = json.load(f)
         except ValueError:
             return None
-    keys = {"target", "staging", "aside", "old", "new", "phase"}
+    keys = {"target", "staging", "aside", "old", "phase"}
     return entry if isinstance(entry, dict) and keys <= entry.keys() else None
 
 
@@ -250,26 +250,18 @@ def recover_journal(journal: str) -> None:
 
 def _recover(entry: dict) -> None:
     """Put a complete new array in where a swap was cut short; remove the
-    hidden copies this save made (recognised by their journalled inode)."""
+    hidden copies this save made (their random names are in the journal)."""
     target, staging, aside = entry["target"], entry["staging"], entry["aside"]
-    ours = [tuple(i) for i in (entry["new"], entry["old"]) if i]
     if not os.path.lexists(target):
-        if entry["phase"] == "swap" and _is(staging, entry["new"]):
+        if entry["phase"] == "swap" and _identity(staging) is not None:
             os.rename(staging, target)  # complete: the new array goes in
-        elif _is(aside, entry["old"]):
+        elif entry["old"] is not None and _identity(aside) == entry["old"]:
             os.rename(aside, target)    # never lose the old one
     at_target = _identity(target)
     for hidden in (staging, aside):
         found = _identity(hidden)
-        if found is not None and tuple(found) in ours and found != at_target:
+        if found is not None and found != at_target:
             _remove(hidden)
-        elif entry["new"] is None and found is not None:
-            with contextlib.suppress(OSError):  # killed right after making it: empty
-                os.rmdir(hidden)
-
-
-def _is(path: str, identity) -> bool:
-    return identity is not None and _identity(path) == list(identity)
 
 
 def _remove(path: str) -> None:
