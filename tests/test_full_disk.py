@@ -63,3 +63,20 @@ def test_full_scratch_disk(tmp_path, small_disk):
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "input.zarr"), mode="r")[:], data)
     assert (zarr.open_array(str(small_disk / "target.zarr"), mode="r")[:] == 7.0).all()
     assert [n for n in os.listdir(small_disk) if n.startswith(".target")] == []
+
+
+def test_every_writer_names_the_full_folder(tmp_path):
+    """save, to_zarr, jask.optim.step, optax.apply_updates and
+    jask.optim.apply_updates: a DiskFullError naming the folder and the sizes
+    (before, a bare ``OSError: [Errno 28]`` from the last three)."""
+    with tmpfs_mount(tmp_path / "small", "4m") as mount:
+        report = run_script("full_disk_writers.py", mount, tmp_path / "scratch", timeout=300)
+        np.testing.assert_array_equal(zarr.open_array(str(mount / "p.zarr"))[...], 1.0)
+    for writer in ["save", "to_zarr zstd", "apply_updates", "optim.step",
+                   "optax.apply_updates"]:
+        r = report[writer]
+        folder = report["scratch"] if writer.startswith(("optim", "optax")) else str(mount)
+        assert r["type"] == "DiskFullError", (writer, r)
+        assert f"in {folder!r}" in r["message"], (writer, r)
+        assert re.search(r"needs [\d,]+ bytes and [\d,]+ bytes are free", r["message"]), r
+    assert report["left_beside"] == ["ballast", "p.zarr"]   # no partial copies

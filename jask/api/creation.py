@@ -19,7 +19,10 @@ def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like 
     """Wrap an existing Zarr array as a DiskArray, without loading it.
 
     jask never deletes or modifies an opened store, except through
-    :meth:`DiskArray.update_` on it.
+    :meth:`DiskArray.update_` on it, whoever else holds it: even a result
+    of jask's opened by its ``filename`` is kept when that result is
+    collected (it goes with jask's scratch folder when the session ends:
+    :func:`jask.save` it to keep it).
 
     Args:
       path: folder of a Zarr (v2 or v3) array.

@@ -6,14 +6,13 @@ reads it back in any later session. The copy is a Dask graph of block
 tasks, one whole output chunk per task (concurrent tasks never share a
 chunk file, so compressed chunks are never lost), checked against the
 memory budget before anything is written. It goes to a hidden folder beside
-the target and is renamed into place only once complete: a failure never
-leaves a half-written array at ``path``.
+the target and is put in place only once complete, over an existing array by
+one atomic exchange (:mod:`jask.store.saves`): a failure or a kill never
+leaves a half-written array, nor no array, at ``path``.
 """
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 
 import numcodecs
 import numpy as np
@@ -28,8 +27,8 @@ from jask.core.array import DiskArray
 from jask.core.lifetime import collect_if_idle
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
-from jask.store import chunkio, space, versions
-from jask.store.spec import StoreSpec
+from jask.store import chunkio, saves, sessions, space, versions
+from jask.store.spec import StoreSpec, stored_nbytes
 
 __all__ = ["save", "COMPRESSORS"]
 
@@ -47,7 +46,9 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     The array is streamed tile by tile within the memory budget (one whole
     output chunk per task, with a progress bar when
     :func:`jask.show_progress` is on) into a hidden folder beside ``path``,
-    which is renamed to ``path`` once every chunk is written. jask never
+    which is put at ``path`` once every chunk is written (over an existing
+    array by one atomic exchange: at every instant ``path`` holds the old
+    array or the new one, whatever kills the process). jask never
     deletes a saved array. Saving writes to a path, a side effect, so it is
     refused inside ``jax.jit`` (and other transformations): save the value
     the compiled function returns.
@@ -78,6 +79,8 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
       jask.BudgetError: one chunk's task does not fit in the budget.
       jask.StoreChangedError: another process replaced ``x``'s store (its
         ``update_``) while it was copied; nothing was saved: run it again.
+      jask.DiskFullError: the array does not fit beside ``path`` (the message
+        names the folder, the bytes needed and the bytes free).
 
     Example:
       >>> import numpy as np, jask, zarr
@@ -97,16 +100,21 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     out_chunks, cost = planned.tile, planned.cost  # one whole chunk per task
     _check_layout(source, out_chunks, codecs)
     collect_if_idle()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    staging = _sibling(path, "saving")
-    try:  # one version of x's store, checked before the copy is put in place
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    needed = stored_nbytes(StoreSpec(path, source.shape, source.dtype, out_chunks))
+    if not codecs:  # a compressed array's size is known only once written
+        space.check_space(folder, needed, "save")
+    journal = sessions.journal_dir(sessions.session_dir(config.scratch_dir))
+
+    def write(staging):  # one version of x's store, checked before the copy is put in place
         with space.snapshot([source], "jask.save"):
             _write(source, staging, out_chunks, codecs, cost, config)
             versions.write_token(staging)  # readers of an overwritten path see a new version
-    except space.StoreChangedError:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _move_into_place(staging, path)
+
+    with space.space_errors(folder, needed, "save"):
+        saves.put(path, write, overwrite=overwrite, journal=journal)
+    chunkio.forget(path)
     return creation.open(path)
 
 
@@ -180,11 +188,6 @@ def _check_layout(source: StoreSpec, chunks: tuple, codecs: tuple) -> None:
                          f"{codecs}: {err}") from None
 
 
-def _sibling(path: str, what: str) -> str:
-    folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}.{what}-{uuid.uuid4().hex[:8]}")
-
-
 def _write(source: StoreSpec, staging: str, chunks: tuple, codecs: tuple,
            cost: memory.TileCost, config: Config) -> None:
     """Copy ``source`` into a new array at ``staging``; remove it on failure."""
@@ -200,24 +203,8 @@ def _write(source: StoreSpec, staging: str, chunks: tuple, codecs: tuple,
         else:
             dsk, keys = _encode_graph(out, source, encoder)
         execute.run(dsk, keys, config.workers, cost)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     finally:
         chunkio.forget(staging)
-
-
-def _move_into_place(staging: str, path: str) -> None:
-    """Rename the complete array to ``path``, replacing what was there."""
-    old = None
-    if os.path.lexists(path):
-        old = _sibling(path, "replaced")
-        os.rename(path, old)
-    os.rename(staging, path)
-    chunkio.forget(path)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
 
 
 # --- compressed chunks, encoded in the task's own thread ------------------------

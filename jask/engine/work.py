@@ -24,7 +24,7 @@ from jask.engine import builders, execute, scan, tasks
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan
-from jask.store import chunkio, durability, layout, registry, sessions, space
+from jask.store import chunkio, durability, layout, registry, saves, sessions, space
 from jask.store.spec import StoreSpec, stored_nbytes
 
 
@@ -308,7 +308,7 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
         finally:
             chunkio.forget(path)
 
-    replace_store(target, make_staging, fill)
+    replace_store(target, make_staging, fill, config)
     return target
 
 
@@ -316,11 +316,14 @@ update = Work("update_", _update,
               lambda stores, values, config: planner.update(stores[0], stores[1], config))
 
 
-def replace_store(target: StoreSpec, make_staging, fill) -> None:
+def replace_store(target: StoreSpec, make_staging, fill, config: Config) -> None:
     """Replace ``target``'s data atomically (:func:`jask.store.durability.replace`),
     after computing the deferred results that read its old values."""
     registry.before_mutation(target.path)
-    durability.replace(target.path, make_staging, fill, durable=not target.managed)
+    journal = None if target.managed else sessions.journal_dir(  # a session goes whole
+        sessions.session_dir(config.scratch_dir))
+    with saves.copies_of(target.path, journal) as note:  # a killed one's: cleaned later
+        durability.replace(target.path, note(make_staging), fill, durable=not target.managed)
     chunkio.forget(target.path)
 
 
@@ -347,6 +350,7 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
         planned = plan_of(stores, values, config)
         tile, cost = planned.tile, planned.cost
         first = 0 if target is None else 1
+        needs = _fused_room(config, op, shape, out_dtypes[first:], tile, target)
         outs: list = []
         try:
             for dt in out_dtypes[first:]:
@@ -367,13 +371,30 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
             if target is None:
                 fill(None)
             else:  # the first output replaces target's data, atomically (as update_)
-                replace_store(target, layout.maker_like(target), fill)
-        except BaseException:
+                replace_store(target, layout.maker_like(target), fill, config)
+        except BaseException as err:
             for out in outs:
                 registry.discard(out)
+            space.raise_if_full(err, needs, op)  # naming the folder and the sizes
             raise
         return ([target] if target is not None else []) + outs
     return Work(op, run, plan_of)
+
+
+def _fused_room(config: Config, op: str, shape, dtypes, tile, target) -> dict[str, int]:
+    """Bytes each folder must take of a fused op's outputs (the scratch
+    folder, and the folder of a ``target`` replaced), refused now if short."""
+    folder = sessions.session_dir(config.scratch_dir)
+    needs = {folder: sum(stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dt), tile))
+                         for dt in dtypes)}
+    if target is not None:
+        beside = os.path.dirname(target.path)
+        needs[beside] = needs.get(beside, 0) + stored_nbytes(target)
+    for where, needed in needs.items():
+        if needed and not (target is not None and where == os.path.dirname(target.path)
+                           and layout.compressed(target)):  # then only an upper bound
+            space.check_space(where, needed, op)
+    return needs
 
 
 def _store(sources: list, i: int | None) -> StoreSpec | None:

@@ -689,7 +689,8 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         counters.stored_written(layout.root, view.nbytes)
         # no O_TRUNC: a reused store's chunk file (jask.store.recycle) is overwritten
         # in place, with no blocks freed and allocated again
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        from jask.store.sessions import file_mode  # 0600 in jask's scratch (local: a
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, file_mode(layout.root))  # small hunk)
         try:
             size = view.nbytes
             while view:  # on a filling disk a write can be short before one fails

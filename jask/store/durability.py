@@ -91,7 +91,8 @@ def store_lock(target: str, *, blocking: bool = True):
     """
     path = _sibling(target, _LOCK)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        from jask.store.sessions import open_lock  # (a local import: a small hunk)
+        fd = open_lock(path)  # never through a symlink, never another user's file
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:

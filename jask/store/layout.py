@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from jask.store import chunkio
+from jask.store import chunkio, sessions
 from jask.store.spec import StoreSpec, plain_v3_metadata
 
 __all__ = ["create_at", "create_like", "maker_like", "compressed"]
@@ -22,10 +22,15 @@ def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
         raise TypeError(f"jask cannot make a 0-d store yet (at {path!r})")
     if metadata is None:
         zarr.create_array(store=path, shape=shape, chunks=tuple(chunks), dtype=dtype,
-                          compressors=None, fill_value=0, zarr_format=3)
+                          compressors=None, fill_value=0, zarr_format=3,
+                          chunk_key_encoding={"name": "default", "separator": "."})
+        os.chmod(os.path.join(path, "zarr.json"), sessions.file_mode(path))  # not the umask's
+        os.chmod(path, sessions.folder_mode(path))
     else:
-        os.makedirs(path)
-        with open(os.path.join(path, "zarr.json"), "w") as f:
+        os.mkdir(path, sessions.folder_mode(path))
+        fd = os.open(os.path.join(path, "zarr.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                     sessions.file_mode(path))
+        with os.fdopen(fd, "w") as f:
             f.write(metadata)
         # tile I/O then knows its files without asking Zarr (about 2 ms a store)
         chunkio.remember_plain(path, shape, dtype, tuple(chunks))

@@ -14,7 +14,8 @@ it registers them, so no stale chunk survives into a result).
 At most :data:`MAX_BYTES` of them are kept, and none on a disk with less
 than four times that free; the rest go to :mod:`jask.store.trash`. :func:`clear`
 (called by ``jask.collect()`` and when the disk is short of space) deletes
-them all.
+them all. Only stores :func:`jask.store.sessions.owns` are kept or removed:
+a store opened by path is never reused under another array.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import shutil
 import threading
 import uuid
 
-from jask.store import trash
+from jask.store import sessions, trash
 
 __all__ = ["give", "take", "clear"]
 
@@ -48,13 +49,15 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
 
     Example:
       >>> import tempfile
-      >>> d = tempfile.mkdtemp()
+      >>> d = sessions.session_dir(tempfile.mkdtemp())
       >>> os.makedirs(os.path.join(d, "a-1.zarr"))
       >>> give(os.path.join(d, "a-1.zarr"), (2,), "float32", (2,), 8)
       >>> took = take(os.path.join(d, "b-2.zarr"), (2,), "float32", (2,))
-      >>> took, os.listdir(d)
+      >>> took, [name for name in os.listdir(d) if not name.startswith(".jask")]
       (True, ['b-2.zarr'])
     """
+    if not sessions.owns(path):
+        return  # opened by path, or a forked parent's: never reused nor deleted
     folder, name = os.path.split(path)
     key = _key(folder, os.path.splitext(name)[1], shape, dtype, chunks)
     with _lock:

@@ -153,7 +153,9 @@ def discard(store: StoreSpec, *, later: bool = False) -> None:
     ``later``, a garbage store: its path goes now, its files in the
     background (:mod:`jask.store.trash`)."""
     chunkio.forget(store.path)
-    if later and plain_v3_metadata(store.shape, store.dtype, store.chunks) is not None:
+    if not sessions.owns(store.path):
+        pass  # opened by path, or a forked parent's: never deleted (jask.store.sessions)
+    elif later and plain_v3_metadata(store.shape, store.dtype, store.chunks) is not None:
         recycle.give(store.path, store.shape, store.dtype, store.chunks, stored_nbytes(store))
     elif later:
         trash.remove(store.path)
@@ -169,6 +171,7 @@ def register_external(path) -> StoreSpec:
     Raises FileNotFoundError, naming the path, when there is no Zarr array.
     """
     path = os.fspath(path)
+    sessions.keep(path)  # even a scratch store: a DiskArray of the user's reads it now
     durability.recover(path)  # finish an update_ a killed process left
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
@@ -291,7 +294,8 @@ def _empty_trash() -> None:
                 return
             item = _trash[0]
         if isinstance(item, str):  # made by an op interrupted before registering it
-            shutil.rmtree(item, ignore_errors=True)
+            if sessions.owns(item):
+                shutil.rmtree(item, ignore_errors=True)
         elif item.managed:
             discard(item, later=True)  # reused or deleted in the background
         else:

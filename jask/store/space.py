@@ -52,8 +52,9 @@ def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
     return DiskFullError(
         errno.ENOSPC,
         f"{op}: not enough disk space in {folder!r}: the output needs {needed:,} bytes "
-        f"and {free:,} bytes are free. Free some space (or choose another scratch_dir "
-        "with jask.set_memory_budget) and run the op again; nothing was kept of it")
+        f"and {free:,} bytes are free. Free some space (or write elsewhere: jask's own "
+        "results go to the scratch_dir of jask.set_memory_budget) and run the op again; "
+        "nothing was kept of it")
 
 
 def check_space(folder: str, needed: int, op: str) -> None:
@@ -63,6 +64,16 @@ def check_space(folder: str, needed: int, op: str) -> None:
         trash.wait()
         if _free_bytes(folder) < needed:
             raise _full_error(folder, needed, op)
+
+
+def raise_if_full(err: BaseException, needs: dict[str, int], op: str) -> None:
+    """Raise :class:`DiskFullError` if ``err`` is a bare full-disk error of an
+    op writing into several folders (``folder -> bytes``), naming the one
+    with the least space left."""
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC
+            and not isinstance(err, DiskFullError)):
+        folder = min(needs, key=_free_bytes)
+        raise _full_error(folder, needs[folder], op) from err
 
 
 @contextlib.contextmanager

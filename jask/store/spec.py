@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,15 +139,17 @@ def plain_v3_metadata(shape, dtype, chunks) -> str | None:
 
 def writes_every_chunk(path: str) -> bool:
     """Whether the store at ``path`` is one of jask's own (in a session
-    folder), whose every chunk file jask writes: there, unlike in Zarr
-    stores in general, a missing chunk file is damage, not the fill value.
+    folder, proven by the files jask wrote there, not by its name), whose
+    every chunk file jask writes: there, unlike in Zarr stores in general, a
+    missing chunk file is damage, not the fill value. (It reads a few small
+    files: :func:`jask.store.sessions.holds_jask_stores`.)
 
     Example:
-      >>> writes_every_chunk("/s/.jask_scratch/session-h-1-ab/add-1.zarr")
-      True
-      >>> writes_every_chunk("/data/features.zarr")
+      >>> writes_every_chunk("/data/session-h-1-ab/features.zarr")  # a look-alike
       False
     """
-    return os.path.basename(os.path.dirname(os.path.abspath(path))).startswith("session-")
+    from jask.store.sessions import holds_jask_stores  # the proof lives with the sessions
+
+    return holds_jask_stores(path)
 
 

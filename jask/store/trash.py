@@ -5,7 +5,9 @@ took 0.3-2 ms on this machine's ext4 disk while other processes wrote
 (more than the whole rest of an eager op on a small array). Garbage stores
 are therefore renamed, in one step, to a hidden ``.trash-*`` name in
 their folder, so their path is gone at once, and a daemon thread deletes
-them. :func:`wait` blocks until everything handed over is deleted
+them. Only what :func:`jask.store.sessions.owns` (this process's own scratch,
+never a store opened by path, never a forked parent's) is removed at all.
+:func:`wait` blocks until everything handed over is deleted
 (``jask.collect()`` calls it); a process that exits first leaves them to
 the session cleanup, which removes the whole session folder.
 """
@@ -16,6 +18,8 @@ import queue
 import shutil
 import threading
 import uuid
+
+from jask.store import sessions
 
 __all__ = ["remove", "wait"]
 
@@ -32,12 +36,14 @@ def remove(path: str) -> None:
 
     Example:
       >>> import tempfile
-      >>> d = tempfile.mkdtemp()
+      >>> d = sessions.session_dir(tempfile.mkdtemp())
       >>> os.makedirs(os.path.join(d, "a.zarr", "c"))
       >>> remove(os.path.join(d, "a.zarr")); wait()
-      >>> os.listdir(d)
+      >>> [name for name in os.listdir(d) if not name.startswith(".jask")]
       []
     """
+    if not sessions.owns(path):
+        return  # not this process's to delete
     # a rename within one folder: moving a folder to another one took 1 ms
     target = os.path.join(os.path.dirname(path), f"{TRASH}-{uuid.uuid4().hex[:12]}")
     try:
