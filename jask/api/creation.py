@@ -11,17 +11,16 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
-from jax import dtypes as jax_dtypes
 from jax.core import ShapedArray
 
 from jask.base.config import Config, get_config
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
-from jask.core.array import DiskArray, DiskArrayType, disk_type
-from jask.core.ufuncs import PASS, Ufunc
-from jask.engine.blockwise import positional
+from jask.core.array import DiskArray, disk_type
 from jask.core.lifetime import collect_if_idle
+from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
+from jask.engine.blockwise import positional
 from jask.store import registry
 
 __all__ = ["open", "from_numpy", "to_disk", "full", "arange", "linspace", "eye", "tri"]
