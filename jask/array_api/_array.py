@@ -98,6 +98,19 @@ def __index__(self):
     return int(_one_element(self, "index"))
 
 
+def __dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """The array's data for DLPack consumers (``np.from_dlpack(x)``), read
+    into memory: for arrays up to the memory budget, as ``np.asarray(x)``."""
+    kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device),
+                                ("copy", copy)) if v is not None}
+    return self.__array__().__dlpack__(stream=stream, **kwargs)
+
+
+def __dlpack_device__(self, /):
+    """The DLPack device of :meth:`__dlpack__`'s data: the host's memory (CPU, 0)."""
+    return (1, 0)  # kDLCPU
+
+
 def __setitem__(self, key, value):
     raise TypeError("a DiskArray is a value and cannot be assigned into: write a whole new "
                     "value into its store with x.update_(new_value), or build the new value "
@@ -113,7 +126,8 @@ def install() -> None:
     for name, f in {"__array_namespace__": __array_namespace__, "to_device": to_device,
                     "__bool__": __bool__, "__float__": __float__, "__int__": __int__,
                     "__complex__": __complex__, "__index__": __index__,
-                    "__setitem__": __setitem__}.items():
+                    "__setitem__": __setitem__, "__dlpack__": __dlpack__,
+                    "__dlpack_device__": __dlpack_device__}.items():
         setattr(DiskArray, name, f)
     for name, f in {"device": device, "mT": matrix_transpose}.items():
         setattr(DiskArray, name, property(f))

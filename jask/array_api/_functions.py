@@ -19,6 +19,7 @@ import math
 import pkgutil
 from typing import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -151,7 +152,7 @@ def _elementwise(name: str, nin: int, names: tuple) -> Callable:
     return op
 
 
-FUNCTIONS: dict[str, Callable] = {name: _elementwise(name, nin, names)
+FUNCTIONS: dict[str, Callable] = {name: _elementwise(name, nin, tuple(names))
                                   for name, (nin, *names) in ELEMENTWISE.items()}
 
 
@@ -283,6 +284,18 @@ def _scan_axis(op: str, x, axis):
     return axis
 
 
+def _accumulation_dtype(reference: Callable, x, axis: int, dtype):
+    """The standard's dtype of a cumulative sum or product: jax.numpy's
+    ``cumulative_sum`` / ``cumulative_prod`` (small integers and bool widen to
+    the default integer), a 64-bit store's width kept when x64 is off."""
+    if dtype is not None:
+        return check_dtype("cumulative_sum", dtype)
+    struct = jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
+    out = np.dtype(jax.eval_shape(lambda v: reference(v, axis=axis), struct).dtype)
+    wide = np.dtype(x.dtype)
+    return wide if wide.kind == out.kind and wide.itemsize > out.itemsize else out
+
+
 def _with_initial(out, axis: int, value):
     shape = list(out.shape)
     shape[axis] = 1
@@ -299,6 +312,7 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
       array([0, 1, 3, 6], dtype=int32)
     """
     axis = _scan_axis("cumulative_sum", x, axis)
+    dtype = _accumulation_dtype(jnp.cumulative_sum, x, axis, dtype)
     out = own(scans.cumsum(x, axis=axis, dtype=dtype))
     return _with_initial(out, axis % len(x.shape), 0) if include_initial else out
 
@@ -312,6 +326,7 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
       array([1, 2, 6], dtype=int32)
     """
     axis = _scan_axis("cumulative_prod", x, axis)
+    dtype = _accumulation_dtype(jnp.cumulative_prod, x, axis, dtype)
     out = own(jask_function("cumulative_prod", "cumprod")(x, axis=axis, dtype=dtype))
     return _with_initial(out, axis % len(x.shape), 1) if include_initial else out
 
@@ -506,7 +521,7 @@ def _axes(op: str, axis, ndim: int) -> tuple:
     return out
 
 
-def expand_dims(x, /, *, axis=0):
+def expand_dims(x, /, axis=0):
     """``x`` with a new axis of length 1 at ``axis``.
 
     Example:
