@@ -9,12 +9,16 @@ the standard's (int64, float64); with it off, jask's defaults are JAX's
 """
 from __future__ import annotations
 
+import doctest
+import io
+
 import jax
 import numpy as np
 import pytest
 
 import jask
 import jask.array_api as xp
+from jask.array_api import _array, _creation, _dtypes, _functions
 
 strict = pytest.importorskip("array_api_strict")
 strict.set_array_api_strict_flags(api_version="2024.12")
@@ -240,3 +244,17 @@ def test_bad_arguments_are_refused_before_writing(small_budget):
         xp.ones(3, device="cuda")
     with pytest.raises(ValueError, match="copy=False"):
         xp.asarray(np.ones(3), copy=False)
+
+
+def test_docstring_examples():
+    """The namespace's doctest examples, run here as one test (the root
+    conftest keeps pytest from collecting them one item each)."""
+    out = io.StringIO()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    ran = 0
+    for module in (xp, _dtypes, _creation, _functions, _array):
+        for test in doctest.DocTestFinder().find(module):
+            runner.run(test, out=out.write)
+            ran += len(test.examples)
+    assert runner.failures == 0, out.getvalue()
+    assert ran > 100
