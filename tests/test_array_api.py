@@ -155,7 +155,9 @@ def test_missing_functions_name_themselves():
 
 
 def test_data_dependent_shapes_are_refused_with_a_way_out():
-    for name in ("nonzero", "unique_all", "unique_counts", "unique_inverse", "unique_values"):
+    # nonzero: until jask has its own (for values known outside jit)
+    refused = ("nonzero",) if _functions._find("nonzero") is None else ()
+    for name in refused + ("unique_all", "unique_counts", "unique_inverse", "unique_values"):
         with pytest.raises(NotImplementedError, match="depends on the data.*materialize"):
             getattr(xp, name)(np.ones(3))
 
@@ -179,6 +181,8 @@ def test_dtype_functions_match_strict(x64):
                      "complex floating", "numeric"):
             assert xp.isdtype(getattr(xp, a), kind) == strict.isdtype(getattr(strict, a), kind)
     assert xp.result_type(xp.float32, 1.5, 2) == xp.float32
+    with jax.enable_x64(False):  # 64-bit types are kept with x64 off, as in jask's stores
+        assert xp.result_type(xp.int16, xp.uint32) == xp.int64
     assert xp.finfo(xp.float32).eps == strict.finfo(strict.float32).eps
     assert xp.iinfo(xp.int16).min == strict.iinfo(strict.int16).min
     with pytest.raises(TypeError, match="complex"):

@@ -118,7 +118,8 @@ def _promote(a: np.dtype, b: np.dtype) -> np.dtype:
     if _kind(a) != _kind(b):
         raise TypeError(f"jask.array_api.result_type: {a.name} and {b.name} do not promote in "
                         "the Array API standard (mixed kinds); convert one with astype first")
-    out = np.dtype(jnp.promote_types(a, b))  # JAX's table; 64-bit types kept
+    with jax.enable_x64(True):  # JAX's table, 64-bit types kept (int16 + uint32: int64)
+        out = np.dtype(jnp.promote_types(a, b))
     if _kind(out) != _kind(a):  # uint64 with a signed type: JAX says float64
         raise TypeError(f"jask.array_api.result_type: {a.name} and {b.name} have no common "
                         "integer type in the Array API standard; convert one with astype first")

@@ -424,8 +424,23 @@ def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
     return own(jask_function("diff", "diff")(x, n=n, axis=axis, **extra))
 
 
-nonzero = _refuse("nonzero", "use where(x != 0, ...) to keep the shape, count_nonzero to count, "
-                  "or jax.numpy.nonzero on a small array brought in with jask.materialize")
+_refuse_nonzero = _refuse(
+    "nonzero", "use where(x != 0, ...) to keep the shape, count_nonzero to count, or "
+    "jax.numpy.nonzero on a small array brought in with jask.materialize")
+
+
+def nonzero(x, /):
+    """Indices of the non-zero elements, one array per axis: jask's
+    ``nonzero`` where it has one (on values known outside ``jax.jit``), else
+    refused, as its result's shape depends on the data.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> [i.tolist() for i in xp.nonzero(xp.asarray([0, 3, 4]))]  # doctest: +SKIP
+      [[1, 2]]
+    """
+    f = _find("nonzero")
+    return _refuse_nonzero(x) if f is None else tuple(own(tuple(f(x))))
 unique_all = _refuse("unique_all", "use jax.numpy.unique_all on a small array brought in with "
                      "jask.materialize (or sort along an axis and compare neighbours)")
 unique_counts = _refuse("unique_counts", "use jax.numpy.unique_counts on a small array "
