@@ -221,11 +221,11 @@ def test_array_attributes(small_budget):
         x[0] = 1.0
 
 
-def test_conversions_and_mT_under_jit(small_budget):
+def test_namespace_and_mT_under_jit(small_budget):
     x = jask.from_numpy(np.arange(6.0, dtype=np.float32).reshape(2, 3))
 
     def f(x):
-        assert x.device == xp.DISK
+        assert x.device == xp.DISK and x.__array_namespace__() is xp
         return x.mT
 
     assert jax.jit(f)(x).to_numpy().tolist() == [[0, 3], [1, 4], [2, 5]]

@@ -133,3 +133,5 @@ def install() -> None:
         setattr(DiskArray, name, property(f))
         setattr(DiskArrayType, name, aval_property(f))
     setattr(DiskArrayType, "to_device", aval_method(to_device))
+    # a traced DiskArray asks its type (jit-compiled code written for the standard)
+    setattr(DiskArrayType, "__array_namespace__", aval_method(__array_namespace__))
