@@ -284,14 +284,16 @@ def _scan_axis(op: str, x, axis):
     return axis
 
 
-def _accumulation_dtype(reference: Callable, x, axis: int, dtype):
+def _accumulation_dtype(x, axis: int, dtype):
     """The standard's dtype of a cumulative sum or product: jax.numpy's
-    ``cumulative_sum`` / ``cumulative_prod`` (small integers and bool widen to
-    the default integer), a 64-bit store's width kept when x64 is off."""
+    ``cumulative_sum``'s (small integers and bool widen to the default
+    integer, as ``jax.numpy.prod`` does too; ``jax.numpy.cumulative_prod``
+    keeps uint8, against the standard), a 64-bit store's width kept when x64
+    is off."""
     if dtype is not None:
         return check_dtype("cumulative_sum", dtype)
     struct = jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
-    out = np.dtype(jax.eval_shape(lambda v: reference(v, axis=axis), struct).dtype)
+    out = np.dtype(jax.eval_shape(lambda v: jnp.cumulative_sum(v, axis=axis), struct).dtype)
     wide = np.dtype(x.dtype)
     return wide if wide.kind == out.kind and wide.itemsize > out.itemsize else out
 
@@ -312,7 +314,7 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
       array([0, 1, 3, 6], dtype=int32)
     """
     axis = _scan_axis("cumulative_sum", x, axis)
-    dtype = _accumulation_dtype(jnp.cumulative_sum, x, axis, dtype)
+    dtype = _accumulation_dtype(x, axis, dtype)
     out = own(scans.cumsum(x, axis=axis, dtype=dtype))
     return _with_initial(out, axis % len(x.shape), 0) if include_initial else out
 
@@ -326,7 +328,7 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
       array([1, 2, 6], dtype=int32)
     """
     axis = _scan_axis("cumulative_prod", x, axis)
-    dtype = _accumulation_dtype(jnp.cumulative_prod, x, axis, dtype)
+    dtype = _accumulation_dtype(x, axis, dtype)
     out = own(jask_function("cumulative_prod", "cumprod")(x, axis=axis, dtype=dtype))
     return _with_initial(out, axis % len(x.shape), 1) if include_initial else out
 
