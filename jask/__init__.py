@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
 from jask import (
+    array_api,  # noqa: F401 - the Array API namespace (installs x.__array_namespace__)
     nn,  # noqa: F401 - jask.nn.relu etc.
     optim,  # noqa: F401 - jask.optim.adam etc.
 )

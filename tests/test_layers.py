@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "jask"
 
 #: layer -> rank; a module may import modules of equal or lower rank.
 RANK = {"base": 0, "store": 1, "engine": 2, "core": 3, "api": 4, "nn": 5, "optim": 5,
+        "array_api": 5,
         "": 6, "testing": 7, "demo": 7}
 
 #: third-party packages a layer may not import (nor anything above it).
@@ -108,6 +109,20 @@ def test_layers_use_only_their_libraries():
             if name == banned or name.startswith(banned + "."):
                 found.append(f"{path.relative_to(ROOT.parent)}:{line} imports {name}")
     assert not found, "\n".join(found)
+
+
+#: leaves built on jask's public functions only (jask.api), never on what lies below it
+ON_API_ONLY = ("nn", "optim", "array_api")
+
+
+def test_leaves_use_only_the_public_functions():
+    found = []
+    for path, line, importer, name in _edges():
+        target = _own_module(name)
+        if (_layer(importer) in ON_API_ONLY and target is not None
+                and _layer(target) in ("core", "engine", "store", "base")):
+            found.append(f"{path.relative_to(ROOT.parent)}:{line} imports {name}")
+    assert not found, "leaves that reach below jask.api:\n" + "\n".join(found)
 
 
 def test_jax_internals_only_in_one_module():

@@ -1,18 +1,29 @@
-"""Making DiskArrays: from an existing Zarr array, or from values in memory."""
+"""Making DiskArrays: from an existing Zarr array, from values in memory, or
+written tile by tile from a rule (``full``, ``arange``, ``linspace``, ``eye``,
+``tri``): each tile is computed from its position, so no array larger than a
+tile is ever in memory."""
 from __future__ import annotations
 
+import functools
+import math
 import os
+from dataclasses import dataclass
 
+import jax.numpy as jnp
 import numpy as np
+from jax.core import ShapedArray
 
 from jask.base.config import Config, get_config
+from jask.core import primitives
 from jask.core._jax_internals import is_tracer
-from jask.core.array import DiskArray
+from jask.core.array import DiskArray, disk_type
 from jask.core.lifetime import collect_if_idle
+from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
+from jask.engine.blockwise import positional
 from jask.store import registry
 
-__all__ = ["open", "from_numpy"]
+__all__ = ["open", "from_numpy", "to_disk", "full", "arange", "linspace", "eye", "tri"]
 
 
 def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like zarr.open
@@ -68,3 +79,175 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
     collect_if_idle()
     return DiskArray._from_store(work.write_value(op="from_numpy")([], [value],
                                                                    config or get_config()))
+
+
+def to_disk(x, *, config: Config | None = None) -> DiskArray:
+    """``x`` as a DiskArray: a DiskArray as it is, a numpy value written in
+    its own dtype (as :func:`from_numpy`), a ``jax.Array`` or a traced value
+    written by a differentiable op (its gradient comes back in memory).
+
+    Example:
+      >>> import jax.numpy as jnp, jask
+      >>> from jask.api.creation import to_disk
+      >>> to_disk(jnp.arange(3.0)).to_numpy()
+      array([0., 1., 2.], dtype=float32)
+    """
+    if disk_type(x) is not None:
+        return x
+    if is_tracer(x) or hasattr(x, "__jax_array__") or type(x).__module__.startswith("jax"):
+        return primitives.from_value(x, config=config)
+    return from_numpy(x, config=config)
+
+
+# --- arrays written from a rule, one tile at a time ----------------------------------
+
+@dataclass(frozen=True)
+class _Rule:
+    """A positional kernel: each tile's values from its region (see
+    :func:`jask.engine.blockwise.positional`), in ``dtype``. Its one operand
+    is a placeholder scalar that it ignores."""
+
+    kind: str        # "full", "arange", "linspace", "eye" or "tri"
+    params: tuple    # the rule's numbers (hashable: a compiled call keys on them)
+    dtype: str
+
+    def __call__(self, _, *, region, shape):
+        if self.kind == "full":
+            return np.asarray(self.params[0], self.dtype)
+        if self.kind == "arange":
+            start, step = self.params
+            i = np.arange(region[0].start, region[0].stop)
+            return (start + i * step).astype(self.dtype)
+        if self.kind == "linspace":  # numpy's formula, so values match np.linspace
+            start, stop, num, endpoint = self.params
+            div = (num - 1) if endpoint else num
+            i = np.arange(region[0].start, region[0].stop, dtype=np.float64)
+            values = i * ((stop - start) / div) + start if div > 0 else i * 0.0 + start
+            if endpoint and num > 1:
+                values[i == num - 1] = stop
+            return values.astype(self.dtype)
+        (k,) = self.params  # eye: ones on diagonal k; tri: ones on and below it
+        rows = np.arange(region[-2].start, region[-2].stop)[:, None]
+        cols = np.arange(region[-1].start, region[-1].stop)[None, :]
+        mask = (cols - rows == k) if self.kind == "eye" else (cols - rows <= k)
+        return mask.astype(self.dtype)
+
+
+positional(_Rule)  # instances are called with their tile's region
+
+
+@functools.lru_cache(maxsize=256)
+def _rule_row(rule: _Rule) -> Ufunc:
+    # A rule is not differentiable: it reads nothing (PASS: its placeholder
+    # operand is never differentiated, being a constant).
+    return Ufunc(rule.kind, rule, lambda _: None, (PASS,), public=False)
+
+
+def _dtype(op: str, dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise TypeError(f"jask.{op}: dtype {dtype.name} is not supported (DiskArrays hold "
+                        "bool, integer and real floating types)")
+    return dtype
+
+
+def _shape(op: str, shape) -> tuple:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(int(n) < 0 for n in shape):
+        raise ValueError(f"jask.{op}: negative dimension in shape {shape}")
+    return tuple(int(n) for n in shape)
+
+
+def _write(rule: _Rule, shape: tuple, dtype: np.dtype, config: Config | None):
+    if shape == ():  # jask makes no 0-d store: a 0-d value lives in memory, as sum(x)'s
+        return jnp.asarray(rule(None, region=(), shape=()), dtype)
+    placeholder = jnp.zeros((), jnp.int32)
+    return primitives.Blockwise(_rule_row(rule), (ShapedArray((), placeholder.dtype),), ((),),
+                                (None,), shape, tuple(range(len(shape))), dtype,
+                                config=config)(placeholder)
+
+
+def full(shape, fill_value, dtype, *, config: Config | None = None) -> DiskArray:
+    """A new DiskArray of ``shape`` and ``dtype`` with every element
+    ``fill_value``, written tile by tile (a 0-d one is an in-memory
+    ``jax.Array``: jask makes no 0-d store).
+
+    Example:
+      >>> import numpy as np
+      >>> from jask.api.creation import full
+      >>> full((2, 3), 7, np.int16).to_numpy()
+      array([[7, 7, 7],
+             [7, 7, 7]], dtype=int16)
+    """
+    dtype = _dtype("full", dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= int(fill_value) <= info.max:
+            raise OverflowError(f"jask.full: fill value {fill_value} is out of the range of "
+                                f"{dtype.name} ({info.min} to {info.max})")
+    value = np.asarray(fill_value).astype(dtype).item()
+    return _write(_Rule("full", (value,), dtype.name), _shape("full", shape), dtype, config)
+
+
+def arange(start, stop, step, dtype, *, config: Config | None = None) -> DiskArray:
+    """``numpy.arange(start, stop, step)`` in ``dtype`` as a new DiskArray,
+    each tile computed from its position (``start + i * step``).
+
+    Example:
+      >>> import numpy as np
+      >>> from jask.api.creation import arange
+      >>> arange(1, 10, 3, np.int32).to_numpy()
+      array([1, 4, 7], dtype=int32)
+    """
+    dtype = _dtype("arange", dtype)
+    if step == 0:
+        raise ValueError("jask.arange: step must not be 0")
+    n = max(0, math.ceil((stop - start) / step))
+    return _write(_Rule("arange", (start, step), dtype.name), (n,), dtype, config)
+
+
+def linspace(start, stop, num: int, dtype, *, endpoint: bool = True,
+             config: Config | None = None) -> DiskArray:
+    """``numpy.linspace(start, stop, num, endpoint)`` in ``dtype`` as a new
+    DiskArray (computed in float64 with numpy's formula, then cast).
+
+    Example:
+      >>> import numpy as np
+      >>> from jask.api.creation import linspace
+      >>> linspace(0, 1, 5, np.float32).to_numpy()
+      array([0.  , 0.25, 0.5 , 0.75, 1.  ], dtype=float32)
+    """
+    dtype = _dtype("linspace", dtype)
+    if int(num) < 0:
+        raise ValueError(f"jask.linspace: num must be non-negative, got {num}")
+    return _write(_Rule("linspace", (float(start), float(stop), int(num), bool(endpoint)),
+                        dtype.name), (int(num),), dtype, config)
+
+
+def eye(n_rows: int, n_cols: int, k: int, dtype, *, config: Config | None = None) -> DiskArray:
+    """A new ``n_rows x n_cols`` DiskArray with ones on diagonal ``k``.
+
+    Example:
+      >>> import numpy as np
+      >>> from jask.api.creation import eye
+      >>> eye(2, 3, 1, np.float32).to_numpy()
+      array([[0., 1., 0.],
+             [0., 0., 1.]], dtype=float32)
+    """
+    dtype = _dtype("eye", dtype)
+    return _write(_Rule("eye", (int(k),), dtype.name), _shape("eye", (n_rows, n_cols)), dtype,
+                  config)
+
+
+def tri(n_rows: int, n_cols: int, k: int, *, config: Config | None = None) -> DiskArray:
+    """A new bool DiskArray, True on and below diagonal ``k`` (``numpy.tri``):
+    the mask of ``tril``, and of ``triu`` negated.
+
+    Example:
+      >>> from jask.api.creation import tri
+      >>> tri(2, 3, 0).to_numpy()
+      array([[ True, False, False],
+             [ True,  True, False]])
+    """
+    return _write(_Rule("tri", (int(k),), "bool"), _shape("tri", (n_rows, n_cols)),
+                  np.dtype(bool), config)

@@ -1,0 +1,153 @@
+"""The Array API standard (2024.12) over DiskArrays: ``x.__array_namespace__()``.
+
+A namespace of its own, beside jask's top level, because the two answer
+differently: its creation functions make DiskArrays whatever their size (as
+Cubed's do), so code written for the standard runs out of core, and its
+signatures are the standard's (``concat``, ``permute_dims``, ``pow``,
+``astype(x, dtype, copy=, device=)``, ``sum(x, axis=, dtype=, keepdims=)``),
+while ``jask.*`` keeps jax.numpy's names and answers small results in memory.
+Results are DiskArrays, except 0-d values, which are in-memory ``jax.Array`` s
+(jask makes no 0-d store; ``float(xp.sum(x))`` reads as it would).
+
+Every function is a thin wrapper over a jask function, looked up by name when
+called: a function whose jask counterpart does not exist yet raises a
+``NotImplementedError`` naming it. What cannot be planned before reading the
+data (``nonzero``, ``unique_*``, boolean-mask indexing) is refused with what
+to do instead. Complex data types are not offered.
+
+Example:
+  >>> import numpy as np, jask, jask.array_api as xp
+  >>> x = jask.from_numpy(np.arange(6.0).reshape(2, 3))
+  >>> x.__array_namespace__() is xp
+  True
+  >>> xp.permute_dims(xp.concat([x, xp.ones((1, 3), dtype=xp.float64)]), (1, 0)).shape
+  (3, 3)
+"""
+from __future__ import annotations
+
+import math as _math
+
+from jask.array_api import _array
+from jask.array_api._creation import (
+    arange,
+    asarray,
+    empty,
+    empty_like,
+    eye,
+    from_dlpack,
+    full,
+    full_like,
+    linspace,
+    meshgrid,
+    ones,
+    ones_like,
+    tril,
+    triu,
+    zeros,
+    zeros_like,
+)
+from jask.array_api._dtypes import (
+    DISK,
+    Device,
+    __array_namespace_info__,
+    bool,
+    can_cast,
+    check_dtype,
+    default_float,
+    default_int,
+    finfo,
+    float16,
+    float32,
+    float64,
+    iinfo,
+    int8,
+    int16,
+    int32,
+    int64,
+    isdtype,
+    result_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from jask.array_api._functions import (
+    ELEMENTWISE,
+    FUNCTIONS,
+    all,
+    any,
+    argmax,
+    argmin,
+    argsort,
+    astype,
+    broadcast_arrays,
+    broadcast_to,
+    clip,
+    concat,
+    count_nonzero,
+    cumulative_prod,
+    cumulative_sum,
+    diff,
+    expand_dims,
+    flip,
+    jask_function,
+    matmul,
+    matrix_transpose,
+    max,
+    mean,
+    min,
+    moveaxis,
+    nonzero,
+    permute_dims,
+    prod,
+    repeat,
+    reshape,
+    roll,
+    searchsorted,
+    sort,
+    squeeze,
+    stack,
+    std,
+    sum,
+    take,
+    take_along_axis,
+    tensordot,
+    tile,
+    unique_all,
+    unique_counts,
+    unique_inverse,
+    unique_values,
+    unstack,
+    var,
+    vecdot,
+    where,
+)
+
+__array_api_version__ = "2024.12"
+
+e = _math.e
+inf = _math.inf
+nan = _math.nan
+pi = _math.pi
+newaxis = None
+
+# The elementwise functions, one per row of ELEMENTWISE (acos, add, bitwise_and, ...).
+globals().update(FUNCTIONS)
+
+_array.install()
+
+__all__ = [
+    "__array_namespace_info__", "DISK", "Device", "e", "inf", "nan", "pi", "newaxis",
+     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "float32", "float64", "can_cast", "finfo", "iinfo", "isdtype", "result_type",
+     "check_dtype", "default_float", "default_int", "jask_function", "ELEMENTWISE",
+     "arange", "asarray", "empty", "empty_like", "eye", "from_dlpack", "full", "full_like",
+     "linspace", "meshgrid", "ones", "ones_like", "tril", "triu", "zeros", "zeros_like",
+     "all", "any", "argmax", "argmin", "argsort", "astype", "broadcast_arrays",
+     "broadcast_to", "clip", "concat", "count_nonzero", "cumulative_prod", "cumulative_sum",
+     "diff", "expand_dims", "flip", "matmul", "matrix_transpose", "max", "mean", "min",
+     "moveaxis", "nonzero", "permute_dims", "prod", "repeat", "reshape", "roll",
+     "searchsorted", "sort", "squeeze", "stack", "std", "sum", "take", "take_along_axis",
+     "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
+     "unstack", "var", "vecdot", "where"]
+__all__ += sorted(FUNCTIONS)

@@ -1,0 +1,768 @@
+"""The standard's functions as thin wrappers over jask's own.
+
+Elementwise functions are one row each in :data:`ELEMENTWISE`: the
+standard's name, its number of operands, and the jask function(s) it calls
+(jax.numpy's names; the first that exists is used). The others are short
+functions with the standard's signature below. Every jask function is looked
+up by name in :mod:`jask.api` when first called, so a name jask does not have
+yet raises a ``NotImplementedError`` naming it, and works once it lands.
+
+Results are returned as :func:`~jask.array_api._creation.own` says:
+DiskArrays, except 0-d values, which stay in memory.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import importlib
+import math
+import pkgutil
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jask.api
+from jask.api import elementwise, indexing, linalg, reductions, scans
+from jask.array_api._creation import check_device, full, own
+from jask.array_api._dtypes import check_dtype
+
+__all__ = ["ELEMENTWISE", "jask_function"]
+
+#: modules of jask.api that hold no array functions
+_NOT_FUNCTIONS = {"methods", "visualize", "display", "stats", "save", "update", "fused",
+                  "interop"}
+
+
+@functools.lru_cache(maxsize=None)
+def _find(name: str) -> Callable | None:
+    if name in elementwise.FUNCTIONS:
+        return elementwise.FUNCTIONS[name]
+    for module in sorted(m.name for m in pkgutil.iter_modules(jask.api.__path__)):
+        if module in _NOT_FUNCTIONS:
+            continue
+        f = getattr(importlib.import_module(f"jask.api.{module}"), name, None)
+        if callable(f) and getattr(f, "__module__", "").startswith("jask"):
+            return f
+    return None
+
+
+def jask_function(standard: str, *names: str) -> Callable:
+    """The jask function behind the standard's ``standard``: the first of
+    ``names`` that :mod:`jask.api` has, else a ``NotImplementedError`` naming it.
+
+    Example:
+      >>> from jask.array_api import jask_function
+      >>> jask_function("permute_dims", "transpose").__name__
+      'transpose'
+    """
+    for name in names:
+        f = _find(name)
+        if f is not None:
+            return f
+    raise NotImplementedError(
+        f"jask.array_api.{standard}: jask has no {' / '.join(names)} yet, so this function of "
+        "the Array API standard is not available")
+
+
+def _refuse(name: str, instead: str) -> Callable:
+    def refused(*args, **kwargs):
+        raise NotImplementedError(
+            f"jask.array_api.{name}: the shape of its result depends on the data, which jask "
+            f"cannot plan out of core (its tiles are planned from shapes before reading); "
+            f"{instead}")
+    refused.__name__ = refused.__qualname__ = name
+    refused.__doc__ = f"""Refused: its result's shape depends on the data ({instead}).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.{name}(xp.ones(3))  # doctest: +IGNORE_EXCEPTION_DETAIL
+      Traceback (most recent call last):
+      NotImplementedError: ...
+    """
+    return refused
+
+
+# --- elementwise: one row each --------------------------------------------------------
+
+#: the standard's name -> (operands, jask name(s) to call, the first that exists)
+ELEMENTWISE: dict[str, tuple] = {
+    "abs": (1, "abs"), "acos": (1, "arccos", "acos"), "acosh": (1, "arccosh", "acosh"),
+    "add": (2, "add"), "asin": (1, "arcsin", "asin"), "asinh": (1, "arcsinh", "asinh"),
+    "atan": (1, "arctan", "atan"), "atan2": (2, "arctan2", "atan2"),
+    "atanh": (1, "arctanh", "atanh"), "bitwise_and": (2, "bitwise_and"),
+    "bitwise_left_shift": (2, "left_shift", "bitwise_left_shift"),
+    "bitwise_invert": (1, "invert", "bitwise_invert", "bitwise_not"),
+    "bitwise_or": (2, "bitwise_or"),
+    "bitwise_right_shift": (2, "right_shift", "bitwise_right_shift"),
+    "bitwise_xor": (2, "bitwise_xor"), "ceil": (1, "ceil"), "conj": (1, "conj", "conjugate"),
+    "copysign": (2, "copysign"), "cos": (1, "cos"), "cosh": (1, "cosh"),
+    "divide": (2, "divide", "true_divide"), "equal": (2, "equal"), "exp": (1, "exp"),
+    "expm1": (1, "expm1"), "floor": (1, "floor"), "floor_divide": (2, "floor_divide"),
+    "greater": (2, "greater"), "greater_equal": (2, "greater_equal"), "hypot": (2, "hypot"),
+    "imag": (1, "imag"), "isfinite": (1, "isfinite"), "isinf": (1, "isinf"),
+    "isnan": (1, "isnan"), "less": (2, "less"), "less_equal": (2, "less_equal"),
+    "log": (1, "log"), "log1p": (1, "log1p"), "log2": (1, "log2"), "log10": (1, "log10"),
+    "logaddexp": (2, "logaddexp"), "logical_and": (2, "logical_and"),
+    "logical_not": (1, "logical_not"), "logical_or": (2, "logical_or"),
+    "logical_xor": (2, "logical_xor"), "maximum": (2, "maximum"), "minimum": (2, "minimum"),
+    "multiply": (2, "multiply"), "negative": (1, "negative"), "nextafter": (2, "nextafter"),
+    "not_equal": (2, "not_equal"), "positive": (1, "positive"), "pow": (2, "power", "pow"),
+    "real": (1, "real"), "reciprocal": (1, "reciprocal"),
+    "remainder": (2, "remainder", "mod"), "round": (1, "round"), "sign": (1, "sign"),
+    "signbit": (1, "signbit"), "sin": (1, "sin"), "sinh": (1, "sinh"),
+    "sqrt": (1, "sqrt"), "square": (1, "square"), "subtract": (2, "subtract"),
+    "tan": (1, "tan"), "tanh": (1, "tanh"), "trunc": (1, "trunc"),
+}
+
+_INTEGER_ONLY = {"bitwise_and", "bitwise_left_shift", "bitwise_invert", "bitwise_or",
+                 "bitwise_right_shift", "bitwise_xor"}
+_BOOL_ONLY = {"logical_and", "logical_not", "logical_or", "logical_xor"}
+
+
+def _example(name: str, nin: int, names: tuple) -> str:
+    """A doctest comparing the wrapper with jax.numpy's function of the same
+    name (skipped while jask lacks the function)."""
+    data = ("[1, 6, 3]" if name in _INTEGER_ONLY else "[True, False, True]"
+            if name in _BOOL_ONLY else "[0.25, 0.5, 2.0]")
+    args = ", ".join(["x"] * nin)
+    skip = "" if any(_find(n) for n in names) else "  # doctest: +SKIP"
+    ref = f"jnp.{name}({args.replace('x', 'x.to_numpy()')})"
+    return f"""
+    Example:
+      >>> import numpy as np, jax.numpy as jnp, jask.array_api as xp
+      >>> x = xp.asarray({data})
+      >>> bool(np.allclose(np.asarray(xp.{name}({args})), {ref},
+      ...                  equal_nan=True)){skip}
+      True
+    """
+
+
+def _elementwise(name: str, nin: int, names: tuple) -> Callable:
+    if nin == 1:
+        def op(x, /):
+            return own(jask_function(name, *names)(x))
+    else:
+        def op(x1, x2, /):  # type: ignore[misc]
+            return own(jask_function(name, *names)(x1, x2))
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"The standard's ``{name}``: :func:`jask.{names[0]}`, elementwise, one tile "
+                  f"at a time.\n" + _example(name, nin, names))
+    return op
+
+
+FUNCTIONS: dict[str, Callable] = {name: _elementwise(name, nin, tuple(names))
+                                  for name, (nin, *names) in ELEMENTWISE.items()}
+
+
+def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
+    """``x`` limited to ``[min, max]`` (either may be None), in ``x``'s dtype.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.clip(xp.asarray([1.0, 5.0, 9.0]), 2.0, 6.0).to_numpy()
+      array([2., 5., 6.], dtype=float32)
+    """
+    out = x
+    if min is not None:
+        out = elementwise.maximum(out, min)
+    if max is not None:
+        out = elementwise.minimum(out, max)
+    if out is x:
+        return own(elementwise.astype(x, x.dtype))  # a copy, as the standard returns
+    return own(out if out.dtype == x.dtype else elementwise.astype(out, x.dtype))
+
+
+# --- data types -------------------------------------------------------------------
+
+def astype(x, dtype, /, *, copy=True, device=None):
+    """``x`` converted to ``dtype``, one tile at a time; ``copy=False`` returns
+    ``x`` itself when it has that dtype already.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.astype(xp.asarray([1.7, -2.2]), xp.int8).to_numpy()
+      array([ 1, -2], dtype=int8)
+    """
+    check_device("astype", device)
+    dtype = check_dtype("astype", dtype)
+    if dtype == x.dtype and not copy:
+        return x
+    return own(elementwise.astype(x, dtype))
+
+
+def _cast(x, dtype):
+    return x if dtype is None or np.dtype(dtype) == x.dtype else astype(x, dtype)
+
+
+# --- statistics ---------------------------------------------------------------------
+
+def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
+    """Sum over ``axis`` (in ``dtype`` if given), a tree of partial sums over tiles.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.sum(xp.ones((3, 4)), axis=0).to_numpy()
+      array([3., 3., 3., 3.], dtype=float32)
+    """
+    return own(reductions.sum(_cast(x, dtype), axis=axis, keepdims=keepdims))
+
+
+def prod(x, /, *, axis=None, dtype=None, keepdims=False):
+    """Product over ``axis`` (in ``dtype`` if given).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.prod(xp.full((3,), 2.0)))  # doctest: +SKIP
+      8.0
+    """
+    return own(jask_function("prod", "prod")(_cast(x, dtype), axis=axis, keepdims=keepdims))
+
+
+def mean(x, /, *, axis=None, keepdims=False):
+    """Mean over ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.mean(xp.arange(4.0)))
+      1.5
+    """
+    return own(reductions.mean(x, axis=axis, keepdims=keepdims))
+
+
+def var(x, /, *, axis=None, correction=0.0, keepdims=False):
+    """Variance over ``axis``, divided by ``n - correction``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.var(xp.arange(4.0), correction=1))
+      1.6666666...
+    """
+    return own(reductions.var(x, axis=axis, keepdims=keepdims, ddof=correction))
+
+
+def std(x, /, *, axis=None, correction=0.0, keepdims=False):
+    """Standard deviation over ``axis``, with ``n - correction`` degrees of freedom.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.std(xp.asarray([1.0, 3.0])))
+      1.0
+    """
+    return own(reductions.std(x, axis=axis, keepdims=keepdims, ddof=correction))
+
+
+def max(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    """Largest element over ``axis`` (NaN wins, as in jax.numpy).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.max(xp.asarray([3, 9, 2])))
+      9
+    """
+    return own(reductions.max(x, axis=axis, keepdims=keepdims))
+
+
+def min(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    """Smallest element over ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.min(xp.asarray([3, 9, 2])))
+      2
+    """
+    return own(reductions.min(x, axis=axis, keepdims=keepdims))
+
+
+def _scan_axis(op: str, x, axis):
+    if axis is None:
+        if len(x.shape) != 1:
+            raise ValueError(f"jask.array_api.{op}: axis is required for an array of "
+                             f"{len(x.shape)} dimensions")
+        return 0
+    return axis
+
+
+def _accumulation_dtype(x, axis: int, dtype):
+    """The standard's dtype of a cumulative sum or product: jax.numpy's
+    ``cumulative_sum``'s (small integers and bool widen to the default
+    integer, as ``jax.numpy.prod`` does too; ``jax.numpy.cumulative_prod``
+    keeps uint8, against the standard), a 64-bit store's width kept when x64
+    is off."""
+    if dtype is not None:
+        return check_dtype("cumulative_sum", dtype)
+    struct = jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
+    out = np.dtype(jax.eval_shape(lambda v: jnp.cumulative_sum(v, axis=axis), struct).dtype)
+    wide = np.dtype(x.dtype)
+    return wide if wide.kind == out.kind and wide.itemsize > out.itemsize else out
+
+
+def _with_initial(out, axis: int, value):
+    shape = list(out.shape)
+    shape[axis] = 1
+    return concat([full(tuple(shape), value, dtype=out.dtype), out], axis=axis)
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Cumulative sum along ``axis`` (two passes over the tiles); with
+    ``include_initial`` a zero leads.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.cumulative_sum(xp.asarray([1, 2, 3]), include_initial=True).to_numpy()
+      array([0, 1, 3, 6], dtype=int32)
+    """
+    axis = _scan_axis("cumulative_sum", x, axis)
+    dtype = _accumulation_dtype(x, axis, dtype)
+    out = own(scans.cumsum(x, axis=axis, dtype=dtype))
+    return _with_initial(out, axis % len(x.shape), 0) if include_initial else out
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Cumulative product along ``axis``; with ``include_initial`` a one leads.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.cumulative_prod(xp.asarray([1, 2, 3])).to_numpy()  # doctest: +SKIP
+      array([1, 2, 6], dtype=int32)
+    """
+    axis = _scan_axis("cumulative_prod", x, axis)
+    dtype = _accumulation_dtype(x, axis, dtype)
+    out = own(jask_function("cumulative_prod", "cumprod")(x, axis=axis, dtype=dtype))
+    return _with_initial(out, axis % len(x.shape), 1) if include_initial else out
+
+
+# --- searching and utility ---------------------------------------------------------
+
+def argmax(x, /, *, axis=None, keepdims=False):
+    """Index of the largest element over ``axis`` (the first of ties).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.argmax(xp.asarray([3, 9, 9])))
+      1
+    """
+    return own(reductions.argmax(x, axis=axis, keepdims=keepdims))
+
+
+def argmin(x, /, *, axis=None, keepdims=False):
+    """Index of the smallest element over ``axis`` (the first of ties).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.argmin(xp.asarray([3, 1, 1])))
+      1
+    """
+    return own(reductions.argmin(x, axis=axis, keepdims=keepdims))
+
+
+def where(condition, x1, x2, /):
+    """``x1`` where ``condition`` holds, else ``x2`` (broadcast together).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> x = xp.asarray([1.0, -2.0])
+      >>> xp.where(x > 0, x, 0.0).to_numpy()
+      array([1., 0.], dtype=float32)
+    """
+    return own(elementwise.where(condition, x1, x2))
+
+
+def count_nonzero(x, /, *, axis=None, keepdims=False):
+    """Number of non-zero elements over ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.count_nonzero(xp.asarray([0, 3, 4])))  # doctest: +SKIP
+      2
+    """
+    return own(jask_function("count_nonzero", "count_nonzero")(x, axis=axis, keepdims=keepdims))
+
+
+def searchsorted(x1, x2, /, *, side="left", sorter=None):
+    """Indices where ``x2``'s elements would go in the sorted 1-D ``x1``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.searchsorted(xp.asarray([1, 3, 5]), xp.asarray([2, 5])).to_numpy()  # doctest: +SKIP
+      array([1, 2], dtype=int32)
+    """
+    extra = {} if sorter is None else {"sorter": sorter}
+    return own(jask_function("searchsorted", "searchsorted")(x1, x2, side=side, **extra))
+
+
+def all(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    """Whether every element over ``axis`` is true.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> bool(xp.all(xp.asarray([True, False])))  # doctest: +SKIP
+      False
+    """
+    return own(jask_function("all", "all")(x, axis=axis, keepdims=keepdims))
+
+
+def any(x, /, *, axis=None, keepdims=False):  # noqa: A001
+    """Whether some element over ``axis`` is true.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> bool(xp.any(xp.asarray([True, False])))  # doctest: +SKIP
+      True
+    """
+    return own(jask_function("any", "any")(x, axis=axis, keepdims=keepdims))
+
+
+def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
+    """``n``-th differences along ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.diff(xp.asarray([1, 4, 9])).to_numpy()  # doctest: +SKIP
+      array([3, 5], dtype=int32)
+    """
+    extra = {k: v for k, v in (("prepend", prepend), ("append", append)) if v is not None}
+    return own(jask_function("diff", "diff")(x, n=n, axis=axis, **extra))
+
+
+_refuse_nonzero = _refuse(
+    "nonzero", "use where(x != 0, ...) to keep the shape, count_nonzero to count, or "
+    "jax.numpy.nonzero on a small array brought in with jask.materialize")
+
+
+def nonzero(x, /):
+    """Indices of the non-zero elements, one array per axis: jask's
+    ``nonzero`` where it has one (on values known outside ``jax.jit``), else
+    refused, as its result's shape depends on the data.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> [i.tolist() for i in xp.nonzero(xp.asarray([0, 3, 4]))]  # doctest: +SKIP
+      [[1, 2]]
+    """
+    f = _find("nonzero")
+    return _refuse_nonzero(x) if f is None else tuple(own(tuple(f(x))))
+unique_all = _refuse("unique_all", "use jax.numpy.unique_all on a small array brought in with "
+                     "jask.materialize (or sort along an axis and compare neighbours)")
+unique_counts = _refuse("unique_counts", "use jax.numpy.unique_counts on a small array "
+                        "brought in with jask.materialize")
+unique_inverse = _refuse("unique_inverse", "use jax.numpy.unique_inverse on a small array "
+                         "brought in with jask.materialize")
+unique_values = _refuse("unique_values", "use jax.numpy.unique_values on a small array "
+                        "brought in with jask.materialize")
+
+
+# --- manipulation -------------------------------------------------------------------
+
+def concat(arrays, /, *, axis=0):
+    """The arrays joined along ``axis`` (``None``: flattened first).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.concat([xp.ones(2), xp.zeros(1)]).to_numpy()
+      array([1., 1., 0.], dtype=float32)
+    """
+    arrays = list(arrays)
+    if axis is None:
+        arrays, axis = [reshape(a, (-1,)) for a in arrays], 0
+    return own(indexing.concatenate(arrays, axis=axis))
+
+
+def stack(arrays, /, *, axis=0):
+    """The arrays joined along a new ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.stack([xp.ones(2), xp.zeros(2)]).shape
+      (2, 2)
+    """
+    return own(indexing.stack(list(arrays), axis=axis))
+
+
+def reshape(x, /, shape, *, copy=None):
+    """``x`` with a new shape (C order); ``copy=False`` only when nothing
+    changes (a DiskArray of a new shape is a new store).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.reshape(xp.arange(6), (2, 3)).shape
+      (2, 3)
+    """
+    shape = tuple(shape)
+    same = shape == tuple(x.shape)
+    if copy is False and not same:
+        raise ValueError("jask.array_api.reshape: a DiskArray of a new shape is a copy, and "
+                         "copy=False was given")
+    if same and copy:
+        return astype(x, x.dtype)
+    if math.prod(x.shape) == 0 or 0 in shape or shape == () or len(x.shape) == 0:
+        return own(jnp.reshape(jnp.asarray(x), shape))  # empty and 0-d: nothing to stream
+    return own(indexing.reshape(x, shape))
+
+
+def permute_dims(x, /, axes):
+    """``x`` with its axes permuted (a tiled copy).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.permute_dims(xp.ones((2, 3, 4)), (2, 0, 1)).shape
+      (4, 2, 3)
+    """
+    return own(linalg.transpose(x, tuple(axes)))
+
+
+def matrix_transpose(x, /):
+    """``x`` with its last two axes swapped.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.matrix_transpose(xp.ones((5, 2, 3))).shape
+      (5, 3, 2)
+    """
+    ndim = len(x.shape)
+    if ndim < 2:
+        raise ValueError(f"jask.array_api.matrix_transpose: x must have at least 2 dimensions, "
+                         f"got shape {tuple(x.shape)}")
+    return permute_dims(x, tuple(range(ndim - 2)) + (ndim - 1, ndim - 2))
+
+
+def _axes(op: str, axis, ndim: int) -> tuple:
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if builtins.any(not -ndim <= a < ndim for a in axes):
+        raise ValueError(f"jask.array_api.{op}: axis {axis} is out of range for {ndim} "
+                         "dimensions")
+    out = tuple(sorted(a % ndim for a in axes))
+    if len(set(out)) != len(out):
+        raise ValueError(f"jask.array_api.{op}: repeated axis in {axis}")
+    return out
+
+
+def expand_dims(x, /, axis=0):
+    """``x`` with a new axis of length 1 at ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.expand_dims(xp.ones((2, 3)), axis=-1).shape
+      (2, 3, 1)
+    """
+    f = _find("expand_dims")
+    if f is not None:
+        return own(f(x, axis))
+    ndim = len(x.shape) + 1
+    (where_,) = _axes("expand_dims", axis, ndim)
+    shape = list(x.shape)
+    shape.insert(where_, 1)
+    return reshape(x, tuple(shape))
+
+
+def squeeze(x, /, axis):
+    """``x`` without the length-1 axes ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.squeeze(xp.ones((2, 1, 3)), axis=1).shape
+      (2, 3)
+    """
+    f = _find("squeeze")
+    if f is not None:
+        return own(f(x, axis=axis))
+    axes = _axes("squeeze", axis, len(x.shape))
+    if builtins.any(x.shape[a] != 1 for a in axes):
+        raise ValueError(f"jask.array_api.squeeze: axis {axis} of shape {tuple(x.shape)} is not "
+                         "of length 1")
+    return reshape(x, tuple(n for d, n in enumerate(x.shape) if d not in axes))
+
+
+def moveaxis(x, source, destination, /):
+    """``x`` with axes ``source`` moved to ``destination`` (a tiled transpose).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.moveaxis(xp.ones((2, 3, 4)), 0, -1).shape
+      (3, 4, 2)
+    """
+    ndim = len(x.shape)
+    src = [s % ndim for s in ((source,) if isinstance(source, int) else source)]
+    dst = [d % ndim for d in ((destination,) if isinstance(destination, int) else destination)]
+    if len(src) != len(dst):
+        raise ValueError("jask.array_api.moveaxis: source and destination differ in length")
+    order = [d for d in range(ndim) if d not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return permute_dims(x, tuple(order))
+
+
+def broadcast_to(x, /, shape):
+    """``x`` broadcast to ``shape``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.broadcast_to(xp.ones((1, 3)), (2, 3)).shape
+      (2, 3)
+    """
+    f = _find("broadcast_to")
+    if f is not None:
+        return own(f(x, tuple(shape)))
+    shape = tuple(shape)
+    if np.broadcast_shapes(tuple(x.shape), shape) != shape:
+        raise ValueError(f"jask.array_api.broadcast_to: shape {tuple(x.shape)} does not "
+                         f"broadcast to {shape}")
+    if tuple(x.shape) == shape:
+        return x
+    # until jask has its own: x plus zeros of the shape (two passes, written tile by tile)
+    return own(elementwise.add(x, full(shape, 0, dtype=x.dtype)))
+
+
+def broadcast_arrays(*arrays):
+    """The arrays broadcast against each other.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> [a.shape for a in xp.broadcast_arrays(xp.ones((2, 1)), xp.ones(3))]
+      [(2, 3), (2, 3)]
+    """
+    f = _find("broadcast_arrays")
+    if f is not None:
+        return list(own(tuple(f(*arrays))))
+    shape = np.broadcast_shapes(*(tuple(a.shape) for a in arrays))
+    return [broadcast_to(a, shape) for a in arrays]
+
+
+def flip(x, /, *, axis=None):
+    """``x`` with the order of elements reversed along ``axis`` (all by default).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.flip(xp.asarray([1, 2, 3])).to_numpy()  # doctest: +SKIP
+      array([3, 2, 1], dtype=int32)
+    """
+    return own(jask_function("flip", "flip")(x, axis=axis))
+
+
+def roll(x, /, shift, *, axis=None):
+    """``x`` with elements shifted by ``shift`` along ``axis`` (flattened by default).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.roll(xp.asarray([1, 2, 3]), 1).to_numpy()  # doctest: +SKIP
+      array([3, 1, 2], dtype=int32)
+    """
+    return own(jask_function("roll", "roll")(x, shift, axis=axis))
+
+
+def repeat(x, repeats, /, *, axis=None):
+    """Each element repeated ``repeats`` times along ``axis`` (flattened by default).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.repeat(xp.asarray([1, 2]), 2).to_numpy()  # doctest: +SKIP
+      array([1, 1, 2, 2], dtype=int32)
+    """
+    return own(jask_function("repeat", "repeat")(x, repeats, axis=axis))
+
+
+def tile(x, repetitions, /):
+    """``x`` repeated ``repetitions`` times per axis.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.tile(xp.asarray([1, 2]), (2,)).to_numpy()  # doctest: +SKIP
+      array([1, 2, 1, 2], dtype=int32)
+    """
+    return own(jask_function("tile", "tile")(x, tuple(repetitions)))
+
+
+def unstack(x, /, *, axis=0):
+    """The slices of ``x`` along ``axis``, as a tuple.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> len(xp.unstack(xp.ones((3, 2))))  # doctest: +SKIP
+      3
+    """
+    return tuple(own(tuple(jask_function("unstack", "unstack")(x, axis=axis))))
+
+
+# --- linear algebra and indexing ----------------------------------------------------
+
+def matmul(x1, x2, /):
+    """Matrix product (``@``), streaming the contraction axis.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.matmul(xp.ones((2, 3)), xp.ones((3, 4))).shape
+      (2, 4)
+    """
+    return own(linalg.matmul(x1, x2))
+
+
+def tensordot(x1, x2, /, *, axes=2):
+    """Sum of products over ``axes`` (as ``numpy.tensordot``).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.tensordot(xp.ones((2, 3)), xp.ones((3, 4)), axes=1).shape  # doctest: +SKIP
+      (2, 4)
+    """
+    return own(jask_function("tensordot", "tensordot")(x1, x2, axes=axes))
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    """Dot products of vectors along ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.vecdot(xp.ones(3), xp.ones(3)))  # doctest: +SKIP
+      3.0
+    """
+    return own(jask_function("vecdot", "vecdot")(x1, x2, axis=axis))
+
+
+def take(x, indices, /, *, axis=None):
+    """Elements of ``x`` at ``indices`` along ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.take(xp.asarray([5, 6, 7]), xp.asarray([2, 0])).to_numpy()  # doctest: +SKIP
+      array([7, 5], dtype=int32)
+    """
+    return own(jask_function("take", "take")(x, indices, axis=axis))
+
+
+def take_along_axis(x, indices, /, *, axis=-1):
+    """Elements of ``x`` at ``indices`` matched along ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> x = xp.asarray([[5, 6], [7, 8]])
+      >>> xp.take_along_axis(x, xp.asarray([[1], [0]]), axis=1).to_numpy()  # doctest: +SKIP
+      array([[6],
+             [7]], dtype=int32)
+    """
+    return own(jask_function("take_along_axis", "take_along_axis")(x, indices, axis=axis))
+
+
+def sort(x, /, *, axis=-1, descending=False, stable=True):
+    """``x`` sorted along ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.sort(xp.asarray([3, 1, 2])).to_numpy()  # doctest: +SKIP
+      array([1, 2, 3], dtype=int32)
+    """
+    return own(jask_function("sort", "sort")(x, axis=axis, descending=descending,
+                                                stable=stable))
+
+
+def argsort(x, /, *, axis=-1, descending=False, stable=True):
+    """Indices that sort ``x`` along ``axis``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.argsort(xp.asarray([3, 1, 2])).to_numpy()  # doctest: +SKIP
+      array([1, 2, 0], dtype=int32)
+    """
+    return own(jask_function("argsort", "argsort")(x, axis=axis, descending=descending,
+                                                      stable=stable))
+
