@@ -119,3 +119,4 @@ def install() -> None:
         setattr(DiskArray, name, property(f))
         setattr(DiskArrayType, name, aval_property(f))
     setattr(DiskArrayType, "to_device", aval_method(to_device))
+    setattr(DiskArrayType, "__array_namespace__", aval_method(__array_namespace__))
