@@ -16,16 +16,14 @@ one ``Dataset.to_zarr`` wrote) into a Dataset of DiskArrays.
 """
 from __future__ import annotations
 
-import os
-
 import math
+import os
 
 import numpy as np
 import xarray as xr
 from dask.array.core import normalize_chunks
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
-import jask  # the facade: it also installs x.__array_namespace__, which xarray needs
 from jask import DiskArray, from_numpy, get_config, open_group
 
 __all__ = ["open_dataset", "to_zarr", "ChunkManager"]
@@ -68,7 +66,8 @@ def open_dataset(path: str | os.PathLike, *, drop_variables=()) -> xr.Dataset:
     arrays, group_attrs = open_group(path)
     arrays = {k: v for k, v in arrays.items() if k not in set(drop_variables)}
     coordinate_names = _coordinate_names(arrays, group_attrs)
-    data_vars, coords = {}, {}
+    data_vars: dict[str, xr.Variable] = {}
+    coords: dict[str, xr.Variable] = {}
     for name, (array, dims, attrs) in arrays.items():
         attrs = {k: v for k, v in attrs.items() if k != "coordinates"}
         if dims == (name,):  # an index: in memory, decoded (xarray's indexes need values)
@@ -107,7 +106,7 @@ def to_zarr(dataset: xr.Dataset, path: str | os.PathLike, **kwargs):
     """
     if isinstance(dataset, xr.DataArray):
         dataset = dataset.to_dataset()
-    on_dask = {name: variable.copy(data=variable.data.to_dask())
+    on_dask = {name: variable.copy(data=variable.data.to_dask())  # type: ignore[attr-defined]
                for name, variable in dataset.variables.items()
                if isinstance(variable.data, DiskArray)}
     kwargs.setdefault("consolidated", False)
@@ -151,7 +150,7 @@ class ChunkManager(ChunkManagerEntrypoint):
             return data
         return from_numpy(np.asarray(data))
 
-    def compute(self, *data, **kwargs) -> tuple[np.ndarray, ...]:
+    def compute(self, *data, **kwargs):
         return tuple(np.asarray(d.to_numpy()) if isinstance(d, DiskArray) else d for d in data)
 
     def rechunk(self, data, chunks, **kwargs):

@@ -32,7 +32,8 @@ def _wrap(x, y):
     dims = ("sample", "feature")
     on_disk = xr.Dataset({"X": (dims, jask.from_numpy(x)), "y": ("sample", jask.from_numpy(y))},
                          coords={"sample": np.arange(N) * 10})
-    in_memory = xr.Dataset({"X": (dims, x), "y": ("sample", y)}, coords={"sample": np.arange(N) * 10})
+    in_memory = xr.Dataset({"X": (dims, x), "y": ("sample", y)},
+                           coords={"sample": np.arange(N) * 10})
     return on_disk, in_memory
 
 

@@ -23,7 +23,8 @@ from jask.engine import work
 from jask.engine.blockwise import positional
 from jask.store import groups, registry
 
-__all__ = ["open", "open_group", "from_numpy", "to_disk", "full", "arange", "linspace", "eye", "tri"]
+__all__ = ["open", "open_group", "from_numpy", "to_disk", "full", "arange", "linspace", "eye",
+           "tri"]
 
 
 def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like zarr.open
