@@ -16,7 +16,7 @@ from jask import (
     optim,  # noqa: F401 - jask.optim.adam etc.
 )
 from jask.api import methods  # noqa: F401 - installs DiskArray's operators and methods
-from jask.api.creation import from_numpy, open
+from jask.api.creation import from_numpy, open, open_group
 from jask.api.elementwise import (  # the rest of the Array API's elementwise functions
     abs,
     acos,
@@ -103,6 +103,17 @@ from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
 from jask.api.interop import from_dask, materialize, to_dask
 from jask.api.linalg import dot, matmul, transpose
 from jask.api.mapping import map
+from jask.api.nan_functions import (
+    nanargmax,
+    nanargmin,
+    nanmax,
+    nanmean,
+    nanmin,
+    nanprod,
+    nanstd,
+    nansum,
+    nanvar,
+)
 from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
 from jask.api.save import save
 from jask.api.scans import cumsum
@@ -133,8 +144,10 @@ __all__ = [
     "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
     "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
-    "logsumexp", "map", "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
-    "mul", "multiply", "negative", "not_equal", "open", "power", "progress_bars",
+    "logsumexp", "map", "nanargmax", "nanargmin", "nanmax", "nanmean", "nanmin", "nanprod",
+    "nanstd", "nansum", "nanvar",
+    "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
+    "mul", "multiply", "negative", "not_equal", "open", "open_group", "power", "progress_bars",
     "progress_enabled", "reset_stats", "reshape", "save", "set_memory_budget", "show_progress",
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",

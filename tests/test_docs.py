@@ -24,7 +24,7 @@ def html(tmp_path_factory):
 
 
 def test_pages_exist(html):
-    for page in ("index", "getting_started", "concepts", "testing", "api"):
+    for page in ("index", "getting_started", "concepts", "testing", "api", "array_api"):
         assert (html / f"{page}.html").is_file(), page
 
 

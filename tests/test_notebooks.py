@@ -39,6 +39,7 @@ SIZES = {
                          "JASK_NB_STEPS": "8"},
     "dashboard.ipynb": {"JASK_NB_ROWS": "400000", "JASK_NB_BUDGET": "8MB"},
     "explore.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "25"},
+    "xarray.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "20"},
 }
 
 #: The install line each notebook's first cell documents.
@@ -245,3 +246,18 @@ def test_readme_documents_the_notebook_install():
     readme = (ROOT / "README.md").read_text()
     for name in SIZES:
         assert f'pip install "{_documented_install(name)}"' in readme
+
+
+def test_xarray(tmp_path, monkeypatch):
+    nb, elapsed = _execute("xarray.ipynb", tmp_path, monkeypatch)
+    text = _text(nb)
+    assert "X is a DiskArray of" in text
+    assert float(re.search(r"([\d.]+)x the budget", text).group(1)) > 2, text
+    assert "Z: DiskArray ('time', 'feature')" in text, text
+    assert float(re.search(r"max \|column mean\| of Z: ([\d.e+-]+)", text).group(1)) < 1e-3, text
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", text).groups())
+    assert last < first * 0.8, text
+    assert float(re.search(r"true weights: ([\d.-]+)", text).group(1)) > 0.9, text
+    pngs = _pngs(nbformat.read(tmp_path / "xarray.ipynb", as_version=4))
+    assert pngs and pngs[0].startswith(b"\x89PNG")
+    assert elapsed < RUNAWAY, elapsed

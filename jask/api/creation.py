@@ -21,9 +21,10 @@ from jask.core.lifetime import collect_if_idle
 from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
 from jask.engine.blockwise import positional
-from jask.store import registry
+from jask.store import groups, registry
 
-__all__ = ["open", "from_numpy", "to_disk", "full", "arange", "linspace", "eye", "tri"]
+__all__ = ["open", "open_group", "from_numpy", "to_disk", "full", "arange", "linspace", "eye",
+           "tri"]
 
 
 def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like zarr.open
@@ -53,6 +54,31 @@ def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like 
       6.0
     """
     return DiskArray._from_store(registry.register_external(path))
+
+
+def open_group(path: str | os.PathLike) -> tuple[dict[str, tuple], dict]:
+    """Open every array of a Zarr group as a DiskArray, without loading any.
+
+    Args:
+      path: folder of a Zarr (v2 or v3) group, such as one ``xarray`` wrote.
+
+    Returns:
+      ``({name: (DiskArray, dims, attrs)}, group_attrs)``: each array with
+      its dimension names (Zarr v3 ``dimension_names`` or xarray's
+      ``_ARRAY_DIMENSIONS``) and attributes. :func:`jask.xarray.open_dataset`
+      builds an ``xarray.Dataset`` from it.
+
+    Example:
+      >>> import numpy as np, zarr, jask
+      >>> g = zarr.open_group("/tmp/jask-group-example.zarr", mode="w")
+      >>> g.create_array("x", shape=(3,), dtype="f4", dimension_names=["t"])[:] = 1
+      >>> arrays, _ = jask.open_group("/tmp/jask-group-example.zarr")
+      >>> arrays["x"][1], float(jask.sum(arrays["x"][0]))
+      (('t',), 3.0)
+    """
+    members, group_attrs = groups.group_members(path)
+    arrays = {m.name: (open(m.path), m.dims, m.attrs) for m in members}
+    return arrays, group_attrs
 
 
 def from_numpy(arr, *, config: Config | None = None) -> DiskArray:

@@ -85,6 +85,8 @@ def getitem(x, index, *, config: Config | None = None):
     aval = disk_type(x)
     if aval is None:
         return x[index]
+    if any(i is None for i in (index if isinstance(index, tuple) else (index,))):
+        return _with_new_axes(x, index, config)
     entries = [_entry(i, n, axis, aval.shape)
                for axis, (i, n) in enumerate(zip(_index_tuple(index, aval.shape), aval.shape))]
     starts = tuple(s for s, _ in entries)
@@ -95,6 +97,17 @@ def getitem(x, index, *, config: Config | None = None):
         raise IndexError(f"indexing every axis of a DiskArray of shape {aval.shape} with an "
                          "integer gives a scalar: use jask.materialize(x[..., i:i+1]) instead")
     return primitives.take_slice(x, sizes, starts, config=config)
+
+
+def _with_new_axes(x, index, config):
+    """``x[index]`` for an index with ``None`` (``np.newaxis``) entries: the
+    index without them, reshaped to put the new length-1 axes in (as xarray's
+    broadcasting asks)."""
+    rest = tuple(i for i in index if i is not None)
+    # the result's shape, from the same index on a stand-in that holds no data
+    shape = np.broadcast_to(np.empty((), np.bool_), disk_type(x).shape)[index].shape
+    sliced = getitem(x, rest, config=config) if rest else x
+    return reshape(sliced, shape, config=config)
 
 
 def dynamic_slice(x, start_indices, slice_sizes, *, config: Config | None = None):

@@ -21,6 +21,7 @@ from jask.api import (
     indexing,
     interop,
     linalg,
+    nan_functions,
     reductions,
     save,
     update,
@@ -173,7 +174,8 @@ def install() -> None:
     setattr(DiskArrayType, "T", aval_property(transpose_all))
     for name, attr in {"T": property(transpose_all), "from_numpy": classmethod(from_numpy),
                        "to_dask": to_dask, "to_zarr": to_zarr,
-                       "_repr_html_": _repr_html_}.items():
+                       "_repr_html_": _repr_html_,
+                       "__array_function__": nan_functions.array_function}.items():
         setattr(DiskArray, name, attr)
     defer_scalar_operators_to(DiskArrayType, BINARY, COMPARE)
 

@@ -1,0 +1,214 @@
+"""Reductions that skip NaNs (``jask.nansum``, ``nanmean``, ...), as jax.numpy's.
+
+Each is the plain reduction of ``x`` with its NaNs replaced by the
+reduction's identity, so it streams as any other chain of ops (fused into
+one pass under ``jax.jit``) and has the same gradients as jax.numpy's
+(zero at a NaN). They are also what ``np.nanmean(X)`` and friends run on a
+DiskArray (see :func:`array_function`): xarray's reductions call them by
+default on floating data (``skipna=None``), so ``da.mean("sample")`` streams
+rather than loading ``X``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from jask.api import elementwise as ew
+from jask.api import reductions
+from jask.base.config import Config
+
+__all__ = ["nansum", "nanmean", "nanvar", "nanstd", "nanmax", "nanmin", "nanargmax",
+           "nanargmin", "nanprod", "NUMPY_FUNCTIONS", "array_function"]
+
+
+def _is_nan(x):
+    return ew.not_equal(x, x)  # NaN is the one value unequal to itself
+
+
+def _floating(x) -> bool:
+    return np.issubdtype(np.dtype(x.dtype), np.inexact)
+
+
+def _filled(x, value):
+    """``x`` with NaNs replaced by ``value`` (``x`` itself if it cannot hold NaN)."""
+    return ew.where(_is_nan(x), value, x) if _floating(x) else x
+
+
+def _count(x, axis, keepdims, config):
+    """How many elements along ``axis`` are not NaN, in ``x``'s float dtype."""
+    return reductions.sum(ew.astype(ew.equal(x, x), x.dtype), axis, keepdims, config=config)
+
+
+def nansum(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Sum over ``axis`` treating NaNs as zero (``jnp.nansum``).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 2.0], np.float32))
+      >>> float(jask.nansum(x))
+      3.0
+    """
+    return reductions.sum(_filled(x, 0), axis, keepdims, config=config)
+
+
+def nanmean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Mean over ``axis`` of the elements that are not NaN (``jnp.nanmean``);
+    NaN where all are.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 2.0], np.float32))
+      >>> float(jask.nanmean(x))
+      1.5
+    """
+    if not _floating(x):
+        return reductions.mean(x, axis, keepdims, config=config)
+    return ew.divide(nansum(x, axis, keepdims, config=config),
+                     _count(x, axis, keepdims, config))
+
+
+def nanvar(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
+           config: Config | None = None):
+    """Variance over ``axis`` of the elements that are not NaN (``jnp.nanvar``),
+    divided by the count minus ``ddof``.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 3.0], np.float32))
+      >>> float(jask.nanvar(x))
+      1.0
+    """
+    if not _floating(x):
+        return reductions.var(x, axis, keepdims, ddof=ddof, config=config)
+    centred = _filled(ew.subtract(x, nanmean(x, axis, True, config=config)), 0)
+    squares = reductions.sum(ew.multiply(centred, centred), axis, keepdims, config=config)
+    return ew.divide(squares, ew.subtract(_count(x, axis, keepdims, config), ddof))
+
+
+def nanstd(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
+           config: Config | None = None):
+    """Standard deviation over ``axis`` ignoring NaNs (``jnp.nanstd``).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 3.0], np.float32))
+      >>> float(jask.nanstd(x))
+      1.0
+    """
+    return ew.sqrt(nanvar(x, axis, keepdims, ddof=ddof, config=config))
+
+
+def _nan_extreme(reduce: Callable, fill: float, x, axis, keepdims, config):
+    if not _floating(x):
+        return reduce(x, axis, keepdims, config=config)
+    result = reduce(_filled(x, fill), axis, keepdims, config=config)
+    all_nan = ew.equal(_count(x, axis, keepdims, config), 0)
+    return ew.where(all_nan, np.nan, result)
+
+
+def nanmax(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Largest element over ``axis`` ignoring NaNs (``jnp.nanmax``); NaN where
+    all are.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 2.0], np.float32))
+      >>> float(jask.nanmax(x))
+      2.0
+    """
+    return _nan_extreme(reductions.max, -np.inf, x, axis, keepdims, config)
+
+
+def nanmin(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Smallest element over ``axis`` ignoring NaNs (``jnp.nanmin``); NaN where
+    all are.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 2.0], np.float32))
+      >>> float(jask.nanmin(x))
+      1.0
+    """
+    return _nan_extreme(reductions.min, np.inf, x, axis, keepdims, config)
+
+
+def nanargmax(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Index of the largest element along ``axis`` ignoring NaNs
+    (``jnp.nanargmax``: -1 where all are NaN).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 2.0], np.float32))
+      >>> int(jask.nanargmax(x))
+      2
+    """
+    return _nan_arg(reductions.argmax, -np.inf, x, axis, keepdims, config)
+
+
+def nanargmin(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Index of the smallest element along ``axis`` ignoring NaNs
+    (``jnp.nanargmin``: -1 where all are NaN).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([3.0, np.nan, 2.0], np.float32))
+      >>> int(jask.nanargmin(x))
+      2
+    """
+    return _nan_arg(reductions.argmin, np.inf, x, axis, keepdims, config)
+
+
+def _nan_arg(reduce: Callable, fill: float, x, axis, keepdims, config):
+    if not _floating(x):
+        return reduce(x, axis, keepdims, config=config)
+    index = reduce(_filled(x, fill), axis, keepdims, config=config)
+    return ew.where(ew.equal(_count(x, axis, keepdims, config), 0), -1, index)
+
+
+def nanprod(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Product over ``axis`` treating NaNs as one (``jnp.nanprod``).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([2.0, np.nan, 3.0], np.float32))
+      >>> float(jask.nanprod(x))
+      6.0
+    """
+    prod = getattr(reductions, "prod", None)
+    if prod is None:
+        raise NotImplementedError("jask.nanprod needs jask.prod, which this version lacks")
+    return prod(_filled(x, 1), axis, keepdims, config=config)
+
+
+#: numpy function -> the jask function ``np.<fn>(X)`` runs on a DiskArray
+#: (NEP 18). Only the NaN-skipping reductions: xarray calls them through numpy.
+NUMPY_FUNCTIONS: dict[Callable, Callable] = {
+    np.nansum: nansum, np.nanmean: nanmean, np.nanvar: nanvar, np.nanstd: nanstd,
+    np.nanmax: nanmax, np.nanmin: nanmin, np.nanargmax: nanargmax,
+    np.nanargmin: nanargmin, np.nanprod: nanprod,
+}
+
+
+def array_function(self, func, types, args, kwargs):
+    """``DiskArray.__array_function__``: the NaN-skipping reductions stream
+    through jask; any other numpy function gets the array in memory through
+    ``__array__`` (refused, naming the budget, when it is too large).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([1.0, np.nan, 2.0], np.float32))
+      >>> float(np.nanmean(x))
+      1.5
+    """
+    jask_function = NUMPY_FUNCTIONS.get(func)
+    if jask_function is None:
+        return func._implementation(*args, **kwargs)
+    kwargs = dict(kwargs)
+    for unused in ("out", "dtype", "where", "initial"):
+        if kwargs.get(unused) is not None:
+            raise TypeError(f"np.{func.__name__} on a DiskArray: jask.{jask_function.__name__} "
+                            f"takes no {unused}= (call it without, or cast with .astype)")
+        kwargs.pop(unused, None)
+    kwargs.pop("overwrite_input", None)
+    return jask_function(*args, **kwargs)

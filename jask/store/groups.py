@@ -1,0 +1,57 @@
+"""What a Zarr group holds: its arrays' names, dimension names and attributes.
+
+Read from the metadata only (no chunk is opened). Dimension names come from
+Zarr v3's ``dimension_names`` or, for stores xarray wrote in Zarr v2, from
+the ``_ARRAY_DIMENSIONS`` attribute.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import zarr
+
+__all__ = ["Member", "group_members"]
+
+_DIMS_ATTR = "_ARRAY_DIMENSIONS"  # xarray's name for dimension names in Zarr v2
+
+
+@dataclass(frozen=True)
+class Member:
+    """One array of a group: its name, path, dimension names and attributes."""
+
+    name: str
+    path: str
+    dims: tuple[str, ...]
+    attrs: dict
+
+
+def _dims(name: str, array) -> tuple[str, ...]:
+    names = getattr(array.metadata, "dimension_names", None)
+    if not names or any(n is None for n in names):
+        names = array.attrs.get(_DIMS_ATTR)
+    if not names:  # no names stored: xarray's own default
+        names = [f"dim_{i}" for i in range(array.ndim)]
+    if len(names) != array.ndim:
+        raise ValueError(f"array {name!r} has {array.ndim} dimensions but its metadata names "
+                         f"{len(names)}: {list(names)}")
+    return tuple(str(n) for n in names)
+
+
+def group_members(path) -> tuple[list[Member], dict]:
+    """The arrays directly in the Zarr group at ``path`` and the group's attributes.
+
+    Raises FileNotFoundError, naming the path, when there is no Zarr group.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no Zarr group at {path!r} (no such folder)")
+    try:
+        group = zarr.open_group(path, mode="r")
+    except Exception as err:  # zarr raises several kinds for a folder that is no group
+        raise FileNotFoundError(f"{path!r} is not a Zarr group: {err}") from None
+    members = []
+    for name, array in sorted(group.arrays()):
+        attrs = {k: v for k, v in array.attrs.items() if k != _DIMS_ATTR}
+        members.append(Member(name, os.path.join(path, name), _dims(name, array), attrs))
+    return members, dict(group.attrs)

@@ -1,0 +1,127 @@
+"""xarray over DiskArrays, checked against xarray over numpy (and jax.grad).
+
+The DiskArray reaches xarray through the Array API namespace and jask's
+chunk manager (the ``xarray.chunkmanagers`` entry point), never through
+Dask; values come back as xarray computes them on the same numbers in memory.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import jask
+from helpers import to_numpy
+
+xr = pytest.importorskip("xarray")
+import jask.xarray  # noqa: E402 - after the skip
+
+N, M = 203, 7  # rows tiles do not divide
+
+
+@pytest.fixture
+def data(small_budget):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((N, M)).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    y = rng.standard_normal(N).astype(np.float32)
+    return x, y
+
+
+def _wrap(x, y):
+    dims = ("sample", "feature")
+    on_disk = xr.Dataset({"X": (dims, jask.from_numpy(x)), "y": ("sample", jask.from_numpy(y))},
+                         coords={"sample": np.arange(N) * 10})
+    in_memory = xr.Dataset({"X": (dims, x), "y": ("sample", y)},
+                           coords={"sample": np.arange(N) * 10})
+    return on_disk, in_memory
+
+
+def _values(da):
+    data = da.data
+    return to_numpy(data) if isinstance(data, jask.DiskArray) else np.asarray(data)
+
+
+def test_a_dataarray_wraps_the_diskarray_itself(data):
+    ds, _ = _wrap(*data)
+    assert isinstance(ds.X.data, jask.DiskArray)
+    assert ds.X.data.__array_namespace__() is jask.array_api
+
+
+OPERATIONS = {  # name -> f(ds): each runs on the DiskArray Dataset and the numpy one
+    "centre by name": lambda ds: ds.X - ds.X.mean("sample", skipna=False),
+    "broadcast a row": lambda ds: ds.X * ds.y,
+    "mean, NaNs skipped": lambda ds: ds.X.mean("sample"),
+    "std, NaNs skipped": lambda ds: ds.X.std("feature"),
+    "max, NaNs skipped": lambda ds: ds.X.max("sample"),
+    "sum over all": lambda ds: ds.X.sum(skipna=False),
+    "isel": lambda ds: ds.X.isel(sample=slice(5, 150)),
+    "sel": lambda ds: ds.X.sel(sample=slice(100, 900)),
+    "where": lambda ds: ds.X.where(ds.X > 0, 0.0),
+    "transpose": lambda ds: ds.X.T,
+    "standardise": lambda ds: ((ds.X - ds.X.mean("sample")) / ds.X.std("sample")),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATIONS))
+def test_operations_match_xarray_in_memory(data, name):
+    on_disk, in_memory = _wrap(*data)
+    got, want = OPERATIONS[name](on_disk), OPERATIONS[name](in_memory)
+    assert got.dims == want.dims and got.shape == want.shape
+    assert not hasattr(got.data, "dask")  # no Dask hop
+    if got.size > 1000:  # large results stay on disk
+        assert isinstance(got.data, jask.DiskArray), name
+    np.testing.assert_allclose(_values(got), want.values, rtol=2e-5, atol=2e-5, equal_nan=True)
+
+
+def test_a_loss_through_xarray_has_jax_gradients(data):
+    x, y = data
+    x = np.nan_to_num(x)
+    on_disk, _ = _wrap(x, y)
+
+    def loss(w):  # skipna=False: xarray's NaN-skipping path goes through numpy
+        pred = (on_disk.X * xr.DataArray(w, dims="feature")).sum("feature", skipna=False)
+        return ((pred - on_disk.y) ** 2).mean(skipna=False).data
+
+    def reference(w):
+        return jnp.mean((x @ w - y) ** 2)
+
+    w = jnp.linspace(-1, 1, M, dtype=jnp.float32)
+    want = jax.grad(reference)(w)
+    np.testing.assert_allclose(loss(w), reference(w), rtol=1e-5)
+    for mode, grad in {"eager": jax.grad(loss), "jit(grad)": jax.jit(jax.grad(loss))}.items():
+        np.testing.assert_allclose(grad(w), want, rtol=1e-4, atol=1e-6, err_msg=mode)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # zarr: no v3 spec yet for fixed strings
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_open_dataset_reads_a_group_xarray_wrote(tmp_path, data, zarr_format):
+    x, y = data
+    written = xr.Dataset({"X": (("time", "feature"), x), "y": ("time", y)},
+                         coords={"time": pd.date_range("2020-01-01", periods=N),
+                                 "feature": list("abcdefg"), "station": ("time", np.arange(N))},
+                         attrs={"title": "test"})
+    path = tmp_path / "ds.zarr"
+    written.to_zarr(path, zarr_format=zarr_format, consolidated=False)
+    ds = jask.xarray.open_dataset(path)
+    assert isinstance(ds.X.data, jask.DiskArray) and isinstance(ds.station.data, jask.DiskArray)
+    assert set(ds.coords) == {"time", "feature", "station"} and ds.attrs == {"title": "test"}
+    xr.testing.assert_identical(ds.load(), xr.open_zarr(path, consolidated=False).load())
+    week = jask.xarray.open_dataset(path).X.sel(time=slice("2020-01-03", "2020-01-09"))
+    np.testing.assert_allclose(_values(week.mean("time", skipna=False)), x[2:9].mean(0),
+                               rtol=1e-5)
+
+
+def test_to_zarr_streams_diskarrays_into_a_group(tmp_path, data):
+    on_disk, in_memory = _wrap(*data)
+    z = OPERATIONS["standardise"](on_disk).to_dataset(name="Z")
+    jask.xarray.to_zarr(z, tmp_path / "z.zarr")
+    back = xr.open_zarr(tmp_path / "z.zarr", consolidated=False).load()
+    xr.testing.assert_allclose(back, OPERATIONS["standardise"](in_memory).to_dataset(name="Z"),
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_what_xarray_cannot_do_with_a_diskarray_is_refused_clearly(data):
+    ds, _ = _wrap(*data)
+    with pytest.raises(NotImplementedError, match="jask.map"):
+        xr.apply_ufunc(np.sin, ds.X, dask="parallelized")
