@@ -24,7 +24,7 @@ import xarray as xr
 from dask.array.core import normalize_chunks
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
-from jask import DiskArray, from_numpy, get_config, open_group
+import jask  # the facade (it also installs x.__array_namespace__, which xarray needs)
 
 __all__ = ["open_dataset", "to_zarr", "ChunkManager"]
 
@@ -63,7 +63,7 @@ def open_dataset(path: str | os.PathLike, *, drop_variables=()) -> xr.Dataset:
       >>> type(ds.X.data).__name__, float(ds.X.sel(sample=slice(20, 30)).sum())
       ('DiskArray', 6.0)
     """
-    arrays, group_attrs = open_group(path)
+    arrays, group_attrs = jask.open_group(path)
     arrays = {k: v for k, v in arrays.items() if k not in set(drop_variables)}
     coordinate_names = _coordinate_names(arrays, group_attrs)
     data_vars: dict[str, xr.Variable] = {}
@@ -71,7 +71,8 @@ def open_dataset(path: str | os.PathLike, *, drop_variables=()) -> xr.Dataset:
     for name, (array, dims, attrs) in arrays.items():
         attrs = {k: v for k, v in attrs.items() if k != "coordinates"}
         if dims == (name,):  # an index: in memory, decoded (xarray's indexes need values)
-            variable = xr.Variable(dims, np.asarray(array.to_numpy()), attrs)
+            values = array.to_numpy() if isinstance(array, jask.DiskArray) else array
+            variable = xr.Variable(dims, np.asarray(values), attrs)
             coords[name] = xr.conventions.decode_cf_variable(name, variable)
             continue
         # _FillValue is an encoding xarray writes, not an attribute: values are as stored
@@ -108,7 +109,7 @@ def to_zarr(dataset: xr.Dataset, path: str | os.PathLike, **kwargs):
         dataset = dataset.to_dataset()
     on_dask = {name: variable.copy(data=variable.data.to_dask())  # type: ignore[attr-defined]
                for name, variable in dataset.variables.items()
-               if isinstance(variable.data, DiskArray)}
+               if isinstance(variable.data, jask.DiskArray)}
     kwargs.setdefault("consolidated", False)
     return dataset.assign_coords({k: v for k, v in on_dask.items() if k in dataset.coords}).assign(
         {k: v for k, v in on_dask.items() if k not in dataset.coords}).to_zarr(path, **kwargs)
@@ -131,11 +132,11 @@ class ChunkManager(ChunkManagerEntrypoint):
     """
 
     def __init__(self) -> None:
-        self.array_cls = DiskArray
+        self.array_cls = jask.DiskArray
         self.available = True
 
     def is_chunked_array(self, data) -> bool:
-        return isinstance(data, DiskArray)
+        return isinstance(data, jask.DiskArray)
 
     def chunks(self, data) -> tuple[tuple[int, ...], ...]:
         return normalize_chunks(data.chunks, data.shape)
@@ -145,13 +146,13 @@ class ChunkManager(ChunkManagerEntrypoint):
         return normalize_chunks(chunks, shape, limit=limit, dtype=dtype,
                                 previous_chunks=previous_chunks)
 
-    def from_array(self, data, chunks, **kwargs) -> DiskArray:
-        if isinstance(data, DiskArray):
+    def from_array(self, data, chunks, **kwargs) -> jask.DiskArray:
+        if isinstance(data, jask.DiskArray):
             return data
-        return from_numpy(np.asarray(data))
+        return jask.from_numpy(np.asarray(data))
 
     def compute(self, *data, **kwargs):
-        return tuple(np.asarray(d.to_numpy()) if isinstance(d, DiskArray) else d for d in data)
+        return tuple(np.asarray(d.to_numpy()) if isinstance(d, jask.DiskArray) else d for d in data)
 
     def rechunk(self, data, chunks, **kwargs):
         raise NotImplementedError(
@@ -175,12 +176,12 @@ class ChunkManager(ChunkManagerEntrypoint):
                 target[where] = np.asarray(source[rows].to_numpy())
 
 
-def _bands(x: DiskArray):
+def _bands(x: jask.DiskArray):
     """Row ranges of ``x`` of at most a quarter of the memory budget each."""
     if x.ndim == 0 or x.size == 0:
         yield slice(0, x.shape[0] if x.ndim else 0)
         return
     row_bytes = max(1, math.prod(x.shape[1:]) * np.dtype(x.dtype).itemsize)
-    rows = max(1, get_config().max_memory // 4 // row_bytes)
+    rows = max(1, jask.get_config().max_memory // 4 // row_bytes)
     for start in range(0, x.shape[0], rows):
         yield slice(start, min(start + rows, x.shape[0]))

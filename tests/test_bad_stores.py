@@ -84,11 +84,15 @@ def test_corrupt_metadata_names_the_store(damaged):
     assert str(tmp / "corrupt.zarr") in result["message"]
 
 
-def test_store_replaced_mid_op_is_an_error(damaged):
-    tmp, results = damaged
-    result = results["changed_mid_op"]
-    assert result["type"] == "StoreChangedError", result
-    assert str(tmp / "big.zarr") in result["message"]
+def test_store_another_thread_replaces_mid_op_is_read_as_one_version(damaged):
+    """The swap waits for the read (a reader hold), so the op sees one version whole:
+    never a mix of old and new values (new = -old - 1 everywhere)."""
+    result = damaged[1]["changed_mid_op"]
+    assert result["ok"], result
+    old = float(np.arange(3000 * 1000, dtype=np.float64).sum())
+    new = -old - 3000 * 1000
+    assert result["value"] in (pytest.approx(2 * old, rel=1e-5),
+                               pytest.approx(2 * new, rel=1e-5)), result
 
 
 @pytest.fixture

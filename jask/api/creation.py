@@ -63,9 +63,12 @@ def open_group(path: str | os.PathLike) -> tuple[dict[str, tuple], dict]:
       path: folder of a Zarr (v2 or v3) group, such as one ``xarray`` wrote.
 
     Returns:
-      ``({name: (DiskArray, dims, attrs)}, group_attrs)``: each array with
-      its dimension names (Zarr v3 ``dimension_names`` or xarray's
-      ``_ARRAY_DIMENSIONS``) and attributes. :func:`jask.xarray.open_dataset`
+      ``({name: (array, dims, attrs)}, group_attrs)``: each array with its
+      dimension names (Zarr v3 ``dimension_names`` or xarray's
+      ``_ARRAY_DIMENSIONS``) and attributes. Arrays of numbers and booleans
+      are DiskArrays; arrays of other types (labels, dates) are read into
+      memory as numpy arrays, up to an eighth of the budget (larger ones
+      are refused, naming the array). :func:`jask.xarray.open_dataset`
       builds an ``xarray.Dataset`` from it.
 
     Example:
@@ -77,8 +80,18 @@ def open_group(path: str | os.PathLike) -> tuple[dict[str, tuple], dict]:
       (('t',), 3.0)
     """
     members, group_attrs = groups.group_members(path)
-    arrays = {m.name: (open(m.path), m.dims, m.attrs) for m in members}
+    arrays = {m.name: (_group_array(m), m.dims, m.attrs) for m in members}
     return arrays, group_attrs
+
+
+def _group_array(member: groups.Member):
+    if member.dtype.kind in "biuf":
+        return open(member.path)
+    if member.nbytes > get_config().max_memory // 8:
+        raise TypeError(f"the Zarr array {member.path!r} holds {member.dtype} values, which jask "
+                        f"does not compute on, and at {member.nbytes} bytes is too large to read "
+                        "into memory under the budget")
+    return groups.read_values(member.path)
 
 
 def from_numpy(arr, *, config: Config | None = None) -> DiskArray:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import zarr
 
-__all__ = ["Member", "group_members"]
+__all__ = ["Member", "group_members", "read_values"]
 
 _DIMS_ATTR = "_ARRAY_DIMENSIONS"  # xarray's name for dimension names in Zarr v2
 
@@ -24,6 +25,8 @@ class Member:
     path: str
     dims: tuple[str, ...]
     attrs: dict
+    dtype: np.dtype
+    nbytes: int
 
 
 def _dims(name: str, array) -> tuple[str, ...]:
@@ -53,5 +56,12 @@ def group_members(path) -> tuple[list[Member], dict]:
     members = []
     for name, array in sorted(group.arrays()):
         attrs = {k: v for k, v in array.attrs.items() if k != _DIMS_ATTR}
-        members.append(Member(name, os.path.join(path, name), _dims(name, array), attrs))
+        members.append(Member(name, os.path.join(path, name), _dims(name, array), attrs,
+                              np.dtype(array.dtype), int(array.nbytes)))
     return members, dict(group.attrs)
+
+
+def read_values(path) -> np.ndarray:
+    """The whole array at ``path`` in memory, through Zarr (labels, dates: small arrays of
+    types jask does not compute on)."""
+    return np.asarray(zarr.open_array(os.fspath(path), mode="r")[...])

@@ -12,6 +12,7 @@ import threading
 import time
 
 import numpy as np
+import zarr
 
 import jask
 from jask.store import durability
@@ -38,6 +39,8 @@ def run(case, path):
         a = jask.open(path)
         spare = path + "-spare"
         shutil.copytree(path, spare)
+        new = zarr.open_array(spare, mode="r+")
+        new[:] = -new[:] - 1.0  # the new version differs everywhere, and in sign
 
         session = jask.store.sessions.session_dir(jask.get_config().scratch_dir)
         before = set(os.listdir(session))
