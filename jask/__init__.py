@@ -46,8 +46,10 @@ from jask.api.elementwise import (
 from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
 from jask.api.interop import from_dask, materialize, to_dask
 from jask.api.linalg import dot, matmul, transpose
+from jask.api.linalg import matrix_transpose
 from jask.api.mapping import map
 from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
+from jask.api.reductions import all, any, count_nonzero, prod
 from jask.api.save import save
 from jask.api.scans import cumsum
 from jask.api.stats import reset_stats, stats, track
@@ -82,4 +84,5 @@ __all__ = [
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
     "visualize", "where",
+    "all", "any", "count_nonzero", "prod", "matrix_transpose",
 ]

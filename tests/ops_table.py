@@ -329,6 +329,60 @@ OPS += [
     *_cumsum_cases(),
 ]
 
+# --- issue 18: prod, all, any, count_nonzero, matrix_transpose, sort, scans, search, products ---
+
+def _near_one(x):  # products of many factors stay in range
+    return x * 0.1 + 1.0
+
+
+def _with_zeros(x, where=jask.where):  # lanes with no zero, one zero, several
+    return where(x > 2.0, 0.0, _near_one(x))
+
+
+def _np_prod(x, axis=None):
+    return np.prod(x.astype(np.float64), axis=axis).astype(x.dtype)
+
+
+def _issue18_cases():
+    return [
+        *[Case(f"prod[axis={axis}]", lambda x, a=axis: jask.prod(_near_one(x), axis=a),
+               lambda x, a=axis: _np_prod(_near_one(x), a),
+               lambda x, a=axis: jnp.prod(_near_one(x), axis=a), (disk(N, M),))
+          for axis in (None, 0)],
+        Case("prod[zeros,axis=1,keepdims]", lambda x: jask.prod(_with_zeros(x), 1, True),
+             lambda x: np.prod(_with_zeros(x, np.where), 1, keepdims=True),
+             lambda x: jnp.prod(_with_zeros(x, jnp.where), 1, keepdims=True),
+             (disk(N, M),)),
+        Case("prod[int32,axis=0]", lambda x: jask.prod(jask.astype(x * 2.0, np.int32), 0),
+             lambda x: np.prod((x * 2).astype(np.int32), 0, dtype=np.int32),
+             lambda x: jnp.prod((x * 2).astype(jnp.int32), 0), (disk(N, M),), grad=()),
+        Case("all[axis=0]", lambda x: jask.all(x > -2.5, axis=0),
+             lambda x: np.all(x > -2.5, axis=0), lambda x: jnp.all(x > -2.5, axis=0),
+             (disk(N, M),), grad=()),
+        Case("all[float,axis=None]", lambda x: jask.all(x), np.all, jnp.all, (disk(N, M),),
+             grad=()),
+        Case("any[bool,axis=1,keepdims]", lambda m: jask.any(m, axis=1, keepdims=True),
+             lambda m: np.any(m, axis=1, keepdims=True),
+             lambda m: jnp.any(m, axis=1, keepdims=True), (mask(N, M),), grad=()),
+        Case("any[axis=(0,2)]", lambda x: jask.any(x > 2.5, axis=(0, 2)),
+             lambda x: np.any(x > 2.5, axis=(0, 2)), lambda x: jnp.any(x > 2.5, axis=(0, 2)),
+             (disk(K, P, Q),), grad=()),
+        Case("count_nonzero[axis=0]", lambda x: jask.count_nonzero(_with_zeros(x), axis=0),
+             lambda x: np.count_nonzero(_with_zeros(x, np.where), axis=0),
+             lambda x: jnp.count_nonzero(_with_zeros(x, jnp.where), axis=0),
+             (disk(N, M),), grad=()),
+        Case("count_nonzero[bool,axis=None]", jask.count_nonzero, np.count_nonzero,
+             jnp.count_nonzero, (mask(N, M),), grad=()),
+        Case("matrix_transpose[3d]", lambda a: jask.matrix_transpose(a),
+             lambda a: np.swapaxes(a, -1, -2), jnp.matrix_transpose, (disk(5, 33, 19),),
+             exact=True),
+        Case("matrix_transpose[.mT]", lambda a: a.mT, lambda a: a.T, lambda a: a.mT,
+             (disk(N, M),), exact=True),
+    ]
+
+
+OPS += _issue18_cases()
+
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"
 

@@ -147,3 +147,26 @@ def matmul(a, b, *, config: Config | None = None):
       array([1., 2.])
     """
     return dot(a, b, config=config)
+
+
+__all__ += ["matrix_transpose"]
+
+
+def matrix_transpose(x, *, config: Config | None = None):
+    """The last two axes of ``x`` swapped (the Array API's
+    ``matrix_transpose``, ``x.mT``), as a new DiskArray.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.zeros((2, 3, 5), np.float32))
+      >>> jask.matrix_transpose(x).shape
+      (2, 5, 3)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.matrix_transpose(x)
+    if aval.ndim < 2:
+        raise ValueError(f"jask.matrix_transpose: x must have at least two axes, got shape "
+                         f"{tuple(aval.shape)}")
+    axes = tuple(range(aval.ndim - 2)) + (aval.ndim - 1, aval.ndim - 2)
+    return primitives.transpose(x, axes, config=config)

@@ -145,6 +145,11 @@ def transpose_all(self) -> DiskArray:
     return linalg.transpose(self)
 
 
+def matrix_transpose(self) -> DiskArray:
+    """The last two axes swapped (``x.mT``), as a new DiskArray."""
+    return linalg.matrix_transpose(self)
+
+
 def _repr_html_(self) -> str:
     return display.html(self)
 
@@ -165,6 +170,8 @@ def install() -> None:
         setattr(DiskArrayType, name, aval_method(f))
         setattr(DiskArray, name, f)
     setattr(DiskArrayType, "T", aval_property(transpose_all))
+    setattr(DiskArrayType, "mT", aval_property(matrix_transpose))
+    setattr(DiskArray, "mT", property(matrix_transpose))
     for name, attr in {"T": property(transpose_all), "from_numpy": classmethod(from_numpy),
                        "to_dask": to_dask, "to_zarr": to_zarr,
                        "_repr_html_": _repr_html_}.items():

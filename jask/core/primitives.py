@@ -187,6 +187,9 @@ class Blockwise(DiskPrimitive):
             (accum,) = accums
             _accum(accum, lambda: _chooser_vjp(self, args[0], out, g))
             return
+        if self.reducer == "prod":
+            _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
+            return
         if self.ufunc.vjps is None:
             super().backward(res, g, *accums)
         for j, accum in enumerate(accums):
@@ -247,6 +250,22 @@ def _chooser_vjp(prim, x, out, g):
     return Blockwise(ufuncs.CHOSEN, (_aval(g), x_aval, out_aval, _aval(counts)),
                      (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
                      dtype, grad=True, config=prim.config)(g, x, out, counts)
+
+
+def _prod_vjp(prim, x, g):
+    """d prod: each element gets the product of the others (zeros included,
+    as jax.numpy): from the product of the nonzero elements and the count of
+    zeros, two reductions, then one map."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    to_memory = not _on_disk(out_aval)
+    parts = [Blockwise(row, (x_aval,), (axes,), (dtype,), prim.shape, out_axes, dtype,
+                       reducer=reducer, to_memory=to_memory, grad=True, config=prim.config)(x)
+             for row, reducer in ((ufuncs.NONZERO_OR_ONE, "prod"), (ufuncs.IS_ZERO, "sum"))]
+    return Blockwise(ufuncs.PROD_VJP, (_aval(g), x_aval) + tuple(_aval(p) for p in parts),
+                     (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
+                     dtype, grad=True, config=prim.config)(g, x, *parts)
 
 
 # --- layout ------------------------------------------------------------------

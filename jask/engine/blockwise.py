@@ -267,6 +267,38 @@ REDUCERS: dict[str, Reducer] = {
 }
 
 
+def _wide_prod(block, axis):
+    """A block's product, widened as :func:`_wide_sum` widens (integers
+    wrap in int64, as they would in their own dtype once cast back)."""
+    kind = block.dtype.kind
+    wide = {"f": np.float64, "c": np.complex128, "b": np.int64, "i": np.int64, "u": np.uint64}
+    return np.prod(block, axis=axis, keepdims=True, dtype=wide.get(kind, block.dtype))
+
+
+def _all(block, axis):
+    return np.all(block, axis=axis, keepdims=True)
+
+
+def _any(block, axis):
+    return np.any(block, axis=axis, keepdims=True)
+
+
+def _counted(counts, axis):
+    """The partial of a kernel that reduced its own tile (it returns a
+    1-tuple of the tile's counts, lengths 1 along ``axis``)."""
+    return counts[0]
+
+
+REDUCERS.update({
+    "prod": Reducer(_wide_prod, np.multiply),
+    "all": Reducer(_all, np.logical_and),
+    "any": Reducer(_any, np.logical_or),
+    # searchsorted: counts added over tiles; its kernel reduces its own tile and
+    # returns a tuple, so it runs alone, as pair reducers do (``pair``)
+    "counted": Reducer(_counted, np.add, pair=True),
+})
+
+
 def _finish(reducer: str, partial):
     finish = REDUCERS[reducer].finish
     return partial if finish is None else finish(partial)
