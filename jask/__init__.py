@@ -52,6 +52,7 @@ from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, 
 from jask.api.reductions import all, any, count_nonzero, prod
 from jask.api.save import save
 from jask.api.scans import cumsum
+from jask.api.sorting import argsort, sort
 from jask.api.stats import reset_stats, stats, track
 from jask.api.update import update_
 from jask.api.visualize import visualize
@@ -85,4 +86,5 @@ __all__ = [
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
     "visualize", "where",
     "all", "any", "count_nonzero", "prod", "matrix_transpose",
+    "argsort", "sort",
 ]

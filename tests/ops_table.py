@@ -381,7 +381,41 @@ def _issue18_cases():
     ]
 
 
+def _nan_above(x, where):
+    return where(x > 1.0, np.nan, x)
+
+
+def _sort_cases():
+    """sort and argsort: gradients (a gather by the order) and, exactly as
+    jax.numpy, ties (int32 values) and NaNs, ascending and descending."""
+    ties = lambda x: jask.astype(x * 2.0, np.int32)  # noqa: E731
+    return [
+        Case("sort[axis=0]", lambda x: jask.sort(x, axis=0), lambda x: np.sort(x, axis=0),
+             lambda x: jnp.sort(x, axis=0), (disk(N, M),)),
+        Case("sort[axis=None,descending]", lambda x: jask.sort(x, axis=None, descending=True),
+             lambda x: np.sort(x, axis=None)[::-1],
+             lambda x: jnp.sort(x, axis=None, descending=True), (disk(37, 23),)),
+        Case("sort[nan,axis=1,descending]",
+             lambda x: jask.sort(_nan_above(x, jask.where), axis=1, descending=True),
+             lambda x: np.flip(np.sort(_nan_above(x, np.where), axis=1), 1),
+             lambda x: jnp.sort(_nan_above(x, jnp.where), axis=1, descending=True),
+             (disk(N, M),), grad=(), exact=True),
+        Case("argsort[int32-ties,axis=1,descending]",
+             lambda x: jask.argsort(ties(x), axis=1, descending=True),
+             lambda x: np.asarray(jnp.argsort((x * 2).astype(np.int32), axis=1,
+                                              descending=True)),
+             lambda x: jnp.argsort((x * 2).astype(jnp.int32), axis=1, descending=True),
+             (disk(N, M),), grad=(), exact=True),
+        Case("argsort[nan-ties,axis=0]",
+             lambda x: jask.argsort(_nan_above(x, jask.where), axis=0),
+             lambda x: np.argsort(_nan_above(x, np.where), axis=0, kind="stable"),
+             lambda x: jnp.argsort(_nan_above(x, jnp.where), axis=0),
+             (disk(N, M),), grad=(), exact=True),
+    ]
+
+
 OPS += _issue18_cases()
+OPS += _sort_cases()
 
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"

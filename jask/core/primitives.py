@@ -399,6 +399,42 @@ class Cumsum(DiskPrimitive):
                                   grad=True, config=self.config, name="cumsum_vjp")(g))
 
 
+class Sort(DiskPrimitive):
+    """Sorting along ``axis`` (whole lanes per tile): ``kind`` "sort" (the
+    values), "argsort" (jnp.argsort's indices), "perm" (the order jnp.sort
+    puts elements in) or "unsort" (sort's VJP: the cotangent ``g`` put back
+    by that order; two inputs, ``g`` and the order). Its VJP gathers back by
+    the order, as jax's sort does."""
+
+    def __init__(self, avals: tuple, axis: int, kind: str, dtype, *, descending: bool = False,
+                 grad: bool = False, config: Config | None = None, name: str | None = None):
+        super().__init__(tuple(avals), DiskArrayType(avals[0].shape, dtype), op=name or kind,
+                         axis=int(axis), kind=kind, descending=bool(descending),
+                         dtype=np.dtype(dtype), grad=grad, config=config)
+
+    def disk_work(self):
+        return work.sort(self.op, self.kind, self.axis, self.descending, self.dtype,
+                         grad=self.grad)
+
+    def expand(self, *args):
+        return self._run(self.disk_work(), list(args))
+
+    def backward(self, res, g, *accums):
+        if self.kind != "sort":
+            super().backward(res, g, *accums)
+        (x,) = res
+        aval = self.in_avals[0]
+
+        def cotangent():
+            n = aval.shape[self.axis]
+            index = np.dtype(np.int32 if n < 2**31 else np.int64)
+            perm = Sort((aval,), self.axis, "perm", index, descending=self.descending,
+                        grad=True, config=self.config, name="sort_perm")(x)
+            return Sort((_aval(g), _aval(perm)), self.axis, "unsort", aval.dtype, grad=True,
+                        config=self.config, name="sort_vjp")(g, perm)
+        _accum(accums[0], cotangent)
+
+
 class Update(DiskPrimitive):
     """target.update_(new): new's data written into target's own store.
 
@@ -573,6 +609,10 @@ def reshape(a, shape, *, config=None):
 
 def cumsum(a, axis, dtype, *, config=None):
     return Cumsum(_aval(a), axis, dtype, config=config)(a)
+
+
+def sort(a, axis, kind, dtype, *, descending=False, config=None):
+    return Sort((_aval(a),), axis, kind, dtype, descending=descending, config=config)(a)
 
 
 def update(target, new, *, config=None):

@@ -383,3 +383,22 @@ def _store(sources: list, i: int | None) -> StoreSpec | None:
     if not isinstance(source, StoreSpec):
         raise TypeError(f"jask.fused: operand {i} must be a DiskArray")
     return source
+
+
+def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool = False):
+    """Work for a sort along ``axis`` (``kind``: see :data:`jask.engine.sort.KINDS`),
+    whole lanes per tile, written to a new store of ``dtype``."""
+    from jask.engine import sort as sorting
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.sort(op, stores, axis, dtype, config)
+
+    def work(stores, values, config: Config):
+        planned = plan_of(stores, values, config)
+        shape = tuple(stores[0].shape)
+        token = uuid.uuid4().hex
+        return _produce(config, op, shape, dtype, planned,
+                        lambda out: sorting.sort_graph(op, kind, tuple(stores), out,
+                                                       planned.tile, axis, descending, token),
+                        grad=grad)
+    return Work(op, work, plan_of)

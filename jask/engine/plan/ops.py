@@ -491,3 +491,39 @@ def fused(op: str, shape: tuple, dtype, sources: list, out_dtypes: tuple, into: 
         fixed_bytes=held, out_copies=len(out_dtypes) + 1 if temporaries is None else temporaries,
         out_unit=unit)
     return Plan(op, tuple(tile), None, cost.tasks, cost)
+
+
+# --- sorting: whole lanes per tile -------------------------------------------------------
+
+__all__ += ["sort"]
+
+def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
+    """A sort along ``axis`` (:mod:`jask.engine.sort`): tiles span the whole
+    axis, the other axes halved from the default chunks until a task fits
+    (one task at a time if need be). A task holds its input tiles, the lanes'
+    order (int64) and the result. Refused, naming the budget, when one lane
+    does not fit."""
+    shape = tuple(stores[0].shape)
+    n = shape[axis]
+    models = [chunkio.read_model(s) for s in stores]
+    per_element = 8 + np.dtype(out_dtype).itemsize  # the order and the result
+
+    def cost_of(tile, at_once):
+        return memory.task_cost(op, tile, [(m, tile) for m in models],
+                                math.prod(tile) * per_element, 1, at_once)
+
+    others = tuple(1 if d == axis else s for d, s in enumerate(shape))
+    start = memory.default_chunks(others, out_dtype, config.max_memory, config.workers)
+    tiles = [tuple(n if d == axis else t for d, t in enumerate(tile))
+             for tile in memory.shrinking(start)]
+    for at_once in sorted({config.workers, 1}, reverse=True):
+        for tile in tiles:
+            cost = cost_of(tile, at_once)
+            if cost.total <= config.max_memory:
+                return Plan(op, tile, tile, _n_tiles(shape, tile), cost)
+    need = cost_of(tiles[-1], 1).total
+    raise memory.BudgetError(
+        f"jask.{op}: one lane along axis {axis} of shape {shape} ({n} elements, a tile of "
+        f"shape {tiles[-1]}) needs {need} bytes in one task, over the memory budget of "
+        f"{config.max_memory} bytes: a sort holds a whole lane in memory. Raise the budget "
+        f"to at least {need} bytes, or sort shorter lanes")
