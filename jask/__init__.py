@@ -52,6 +52,7 @@ from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, 
 from jask.api.reductions import all, any, count_nonzero, prod
 from jask.api.save import save
 from jask.api.scans import cumsum
+from jask.api.scans import cumprod, cumulative_prod, cumulative_sum
 from jask.api.sorting import argsort, sort
 from jask.api.stats import reset_stats, stats, track
 from jask.api.update import update_
@@ -86,5 +87,5 @@ __all__ = [
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
     "visualize", "where",
     "all", "any", "count_nonzero", "prod", "matrix_transpose",
-    "argsort", "sort",
+    "argsort", "sort", "cumprod", "cumulative_prod", "cumulative_sum",
 ]

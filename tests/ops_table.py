@@ -414,8 +414,35 @@ def _sort_cases():
     ]
 
 
+def _np_cumprod(x, axis=None):
+    return np.cumprod(x.astype(np.float64), axis=axis).astype(x.dtype)
+
+
+def _scan_cases():
+    """cumprod (values and gradients, zeros included) and the Array API's
+    cumulative_sum / cumulative_prod with include_initial."""
+    return [
+        Case("cumprod[zeros,axis=0]", lambda x: jask.cumprod(_with_zeros(x), axis=0),
+             lambda x: _np_cumprod(_with_zeros(x, np.where), 0),
+             lambda x: jnp.cumprod(_with_zeros(x, jnp.where), axis=0), (disk(N, M),)),
+        Case("cumprod[axis=None]", lambda x: jask.cumprod(_near_one(x)),
+             lambda x: _np_cumprod(_near_one(x)), lambda x: jnp.cumprod(_near_one(x)),
+             (disk(N, M),), grad=()),
+        Case("cumulative_sum[axis=1,include_initial]",
+             lambda x: jask.cumulative_sum(x, axis=1, include_initial=True),
+             lambda x: np.concatenate([np.zeros((N, 1), x.dtype), _np_cumsum(x, 1)], 1),
+             lambda x: jnp.cumulative_sum(x, axis=1, include_initial=True), (disk(N, M),)),
+        Case("cumulative_prod[1d,include_initial]",
+             lambda x: jask.cumulative_prod(_near_one(x), include_initial=True),
+             lambda x: np.concatenate([np.ones(1, x.dtype), _np_cumprod(_near_one(x))]),
+             lambda x: jnp.cumulative_prod(_near_one(x), include_initial=True), (disk(L),),
+             grad=()),
+    ]
+
+
 OPS += _issue18_cases()
 OPS += _sort_cases()
+OPS += _scan_cases()
 
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"

@@ -271,3 +271,14 @@ def _others_product(g, x, p, z):
 
 PROD_VJP = _row("prod_vjp", _others_product, lambda g, x, p, z: g, None, None, None, None,
                 public=False)
+
+# cumprod's VJP (zeros included): ``c`` is the running count of zeros along the axis.
+FIRST_ZERO_AS_ONE = _row("first_zero_as_one",
+                         lambda x, c: np.where((x == 0) & (c == 1), np.ones_like(x), x),
+                         lambda x, c: x, None, None, public=False)
+BEFORE_ZERO = _row("before_zero", lambda g, y, c: g * y * (c == 0), lambda g, y, c: g,
+                   None, None, None, public=False)
+CUMPROD_VJP = _row("cumprod_vjp",
+                   lambda b, s, x, c: np.where(c == 0, b / np.where(x == 0, np.ones_like(x), x),
+                                               np.where((x == 0) & (c == 1), s, 0)),
+                   lambda b, s, x, c: b, None, None, None, None, public=False)

@@ -111,12 +111,13 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
     return Work(op, work, plan_of)
 
 
-def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False):
+def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind: str = "sum"):
     """Work for the cumulative sum of a store along ``axis`` in ``dtype``
     (``reverse``: summed from the end, the VJP of a cumulative sum), in two
     passes over the same tiles (:mod:`jask.engine.scan`): the tiles' totals,
     then each tile's own cumulative sum plus the carry of the tiles before it.
-    The totals and carries of every tile are held between the passes."""
+    The totals and carries of every tile are held between the passes.
+    ``kind="prod"``: cumulative products, the same way."""
     def plan_of(stores, values, config: Config) -> Plan:
         return planner.scan(op, stores[0], axis, dtype, config)
 
@@ -129,13 +130,13 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False):
         tiles: list = []
         totals: list = []
         if 0 not in shape:
-            dsk, keys, tiles = scan.totals_graph(op, source, tile, axis, dtype, token)
+            dsk, keys, tiles = scan.totals_graph(op, source, tile, axis, dtype, token, kind)
             totals = execute.run(dsk, keys, config.workers, planned.cost)
-        carry = scan.carries(shape, tile, axis, tiles, totals, reverse) if tiles else []
+        carry = scan.carries(shape, tile, axis, tiles, totals, reverse, kind) if tiles else []
         del totals
         return _produce(config, op, shape, dtype, planned,
                         lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
-                                                    token), grad=grad)
+                                                    token, kind), grad=grad)
     return Work(op, work, plan_of)
 
 
