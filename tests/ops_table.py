@@ -440,9 +440,46 @@ def _scan_cases():
     ]
 
 
+def _search_and_product_cases():
+    """searchsorted (ties and NaNs exactly as jax.numpy, either operand on
+    disk), tensordot and vecdot (values and gradients)."""
+    def ints(x, astype):
+        return astype(x * 2.0, np.int32)
+
+    return [
+        Case("searchsorted[disk-disk,int32-ties,right]",
+             lambda a, v: jask.searchsorted(jask.sort(ints(a, jask.astype)),
+                                            ints(v, jask.astype), side="right"),
+             lambda a, v: np.searchsorted(np.sort((a * 2).astype(np.int32)),
+                                          (v * 2).astype(np.int32), side="right"),
+             lambda a, v: jnp.searchsorted(jnp.sort((a * 2).astype(jnp.int32)),
+                                           (v * 2).astype(jnp.int32), side="right"),
+             (disk(1999), disk(N, M)), grad=(), exact=True),
+        Case("searchsorted[disk-mem,nan,left]",
+             lambda a, v: jask.searchsorted(jask.sort(_nan_above(a, jask.where)), v),
+             lambda a, v: np.searchsorted(np.sort(_nan_above(a, np.where)), v),
+             lambda a, v: jnp.searchsorted(jnp.sort(_nan_above(a, jnp.where)), v),
+             (disk(1999), mem(5, 7)), grad=(), exact=True),
+        Case("tensordot[axes=pairs]",
+             lambda a, b: jask.tensordot(a, b, axes=([0, 2], [2, 0])),
+             lambda a, b: np.tensordot(a, b, axes=([0, 2], [2, 0])),
+             lambda a, b: jnp.tensordot(a, b, axes=([0, 2], [2, 0])),
+             (disk(K, P, Q), disk(Q, 3, K))),
+        Case("tensordot[axes=1,disk-mem]", lambda a, b: jask.tensordot(a, b, axes=1),
+             lambda a, b: np.tensordot(a, b, axes=1), lambda a, b: jnp.tensordot(a, b, axes=1),
+             (disk(K, P, Q), mem(Q, 5))),
+        Case("vecdot[disk-row]", jask.vecdot, lambda a, b: np.sum(a * b, axis=-1), jnp.vecdot,
+             (disk(N, M), mem(M))),
+        Case("vecdot[disk-disk,axis=0]", lambda a, b: jask.vecdot(a, b, axis=0),
+             lambda a, b: np.sum(a * b, axis=0), lambda a, b: jnp.vecdot(a, b, axis=0),
+             (disk(N, M), disk(N, M))),
+    ]
+
+
 OPS += _issue18_cases()
 OPS += _sort_cases()
 OPS += _scan_cases()
+OPS += _search_and_product_cases()
 
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"

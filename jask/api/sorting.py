@@ -16,12 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jask.api.elementwise import check_in_memory
 from jask.api.indexing import reshape
-from jask.base.config import Config
+from jask.base.config import Config, get_config
 from jask.core import primitives
 from jask.core.array import disk_type
 
-__all__ = ["sort", "argsort"]
+__all__ = ["sort", "argsort", "searchsorted"]
 
 
 def _axis(op: str, x, axis):
@@ -95,3 +96,51 @@ def argsort(x, axis=-1, *, descending: bool = False, stable: bool = True,
     dtype = _index_dtype(tuple(aval.shape), np.dtype(aval.dtype), axis,
                          bool(jax.config.read("jax_enable_x64")))
     return primitives.sort(x, axis, "argsort", dtype, descending=descending, config=config)
+
+
+def searchsorted(a, v, side: str = "left", sorter=None, *, config: Config | None = None):
+    """Where the values ``v`` would be inserted into the sorted 1-D array
+    ``a`` to keep it sorted, as ``jax.numpy.searchsorted`` (``side="left"``:
+    before equal elements, ``"right"``: after them; NaNs sort last).
+
+    Either may be a DiskArray or in memory (an in-memory one is sent to
+    every task: at most a quarter of the budget). Each task takes a tile of
+    ``v`` and reads ``a`` one chunk at a time, adding up the counts that
+    binary searches in each chunk give (so ``a`` is read once per tile of
+    ``v``: few tiles when ``v`` is small). The result has ``v``'s shape, int32 (int64
+    in JAX's x64 mode): a DiskArray when ``v`` is one, else in memory.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.array([1.0, 2.0, 2.0, 5.0], np.float32))
+      >>> jask.searchsorted(a, np.array([2.0, 6.0, 0.0], np.float32))
+      Array([1, 4, 0], dtype=int32)
+      >>> jask.searchsorted(a, np.array([2.0], np.float32), side="right")
+      Array([3], dtype=int32)
+    """
+    A, V = disk_type(a), disk_type(v)
+    if A is None and V is None:
+        return jnp.searchsorted(a, v, side=side, sorter=sorter)
+    if sorter is not None:
+        raise NotImplementedError("jask.searchsorted: sorter is not supported; pass the "
+                                  "sorted array (jask.sort(a)) instead")
+    if side not in ("left", "right"):
+        raise ValueError(f"jask.searchsorted: side must be 'left' or 'right', got {side!r}")
+    a_shape = tuple(A.shape) if A is not None else np.shape(a)
+    if len(a_shape) != 1:
+        raise ValueError(f"jask.searchsorted: a must be 1-D, got shape {a_shape}")
+    if A is None:
+        a = jnp.asarray(a)
+    if V is None:
+        v = jnp.asarray(v)
+    cfg = config or get_config()
+    for name, x, aval in (("a", a, A), ("v", v, V)):
+        if aval is None:
+            check_in_memory("searchsorted", x, cfg)
+    a_dtype = np.dtype((A or a).dtype)
+    v_dtype, v_shape = np.dtype((V or v).dtype), tuple((V or v).shape)
+    compute = np.dtype(jnp.promote_types(a_dtype, v_dtype))
+    out = np.dtype(jax.eval_shape(
+        lambda x, y: jnp.searchsorted(x, y, side=side),
+        jax.ShapeDtypeStruct(a_shape, a_dtype), jax.ShapeDtypeStruct(v_shape, v_dtype)).dtype)
+    return primitives.searchsorted(v, a, side, compute, out, config=config)

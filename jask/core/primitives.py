@@ -472,6 +472,27 @@ class Sort(DiskPrimitive):
         _accum(accums[0], cotangent)
 
 
+class Search(DiskPrimitive):
+    """searchsorted: where each of ``values`` goes in the sorted 1-D
+    ``sorted_`` (either on disk or in memory), compared in ``dtype``; the
+    result has the values' shape, in memory when the values are. An index
+    has no gradient."""
+
+    def __init__(self, values, sorted_, side: str, dtype, out_dtype, *,
+                 config: Config | None = None):
+        to_memory = not _on_disk(values)
+        super().__init__((values, sorted_), _out_type(values.shape, out_dtype, not to_memory),
+                         op="searchsorted", side=side, dtype=np.dtype(dtype),
+                         out_dtype=np.dtype(out_dtype), config=config)
+
+    def disk_work(self):
+        return work.search(self.side, tuple(_on_disk(a) for a in self.in_avals), self.dtype,
+                           self.out_dtype, to_memory=not _on_disk(self.out_aval))
+
+    def expand(self, v, a):
+        return self._run(self.disk_work(), [v, a])
+
+
 class Update(DiskPrimitive):
     """target.update_(new): new's data written into target's own store.
 
@@ -654,6 +675,11 @@ def cumprod(a, axis, dtype, *, config=None):
 
 def sort(a, axis, kind, dtype, *, descending=False, config=None):
     return Sort((_aval(a),), axis, kind, dtype, descending=descending, config=config)(a)
+
+
+def searchsorted(values, sorted_, side, dtype, out_dtype, *, config=None):
+    return Search(_aval(values), _aval(sorted_), side, dtype, out_dtype,
+                  config=config)(values, sorted_)
 
 
 def update(target, new, *, config=None):

@@ -283,19 +283,10 @@ def _any(block, axis):
     return np.any(block, axis=axis, keepdims=True)
 
 
-def _counted(counts, axis):
-    """The partial of a kernel that reduced its own tile (it returns a
-    1-tuple of the tile's counts, lengths 1 along ``axis``)."""
-    return counts[0]
-
-
 REDUCERS.update({
     "prod": Reducer(_wide_prod, np.multiply),
     "all": Reducer(_all, np.logical_and),
     "any": Reducer(_any, np.logical_or),
-    # searchsorted: counts added over tiles; its kernel reduces its own tile and
-    # returns a tuple, so it runs alone, as pair reducers do (``pair``)
-    "counted": Reducer(_counted, np.add, pair=True),
 })
 
 

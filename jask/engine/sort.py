@@ -83,3 +83,57 @@ def sort_graph(op: str, kind: str, sources: tuple, out: StoreSpec, tile: tuple, 
     graph = {(name, i): (_sort_block, kind, tuple(sources), out, region, axis, descending)
              for i, region in enumerate(regions(tuple(out.shape), tile))}
     return graph, list(graph)
+
+
+# --- searchsorted: each tile of values searched in the sorted array, chunk by chunk ---
+
+def _read(source, region: tuple) -> np.ndarray:
+    return chunkio.read(source, region) if isinstance(source, StoreSpec) else source[region]
+
+
+def search_block(side: str, values, sorted_, region: tuple, step: int, dtype) -> np.ndarray:
+    """Insertion indices of one tile of ``values`` into ``sorted_`` (a store
+    or an array), read ``step`` elements at a time: the counts of each piece
+    (numpy's order, NaNs last, as jax.numpy's) add up to the index.
+
+    Example:
+      >>> search_block("left", np.array([2.0, 9.0, 0.0]), np.array([1.0, 2.0, 2.0, 5.0]),
+      ...              (slice(0, 3),), 3, np.float64)
+      array([1, 4, 0])
+    """
+    v = _read(values, region).astype(dtype, copy=False)
+    counts = np.zeros(v.shape, np.int64)
+    n = sorted_.shape[0]
+    for start in range(0, n, max(step, 1)):
+        piece = _read(sorted_, (slice(start, min(start + step, n)),)).astype(dtype, copy=False)
+        counts += np.searchsorted(piece, v, side=side)
+    return counts
+
+
+def _search_write(out: StoreSpec, side, values, sorted_, region, step, dtype) -> None:
+    counts = search_block(side, values, sorted_, region, step, dtype)
+    chunkio.write(out, region, counts.astype(out.dtype))
+
+
+def _search_assemble(shape, dtype, regions_, *pieces) -> np.ndarray:
+    result = np.empty(shape, dtype)
+    for region, piece in zip(regions_, pieces):
+        result[region] = piece
+    return result
+
+
+def search_graph(op: str, side: str, values, sorted_, out: StoreSpec | None, shape: tuple,
+                 out_dtype, tile: tuple, step: int, dtype, token: str):
+    """One task per tile of ``values`` (a whole output chunk, or a piece of
+    the in-memory result assembled by one more task)."""
+    name = key_name(op, token)
+    tiles = list(regions(shape, tile))
+    if out is not None:
+        graph = {(name, i): (_search_write, out, side, values, sorted_, region, step, dtype)
+                 for i, region in enumerate(tiles)}
+        return graph, list(graph)
+    graph = {(name, i): (search_block, side, values, sorted_, region, step, dtype)
+             for i, region in enumerate(tiles)}
+    root = (key_name(op, token, stage="result"),)
+    graph[root] = (_search_assemble, shape, np.dtype(out_dtype), tiles, *list(graph))
+    return graph, [root]

@@ -403,3 +403,36 @@ def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool =
                                                        planned.tile, axis, descending, token),
                         grad=grad)
     return Work(op, work, plan_of)
+
+
+def search(side: str, on_disk: tuple, dtype, out_dtype, *, to_memory: bool):
+    """Work for searchsorted of ``values`` in ``sorted_`` (each a store or
+    an in-memory value, flagged by ``on_disk``), compared in ``dtype``."""
+    from jask.engine import sort as sorting
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        v, a = _in_order(on_disk, stores, values)
+        return planner.search("searchsorted", v, a, dtype, to_memory, config)
+
+    def work(stores, values, config: Config):
+        values = [np.asarray(x) for x in values]
+        planned = plan_of(stores, values, config)
+        v, a = _in_order(on_disk, stores, values)
+        shape = tuple(v.shape)
+        token = uuid.uuid4().hex
+        if to_memory:
+            dsk, keys = sorting.search_graph("searchsorted", side, v, a, None, shape, out_dtype,
+                                             planned.tile, _step(a), dtype, token)
+            return execute.run(dsk, keys, config.workers, planned.cost)[0]
+        return _produce(config, "searchsorted", shape, out_dtype, planned,
+                        lambda out: sorting.search_graph("searchsorted", side, v, a, out, shape,
+                                                         out_dtype, planned.tile, _step(a),
+                                                         dtype, token), grad=False)
+    return Work("searchsorted", work, plan_of)
+
+
+def _step(sorted_) -> int:
+    """How much of the sorted array a search task reads at once."""
+    if isinstance(sorted_, StoreSpec):
+        return int(sorted_.chunks[0])
+    return max(int(sorted_.shape[0]), 1)

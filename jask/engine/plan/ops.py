@@ -527,3 +527,39 @@ def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
         f"shape {tiles[-1]}) needs {need} bytes in one task, over the memory budget of "
         f"{config.max_memory} bytes: a sort holds a whole lane in memory. Raise the budget "
         f"to at least {need} bytes, or sort shorter lanes")
+
+
+__all__ += ["search"]
+
+
+def search(op: str, values, sorted_, dtype, to_memory: bool, config: Config) -> Plan:
+    """searchsorted (:func:`jask.engine.sort.search_graph`): tiles of the
+    values (a store or an array), each searched in the sorted array one
+    chunk at a time (the whole array when it is in memory). A task holds its
+    values in ``dtype``, their int64 counts and one piece of the sorted array;
+    an in-memory operand or result is held once."""
+    shape = tuple(values.shape)
+    itemsize = np.dtype(dtype).itemsize
+    disk_sorted = isinstance(sorted_, StoreSpec)
+    step = int(sorted_.chunks[0]) if disk_sorted else max(int(sorted_.shape[0]), 1)
+    held = _held(x for x in (values, sorted_) if not isinstance(x, StoreSpec))
+    if to_memory:
+        held += memory.nbytes(shape, np.int64) * 2  # the pieces and the assembled result
+    reads = [(chunkio.read_model(sorted_), (step,))] if disk_sorted else []
+
+    def cost_of(tile, at_once):
+        tile_reads = reads + ([(chunkio.read_model(values), tile)]
+                              if isinstance(values, StoreSpec) else [])
+        cost = memory.task_cost(op, tile, tile_reads,
+                                math.prod(tile) * (8 + itemsize) + step * itemsize, 1, at_once)
+        return dataclasses.replace(cost, fixed=held)
+
+    start = memory.default_chunks(shape, np.int64, config.max_memory, config.workers)
+    tiles = list(memory.shrinking(start))
+    for at_once in sorted({config.workers, 1}, reverse=True):  # one at a time if need be
+        for tile in tiles:
+            cost = cost_of(tile, at_once)
+            if cost.total <= config.max_memory:
+                return Plan(op, tile, None if to_memory else tile, _n_tiles(shape, tile), cost)
+    memory.check_fits(cost_of(tiles[-1], 1), config.max_memory)
+    raise AssertionError("unreachable: check_fits raised")
