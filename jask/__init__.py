@@ -45,16 +45,14 @@ from jask.api.elementwise import (
 )
 from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
 from jask.api.interop import from_dask, materialize, to_dask
-from jask.api.linalg import dot, matmul, transpose
-from jask.api.linalg import matrix_transpose, tensordot, vecdot
+from jask.api.linalg import dot, matmul, matrix_transpose, tensordot, transpose, vecdot
 from jask.api.mapping import map
-from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
-from jask.api.reductions import all, any, count_nonzero, prod
+from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
 from jask.api.save import save
-from jask.api.scans import cumsum
-from jask.api.scans import cumprod, cumulative_prod, cumulative_sum
+from jask.api.scans import cumprod, cumsum, cumulative_prod, cumulative_sum
 from jask.api.sorting import argsort, searchsorted, sort
 from jask.api.stats import reset_stats, stats, track
+from jask.api.truth import all, any, count_nonzero
 from jask.api.update import update_
 from jask.api.visualize import visualize
 from jask.base.config import Config, get_config, set_memory_budget

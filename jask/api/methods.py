@@ -23,6 +23,9 @@ from jask.api import (
     linalg,
     reductions,
     save,
+    scans,
+    sorting,
+    truth,
     update,
 )
 from jask.core._jax_internals import defer_scalar_operators_to
@@ -44,6 +47,8 @@ METHODS: dict[str, Callable] = {
     "min": reductions.min, "var": reductions.var, "std": reductions.std,
     "astype": elementwise.astype, "reshape": indexing.reshape, "transpose": linalg.transpose,
 }
+METHODS.update({"prod": reductions.prod, "all": truth.all, "any": truth.any,
+                "cumprod": scans.cumprod, "sort": sorting.sort, "argsort": sorting.argsort})
 
 
 def _binary(f: Callable, reflected: bool = False) -> Callable:

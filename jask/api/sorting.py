@@ -20,14 +20,20 @@ from jask.api.elementwise import check_in_memory
 from jask.api.indexing import reshape
 from jask.base.config import Config, get_config
 from jask.core import primitives
-from jask.core.array import disk_type
+from jask.core.array import DiskArrayType, disk_type
 
 __all__ = ["sort", "argsort", "searchsorted"]
 
 
+def _disk(x) -> DiskArrayType:
+    aval = disk_type(x)
+    assert aval is not None  # the callers checked that x is a DiskArray
+    return aval
+
+
 def _axis(op: str, x, axis):
     """(x, axis) with ``axis=None`` as jax.numpy reads it: the flattened array."""
-    aval = disk_type(x)
+    aval = _disk(x)
     if axis is None:
         if aval.ndim != 1:
             x = reshape(x, (-1,))
@@ -70,7 +76,7 @@ def sort(x, axis=-1, *, descending: bool = False, stable: bool = True,
     if disk_type(x) is None:
         return jnp.sort(x, axis=axis, descending=descending, stable=stable)
     x, axis = _axis("sort", x, axis)
-    aval = disk_type(x)
+    aval = _disk(x)
     return primitives.sort(x, axis, "sort", aval.dtype, descending=descending, config=config)
 
 
@@ -92,7 +98,7 @@ def argsort(x, axis=-1, *, descending: bool = False, stable: bool = True,
     if disk_type(x) is None:
         return jnp.argsort(x, axis=axis, descending=descending, stable=stable)
     x, axis = _axis("argsort", x, axis)
-    aval = disk_type(x)
+    aval = _disk(x)
     dtype = _index_dtype(tuple(aval.shape), np.dtype(aval.dtype), axis,
                          bool(jax.config.read("jax_enable_x64")))
     return primitives.sort(x, axis, "argsort", dtype, descending=descending, config=config)
@@ -137,8 +143,9 @@ def searchsorted(a, v, side: str = "left", sorter=None, *, config: Config | None
     for name, x, aval in (("a", a, A), ("v", v, V)):
         if aval is None:
             check_in_memory("searchsorted", x, cfg)
-    a_dtype = np.dtype((A or a).dtype)
-    v_dtype, v_shape = np.dtype((V or v).dtype), tuple((V or v).shape)
+    a_dtype = np.dtype(A.dtype if A is not None else a.dtype)
+    v_dtype = np.dtype(V.dtype if V is not None else v.dtype)
+    v_shape = tuple(V.shape if V is not None else v.shape)
     compute = np.dtype(jnp.promote_types(a_dtype, v_dtype))
     out = np.dtype(jax.eval_shape(
         lambda x, y: jnp.searchsorted(x, y, side=side),

@@ -46,7 +46,8 @@ def carry_bytes(shape: tuple, tile: tuple, axis: int, dtype) -> int:
 
 
 #: kind -> (reduce, cumulative, combine, identity) of a scan
-KINDS = {"sum": (np.sum, np.cumsum, np.add, 0), "prod": (np.prod, np.cumprod, np.multiply, 1)}
+KINDS: dict[str, tuple] = {"sum": (np.sum, np.cumsum, np.add, 0),
+                           "prod": (np.prod, np.cumprod, np.multiply, 1)}
 
 
 def _total(source: StoreSpec, region: tuple, axis: int, wide, kind: str = "sum") -> np.ndarray:

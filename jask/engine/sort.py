@@ -106,7 +106,7 @@ def search_block(side: str, values, sorted_, region: tuple, step: int, dtype) ->
     n = sorted_.shape[0]
     for start in range(0, n, max(step, 1)):
         piece = _read(sorted_, (slice(start, min(start + step, n)),)).astype(dtype, copy=False)
-        counts += np.searchsorted(piece, v, side=side)
+        counts += np.searchsorted(piece, v, side=side)  # type: ignore[call-overload]
     return counts
 
 
@@ -128,6 +128,7 @@ def search_graph(op: str, side: str, values, sorted_, out: StoreSpec | None, sha
     the in-memory result assembled by one more task)."""
     name = key_name(op, token)
     tiles = list(regions(shape, tile))
+    graph: dict
     if out is not None:
         graph = {(name, i): (_search_write, out, side, values, sorted_, region, step, dtype)
                  for i, region in enumerate(tiles)}
