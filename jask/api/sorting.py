@@ -40,6 +40,8 @@ def _axis(op: str, x, axis):
         return x, 0
     if not isinstance(axis, (int, np.integer)):
         raise TypeError(f"jask.{op}: axis must be None or an int, as in jax.numpy, got {axis!r}")
+    if aval.ndim == 0:
+        raise ValueError(f"jask.{op}: a 0-d array has no axis to sort along (axis={axis})")
     if not -aval.ndim <= axis < max(aval.ndim, 1):
         raise ValueError(f"jask.{op}: axis {axis} is out of range for an array of shape "
                          f"{tuple(aval.shape)}")

@@ -514,8 +514,8 @@ def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
 
     others = tuple(1 if d == axis else s for d, s in enumerate(shape))
     start = memory.default_chunks(others, out_dtype, config.max_memory, config.workers)
-    tiles = [tuple(n if d == axis else t for d, t in enumerate(tile))
-             for tile in memory.shrinking(start)]
+    tiles = [tuple(max(n, 1) if d == axis else t for d, t in enumerate(tile))
+             for tile in memory.shrinking(start)]  # (an empty axis: chunks of one)
     for at_once in sorted({config.workers, 1}, reverse=True):
         for tile in tiles:
             cost = cost_of(tile, at_once)
