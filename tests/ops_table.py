@@ -14,7 +14,7 @@ for bit (data movement: transposes, materialize); one tagged
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import jax
@@ -31,9 +31,12 @@ K, P, Q = 7, 41, 23  # a 3-D shape: 7 to 14 tiles at 64 KB
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # "disk", "mem", "scalar" or "bool"
+    kind: str  # "disk", "mem", "scalar", "bool" or "int"
     shape: tuple = ()
     value: float = 0.0
+    low: int = -50  # an "int" operand's values: low <= v < high
+    high: int = 50
+    dtype: str | None = None  # an "int" operand's dtype (default: int32, int64 under x64)
 
 
 def disk(*shape):
@@ -52,6 +55,11 @@ def mask(*shape):
     return Spec("bool", shape)
 
 
+def ints(*shape, low=-50, high=50, dtype=None):
+    """An integer DiskArray (int32 with float32 cases, int64 with float64 ones)."""
+    return Spec("int", shape, low=low, high=high, dtype=dtype)
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -59,7 +67,8 @@ class Case:
     numpy: Callable
     jnp: Callable
     args: tuple
-    domain: str = "real"          # "positive": operands shifted to > 0.5
+    domain: str = "real"          # "positive": operands shifted to > 0.5; "unit": in
+    # (-0.9, 0.9); "above-one": > 1.5
     grad: tuple | None = None     # argnums to differentiate (default: every float operand)
     tags: tuple = field(default=())  # "every-mode": float64 gradients in all three modes
     exact: bool = False           # values equal numpy's exactly (no tolerance)
@@ -413,7 +422,8 @@ def _scan_cases():
     return [
         Case("cumprod[zeros,axis=0]", lambda x: jask.cumprod(_with_zeros(x), axis=0),
              lambda x: _np_cumprod(_with_zeros(x, np.where), 0),
-             lambda x: jnp.cumprod(_with_zeros(x, jnp.where), axis=0), (disk(N, M),)),
+             lambda x: jnp.cumprod(_with_zeros(x, jnp.where), axis=0), (disk(N, M),),
+             tags=("rule",)),
         Case("cumulative_sum[axis=1,include_initial]",
              lambda x: jask.cumulative_sum(x, axis=1, include_initial=True),
              lambda x: np.concatenate([np.zeros((N, 1), x.dtype), _np_cumsum(x, 1)], 1),
@@ -454,9 +464,9 @@ def _search_and_product_cases():
              (disk(K, P, Q), disk(Q, 3, K)), grad=()),
         Case("tensordot[axes=1,disk-mem]", lambda a, b: jask.tensordot(a, b, axes=1),
              lambda a, b: np.tensordot(a, b, axes=1), lambda a, b: jnp.tensordot(a, b, axes=1),
-             (disk(K, P, Q), mem(Q, 5))),
+             (disk(K, P, Q), mem(Q, 5)), tags=("rule",)),
         Case("vecdot[disk-row]", jask.vecdot, lambda a, b: np.sum(a * b, axis=-1), jnp.vecdot,
-             (disk(N, M), mem(M))),
+             (disk(N, M), mem(M)), tags=("rule",)),
         Case("vecdot[disk-disk,axis=0]", lambda a, b: jask.vecdot(a, b, axis=0),
              lambda a, b: np.sum(a * b, axis=0), lambda a, b: jnp.vecdot(a, b, axis=0),
              (disk(N, M), disk(N, M)), grad=()),
@@ -467,6 +477,98 @@ OPS += _issue18_cases()
 OPS += _sort_cases()
 OPS += _scan_cases()
 OPS += _search_and_product_cases()
+
+
+# --- the rest of the Array API's elementwise functions: one cheap layout each ---------
+
+def _jnp_values(f):
+    """jax.numpy itself as the value reference, where numpy's answer differs by
+    design (an integer divided by 0, a shift by the width or more, -0.0)."""
+    return lambda *a: np.asarray(f(*a))
+
+
+def _quiet(f):
+    def run(*a):
+        with np.errstate(all="ignore"):
+            return f(*a)
+    return run
+
+
+def _int_binary(name, a=None, b=None, numpy=None):
+    f = getattr(jnp, name)
+    return Case(f"{name}[int-int]", getattr(jask, name), numpy or _jnp_values(f), f,
+                (a or ints(N, M), b or ints(N, M)))
+
+
+ELEMENTWISE_CASES = [
+    *[_unary(n) for n in ("sin", "cos", "sinh", "cosh", "arcsinh", "expm1", "positive",
+                          "conj", "real", "imag", "floor", "ceil", "trunc", "round")],
+    _unary("sign"),
+    *[_unary(n, domain="unit") for n in ("tan", "arcsin", "arccos", "arctanh")],
+    _unary("arccosh", domain="above-one"),
+    *[_unary(n, domain="positive") for n in ("log2", "log10", "reciprocal")],
+    *[c for n in ("arctan2", "hypot", "logaddexp", "copysign", "remainder")
+      for c in _binary(n, layouts={k: LAYOUTS[k] for k in ("disk-disk", "scalar-disk")})],
+    Case("floor_divide[disk-disk]", jask.floor_divide, np.floor_divide, jnp.floor_divide,
+         (disk(N, M), disk(N, M))),
+    Case("nextafter[disk-scalar]", jask.nextafter, np.nextafter, jnp.nextafter,
+         (disk(N, M), scalar(1.3)), grad=()),
+    # predicates: x / floor(x) is inf (x in (0, 1)) or nan (x in [0, 1)), log(x < 0) nan
+    *[Case(f"{n}[inf-nan]", lambda x, f=getattr(jask, n): f(x / jask.floor(x)),
+           _quiet(lambda x, f=getattr(np, n): f(x / np.floor(x))),
+           lambda x, f=getattr(jnp, n): f(x / jnp.floor(x)), (disk(N, M),), grad=())
+      for n in ("isfinite", "isinf", "isnan")],
+    Case("signbit", jask.signbit, np.signbit, jnp.signbit, (disk(N, M),), grad=()),
+    # integers and bools (no gradients): jax.numpy's results where numpy's differ
+    Case("sign[int]", jask.sign, np.sign, jnp.sign, (ints(N, M, low=-2, high=3),)),
+    Case("floor[int]", jask.floor, lambda a: a, jnp.floor, (ints(N, M),)),
+    Case("isnan[int]", jask.isnan, np.isnan, jnp.isnan, (ints(N, M),)),
+    Case("invert[int]", jask.invert, np.invert, jnp.invert, (ints(N, M),)),
+    Case("invert[bool]", jask.invert, np.invert, jnp.invert, (mask(N, M),)),
+    Case("logical_not[bool]", jask.logical_not, np.logical_not, jnp.logical_not, (mask(N, M),)),
+    Case("logical_and[bool-bool]", jask.logical_and, np.logical_and, jnp.logical_and,
+         (mask(N, M), mask(N, M))),
+    Case("logical_or[bool-int]", jask.logical_or, np.logical_or, jnp.logical_or,
+         (mask(N, M), ints(N, M, low=-1, high=2))),
+    Case("logical_xor[int-bool]", jask.logical_xor, np.logical_xor, jnp.logical_xor,
+         (ints(N, M, low=-1, high=2), mask(N, M))),
+    *[_int_binary(n, numpy=getattr(np, n)) for n in ("bitwise_and", "bitwise_or",
+                                                      "bitwise_xor")],
+    Case("bitwise_xor[bool-bool]", jask.bitwise_xor, np.bitwise_xor, jnp.bitwise_xor,
+         (mask(N, M), mask(N, M))),
+    # shifts by -3 .. 69: beyond every width, and negative
+    _int_binary("left_shift", b=ints(N, M, low=-3, high=70)),
+    _int_binary("right_shift", b=ints(N, M, low=-3, high=70)),
+    Case("right_shift[uint32]", jask.right_shift, _jnp_values(jnp.right_shift), jnp.right_shift,
+         (ints(N, M, low=0, high=2**32 - 1, dtype=np.uint32),
+          ints(N, M, low=0, high=40, dtype=np.uint32))),
+    # divisors -4 .. 4, zero included
+    _int_binary("floor_divide", b=ints(N, M, low=-4, high=5)),
+    _int_binary("remainder", b=ints(N, M, low=-4, high=5)),
+    Case("power[int-int]", jask.power, _jnp_values(jnp.power), jnp.power,
+         (ints(N, M, low=-5, high=6), ints(N, M, low=-2, high=12))),
+    Case("operators[int]",
+         lambda a, b: ((a & b) | (a ^ 3)) + ~a + (a << 2) + (b >> 1) + a // b + a % b
+         + 7 // b + 5 % b + (3 & a) + (1 << b) - (a | 8) + (-9 ^ b),
+         lambda a, b: ((a & b) | (a ^ 3)) + ~a + (a << 2) + (b >> 1) + a // b + a % b
+         + 7 // b + 5 % b + (3 & a) + (1 << b) - (a | 8) + (-9 ^ b),
+         lambda a, b: ((a & b) | (a ^ 3)) + ~a + (a << 2) + (b >> 1) + a // b + a % b
+         + 7 // b + 5 % b + (3 & a) + (1 << b) - (a | 8) + (-9 ^ b),
+         (ints(N, M), ints(N, M, low=1, high=10))),
+    Case("operators[bool]", lambda m, n: (m & n) | (~m ^ n) | (m & True),
+         lambda m, n: (m & n) | (~m ^ n) | (m & True),
+         lambda m, n: (m & n) | (~m ^ n) | (m & True), (mask(N, M), mask(N, M))),
+    Case("operators[float-floordiv-mod]", lambda a, b: a // b + a % b + 2.5 // b - 1.5 % a,
+         lambda a, b: a // b + a % b + 2.5 // b - 1.5 % a,
+         lambda a, b: a // b + a % b + 2.5 // b - 1.5 % a, (disk(N, M), disk(N, M)), grad=()),
+]
+# their gradients: each rule once (the "rule" tag), one case per row
+ELEMENTWISE_CASES = [
+    c if not c.argnums else replace(c, tags=c.tags + ("rule",)) if c.id.split("[")[0] in (
+        "sin", "cos", "sinh", "cosh", "arcsinh", "expm1", "floor", "real", "tan", "arcsin",
+        "arccos", "arctanh", "arccosh", "log2", "log10", "reciprocal") or "[disk-disk]" in c.id
+    else replace(c, grad=()) for c in ELEMENTWISE_CASES]
+OPS += ELEMENTWISE_CASES
 
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"
@@ -480,15 +582,22 @@ def make_inputs(case: Case, dtype, rng):
             values.append(dtype(spec.value))
         elif spec.kind == "bool":
             values.append(rng.standard_normal(spec.shape) > 0)
+        elif spec.kind == "int":
+            int_dtype = spec.dtype or (np.int32 if np.dtype(dtype) == np.float32 else np.int64)
+            values.append(rng.integers(spec.low, spec.high, spec.shape).astype(int_dtype))
         else:
             v = rng.standard_normal(spec.shape).astype(dtype)
             if case.domain == "positive":
                 v = np.abs(v) + 0.5
+            elif case.domain == "unit":
+                v = (np.tanh(v) * 0.9).astype(dtype)
+            elif case.domain == "above-one":
+                v = np.abs(v) + 1.5
             values.append(v)
     return values
 
 
 def as_jask(case: Case, values):
     """The operands as jask expects them: DiskArrays and in-memory JAX values."""
-    return [jask.from_numpy(v) if spec.kind in ("disk", "bool") else jnp.asarray(v)
+    return [jask.from_numpy(v) if spec.kind in ("disk", "bool", "int") else jnp.asarray(v)
             for spec, v in zip(case.args, values)]

@@ -32,13 +32,28 @@ def test_values_match_numpy(case, small_budget, dtype, rng):
         np.testing.assert_allclose(to_numpy(got), want, **tolerance(dtype))
 
 
-GRAD_CASES = [c for c in OPS if c.argnums]
+GRAD_CASES = [c for c in OPS if c.argnums and "rule" not in c.tags]
+RULE_CASES = [c for c in OPS if c.argnums and "rule" in c.tags]
 
 
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.id)
 def test_gradients_match_jax(case, small_budget, dtype, rng):
     """float32 in all three modes; float64 (slower to compile) under jit(grad),
     or in all three modes too for a case tagged "every-mode"."""
+    every = dtype == np.float32 or "every-mode" in case.tags
+    check_gradients(case, dtype, rng, list(MODES) if every else ["jit(grad)"])
+
+
+@pytest.mark.parametrize("case", RULE_CASES, ids=lambda c: c.id)
+def test_gradient_rules_match_jax(case, small_budget, rng):
+    """A case tagged "rule" checks its row's VJP rule once, eagerly in float64
+    (the tightest tolerance): the rule is the same kernel in every mode, and
+    the modes are the rest of the table's to check."""
+    with jax.enable_x64(True):
+        check_gradients(case, np.float64, rng, ["eager"])
+
+
+def check_gradients(case, dtype, rng, modes):
     values = make_inputs(case, dtype, rng)
     args = as_jask(case, values)
     out = case.jask(*args)
@@ -54,8 +69,6 @@ def test_gradients_match_jax(case, small_budget, dtype, rng):
 
     argnums = case.argnums
     want = jax.grad(reference, argnums=argnums)(*[jnp.asarray(v) for v in values], weights)
-    every = dtype == np.float32 or "every-mode" in case.tags
-    modes = list(MODES) if every else ["jit(grad)"]
     for mode in modes:
         got = MODES[mode](loss, argnums=argnums)(*args, W)
         for i, g, w in zip(argnums, got, want):

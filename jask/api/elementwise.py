@@ -60,7 +60,13 @@ def _result(ufunc: ufuncs.Ufunc, signature: tuple, x64: bool) -> tuple:
     structs = [_abstract(sig) for sig in signature]
     try:
         out = jax.eval_shape(ufunc.jnp, *structs)
-    except (TypeError, ValueError) as err:
+    except TypeError as err:
+        if "dtype" in str(err):  # a dtype jax.numpy refuses (a float to bitwise_and, ...)
+            raise TypeError(f"jask.{ufunc.name}: operands of dtypes {_dtype_names(signature)} "
+                            f"are refused, as in jax.numpy: {err}") from None
+        raise ValueError(f"jask.{ufunc.name}: operands of shapes {_shape_names(structs)} "
+                         f"cannot be combined: {err}") from None
+    except ValueError as err:
         raise ValueError(f"jask.{ufunc.name}: operands of shapes {_shape_names(structs)} "
                          f"cannot be combined: {err}") from None
     numeric = [x for x, sig in zip(structs, signature) if sig[1] != np.dtype(np.bool_)]
@@ -74,6 +80,21 @@ def _result(ufunc: ufuncs.Ufunc, signature: tuple, x64: bool) -> tuple:
     elif jax_dtypes.canonicalize_dtype(compute) == out_dtype:
         out_dtype = compute  # a float64 store gives a float64 result
     return tuple(out.shape), out_dtype, compute
+
+
+def _dtype_names(signature) -> str:
+    return " and ".join(getattr(dtype, "__name__", str(dtype)) for _, dtype, _ in signature)
+
+
+def _refuse_complex(ufunc: ufuncs.Ufunc, signature: tuple, out_dtype) -> None:
+    """jask's VJP rules and kernels are written for real numbers (no
+    conjugates): a complex operand or result is refused before anything runs."""
+    dtypes = [np.dtype(d) for _, d, _ in signature] + [np.dtype(out_dtype)]
+    if any(d.kind == "c" for d in dtypes):
+        raise TypeError(f"jask.{ufunc.name}: complex numbers are not supported (operands "
+                        f"{_dtype_names(signature)}, result {np.dtype(out_dtype).name}): "
+                        "jask's ops compute on bool, integer and real floating arrays. "
+                        "Store the real and imaginary parts as two real arrays.")
 
 
 def _shape_names(args) -> str:
@@ -113,6 +134,7 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
               for x, k in zip(args, kinds)]
     signature = tuple(_signature(x, k) for x, k in zip(values, kinds))
     shape, out_dtype, compute = _result(ufunc, signature, bool(jax.config.read("jax_enable_x64")))
+    _refuse_complex(ufunc, signature, out_dtype)
     operands: list = []
     avals: list = []
     dtypes: list = []
@@ -206,6 +228,60 @@ greater = FUNCTIONS["greater"]
 greater_equal = FUNCTIONS["greater_equal"]
 equal = FUNCTIONS["equal"]
 not_equal = FUNCTIONS["not_equal"]
+sin = FUNCTIONS["sin"]
+cos = FUNCTIONS["cos"]
+tan = FUNCTIONS["tan"]
+arcsin = FUNCTIONS["arcsin"]
+arccos = FUNCTIONS["arccos"]
+sinh = FUNCTIONS["sinh"]
+cosh = FUNCTIONS["cosh"]
+arcsinh = FUNCTIONS["arcsinh"]
+arccosh = FUNCTIONS["arccosh"]
+arctanh = FUNCTIONS["arctanh"]
+expm1 = FUNCTIONS["expm1"]
+log2 = FUNCTIONS["log2"]
+log10 = FUNCTIONS["log10"]
+reciprocal = FUNCTIONS["reciprocal"]
+positive = FUNCTIONS["positive"]
+conj = FUNCTIONS["conj"]
+real = FUNCTIONS["real"]
+imag = FUNCTIONS["imag"]
+floor = FUNCTIONS["floor"]
+ceil = FUNCTIONS["ceil"]
+trunc = FUNCTIONS["trunc"]
+round = FUNCTIONS["round"]
+sign = FUNCTIONS["sign"]
+isfinite = FUNCTIONS["isfinite"]
+isinf = FUNCTIONS["isinf"]
+isnan = FUNCTIONS["isnan"]
+signbit = FUNCTIONS["signbit"]
+logical_not = FUNCTIONS["logical_not"]
+invert = FUNCTIONS["invert"]
+arctan2 = FUNCTIONS["arctan2"]
+hypot = FUNCTIONS["hypot"]
+logaddexp = FUNCTIONS["logaddexp"]
+copysign = FUNCTIONS["copysign"]
+nextafter = FUNCTIONS["nextafter"]
+remainder = FUNCTIONS["remainder"]
+floor_divide = FUNCTIONS["floor_divide"]
+bitwise_and = FUNCTIONS["bitwise_and"]
+bitwise_or = FUNCTIONS["bitwise_or"]
+bitwise_xor = FUNCTIONS["bitwise_xor"]
+left_shift = FUNCTIONS["left_shift"]
+right_shift = FUNCTIONS["right_shift"]
+logical_and = FUNCTIONS["logical_and"]
+logical_or = FUNCTIONS["logical_or"]
+logical_xor = FUNCTIONS["logical_xor"]
+
+#: The Array API standard's names that jax.numpy also has, for the same functions.
+ALIASES = {"acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh",
+           "atan": "arctan", "atan2": "arctan2", "atanh": "arctanh",
+           "bitwise_invert": "invert", "bitwise_left_shift": "left_shift",
+           "bitwise_right_shift": "right_shift", "pow": "power"}
+acos, acosh, asin, asinh = arccos, arccosh, arcsin, arcsinh
+atan, atan2, atanh = arctan, arctan2, arctanh
+bitwise_invert, bitwise_left_shift, bitwise_right_shift = invert, left_shift, right_shift
+pow = power
 
 
 def astype(x, dtype, *, config: Config | None = None):

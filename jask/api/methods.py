@@ -40,6 +40,12 @@ COMPARE = {"lt": elementwise.less, "le": elementwise.less_equal, "gt": elementwi
            "ge": elementwise.greater_equal, "eq": elementwise.equal,
            "ne": elementwise.not_equal}
 UNARY = {"neg": elementwise.negative, "abs": elementwise.abs}
+# the integer operators (on bools: & | ^ logical, ~ the logical not), as on jax.Array
+BINARY.update({"and": elementwise.bitwise_and, "or": elementwise.bitwise_or,
+               "xor": elementwise.bitwise_xor, "lshift": elementwise.left_shift,
+               "rshift": elementwise.right_shift, "floordiv": elementwise.floor_divide,
+               "mod": elementwise.remainder})
+UNARY["invert"] = elementwise.invert
 
 #: Array methods, as on jax.Array: ``x.sum(axis)`` is ``jask.sum(x, axis)``.
 METHODS: dict[str, Callable] = {

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit
 
+from jask.core import kernels
+from jask.core.kernels import keep_integers
 from jask.engine.blockwise import positional
 
 __all__ = ["Ufunc", "TABLE", "PASS"]
@@ -100,6 +102,11 @@ def _clip_lo(g, a, lo, hi):
     return g * _balanced(hi, low) * _balanced(lo, a)
 
 
+def _sign_or_one(a):
+    # d|a|/da as jax.numpy computes it: 1 at 0 (and at -0.0), where np.sign gives 0
+    return np.where(a >= 0, 1, -1).astype(a.dtype)
+
+
 def _clip_ref(a, lo, hi):
     return jnp.minimum(jnp.maximum(a, lo), hi)
 
@@ -117,7 +124,7 @@ MUL = _row("multiply", np.multiply, jnp.multiply,
 DIV = _row("divide", np.true_divide, jnp.true_divide,
            lambda g, a, b: g / b, lambda g, a, b: -g * a / (b * b), doc="a / b",
            example=("x, 2.0", "array([0. , 0.5, 1. ], dtype=float32)"))
-POW = _row("power", np.power, jnp.power, _pow_base, _pow_exponent, doc="a ** b",
+POW = _row("power", kernels.power, jnp.power, _pow_base, _pow_exponent, doc="a ** b",
            example=("x, 3", "array([0., 1., 8.], dtype=float32)"))
 _row("negative", np.negative, jnp.negative, NEGATE, doc="-a",
      example=("x", "array([-0., -1., -2.], dtype=float32)"))
@@ -135,7 +142,7 @@ _row("clip", np.clip, _clip_ref, _clip_base, _clip_lo,
      lambda g, a, lo, hi: g * _balanced(-hi, -np.maximum(a, lo)),
      doc="a limited to [lo, hi], as minimum(maximum(a, lo), hi)",
      example=("x, 0.5, 1.5", "array([0.5, 1. , 1.5], dtype=float32)"))
-_row("abs", np.abs, jnp.abs, lambda g, a: g * np.sign(a), doc="absolute value",
+_row("abs", np.abs, jnp.abs, lambda g, a: g * _sign_or_one(a), doc="absolute value",
      example=("-x", "array([0., 1., 2.], dtype=float32)"))
 
 # --- transcendental -------------------------------------------------------------
@@ -168,6 +175,146 @@ for _name, _np, _jnp, _doc, _out in [
         ("equal", np.equal, jnp.equal, "a == b", "array([False,  True, False])"),
         ("not_equal", np.not_equal, jnp.not_equal, "a != b", "array([ True, False,  True])")]:
     _row(_name, _np, _jnp, None, None, doc=_doc + ", as a bool array", example=("x, 1.0", _out))
+
+# --- the rest of the Array API's elementwise functions (jax.numpy's names) ----------
+# Ops whose derivative is 0 wherever it exists (floor, sign, imag, ...) have
+# no rule (None): jax.grad gives zeros there, and so does jask, without a pass.
+_zero = None
+
+
+def _replace_inf(a):
+    return np.where(a == np.inf, 0, a)  # +inf only, as jax's _replace_inf
+
+
+def _logaddexp_vjp(g, a, b):
+    # jax's custom JVP: exp(a - out), +inf replaced by 0 first
+    return g * np.exp(_replace_inf(a) - _replace_inf(np.logaddexp(a, b)))
+
+
+def _remainder_divisor(g, a, b):
+    # jax differentiates its remainder formula: -trunc(a / b), plus 1 where b was added
+    mod = np.fmod(a, b)
+    plus = (mod != 0) & ((mod < 0) != (b < 0))
+    return g * (plus - np.trunc(a / b))
+
+
+for _name, _kernel, _rule, _doc, _args, _out in [
+        ("sin", np.sin, lambda g, a: g * np.cos(a), "the sine", "x",
+         "array([0.       , 0.841471 , 0.9092974], dtype=float32)"),
+        ("cos", np.cos, lambda g, a: -g * np.sin(a), "the cosine", "x",
+         "array([ 1.       ,  0.5403023, -0.4161468], dtype=float32)"),
+        ("tan", np.tan, lambda g, a: g * (1 + np.square(np.tan(a))), "the tangent", "x",
+         "array([ 0.       ,  1.5574077, -2.18504  ], dtype=float32)"),
+        ("arcsin", np.arcsin, lambda g, a: g / np.sqrt(1 - np.square(a)), "the inverse sine",
+         "x / 2", "array([0.       , 0.5235988, 1.5707964], dtype=float32)"),
+        ("arccos", np.arccos, lambda g, a: -g / np.sqrt(1 - np.square(a)),
+         "the inverse cosine", "x / 2",
+         "array([1.5707964, 1.0471976, 0.       ], dtype=float32)"),
+        ("sinh", np.sinh, lambda g, a: g * np.cosh(a), "the hyperbolic sine", "x",
+         "array([0.       , 1.1752012, 3.6268604], dtype=float32)"),
+        ("cosh", np.cosh, lambda g, a: g * np.sinh(a), "the hyperbolic cosine", "x",
+         "array([1.       , 1.5430807, 3.7621956], dtype=float32)"),
+        ("arcsinh", np.arcsinh, lambda g, a: g / np.sqrt(np.square(a) + 1),
+         "the inverse hyperbolic sine", "x",
+         "array([0.       , 0.8813736, 1.4436355], dtype=float32)"),
+        ("arccosh", np.arccosh, lambda g, a: g / (np.sqrt(a - 1) * np.sqrt(a + 1)),
+         "the inverse hyperbolic cosine", "x + 1",
+         "array([0.       , 1.316958 , 1.7627472], dtype=float32)"),
+        ("arctanh", np.arctanh, lambda g, a: g / (1 - np.square(a)),
+         "the inverse hyperbolic tangent", "x / 4",
+         "array([0.        , 0.25541282, 0.54930615], dtype=float32)"),
+        ("expm1", np.expm1, lambda g, a: g * np.exp(a), "exp(a) - 1, accurate near 0", "x",
+         "array([0.       , 1.7182819, 6.389056 ], dtype=float32)"),
+        ("log2", np.log2, lambda g, a: g / (a * np.log(2)), "the base-2 logarithm", "x + 1",
+         "array([0.       , 1.       , 1.5849625], dtype=float32)"),
+        ("log10", np.log10, lambda g, a: g / (a * np.log(10)), "the base-10 logarithm",
+         "x + 1", "array([0.       , 0.30103  , 0.4771213], dtype=float32)"),
+        ("reciprocal", lambda a: 1.0 / a, lambda g, a: -g / np.square(a), "1 / a", "x + 1",
+         "array([1.        , 0.5       , 0.33333334], dtype=float32)"),
+        ("positive", np.positive, PASS, "+a", "x", "array([0., 1., 2.], dtype=float32)"),
+        ("conj", np.conjugate, PASS,
+         "complex conjugate (jask stores real numbers: a itself)", "x",
+         "array([0., 1., 2.], dtype=float32)"),
+        ("real", np.real, PASS, "real part (jask stores real numbers: a itself)", "x",
+         "array([0., 1., 2.], dtype=float32)"),
+        ("imag", np.zeros_like, _zero, "imaginary part (jask stores real numbers: zeros)", "x",
+         "array([0., 0., 0.], dtype=float32)"),
+        ("floor", keep_integers(np.floor), _zero, "the largest integer <= a (ints as they are)",
+         "x - 0.5", "array([-1.,  0.,  1.], dtype=float32)"),
+        ("ceil", keep_integers(np.ceil), _zero, "the smallest integer >= a (ints as they are)",
+         "x - 0.5", "array([-0.,  1.,  2.], dtype=float32)"),
+        ("trunc", keep_integers(np.trunc), _zero, "a rounded toward zero (ints as they are)",
+         "x - 0.5", "array([-0.,  0.,  1.], dtype=float32)"),
+        ("round", keep_integers(np.round), _zero, "a rounded to the nearest integer, "
+         "halves to even (ints as they are)", "x - 0.5", "array([-0.,  0.,  2.], dtype=float32)"),
+        ("sign", kernels.sign, _zero, "-1, 0 or 1 by the sign of a (nan stays nan)", "x - 1",
+         "array([-1.,  0.,  1.], dtype=float32)")]:
+    _row(_name, _kernel, getattr(jnp, _name), _rule, doc=_doc, example=(_args, _out))
+
+for _name, _doc, _args, _out in [
+        ("isfinite", "a is neither infinite nor nan", "jask.log(x)",
+         "array([False,  True,  True])"),
+        ("isinf", "a is +inf or -inf", "jask.log(x)", "array([ True, False, False])"),
+        ("isnan", "a is nan", "jask.log(x - 1)", "array([ True, False, False])"),
+        ("signbit", "a's sign bit is set (-0.0 and negative numbers)", "x - 1",
+         "array([ True, False, False])"),
+        ("logical_not", "not a (a nonzero number is true)", "x",
+         "array([ True, False, False])")]:
+    _row(_name, getattr(np, _name), getattr(jnp, _name), None, doc=_doc + ", as a bool array",
+         example=(_args, _out))
+_row("invert", np.invert, jnp.invert, None,
+     doc="``~a``: the bitwise not of an integer, the logical not of a bool",
+     example=("x.astype(np.int32)", "array([-1, -2, -3], dtype=int32)"))
+
+_row("arctan2", np.arctan2, jnp.arctan2,
+     lambda g, a, b: g * b / (np.square(a) + np.square(b)),
+     lambda g, a, b: -g * a / (np.square(a) + np.square(b)),
+     doc="the angle of the point (b, a): arctan(a / b) in the right quadrant",
+     example=("x, 1.0", "array([0.       , 0.7853981, 1.1071488], dtype=float32)"))
+_row("hypot", np.hypot, jnp.hypot,
+     lambda g, a, b: g * a / np.hypot(a, b), lambda g, a, b: g * b / np.hypot(a, b),
+     doc="sqrt(a ** 2 + b ** 2), without overflow",
+     example=("x, 1.0", "array([1.       , 1.4142135, 2.236068 ], dtype=float32)"))
+_row("logaddexp", np.logaddexp, jnp.logaddexp,
+     _logaddexp_vjp, lambda g, a, b: _logaddexp_vjp(g, b, a),
+     doc="log(exp(a) + exp(b)), computed stably",
+     example=("x, x", "array([0.6931472, 1.6931472, 2.6931472], dtype=float32)"))
+_row("copysign", np.copysign, jnp.copysign,
+     lambda g, a, b: g * np.where(np.signbit(b), -1, 1) * _sign_or_one(a), _zero,
+     doc="``|a|`` with the sign of b",
+     example=("1.0, x - 1", "array([-1.,  1.,  1.], dtype=float32)"))
+_row("nextafter", np.nextafter, jnp.nextafter, None, None,
+     doc="the next representable number after a toward b (jax.grad refuses it; jask's "
+         "gradient is zero)",
+     example=("x, 3.0", "array([1.4012985e-45, 1.0000001e+00, 2.0000002e+00], dtype=float32)"))
+_row("remainder", kernels.remainder, jnp.remainder, PASS, _remainder_divisor,
+     doc="``a % b``, with the sign of b; an integer a % 0 is 0, as in jax.numpy",
+     example=("x, -1.5", "array([ 0. , -0.5, -1. ], dtype=float32)"))
+_row("floor_divide", kernels.floor_divide, jnp.floor_divide, _zero, _zero,
+     doc="``a // b``, rounded down; an integer a // 0 is -1 (or -2 for a > 0, the largest value "
+         "unsigned), as in jax.numpy",
+     example=("x - 1, 2.0", "array([-1.,  0.,  0.], dtype=float32)"))
+
+# integers and bools only (floats are refused as jax.numpy refuses them); no gradients
+for _name, _kernel, _doc, _args, _out in [
+        ("bitwise_and", np.bitwise_and, "``a & b``", "x.astype(np.int32), 1",
+         "array([0, 1, 0], dtype=int32)"),
+        ("bitwise_or", np.bitwise_or, "``a | b``", "x.astype(np.int32), 1",
+         "array([1, 1, 3], dtype=int32)"),
+        ("bitwise_xor", np.bitwise_xor, "``a ^ b``", "x.astype(np.int32), 1",
+         "array([1, 0, 3], dtype=int32)"),
+        ("left_shift", kernels.left_shift,
+         "``a << b``; by a negative amount or the width or more: 0",
+         "x.astype(np.int32), 3", "array([ 0,  8, 16], dtype=int32)"),
+        ("right_shift", kernels.right_shift, "``a >> b``, arithmetic for signed types; by a "
+         "negative amount or the width or more: -1 or 0 by a's sign",
+         "x.astype(np.int32) * 4, 1", "array([0, 2, 4], dtype=int32)")]:
+    _row(_name, _kernel, getattr(jnp, _name), None, None, doc=_doc, example=(_args, _out))
+for _name, _doc, _out in [("logical_and", "a and b", "array([False, False,  True])"),
+                          ("logical_or", "a or b", "array([ True,  True,  True])"),
+                          ("logical_xor", "a xor b", "array([ True,  True, False])")]:
+    _row(_name, getattr(np, _name), getattr(jnp, _name), None, None,
+         doc=_doc + " (a nonzero number is true), as a bool array", example=("x, x - 1", _out))
 
 # --- activations (jask.nn) ---------------------------------------------------------
 _row("sigmoid", expit, jax.nn.sigmoid, lambda g, a: g * expit(a) * (1 - expit(a)),
