@@ -101,7 +101,7 @@ from jask.api.elementwise import (  # the rest of the Array API's elementwise fu
 )
 from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
 from jask.api.interop import from_dask, materialize, to_dask
-from jask.api.linalg import dot, matmul, transpose
+from jask.api.linalg import dot, matmul, matrix_transpose, tensordot, transpose, vecdot
 from jask.api.mapping import map
 from jask.api.nan_functions import (
     nanargmax,
@@ -114,10 +114,12 @@ from jask.api.nan_functions import (
     nansum,
     nanvar,
 )
-from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
+from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
 from jask.api.save import save
-from jask.api.scans import cumsum
+from jask.api.scans import cumprod, cumsum, cumulative_prod, cumulative_sum
+from jask.api.sorting import argsort, searchsorted, sort
 from jask.api.stats import reset_stats, stats, track
+from jask.api.truth import all, any, count_nonzero
 from jask.api.update import update_
 from jask.api.visualize import visualize
 from jask.base.config import Config, get_config, set_memory_budget
@@ -152,6 +154,9 @@ __all__ = [
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
     "visualize", "where",
+    "all", "any", "count_nonzero", "prod", "matrix_transpose",
+    "argsort", "sort", "searchsorted", "cumprod", "cumulative_prod", "cumulative_sum",
+    "tensordot", "vecdot",
     "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan2", "arctanh", "asin",
     "asinh", "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert", "bitwise_left_shift",
     "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil", "conj", "copysign", "cos",

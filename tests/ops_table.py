@@ -338,6 +338,148 @@ OPS += [
     *_cumsum_cases(),
 ]
 
+# --- issue 18: prod, all, any, count_nonzero, matrix_transpose, sort, scans, search, products ---
+
+def _near_one(x):  # products of many factors stay in range
+    return x * 0.1 + 1.0
+
+
+def _with_zeros(x, where=jask.where):  # lanes with no zero, one zero, several
+    return where(x > 2.0, 0.0, _near_one(x))
+
+
+def _np_prod(x, axis=None):
+    return np.prod(x.astype(np.float64), axis=axis).astype(x.dtype)
+
+
+def _issue18_cases():
+    return [
+        Case("prod[axis=None]", lambda x: jask.prod(_near_one(x)),
+             lambda x: _np_prod(_near_one(x)), lambda x: jnp.prod(_near_one(x)),
+             (disk(N, M),), grad=()),
+        Case("prod[zeros,axis=1,keepdims]", lambda x: jask.prod(_with_zeros(x), 1, True),
+             lambda x: np.prod(_with_zeros(x, np.where), 1, keepdims=True),
+             # (jitted: jax.grad of an eager jnp.prod took 10 s to compile here)
+             jax.jit(lambda x: jnp.prod(_with_zeros(x, jnp.where), 1, keepdims=True)),
+             (disk(N, M),)),
+        Case("prod[int32,axis=0]", lambda x: jask.prod(jask.astype(x * 2.0, np.int32), 0),
+             lambda x: np.prod((x * 2).astype(np.int32), 0, dtype=np.int32),
+             lambda x: jnp.prod((x * 2).astype(jnp.int32), 0), (disk(N, M),), grad=()),
+        Case("all[axis=0]", lambda x: jask.all(x > -2.5, axis=0),
+             lambda x: np.all(x > -2.5, axis=0), lambda x: jnp.all(x > -2.5, axis=0),
+             (disk(N, M),), grad=()),
+        Case("any[bool,axis=1,keepdims]", lambda m: jask.any(m, axis=1, keepdims=True),
+             lambda m: np.any(m, axis=1, keepdims=True),
+             lambda m: jnp.any(m, axis=1, keepdims=True), (mask(N, M),), grad=()),
+        Case("count_nonzero[axis=0]", lambda x: jask.count_nonzero(_with_zeros(x), axis=0),
+             lambda x: np.count_nonzero(_with_zeros(x, np.where), axis=0),
+             lambda x: jnp.count_nonzero(_with_zeros(x, jnp.where), axis=0),
+             (disk(N, M),), grad=()),
+        Case("matrix_transpose[.mT,3d]", lambda a: a.mT, lambda a: np.swapaxes(a, -1, -2),
+             jnp.matrix_transpose, (disk(5, 33, 19),), grad=(), exact=True),
+    ]
+
+
+def _nan_above(x, where):
+    return where(x > 1.0, np.nan, x)
+
+
+def _sort_cases():
+    """sort and argsort: gradients (a gather by the order) and, exactly as
+    jax.numpy, ties (int32 values) and NaNs, ascending and descending."""
+    ties = lambda x: jask.astype(x * 2.0, np.int32)  # noqa: E731
+    return [
+        Case("sort[axis=0]", lambda x: jask.sort(x, axis=0), lambda x: np.sort(x, axis=0),
+             lambda x: jnp.sort(x, axis=0), (disk(N, M),)),
+        Case("sort[axis=None,descending]", lambda x: jask.sort(x, axis=None, descending=True),
+             lambda x: np.sort(x, axis=None)[::-1],
+             lambda x: jnp.sort(x, axis=None, descending=True), (disk(37, 23),), grad=()),
+        Case("sort[nan,axis=1,descending]",
+             lambda x: jask.sort(_nan_above(x, jask.where), axis=1, descending=True),
+             lambda x: np.flip(np.sort(_nan_above(x, np.where), axis=1), 1),
+             lambda x: jnp.sort(_nan_above(x, jnp.where), axis=1, descending=True),
+             (disk(N, M),), grad=(), exact=True),
+        Case("argsort[int32-ties,axis=1,descending]",
+             lambda x: jask.argsort(ties(x), axis=1, descending=True),
+             lambda x: np.asarray(jnp.argsort((x * 2).astype(np.int32), axis=1,
+                                              descending=True)),
+             lambda x: jnp.argsort((x * 2).astype(jnp.int32), axis=1, descending=True),
+             (disk(N, M),), grad=(), exact=True),
+        Case("argsort[nan-ties,axis=0]",
+             lambda x: jask.argsort(_nan_above(x, jask.where), axis=0),
+             lambda x: np.argsort(_nan_above(x, np.where), axis=0, kind="stable"),
+             lambda x: jnp.argsort(_nan_above(x, jnp.where), axis=0),
+             (disk(N, M),), grad=(), exact=True),
+    ]
+
+
+def _np_cumprod(x, axis=None):
+    return np.cumprod(x.astype(np.float64), axis=axis).astype(x.dtype)
+
+
+def _scan_cases():
+    """cumprod (values and gradients, zeros included) and the Array API's
+    cumulative_sum / cumulative_prod with include_initial."""
+    return [
+        Case("cumprod[zeros,axis=0]", lambda x: jask.cumprod(_with_zeros(x), axis=0),
+             lambda x: _np_cumprod(_with_zeros(x, np.where), 0),
+             lambda x: jnp.cumprod(_with_zeros(x, jnp.where), axis=0), (disk(N, M),),
+             tags=("rule",)),
+        Case("cumulative_sum[axis=1,include_initial]",
+             lambda x: jask.cumulative_sum(x, axis=1, include_initial=True),
+             lambda x: np.concatenate([np.zeros((N, 1), x.dtype), _np_cumsum(x, 1)], 1),
+             lambda x: jnp.cumulative_sum(x, axis=1, include_initial=True), (disk(N, M),),
+             grad=()),
+        Case("cumulative_prod[1d,include_initial]",
+             lambda x: jask.cumulative_prod(_near_one(x), include_initial=True),
+             lambda x: np.concatenate([np.ones(1, x.dtype), _np_cumprod(_near_one(x))]),
+             lambda x: jnp.cumulative_prod(_near_one(x), include_initial=True), (disk(L),),
+             grad=()),
+    ]
+
+
+def _search_and_product_cases():
+    """searchsorted (ties and NaNs exactly as jax.numpy, either operand on
+    disk), tensordot and vecdot (values and gradients)."""
+    def ints(x, astype):
+        return astype(x * 2.0, np.int32)
+
+    return [
+        Case("searchsorted[disk-disk,int32-ties,right]",
+             lambda a, v: jask.searchsorted(jask.sort(ints(a, jask.astype)),
+                                            ints(v, jask.astype), side="right"),
+             lambda a, v: np.searchsorted(np.sort((a * 2).astype(np.int32)),
+                                          (v * 2).astype(np.int32), side="right"),
+             lambda a, v: jnp.searchsorted(jnp.sort((a * 2).astype(jnp.int32)),
+                                           (v * 2).astype(jnp.int32), side="right"),
+             (disk(1499), disk(N, M)), grad=(), exact=True),
+        Case("searchsorted[disk-mem,nan,left]",
+             lambda a, v: jask.searchsorted(jask.sort(_nan_above(a, jask.where)), v),
+             lambda a, v: np.searchsorted(np.sort(_nan_above(a, np.where)), v),
+             lambda a, v: jnp.searchsorted(jnp.sort(_nan_above(a, jnp.where)), v),
+             (disk(1499), mem(5, 7)), grad=(), exact=True),
+        Case("tensordot[axes=pairs]",
+             lambda a, b: jask.tensordot(a, b, axes=([0, 2], [2, 0])),
+             lambda a, b: np.tensordot(a, b, axes=([0, 2], [2, 0])),
+             lambda a, b: jnp.tensordot(a, b, axes=([0, 2], [2, 0])),
+             (disk(K, P, Q), disk(Q, 3, K)), grad=()),
+        Case("tensordot[axes=1,disk-mem]", lambda a, b: jask.tensordot(a, b, axes=1),
+             lambda a, b: np.tensordot(a, b, axes=1), lambda a, b: jnp.tensordot(a, b, axes=1),
+             (disk(K, P, Q), mem(Q, 5)), tags=("rule",)),
+        Case("vecdot[disk-row]", jask.vecdot, lambda a, b: np.sum(a * b, axis=-1), jnp.vecdot,
+             (disk(N, M), mem(M)), tags=("rule",)),
+        Case("vecdot[disk-disk,axis=0]", lambda a, b: jask.vecdot(a, b, axis=0),
+             lambda a, b: np.sum(a * b, axis=0), lambda a, b: jnp.vecdot(a, b, axis=0),
+             (disk(N, M), disk(N, M)), grad=()),
+    ]
+
+
+OPS += _issue18_cases()
+OPS += _sort_cases()
+OPS += _scan_cases()
+OPS += _search_and_product_cases()
+
+
 # --- the rest of the Array API's elementwise functions: one cheap layout each ---------
 
 def _jnp_values(f):

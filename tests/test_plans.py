@@ -47,6 +47,9 @@ EXAMPLES = {
     P.Forgetting: lambda: P.Forgetting(P.Update(A, None), (A,)),
     P.Fused: lambda: P.Fused(_kernel, (A, A), A.shape, F32, (F32,)),
     P.Cumsum: lambda: P.Cumsum(A, 0, F32),
+    P.Sort: lambda: P.Sort((A,), 0, "sort", F32),
+    P.Search: lambda: P.Search(A, DiskArrayType((1000,), F32), "left", F32,
+                               np.dtype("int32")),
 }
 
 #: Primitives that run several ops and so have no plan of their own.

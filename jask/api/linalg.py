@@ -147,3 +147,162 @@ def matmul(a, b, *, config: Config | None = None):
       array([1., 2.])
     """
     return dot(a, b, config=config)
+
+
+__all__ += ["matrix_transpose"]
+
+
+def matrix_transpose(x, *, config: Config | None = None):
+    """The last two axes of ``x`` swapped (the Array API's
+    ``matrix_transpose``, ``x.mT``), as a new DiskArray.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.zeros((2, 3, 5), np.float32))
+      >>> jask.matrix_transpose(x).shape
+      (2, 5, 3)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.matrix_transpose(x)
+    if aval.ndim < 2:
+        raise ValueError(f"jask.matrix_transpose: x must have at least two axes, got shape "
+                         f"{tuple(aval.shape)}")
+    axes = tuple(range(aval.ndim - 2)) + (aval.ndim - 1, aval.ndim - 2)
+    return primitives.transpose(x, axes, config=config)
+
+
+__all__ += ["tensordot", "vecdot"]
+
+
+def _contracted(op: str, axes, sa: tuple, sb: tuple) -> tuple[tuple, tuple]:
+    """tensordot's ``axes`` (an int, or a pair of sequences) as two tuples of
+    non-negative axes of equal sizes."""
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        if not 0 <= n <= min(len(sa), len(sb)):
+            raise ValueError(f"jask.{op}: axes={n} does not fit shapes {sa} and {sb}")
+        pa, pb = tuple(range(len(sa) - n, len(sa))), tuple(range(n))
+    else:
+        try:
+            pa, pb = (tuple(int(i) for i in ((p,) if isinstance(p, (int, np.integer)) else p))
+                      for p in axes)
+        except (TypeError, ValueError):
+            raise TypeError(f"jask.{op}: axes must be an int or a pair of sequences of ints, "
+                            f"got {axes!r}") from None
+        if len(pa) != len(pb):
+            raise ValueError(f"jask.{op}: axes {axes!r} pair {len(pa)} axes with {len(pb)}")
+        for p, s in ((pa, sa), (pb, sb)):
+            if any(not -len(s) <= i < len(s) for i in p):
+                raise ValueError(f"jask.{op}: axes {axes!r} are out of range for shapes "
+                                 f"{sa} and {sb}")
+        pa = tuple(i % len(sa) for i in pa)
+        pb = tuple(i % len(sb) for i in pb)
+    if any(sa[i] != sb[j] for i, j in zip(pa, pb)):
+        raise ValueError(f"jask.{op}: contracted axes {pa} of shape {sa} and {pb} of shape "
+                         f"{sb} differ in size")
+    return pa, pb
+
+
+def _arranged(x, perm: tuple, shape: tuple, config):
+    """``x`` with its axes permuted then reshaped (skipping what changes nothing)."""
+    from jask.api.indexing import reshape
+
+    on_disk = disk_type(x) is not None
+    if perm != tuple(range(len(perm))):
+        x = transpose(x, perm, config=config) if on_disk else jnp.transpose(x, perm)
+    if tuple(x.shape) != shape:
+        x = reshape(x, shape, config=config) if on_disk else jnp.reshape(x, shape)
+    return x
+
+
+def tensordot(a, b, axes=2, *, config: Config | None = None):
+    """Sum of products over the axes ``axes`` of ``a`` and ``b``, as
+    ``jax.numpy.tensordot`` (``axes``: an int, the last ``axes`` of ``a``
+    with the first of ``b``, or a pair of sequences of axes).
+
+    Built on :func:`dot`: the contracted axes are moved together (a
+    transpose, only if they are not already last in ``a`` / first in
+    ``b``), each operand is seen as a matrix (a reshape, a copy, only if it
+    has several free or contracted axes), and one streamed product runs;
+    each step is differentiable, so the gradient is too.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.ones((2, 3, 4), np.float32))
+      >>> b = jask.from_numpy(np.ones((4, 3, 5), np.float32))
+      >>> jask.tensordot(a, b, axes=([1, 2], [1, 0])).to_numpy()[0]
+      array([12., 12., 12., 12., 12.], dtype=float32)
+    """
+    ta, tb = disk_type(a), disk_type(b)
+    if ta is None and tb is None:
+        return jnp.tensordot(a, b, axes)
+    a, b = (x if t is not None else jnp.asarray(x) for x, t in ((a, ta), (b, tb)))
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    pa, pb = _contracted("tensordot", axes, sa, sb)
+    free_a = tuple(d for d in range(len(sa)) if d not in pa)
+    free_b = tuple(d for d in range(len(sb)) if d not in pb)
+    k = int(np.prod([sa[d] for d in pa]))
+    m = int(np.prod([sa[d] for d in free_a]))
+    n = int(np.prod([sb[d] for d in free_b]))
+    out_shape = tuple(sa[d] for d in free_a) + tuple(sb[d] for d in free_b)
+    left = _arranged(a, free_a + pa, (m, k) if free_a else (k,), config)
+    right = _arranged(b, pb + free_b, (k, n) if free_b else (k,), config)
+    out = dot(left, right, config=config)
+    if tuple(out.shape) != out_shape:
+        from jask.api.indexing import reshape
+        out = reshape(out, out_shape, config=config)
+    return out
+
+
+def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
+    """Dot products of vectors along ``axis`` of ``x1`` and ``x2`` (broadcast
+    against each other), as ``jax.numpy.vecdot`` for real arrays.
+
+    One pass: ``x1 * x2`` summed over ``axis`` tile by tile (no product is
+    written), with :func:`jask.sum`'s rule for where the result lives (in
+    memory when small). Differentiable in both operands.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+      >>> jask.vecdot(x, np.array([1.0, 1.0], np.float32))
+      Array([3., 7.], dtype=float32)
+    """
+    from jask.api.reductions import _in_memory
+    from jask.core import ufuncs
+    from jask.engine.blockwise import broadcast_axes
+
+    t1, t2 = disk_type(x1), disk_type(x2)
+    if t1 is None and t2 is None:
+        return jnp.vecdot(x1, x2, axis=axis)
+    cfg = config or get_config()
+    x1, x2 = (x if t is not None else jnp.asarray(x) for x, t in ((x1, t1), (x2, t2)))
+    s1, s2 = tuple(x1.shape), tuple(x2.shape)
+    try:
+        shape = tuple(np.broadcast_shapes(s1, s2))
+    except ValueError:
+        raise ValueError(f"jask.vecdot: shapes {s1} and {s2} do not broadcast") from None
+    if not shape or not -len(shape) <= axis < len(shape):
+        raise ValueError(f"jask.vecdot: axis {axis} is out of range for shapes {s1} and {s2}")
+    ax = axis % len(shape)
+    n1 = s1[ax - len(shape)] if ax - len(shape) >= -len(s1) else 1
+    n2 = s2[ax - len(shape)] if ax - len(shape) >= -len(s2) else 1
+    if n1 != n2:
+        raise ValueError(f"jask.vecdot: the vectors along axis {axis} differ in length: "
+                         f"shapes {s1} and {s2}")
+    with jax.enable_x64(True):
+        dtype = np.dtype(jnp.result_type(*(t.dtype if t is not None else x.dtype
+                                           for x, t in ((x1, t1), (x2, t2)))))
+    operands = []
+    for x, t in ((x1, t1), (x2, t2)):
+        if t is None:
+            x = x.astype(jax.dtypes.canonicalize_dtype(dtype))
+            check_in_memory("vecdot", x, cfg)
+        operands.append(x)
+    out_axes = tuple(d for d in range(len(shape)) if d != ax)
+    out_shape = tuple(shape[d] for d in out_axes)
+    return primitives.reduce("vecdot", ufuncs.MUL, operands,
+                             [broadcast_axes(s, shape) for s in (s1, s2)], [dtype, dtype],
+                             shape, out_axes, dtype, reducer="sum",
+                             to_memory=_in_memory(ax, out_shape, dtype, config), config=config)

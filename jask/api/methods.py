@@ -24,6 +24,9 @@ from jask.api import (
     nan_functions,
     reductions,
     save,
+    scans,
+    sorting,
+    truth,
     update,
 )
 from jask.core._jax_internals import defer_scalar_operators_to
@@ -51,6 +54,8 @@ METHODS: dict[str, Callable] = {
     "min": reductions.min, "var": reductions.var, "std": reductions.std,
     "astype": elementwise.astype, "reshape": indexing.reshape, "transpose": linalg.transpose,
 }
+METHODS.update({"prod": reductions.prod, "all": truth.all, "any": truth.any,
+                "cumprod": scans.cumprod, "sort": sorting.sort, "argsort": sorting.argsort})
 
 
 def _binary(f: Callable, reflected: bool = False) -> Callable:
@@ -152,6 +157,11 @@ def transpose_all(self) -> DiskArray:
     return linalg.transpose(self)
 
 
+def matrix_transpose(self) -> DiskArray:
+    """The last two axes swapped (``x.mT``), as a new DiskArray."""
+    return linalg.matrix_transpose(self)
+
+
 def _repr_html_(self) -> str:
     return display.html(self)
 
@@ -172,6 +182,8 @@ def install() -> None:
         setattr(DiskArrayType, name, aval_method(f))
         setattr(DiskArray, name, f)
     setattr(DiskArrayType, "T", aval_property(transpose_all))
+    setattr(DiskArrayType, "mT", aval_property(matrix_transpose))
+    setattr(DiskArray, "mT", property(matrix_transpose))
     for name, attr in {"T": property(transpose_all), "from_numpy": classmethod(from_numpy),
                        "to_dask": to_dask, "to_zarr": to_zarr,
                        "_repr_html_": _repr_html_,

@@ -336,3 +336,30 @@ def sum_of_squares(x, *, config: Config | None = None):
     return primitives.reduce("sum_squares", ufuncs.TABLE["square"], [x], [full], [dtype],
                              aval.shape, (), dtype, reducer="sum", to_memory=True,
                              config=config)
+
+
+# --- prod --------------------------------------------------------------------------------
+
+__all__ += ["prod"]
+
+
+def prod(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
+    """Product of the elements of ``x`` over ``axis`` (see :func:`sum` for
+    where the result lives), with jax.numpy's dtype (a bool or small int
+    ``x`` gives int32). Differentiable as ``jnp.prod``, zeros included: each
+    element's gradient is the product of the others (two more reductions and
+    one map: the product of the nonzero elements and the count of zeros).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+      >>> jask.prod(x, axis=0)
+      Array([3., 8.], dtype=float32)
+      >>> float(jask.prod(x))
+      24.0
+    """
+    if disk_type(x) is None:
+        return jnp.prod(x, axis=axis, keepdims=keepdims)
+    dtype = _result_dtype(jnp.prod, x)
+    return _reduce("prod", ufuncs.IDENTITY, x, [], axis, keepdims, "prod", dtype, config)
+

@@ -187,6 +187,9 @@ class Blockwise(DiskPrimitive):
             (accum,) = accums
             _accum(accum, lambda: _chooser_vjp(self, args[0], out, g))
             return
+        if self.reducer == "prod":
+            _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
+            return
         if self.ufunc.vjps is None:
             super().backward(res, g, *accums)
         for j, accum in enumerate(accums):
@@ -247,6 +250,22 @@ def _chooser_vjp(prim, x, out, g):
     return Blockwise(ufuncs.CHOSEN, (_aval(g), x_aval, out_aval, _aval(counts)),
                      (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
                      dtype, grad=True, config=prim.config)(g, x, out, counts)
+
+
+def _prod_vjp(prim, x, g):
+    """d prod: each element gets the product of the others (zeros included,
+    as jax.numpy): from the product of the nonzero elements and the count of
+    zeros, two reductions, then one map."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    to_memory = not _on_disk(out_aval)
+    parts = [Blockwise(row, (x_aval,), (axes,), (dtype,), prim.shape, out_axes, dtype,
+                       reducer=reducer, to_memory=to_memory, grad=True, config=prim.config)(x)
+             for row, reducer in ((ufuncs.NONZERO_OR_ONE, "prod"), (ufuncs.IS_ZERO, "sum"))]
+    return Blockwise(ufuncs.PROD_VJP, (_aval(g), x_aval) + tuple(_aval(p) for p in parts),
+                     (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
+                     dtype, grad=True, config=prim.config)(g, x, *parts)
 
 
 # --- layout ------------------------------------------------------------------
@@ -363,21 +382,115 @@ class Cumsum(DiskPrimitive):
     sum of the cotangent along the same axis."""
 
     def __init__(self, aval: DiskArrayType, axis: int, dtype, *, reverse: bool = False,
-                 grad: bool = False, config: Config | None = None, name: str = "cumsum"):
+                 grad: bool = False, config: Config | None = None, name: str = "cumsum",
+                 kind: str = "sum"):
         super().__init__((aval,), DiskArrayType(aval.shape, dtype), op=name, axis=int(axis),
                          dtype=np.dtype(dtype), reverse=bool(reverse), grad=grad,
-                         config=config)
+                         config=config, kind=kind)
 
     def disk_work(self):
-        return work.cumsum(self.op, self.axis, self.reverse, self.dtype, grad=self.grad)
+        return work.cumsum(self.op, self.axis, self.reverse, self.dtype, grad=self.grad,
+                           kind=self.kind)
 
     def expand(self, a):
         return self._run(self.disk_work(), [a])
 
     def backward(self, res, g, ca):
         aval = self.in_avals[0]
+        if self.kind == "prod":  # (``kind="prod"``: a cumulative product, cumprod)
+            _accum(ca, lambda: _cumprod_vjp(self, res[0], g))
+            return
         _accum(ca, lambda: Cumsum(_aval(g), self.axis, aval.dtype, reverse=not self.reverse,
                                   grad=True, config=self.config, name="cumsum_vjp")(g))
+
+
+def _map(row, arrays, dtype, out_dtype, config, name):
+    """``row`` elementwise over same-shape DiskArrays (a gradient's piece)."""
+    avals = tuple(_aval(a) for a in arrays)
+    full = tuple(range(avals[0].ndim))
+    return Blockwise(row, avals, (full,) * len(avals), (dtype,) * len(avals), avals[0].shape,
+                     full, out_dtype, grad=True, config=config, name=name)(*arrays)
+
+
+def _cumprod_vjp(prim, x, g):
+    """d cumprod, zeros included (as jax.numpy): with z a lane's first zero
+    and y' the cumulative product of x with that zero read as one, element
+    i < z gets sum_{i<=j<z} g_j y'_j / x_i, element z gets sum_{j>=z} g_j y'_j
+    and those after z nothing. Three scans and four maps (the zeros' running
+    count says which case an element is)."""
+    aval, axis, cfg = prim.in_avals[0], prim.axis, prim.config
+    dtype = aval.dtype
+    count = np.dtype(np.int32 if aval.shape[axis] < 2**31 else np.int64)
+
+    def scan(a, out, reverse, kind):
+        return Cumsum(_aval(a), axis, out, reverse=reverse, grad=True, config=cfg,
+                      name=f"cumprod_vjp_{kind}", kind=kind)(a)
+
+    zeros = scan(_map(ufuncs.IS_ZERO, (x,), dtype, count, cfg, "cumprod_vjp"), count, False,
+                 "sum")
+    y = scan(_map(ufuncs.FIRST_ZERO_AS_ONE, (x, zeros), dtype, dtype, cfg, "cumprod_vjp"),
+             dtype, False, "prod")
+    before = scan(_map(ufuncs.BEFORE_ZERO, (g, y, zeros), dtype, dtype, cfg, "cumprod_vjp"),
+                  dtype, True, "sum")
+    total = scan(_map(ufuncs.MUL, (g, y), dtype, dtype, cfg, "cumprod_vjp"), dtype, True, "sum")
+    return _map(ufuncs.CUMPROD_VJP, (before, total, x, zeros), dtype, dtype, cfg, "cumprod_vjp")
+
+
+class Sort(DiskPrimitive):
+    """Sorting along ``axis`` (whole lanes per tile): ``kind`` "sort" (the
+    values), "argsort" (jnp.argsort's indices), "perm" (the order jnp.sort
+    puts elements in) or "unsort" (sort's VJP: the cotangent ``g`` put back
+    by that order; two inputs, ``g`` and the order). Its VJP gathers back by
+    the order, as jax's sort does."""
+
+    def __init__(self, avals: tuple, axis: int, kind: str, dtype, *, descending: bool = False,
+                 grad: bool = False, config: Config | None = None, name: str | None = None):
+        super().__init__(tuple(avals), DiskArrayType(avals[0].shape, dtype), op=name or kind,
+                         axis=int(axis), kind=kind, descending=bool(descending),
+                         dtype=np.dtype(dtype), grad=grad, config=config)
+
+    def disk_work(self):
+        return work.sort(self.op, self.kind, self.axis, self.descending, self.dtype,
+                         grad=self.grad)
+
+    def expand(self, *args):
+        return self._run(self.disk_work(), list(args))
+
+    def backward(self, res, g, *accums):
+        if self.kind != "sort":
+            super().backward(res, g, *accums)
+        (x,) = res
+        aval = self.in_avals[0]
+
+        def cotangent():
+            n = aval.shape[self.axis]
+            index = np.dtype(np.int32 if n < 2**31 else np.int64)
+            perm = Sort((aval,), self.axis, "perm", index, descending=self.descending,
+                        grad=True, config=self.config, name="sort_perm")(x)
+            return Sort((_aval(g), _aval(perm)), self.axis, "unsort", aval.dtype, grad=True,
+                        config=self.config, name="sort_vjp")(g, perm)
+        _accum(accums[0], cotangent)
+
+
+class Search(DiskPrimitive):
+    """searchsorted: where each of ``values`` goes in the sorted 1-D
+    ``sorted_`` (either on disk or in memory), compared in ``dtype``; the
+    result has the values' shape, in memory when the values are. An index
+    has no gradient."""
+
+    def __init__(self, values, sorted_, side: str, dtype, out_dtype, *,
+                 config: Config | None = None):
+        to_memory = not _on_disk(values)
+        super().__init__((values, sorted_), _out_type(values.shape, out_dtype, not to_memory),
+                         op="searchsorted", side=side, dtype=np.dtype(dtype),
+                         out_dtype=np.dtype(out_dtype), config=config)
+
+    def disk_work(self):
+        return work.search(self.side, tuple(_on_disk(a) for a in self.in_avals), self.dtype,
+                           self.out_dtype, to_memory=not _on_disk(self.out_aval))
+
+    def expand(self, v, a):
+        return self._run(self.disk_work(), [v, a])
 
 
 class Update(DiskPrimitive):
@@ -554,6 +667,19 @@ def reshape(a, shape, *, config=None):
 
 def cumsum(a, axis, dtype, *, config=None):
     return Cumsum(_aval(a), axis, dtype, config=config)(a)
+
+
+def cumprod(a, axis, dtype, *, config=None):
+    return Cumsum(_aval(a), axis, dtype, config=config, name="cumprod", kind="prod")(a)
+
+
+def sort(a, axis, kind, dtype, *, descending=False, config=None):
+    return Sort((_aval(a),), axis, kind, dtype, descending=descending, config=config)(a)
+
+
+def searchsorted(values, sorted_, side, dtype, out_dtype, *, config=None):
+    return Search(_aval(values), _aval(sorted_), side, dtype, out_dtype,
+                  config=config)(values, sorted_)
 
 
 def update(target, new, *, config=None):

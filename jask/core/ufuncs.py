@@ -398,3 +398,34 @@ def astype(dtype) -> Ufunc:
     return Ufunc(f"astype_{dtype.name}", IDENTITY.numpy, lambda a: jnp.asarray(a).astype(dtype),
                  (PASS,), public=False, dtype=dtype)
 
+
+
+# --- internal rows of all, any, count_nonzero and prod's gradient --------------------
+NONZERO = _row("nonzero", lambda a: a != 0, lambda a: a != 0, None, public=False)
+# prod's VJP (zeros included, as jax.numpy): the product of the nonzero
+# elements p, the count of zeros z, then each element's product of the others.
+NONZERO_OR_ONE = _row("nonzero_or_one", lambda a: np.where(a == 0, np.ones_like(a), a),
+                      lambda a: jnp.where(a == 0, 1, a), None, public=False)
+IS_ZERO = _row("is_zero", lambda a: a == 0, lambda a: a == 0, None, public=False)
+
+
+def _others_product(g, x, p, z):
+    """g times the product of the elements other than x (p: the product of
+    the nonzero elements, z: how many are zero)."""
+    safe = np.where(x == 0, np.ones_like(x), x)
+    return g * np.where(x == 0, np.where(z == 1, p, 0), np.where(z == 0, p / safe, 0))
+
+
+PROD_VJP = _row("prod_vjp", _others_product, lambda g, x, p, z: g, None, None, None, None,
+                public=False)
+
+# cumprod's VJP (zeros included): ``c`` is the running count of zeros along the axis.
+FIRST_ZERO_AS_ONE = _row("first_zero_as_one",
+                         lambda x, c: np.where((x == 0) & (c == 1), np.ones_like(x), x),
+                         lambda x, c: x, None, None, public=False)
+BEFORE_ZERO = _row("before_zero", lambda g, y, c: g * y * (c == 0), lambda g, y, c: g,
+                   None, None, None, public=False)
+CUMPROD_VJP = _row("cumprod_vjp",
+                   lambda b, s, x, c: np.where(c == 0, b / np.where(x == 0, np.ones_like(x), x),
+                                               np.where((x == 0) & (c == 1), s, 0)),
+                   lambda b, s, x, c: b, None, None, None, None, public=False)

@@ -267,6 +267,29 @@ REDUCERS: dict[str, Reducer] = {
 }
 
 
+def _wide_prod(block, axis):
+    """A block's product, widened as :func:`_wide_sum` widens (integers
+    wrap in int64, as they would in their own dtype once cast back)."""
+    kind = block.dtype.kind
+    wide = {"f": np.float64, "c": np.complex128, "b": np.int64, "i": np.int64, "u": np.uint64}
+    return np.prod(block, axis=axis, keepdims=True, dtype=wide.get(kind, block.dtype))
+
+
+def _all(block, axis):
+    return np.all(block, axis=axis, keepdims=True)
+
+
+def _any(block, axis):
+    return np.any(block, axis=axis, keepdims=True)
+
+
+REDUCERS.update({
+    "prod": Reducer(_wide_prod, np.multiply),
+    "all": Reducer(_all, np.logical_and),
+    "any": Reducer(_any, np.logical_or),
+})
+
+
 def _finish(reducer: str, partial):
     finish = REDUCERS[reducer].finish
     return partial if finish is None else finish(partial)

@@ -1,4 +1,4 @@
-"""Cumulative sums along one axis, tile by tile, in two passes.
+"""Cumulative sums and products along one axis, tile by tile, in two passes.
 
 A scan needs the carry of every earlier tile along its axis. Pass one reads
 each tile and returns its totals along the axis (one row of the tile's
@@ -10,6 +10,9 @@ cumulative sum plus its carry as one whole output chunk. Both passes run
 every tile in parallel; what stays in memory between them is one row per
 tile (:func:`carry_bytes`). Integers wrap as in numpy and jax.numpy: the
 carries are exact in int64 and wrap once, when cast to the output dtype.
+A ``kind="prod"`` scan is the same with products (``cumprod``): totals are
+tile products, carries exclusive prefix products, and each tile's own
+cumulative product is multiplied by its carry.
 Nothing here knows of JAX.
 """
 from __future__ import annotations
@@ -42,22 +45,29 @@ def carry_bytes(shape: tuple, tile: tuple, axis: int, dtype) -> int:
     return lanes * -(-shape[axis] // max(tile[axis], 1)) * wide_dtype(dtype).itemsize
 
 
-def _total(source: StoreSpec, region: tuple, axis: int, wide) -> np.ndarray:
-    return np.sum(chunkio.read(source, region), axis=axis, keepdims=True, dtype=wide)
+#: kind -> (reduce, cumulative, combine, identity) of a scan
+KINDS: dict[str, tuple] = {"sum": (np.sum, np.cumsum, np.add, 0),
+                           "prod": (np.prod, np.cumprod, np.multiply, 1)}
 
 
-def totals_graph(op: str, source: StoreSpec, tile: tuple, axis: int, dtype, token: str):
+def _total(source: StoreSpec, region: tuple, axis: int, wide, kind: str = "sum") -> np.ndarray:
+    return KINDS[kind][0](chunkio.read(source, region), axis=axis, keepdims=True, dtype=wide)
+
+
+def totals_graph(op: str, source: StoreSpec, tile: tuple, axis: int, dtype, token: str,
+                 kind: str = "sum"):
     """Pass one: each tile's totals along ``axis`` (widened from the output
     ``dtype``); (graph, keys, regions)."""
     name = key_name(op, token, stage="totals")
     tiles = list(regions(source.shape, tile))
     wide = wide_dtype(dtype)
-    graph = {(name, i): (_total, source, region, axis, wide) for i, region in enumerate(tiles)}
+    graph = {(name, i): (_total, source, region, axis, wide, kind)
+             for i, region in enumerate(tiles)}
     return graph, list(graph), tiles
 
 
 def carries(shape: tuple, tile: tuple, axis: int, tiles: list, totals: list,
-            reverse: bool) -> list:
+            reverse: bool, kind: str = "sum") -> list:
     """Each tile's carry: the sum of the totals of the tiles before it along
     ``axis`` (after it, when ``reverse``), in the order of ``tiles``. The
     entries of ``totals`` are dropped as they are used (set to ``None``), so
@@ -72,8 +82,9 @@ def carries(shape: tuple, tile: tuple, axis: int, tiles: list, totals: list,
       [12.0, 5.0, 0.0]
     """
     k = -(-shape[axis] // tile[axis])
-    table = np.zeros(tuple(k if d == axis else n for d, n in enumerate(shape)),
-                     totals[0].dtype if totals else np.float64)
+    _, cumulative, _, identity = KINDS[kind]
+    table = np.full(tuple(k if d == axis else n for d, n in enumerate(shape)), identity,
+                    totals[0].dtype if totals else np.float64)
     places = []
     for i, region in enumerate(tiles):
         start = region[axis].start // tile[axis]
@@ -85,30 +96,34 @@ def carries(shape: tuple, tile: tuple, axis: int, tiles: list, totals: list,
         places.append(tuple(place))
     # inclusive prefix sums in place; a tile's carry is its predecessor's (none for the first)
     view = np.flip(table, axis) if reverse else table
-    np.cumsum(view, axis=axis, out=view)
-    zero = np.zeros((1,) * len(shape), table.dtype)
+    with np.errstate(all="ignore"):  # products overflow to inf (floats) or wrap (ints)
+        cumulative(view, axis=axis, out=view)
+    zero = np.full((1,) * len(shape), identity, table.dtype)
     return [zero if p[axis].start < 0 or p[axis].start >= k else table[p] for p in places]
 
 
 def _scan_block(source: StoreSpec, out: StoreSpec, region: tuple, axis: int, reverse: bool,
-                carry: np.ndarray) -> None:
-    """out[region] = the tile's cumulative sum along ``axis`` plus its carry."""
+                carry: np.ndarray, kind: str = "sum") -> None:
+    """out[region] = the tile's cumulative sum along ``axis`` plus its carry
+    (``kind="prod"``: its cumulative product times its carry)."""
+    _, cumulative, combine, _ = KINDS[kind]
     tile = chunkio.read(source, region)
     result = np.empty(tile.shape, out.dtype)
-    if reverse:  # accumulate from the end, straight into a flipped view of the result
-        np.cumsum(np.flip(tile, axis), axis=axis, dtype=out.dtype, out=np.flip(result, axis))
-    else:
-        np.cumsum(tile, axis=axis, dtype=out.dtype, out=result)
-    del tile
     with np.errstate(all="ignore"):  # integers wrap, as in numpy and jax.numpy
-        result += carry.astype(out.dtype)
+        if reverse:  # accumulate from the end, straight into a flipped view of the result
+            cumulative(np.flip(tile, axis), axis=axis, dtype=out.dtype,
+                       out=np.flip(result, axis))
+        else:
+            cumulative(tile, axis=axis, dtype=out.dtype, out=result)
+        del tile
+        combine(result, carry.astype(out.dtype), out=result)
     chunkio.write(out, region, result)
 
 
 def scan_graph(op: str, source: StoreSpec, out: StoreSpec, tiles: list, axis: int,
-               reverse: bool, carry: list, token: str):
+               reverse: bool, carry: list, token: str, kind: str = "sum"):
     """Pass two: one task per tile (a whole output chunk)."""
     name = key_name(op, token)
-    graph = {(name, i): (_scan_block, source, out, region, axis, reverse, c)
+    graph = {(name, i): (_scan_block, source, out, region, axis, reverse, c, kind)
              for i, (region, c) in enumerate(zip(tiles, carry))}
     return graph, list(graph)

@@ -111,12 +111,13 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
     return Work(op, work, plan_of)
 
 
-def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False):
+def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind: str = "sum"):
     """Work for the cumulative sum of a store along ``axis`` in ``dtype``
     (``reverse``: summed from the end, the VJP of a cumulative sum), in two
     passes over the same tiles (:mod:`jask.engine.scan`): the tiles' totals,
     then each tile's own cumulative sum plus the carry of the tiles before it.
-    The totals and carries of every tile are held between the passes."""
+    The totals and carries of every tile are held between the passes.
+    ``kind="prod"``: cumulative products, the same way."""
     def plan_of(stores, values, config: Config) -> Plan:
         return planner.scan(op, stores[0], axis, dtype, config)
 
@@ -129,13 +130,13 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False):
         tiles: list = []
         totals: list = []
         if 0 not in shape:
-            dsk, keys, tiles = scan.totals_graph(op, source, tile, axis, dtype, token)
+            dsk, keys, tiles = scan.totals_graph(op, source, tile, axis, dtype, token, kind)
             totals = execute.run(dsk, keys, config.workers, planned.cost)
-        carry = scan.carries(shape, tile, axis, tiles, totals, reverse) if tiles else []
+        carry = scan.carries(shape, tile, axis, tiles, totals, reverse, kind) if tiles else []
         del totals
         return _produce(config, op, shape, dtype, planned,
                         lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
-                                                    token), grad=grad)
+                                                    token, kind), grad=grad)
     return Work(op, work, plan_of)
 
 
@@ -404,3 +405,55 @@ def _store(sources: list, i: int | None) -> StoreSpec | None:
     if not isinstance(source, StoreSpec):
         raise TypeError(f"jask.fused: operand {i} must be a DiskArray")
     return source
+
+
+def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool = False):
+    """Work for a sort along ``axis`` (``kind``: see :data:`jask.engine.sort.KINDS`),
+    whole lanes per tile, written to a new store of ``dtype``."""
+    from jask.engine import sort as sorting
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.sort(op, stores, axis, dtype, config)
+
+    def work(stores, values, config: Config):
+        planned = plan_of(stores, values, config)
+        shape = tuple(stores[0].shape)
+        token = uuid.uuid4().hex
+        return _produce(config, op, shape, dtype, planned,
+                        lambda out: sorting.sort_graph(op, kind, tuple(stores), out,
+                                                       planned.tile, axis, descending, token),
+                        grad=grad)
+    return Work(op, work, plan_of)
+
+
+def search(side: str, on_disk: tuple, dtype, out_dtype, *, to_memory: bool):
+    """Work for searchsorted of ``values`` in ``sorted_`` (each a store or
+    an in-memory value, flagged by ``on_disk``), compared in ``dtype``."""
+    from jask.engine import sort as sorting
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        v, a = _in_order(on_disk, stores, values)
+        return planner.search("searchsorted", v, a, dtype, to_memory, config)
+
+    def work(stores, values, config: Config):
+        values = [np.asarray(x) for x in values]
+        planned = plan_of(stores, values, config)
+        v, a = _in_order(on_disk, stores, values)
+        shape = tuple(v.shape)
+        token = uuid.uuid4().hex
+        if to_memory:
+            dsk, keys = sorting.search_graph("searchsorted", side, v, a, None, shape, out_dtype,
+                                             planned.tile, _step(a), dtype, token)
+            return execute.run(dsk, keys, config.workers, planned.cost)[0]
+        return _produce(config, "searchsorted", shape, out_dtype, planned,
+                        lambda out: sorting.search_graph("searchsorted", side, v, a, out, shape,
+                                                         out_dtype, planned.tile, _step(a),
+                                                         dtype, token), grad=False)
+    return Work("searchsorted", work, plan_of)
+
+
+def _step(sorted_) -> int:
+    """How much of the sorted array a search task reads at once."""
+    if isinstance(sorted_, StoreSpec):
+        return int(sorted_.chunks[0])
+    return max(int(sorted_.shape[0]), 1)

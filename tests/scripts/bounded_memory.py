@@ -62,6 +62,8 @@ def ops(a, b, v, X, y, w):
         "update_": lambda: b.update_(a),
         "jit(grad) step": lambda: step(w, 1e-6),
         "adam step": _adam_step(a, b),
+        "sort": lambda: jask.sort(a, axis=0),  # whole columns per task
+        "cumprod": lambda: jask.cumprod(a, axis=1),  # a two-pass scan
         # last: zarr's codec threads keep their malloc arenas after a compressed write
         "to_zarr (zstd)": lambda: a.to_zarr(os.path.join(SAVED, "a.zarr"), compressor="zstd",
                                             overwrite=True),
