@@ -406,17 +406,33 @@ def _halvings(n: int):
 
 def concatenate(stores, axis: int, stack: bool, shape: tuple, config: Config) -> Plan:
     """Stores joined along ``axis`` (a new axis when ``stack``) into ``shape``:
-    default chunks, one along a stacked axis."""
+    default chunks (one along a stacked axis), halved until a task fits. A
+    task reads only the inputs its tile overlaps along ``axis`` (one, when
+    stacking), so the cost counts the most any tile overlaps, not every input."""
     first = stores[0]
+    lengths = [1 if stack else x.shape[axis] for x in stores]
+    ends = np.cumsum(lengths)
+
+    def overlapping(extent: int) -> list:
+        """The inputs of the tile along ``axis`` that overlaps the most of them."""
+        most: list = []
+        for start in range(0, shape[axis], extent):
+            stop = min(start + extent, shape[axis])
+            hit = [x for x, end, n in zip(stores, ends, lengths) if end > start
+                   and end - n < stop]
+            most = hit if len(hit) > len(most) else most
+        return most
+
+    def cost_of(tile):
+        part = tuple(c for i, c in enumerate(tile) if not (stack and i == axis))
+        reads = [(chunkio.read_model(x), part) for x in overlapping(tile[axis])]
+        return memory.task_cost("concatenate", tile, reads,
+                                memory.nbytes(tile, first.dtype), 2, config.workers)
+
     chunks = memory.default_chunks(shape, first.dtype, config.max_memory, config.workers)
     if stack:
         chunks = chunks[:axis] + (1,) + chunks[axis + 1:]
-    part = tuple(c for i, c in enumerate(chunks) if not (stack and i == axis))
-    reads = [(chunkio.read_model(x), part) for x in stores]
-    cost = memory.task_cost("concatenate", chunks, reads,
-                            memory.nbytes(chunks, first.dtype), 2, config.workers)
-    memory.check_fits(cost, config.max_memory)
-    return Plan("concatenate", tuple(chunks), tuple(chunks), _n_tiles(shape, chunks), cost)
+    return _first_fit("concatenate", shape, memory.shrinking(chunks), cost_of, config)
 
 
 # --- between disk and memory ----------------------------------------------------------
