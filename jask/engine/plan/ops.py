@@ -28,7 +28,7 @@ from jask.store.spec import StoreSpec
 
 __all__ = ["blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
            "dot_plan", "dot_geometry", "take_slice", "scatter_slice", "reshape",
-           "concatenate", "read_all", "from_value", "save", "fused", "scan"]
+           "concatenate", "read_all", "from_value", "save", "fused", "scan", "gather"]
 
 
 def _n_tiles(shape: tuple, tile: tuple) -> int:
@@ -433,6 +433,29 @@ def concatenate(stores, axis: int, stack: bool, shape: tuple, config: Config) ->
     if stack:
         chunks = chunks[:axis] + (1,) + chunks[axis + 1:]
     return _first_fit("concatenate", shape, memory.shrinking(chunks), cost_of, config)
+
+
+def gather(op: str, read: StoreSpec, indexed: tuple, shape: tuple, values, config: Config,
+           dtype=None) -> Plan:
+    """An outer gather (:mod:`jask.engine.gather`) writing an array of
+    ``shape`` from ``read`` (its scatter-add too, reading the cotangent):
+    default chunks, halved until a task fits. A task holds its tile and one
+    window of ``read``: at most a chunk along the ``indexed`` axes, the
+    tile's own extent along the others; the index vectors (``values``) are
+    held once."""
+    dtype = np.dtype(dtype or read.dtype)
+    held = _held(values)
+    model = chunkio.read_model(read)
+
+    def cost_of(tile):
+        window = tuple(min(c, n) if d in indexed else min(c, t)
+                       for d, (c, n, t) in enumerate(zip(read.chunks, read.shape, tile)))
+        cost = memory.task_cost(op, tile, [(model, window)], memory.nbytes(tile, dtype), 2,
+                                config.workers)
+        return dataclasses.replace(cost, fixed=cost.fixed + held)
+
+    chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
+    return _first_fit(op, shape, memory.shrinking(chunks), cost_of, config)
 
 
 # --- between disk and memory ----------------------------------------------------------
