@@ -43,9 +43,32 @@ from jask.api.elementwise import (
     tanh,
     where,
 )
-from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
+from jask.api.indexing import (
+    concatenate,
+    dynamic_slice,
+    nonzero,
+    reshape,
+    stack,
+    take,
+    take_along_axis,
+)
 from jask.api.interop import from_dask, materialize, to_dask
 from jask.api.linalg import dot, matmul, transpose
+from jask.api.manipulation import (
+    broadcast_arrays,
+    broadcast_to,
+    concat,
+    diff,
+    expand_dims,
+    flip,
+    moveaxis,
+    permute_dims,
+    repeat,
+    roll,
+    squeeze,
+    tile,
+    unstack,
+)
 from jask.api.mapping import map
 from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
 from jask.api.save import save
@@ -82,4 +105,8 @@ __all__ = [
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
     "visualize", "where",
+    # manipulation and indexing (jask.api.manipulation, jask.api.indexing)
+    "broadcast_arrays", "broadcast_to", "concat", "diff", "expand_dims", "flip", "moveaxis",
+    "nonzero", "permute_dims", "repeat", "roll", "squeeze", "take", "take_along_axis", "tile",
+    "unstack",
 ]

@@ -20,7 +20,8 @@ import numpy as np
 from jask.base import counters
 from jask.base.config import Config
 from jask.engine import blockwise as bw
-from jask.engine import builders, execute, gather as gathers, scan, tasks
+from jask.engine import builders, execute, scan, tasks
+from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan

@@ -56,8 +56,8 @@ def blockwise(op: str, shape: tuple, operands, dtypes: tuple, out_axes: tuple, o
     tile, cost = blockwise_tile(op, shape, compute, disk, out_axes, reducer, held, config)
     chunks = None
     if not to_memory:
-        chunks = tile if reducer is None else tuple(1 if a is None else tile[a]
-                                                    for a in out_axes)
+        # the output's own axes (a map may add length-1 axes: a VJP of squeeze)
+        chunks = tuple(1 if a is None else tile[a] for a in out_axes)
     return Plan(op, tuple(tile), chunks, cost.tasks, cost)
 
 
