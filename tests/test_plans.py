@@ -47,6 +47,9 @@ EXAMPLES = {
     P.Forgetting: lambda: P.Forgetting(P.Update(A, None), (A,)),
     P.Fused: lambda: P.Fused(_kernel, (A, A), A.shape, F32, (F32,)),
     P.Cumsum: lambda: P.Cumsum(A, 0, F32),
+    P.Gather: lambda: P.Gather(A, (ShapedArray((500,), np.dtype("int32")),), (0,)),
+    P.ScatterAdd: lambda: P.ScatterAdd(A, DiskArrayType((500, 40), F32),
+                                       (ShapedArray((500,), np.dtype("int32")),), (0,)),
 }
 
 #: Primitives that run several ops and so have no plan of their own.

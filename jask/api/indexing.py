@@ -85,7 +85,8 @@ def _array_index(entries: list) -> tuple | None:
     """(position, array) of the one array in an index (one entry per axis)
     whose other entries are all ``:``, or None."""
     arrays = [k for k, i in enumerate(entries)
-              if isinstance(i, (np.ndarray, jax.Array, list)) or is_tracer(i)]
+              if isinstance(i, (np.ndarray, jax.Array, list)) or is_tracer(i)
+              or disk_type(i) is not None]
     if len(arrays) != 1 or any(i != slice(None) for k, i in enumerate(entries)
                                if k != arrays[0]):
         return None
@@ -217,14 +218,15 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
         raise ValueError(f"jask.take: axis {axis!r} is out of range for an array of shape "
                          f"{aval.shape}")
     axis = int(axis) % aval.ndim
-    indices = jnp.asarray(indices)
+    xp = jnp if is_tracer(indices) else np  # known indices: no JAX op to dispatch
+    indices = xp.asarray(indices)
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise TypeError(f"jask.take: indices must be integers, got {indices.dtype}")
     n = aval.shape[axis]
     if mode in (None, "fill", "promise_in_bounds"):
         fill = _fill(aval.dtype) if fill_value is None else fill_value
     elif mode == "clip":
-        indices, fill = jnp.clip(indices, 0, n - 1), None
+        indices, fill = xp.clip(indices, 0, n - 1), None
     elif mode == "wrap":
         indices, fill = indices % n, None
     else:
@@ -260,7 +262,8 @@ def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None 
     if disk_type(indices) is not None:
         raise TypeError("jask.take_along_axis: indices must be in memory (a numpy or JAX "
                         "array); for a DiskArray of indices use jask.materialize(indices)")
-    indices = jnp.asarray(indices)
+    xp = jnp if is_tracer(indices) else np  # known indices: no JAX op to dispatch
+    indices = xp.asarray(indices)
     if axis is None:
         return take(x, indices.reshape(-1), axis=None, config=config)
     if indices.ndim != aval.ndim or not -aval.ndim <= axis < aval.ndim:
@@ -275,14 +278,14 @@ def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None 
         raise ValueError(f"jask.take_along_axis: indices of shape {indices.shape} do not "
                          f"broadcast against x of shape {aval.shape}") from None
     n = aval.shape[axis]
-    along = jnp.where(indices < 0, indices + n, indices)
-    flat = jnp.where((along < 0) | (along >= n), math.prod(aval.shape), 0)  # out of range
+    along = xp.where(indices < 0, indices + n, indices)
+    flat = xp.where((along < 0) | (along >= n), math.prod(aval.shape), 0)  # out of range
     strides = np.cumprod((aval.shape[1:] + (1,))[::-1])[::-1]
     for d in range(aval.ndim):
-        coord = along if d == axis else jnp.arange(shape[d]).reshape(
+        coord = along if d == axis else xp.arange(shape[d]).reshape(
             [-1 if k == d else 1 for k in range(aval.ndim)])
         flat = flat + coord * int(strides[d])
-    flat = jnp.broadcast_to(flat, shape)
+    flat = xp.broadcast_to(flat, shape)
     source = x if aval.ndim == 1 else reshape(x, (-1,), config=config)
     return take(source, flat, axis=0, config=config)
 

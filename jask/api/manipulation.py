@@ -231,7 +231,11 @@ def broadcast_to(x, shape, *, config: Config | None = None):
         int(n) for n in shape)
     if aval is None:
         return jnp.broadcast_to(x, shape)
-    if len(shape) < aval.ndim or np.broadcast_shapes(aval.shape, shape) != shape:
+    try:
+        fits = len(shape) >= aval.ndim and np.broadcast_shapes(aval.shape, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
         raise ValueError(f"jask.broadcast_to: cannot broadcast an array of shape {aval.shape} "
                          f"to shape {shape}")
     if shape == aval.shape:
