@@ -38,7 +38,7 @@ def _axes(op: str, axis, ndim: int, shape) -> tuple:
     axes = (axis,) if isinstance(axis, (numbers.Integral, np.integer)) else tuple(axis)
     out = []
     for a in axes:
-        if not isinstance(a, (numbers.Integral, np.integer)) or not -ndim <= a < ndim:
+        if not isinstance(a, (numbers.Integral, np.integer)) or not -ndim <= int(a) < ndim:
             raise ValueError(f"jask.{op}: axis {axis!r} is out of range for an array of shape "
                              f"{tuple(shape)}")
         out.append(int(a) % ndim)
@@ -89,7 +89,8 @@ def flip(x, axis=None, *, config: Config | None = None):
     if not axes:
         return x
     index = [np.arange(aval.shape[d] - 1, -1, -1) for d in axes]
-    return primitives.gather(x, index, axes, permutation=True, config=config, name="flip")
+    return primitives.gather(x, index, axes, permutation=True, local=True, config=config,
+                              name="flip")
 
 
 def roll(x, shift, axis=None, *, config: Config | None = None):
@@ -123,7 +124,8 @@ def roll(x, shift, axis=None, *, config: Config | None = None):
     if not moved:
         return x
     index = [(np.arange(aval.shape[d]) - total[d]) % aval.shape[d] for d in moved]
-    return primitives.gather(x, index, moved, permutation=True, config=config, name="roll")
+    return primitives.gather(x, index, moved, permutation=True, local=True, config=config,
+                              name="roll")
 
 
 def permute_dims(x, axes, *, config: Config | None = None):
@@ -297,7 +299,8 @@ def repeat(x, repeats, axis=None, *, config: Config | None = None):
     if np.all(counts == 1):
         return x
     index = np.repeat(np.arange(n), counts)
-    return primitives.gather(x, [index], (axis,), config=config, name="repeat")
+    return primitives.gather(x, [index], (axis,), local=True, config=config,
+                              name="repeat")
 
 
 def tile(x, reps, *, config: Config | None = None):
@@ -327,7 +330,8 @@ def tile(x, reps, *, config: Config | None = None):
     if not axes:
         return x
     index = [np.arange(shape[d] * reps[d]) % shape[d] for d in axes]
-    return primitives.gather(x, index, axes, config=config, name="tile")
+    return primitives.gather(x, index, axes, local=True, config=config,
+                              name="tile")
 
 
 def unstack(x, axis: int = 0, *, config: Config | None = None) -> tuple:

@@ -248,12 +248,14 @@ def _index(indexed: tuple, values, shape: tuple) -> tuple:
                  for d, n in enumerate(shape))
 
 
-def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, grad: bool = False):
+def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = False,
+           grad: bool = False):
     """Work for an outer gather of a store into ``shape``: the axes
     ``indexed`` take their positions from the in-memory index vectors (in
-    order), the others keep them; ``fill`` where an index is out of range."""
+    order), the others keep them; ``fill`` where an index is out of range
+    (``local``: see :func:`jask.engine.plan.ops.gather`)."""
     def plan_of(stores, values, config: Config) -> Plan:
-        return planner.gather(op, stores[0], indexed, shape, values, config)
+        return planner.gather(op, stores[0], indexed, shape, values, config, local=local)
 
     def work(stores, values, config: Config):
         (source,) = stores

@@ -47,7 +47,8 @@ def _recording(run):
 
 
 def ops(a, b, v, X, y, w):
-    """Every op on a, b (and a @ v), and one jitted training step on X, y, w."""
+    """Every op on a, b (and a @ v), one jitted training step on X, y, w, and
+    an Adam step."""
     loss = lambda w: jask.sum(jask.square(X @ w - y))
     step = jax.jit(lambda w, lr: w.update_(w - jax.grad(loss)(w) * lr))
     return {
@@ -62,10 +63,17 @@ def ops(a, b, v, X, y, w):
         "update_": lambda: b.update_(a),
         "jit(grad) step": lambda: step(w, 1e-6),
         "adam step": _adam_step(a, b),
+        # gathers (jask.engine.gather): by local runs, and by rows in a random order
+        "flip": lambda: jask.flip(a),
+        "take": lambda: jask.take(a, ROWS[:a.shape[0]] % a.shape[0], axis=0),
         # last: zarr's codec threads keep their malloc arenas after a compressed write
         "to_zarr (zstd)": lambda: a.to_zarr(os.path.join(SAVED, "a.zarr"), compressor="zstd",
                                             overwrite=True),
     }
+
+
+#: A random order of rows for take (every output tile reads from many chunks).
+ROWS = np.random.default_rng(0).permutation(4096).astype(np.int32)
 
 
 def _adam_step(a, b):

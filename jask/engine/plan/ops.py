@@ -436,26 +436,31 @@ def concatenate(stores, axis: int, stack: bool, shape: tuple, config: Config) ->
 
 
 def gather(op: str, read: StoreSpec, indexed: tuple, shape: tuple, values, config: Config,
-           dtype=None) -> Plan:
+           dtype=None, local: bool = False) -> Plan:
     """An outer gather (:mod:`jask.engine.gather`) writing an array of
     ``shape`` from ``read`` (its scatter-add too, reading the cotangent):
-    default chunks, halved until a task fits. A task holds its tile and one
-    window of ``read``: at most a chunk along the ``indexed`` axes, the
-    tile's own extent along the others; the index vectors (``values``) are
-    held once."""
+    default chunks, halved until a task fits, with fewer tasks at once
+    last. A task holds its tile and one window of ``read``: at most a chunk
+    along the ``indexed`` axes (no longer than the tile's extent when the
+    indices are ``local``: a run of outputs reads a run of sources, as in
+    flip, roll, repeat and tile), the tile's own extent along the others;
+    the index vectors (``values``) are held once."""
     dtype = np.dtype(dtype or read.dtype)
     held = _held(values)
     model = chunkio.read_model(read)
 
-    def cost_of(tile):
-        window = tuple(min(c, n) if d in indexed else min(c, t)
+    def cost_of(tile, at_once):
+        window = tuple(min(c, n) if d in indexed and not local else min(c, t, n)
                        for d, (c, n, t) in enumerate(zip(read.chunks, read.shape, tile)))
         cost = memory.task_cost(op, tile, [(model, window)], memory.nbytes(tile, dtype), 2,
-                                config.workers)
-        return dataclasses.replace(cost, fixed=cost.fixed + held)
+                                at_once)
+        return dataclasses.replace(cost, fixed=held)
 
     chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
-    return _first_fit(op, shape, memory.shrinking(chunks), cost_of, config)
+    candidates = [(tile, k) for k in sorted({config.workers, 1}, reverse=True)
+                  for tile in memory.shrinking(chunks)]
+    (tile, _), cost = memory.first_fit(candidates, lambda c: cost_of(*c), config.max_memory)
+    return Plan(op, tuple(tile), tuple(tile), _n_tiles(shape, tile), cost)
 
 
 # --- between disk and memory ----------------------------------------------------------
