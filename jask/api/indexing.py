@@ -7,8 +7,9 @@ elements (written tile by tile): later writes to ``x`` through ``update_``
 do not change it. Its gradient scatters the cotangent into zeros of
 ``x``'s shape. The start of each slice is a value, not part of the
 program, so ``step(X[i:i + batch])`` compiles once per batch shape.
-Indexing every axis with an integer gives a 0-d in-memory value, as a
-0-d reduction does. ``take`` gathers whole positions along an axis by
+An integer index drops an axis as a reduction does, and its small
+results are in-memory values by the reductions' rule (1/8 of the
+budget). ``take`` gathers whole positions along an axis by
 indices held in memory (traced ones too: one program serves every batch
 of indices), its VJP adding the cotangent back where they point. Shapes
 that depend on values (``x[mask]``, ``nonzero``) run only on values known
@@ -120,9 +121,11 @@ def _by_array(x, aval, axis: int, index, config):
 
 def getitem(x, index, *, config: Config | None = None):
     """``x[index]``, as a new DiskArray (a copy): a basic index (integers,
-    slices with a positive step, ``...``), one integer or boolean array on
-    one axis (the others ``:``; see :func:`take`), or integers on every
-    axis (a 0-d in-memory value).
+    slices with a positive step, ``...``), or one integer or boolean array
+    on one axis (the others ``:``; see :func:`take`). An integer drops its
+    axis, as a reduction does, and by the same rule the result is an
+    in-memory ``jax.Array`` when it takes at most 1/8 of the budget (always
+    when every axis has one: a 0-d value), a DiskArray beyond.
 
     Example:
       >>> import numpy as np, jask
@@ -130,8 +133,8 @@ def getitem(x, index, *, config: Config | None = None):
       >>> x[1:, ::2].to_numpy()
       array([[ 4.,  6.],
              [ 8., 10.]])
-      >>> x[-1].to_numpy()
-      array([ 8.,  9., 10., 11.])
+      >>> x[-1]
+      Array([ 8.,  9., 10., 11.], dtype=float32)
       >>> x[1, 2], x[:, [3, 0]].to_numpy()[0]
       (Array(6., dtype=float32), array([3., 0.]))
     """
@@ -152,7 +155,17 @@ def getitem(x, index, *, config: Config | None = None):
         # a 0-d result lives in memory, as a 0-d reduction's does
         one = primitives.take_slice(x, ((1, 1),) * aval.ndim, starts, config=config)
         return jnp.reshape(primitives.materialize(one, config=config), ())
-    return primitives.take_slice(x, sizes, starts, config=config)
+    part = primitives.take_slice(x, sizes, starts, config=config)
+    if None in sizes and _small(disk_type(part), config):
+        # an integer drops an axis, as a reduction does: a small result is in memory
+        return primitives.materialize(part, config=config)
+    return part
+
+
+def _small(aval, config: Config | None) -> bool:
+    """Whether a result goes to memory, by the rule reductions use."""
+    budget = (config or get_config()).max_memory
+    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize <= budget * IN_MEMORY_SHARE
 
 
 def setitem(x, index, value):

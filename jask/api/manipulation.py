@@ -8,7 +8,8 @@ are transposes;
 ``expand_dims``, ``squeeze`` and ``broadcast_to`` are elementwise copies
 (they join band groups) whose VJP sums the cotangent back;
 ``diff`` is slices and a subtraction; ``unstack`` is slices. Each result is
-a new DiskArray (a 0-d one is an in-memory value, as a 0-d reduction is),
+a new DiskArray (a 0-d one is an in-memory value, as a 0-d reduction is;
+``unstack``'s slices follow ``x[i]``'s rule),
 and each differentiates as jax.numpy's does. In-memory inputs go to
 jax.numpy.
 """
@@ -335,14 +336,14 @@ def tile(x, reps, *, config: Config | None = None):
 
 
 def unstack(x, axis: int = 0, *, config: Config | None = None) -> tuple:
-    """The slices of ``x`` along ``axis``, as ``jax.numpy.unstack`` (one
-    slice op each; 0-d slices are in-memory values).
+    """The slices of ``x`` along ``axis``, as ``jax.numpy.unstack``: one
+    ``x[..., i, ...]`` each, so small ones are in-memory values.
 
     Example:
       >>> import numpy as np, jask
       >>> a, b = jask.unstack(jask.from_numpy(np.arange(4.0).reshape(2, 2)))
-      >>> b.to_numpy()
-      array([2., 3.])
+      >>> b
+      Array([2., 3.], dtype=float32)
     """
     aval = disk_type(x)
     if aval is None:

@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 
 from jask.engine.builders import chunk_graph
-from jask.store.chunkio import read, write
+from jask.store.chunkio import read, read_model, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["gather_graph", "scatter_add_graph", "normalized"]
@@ -50,21 +50,40 @@ def _groups(want: np.ndarray, positions: np.ndarray, chunk: int) -> list:
 
 
 def _contiguous(positions: np.ndarray):
-    """A slice when ``positions`` are consecutive and increasing (cheap to index)."""
-    if positions[-1] - positions[0] == len(positions) - 1 and (
-            len(positions) < 3 or np.all(np.diff(positions) == 1)):
-        return slice(int(positions[0]), int(positions[-1]) + 1)
+    """A slice when ``positions`` are consecutive, increasing or decreasing
+    (a view, not a copy), else None."""
+    first, last, n = int(positions[0]), int(positions[-1]), len(positions)
+    if n > 1 and first - last == n - 1 and np.all(np.diff(positions) == -1):
+        return slice(first, last - 1 if last > 0 else None, -1)
+    if last - first == n - 1 and (n < 3 or np.all(np.diff(positions) == 1)):
+        return slice(first, last + 1)
     return None
 
 
-def _read_part(source: StoreSpec, wanted: tuple) -> np.ndarray:
-    """source[np.ix_(*wanted)]: the bounding window, then picked per axis."""
+def _read_part(source: StoreSpec, wanted: tuple, runs: bool = False) -> np.ndarray:
+    """source[np.ix_(*wanted)]: the bounding window, then picked with one
+    view (runs, forwards or backwards) or one copy (any other positions).
+    With ``runs`` (chunks that are plain files: reading part of one costs
+    only that part) positions scattered along one axis are read run by
+    run, so no more than the picked part is ever read."""
     window = tuple(slice(int(w.min()), int(w.max()) + 1) for w in wanted)
+    picks = [_contiguous(w - s.start) for w, s in zip(wanted, window)]
+    scattered = [d for d, p in enumerate(picks) if p is None]
+    if runs and len(scattered) == 1:
+        (d,) = scattered
+        w = wanted[d]
+        part = np.empty(tuple(len(x) for x in wanted), source.dtype)
+        cuts = np.flatnonzero(np.diff(w) != 1) + 1
+        for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(w)]):
+            run = window[:d] + (slice(int(w[start]), int(w[stop - 1]) + 1),) + window[d + 1:]
+            block = read(source, run)
+            part[(slice(None),) * d + (slice(start, stop),)] = block[
+                tuple(p if k != d else slice(None) for k, p in enumerate(picks))]
+        return part
     block = read(source, window)
-    for d, (w, s) in enumerate(zip(wanted, window)):
-        if _contiguous(w - s.start) != slice(0, block.shape[d]):
-            block = np.take(block, w - s.start, axis=d)
-    return block
+    if all(p is not None for p in picks):
+        return block[tuple(picks)]
+    return block[np.ix_(*[w - s.start for w, s in zip(wanted, window)])]
 
 
 def _target(local: tuple):
@@ -76,7 +95,7 @@ def _target(local: tuple):
 
 
 def gather_block(out: StoreSpec, region: tuple, source: StoreSpec, index: tuple,
-                 fill) -> None:
+                 fill, runs: bool = False) -> None:
     """out[region] = source[np.ix_(index...)][region] (``fill`` where out of range)."""
     extent = tuple(r.stop - r.start for r in region)
     block = np.empty(extent, out.dtype)
@@ -89,11 +108,12 @@ def gather_block(out: StoreSpec, region: tuple, source: StoreSpec, index: tuple,
         per_axis.append(_groups(want, positions, source.chunks[d]))
     for parts in itertools.product(*per_axis):
         local = tuple(p for p, _ in parts)
-        block[_target(local)] = _read_part(source, tuple(w for _, w in parts))
+        block[_target(local)] = _read_part(source, tuple(w for _, w in parts), runs)
     write(out, region, block)
 
 
-def scatter_add_block(out: StoreSpec, region: tuple, g: StoreSpec, index: tuple) -> None:
+def scatter_add_block(out: StoreSpec, region: tuple, g: StoreSpec, index: tuple,
+                      runs: bool = False) -> None:
     """out[region] = the sum of g at the positions the gather took from it."""
     extent = tuple(r.stop - r.start for r in region)
     block = np.zeros(extent, out.dtype)
@@ -110,7 +130,7 @@ def scatter_add_block(out: StoreSpec, region: tuple, g: StoreSpec, index: tuple)
         per_axis.append(_groups(taken, local, g.chunks[d]))
     for parts in itertools.product(*per_axis):
         local = tuple(p for p, _ in parts)
-        part = _read_part(g, tuple(w for _, w in parts)).astype(out.dtype, copy=False)
+        part = _read_part(g, tuple(w for _, w in parts), runs).astype(out.dtype, copy=False)
         target = _target(local)
         if isinstance(target, tuple) and all(isinstance(t, slice) for t in target):
             block[target] += part  # positions distinct along every axis
@@ -122,9 +142,9 @@ def scatter_add_block(out: StoreSpec, region: tuple, g: StoreSpec, index: tuple)
 def gather_graph(op: str, out: StoreSpec, source: StoreSpec, index: tuple, fill):
     """out = source gathered by ``index`` (per axis a vector or None), one
     task per output chunk."""
-    return chunk_graph(op, out, gather_block, source, index, fill)
+    return chunk_graph(op, out, gather_block, source, index, fill, read_model(source).raw)
 
 
 def scatter_add_graph(op: str, out: StoreSpec, g: StoreSpec, index: tuple):
     """out = zeros with ``g`` added where the gather took it, one task per chunk."""
-    return chunk_graph(op, out, scatter_add_block, g, index)
+    return chunk_graph(op, out, scatter_add_block, g, index, read_model(g).raw)

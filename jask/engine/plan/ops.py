@@ -443,18 +443,26 @@ def gather(op: str, read: StoreSpec, indexed: tuple, shape: tuple, values, confi
     last. A task holds its tile and one window of ``read``: at most a chunk
     along the ``indexed`` axes (no longer than the tile's extent when the
     indices are ``local``: a run of outputs reads a run of sources, as in
-    flip, roll, repeat and tile), the tile's own extent along the others;
-    the index vectors (``values``) are held once."""
+    flip, roll, repeat and tile; or when ``read``'s chunks are plain files,
+    read run by run), the tile's own extent along the others; the index
+    vectors (``values``) are held once."""
     dtype = np.dtype(dtype or read.dtype)
     held = _held(values)
     model = chunkio.read_model(read)
 
     def cost_of(tile, at_once):
-        window = tuple(min(c, n) if d in indexed and not local else min(c, t, n)
+        # plain chunk files are read run by run (jask.engine.gather._read_part)
+        bounded = local or model.raw
+        window = tuple(min(c, n) if d in indexed and not bounded else min(c, t, n)
                        for d, (c, n, t) in enumerate(zip(read.chunks, read.shape, tile)))
-        cost = memory.task_cost(op, tile, [(model, window)], memory.nbytes(tile, dtype), 2,
-                                at_once)
-        return dataclasses.replace(cost, fixed=held)
+        # the tile, what writing it takes, the pieces of up to four windows
+        # a tile straddles (measured), and the part picked from a window (a
+        # copy when the positions are not runs)
+        copies = 3 if local else 4
+        cost = memory.task_cost(op, tile, [(model, window)], memory.nbytes(tile, dtype),
+                                copies, at_once)
+        # held once: the index vectors and what every op holds besides its tasks
+        return dataclasses.replace(cost, fixed=held + memory.op_overhead(config.max_memory))
 
     chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
     candidates = [(tile, k) for k in sorted({config.workers, 1}, reverse=True)
