@@ -111,3 +111,15 @@ def test_value_dependent_shapes_and_writes_are_refused_with_what_to_do(small_bud
         jask.broadcast_to(X, (4, 4))
     np.testing.assert_array_equal(X.to_numpy(), x)
     assert stores_on_disk(small_budget) == before
+
+
+def test_an_integer_index_keeps_small_results_in_memory_as_reductions_do(small_budget):
+    """1/8 of the budget (8 kB at 64 kB), decided from shapes: X[i] of a
+    narrow array is a jax.Array, of a wide one a DiskArray; X[i, j] is 0-d."""
+    x = np.arange(3 * 4000, dtype=np.float32).reshape(3, 4000)  # a row: 16 kB
+    X = jask.from_numpy(x)
+    assert isinstance(X[1], jask.DiskArray) and not isinstance(X[:, 5], jask.DiskArray)
+    np.testing.assert_array_equal(X[1].to_numpy(), x[1])
+    np.testing.assert_array_equal(X[:, -5], x[:, -5])
+    assert X[2, 7].shape == () and float(X[2, 7]) == x[2, 7]
+    assert jax.jit(lambda X: X[2, 7] + X[:, 5].sum())(X) == x[2, 7] + x[:, 5].sum()
