@@ -465,8 +465,13 @@ def gather(op: str, read: StoreSpec, indexed: tuple, shape: tuple, values, confi
         return dataclasses.replace(cost, fixed=held + memory.op_overhead(config.max_memory))
 
     chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
-    candidates = [(tile, k) for k in sorted({config.workers, 1}, reverse=True)
-                  for tile in memory.shrinking(chunks)]
+    # never tiles below the minimum (a chunk's decoding does not shrink with
+    # them: a compressed source made a million tasks of 4 x 4); fewer tasks
+    # at once before smaller tiles
+    smallest = memory.min_tile_bytes(config.max_memory)
+    tiles = [t for i, t in enumerate(memory.shrinking(chunks))
+             if i == 0 or memory.nbytes(t, dtype) >= smallest]
+    candidates = [(tile, k) for tile in tiles for k in sorted({config.workers, 1}, reverse=True)]
     (tile, _), cost = memory.first_fit(candidates, lambda c: cost_of(*c), config.max_memory)
     return Plan(op, tuple(tile), tuple(tile), _n_tiles(shape, tile), cost)
 
