@@ -99,9 +99,32 @@ from jask.api.elementwise import (  # the rest of the Array API's elementwise fu
     trunc,
     where,
 )
-from jask.api.indexing import concatenate, dynamic_slice, reshape, stack
+from jask.api.indexing import (
+    concatenate,
+    dynamic_slice,
+    nonzero,
+    reshape,
+    stack,
+    take,
+    take_along_axis,
+)
 from jask.api.interop import from_dask, materialize, to_dask
 from jask.api.linalg import dot, matmul, matrix_transpose, tensordot, transpose, vecdot
+from jask.api.manipulation import (
+    broadcast_arrays,
+    broadcast_to,
+    concat,
+    diff,
+    expand_dims,
+    flip,
+    moveaxis,
+    permute_dims,
+    repeat,
+    roll,
+    squeeze,
+    tile,
+    unstack,
+)
 from jask.api.mapping import map
 from jask.api.nan_functions import (
     nanargmax,
@@ -164,4 +187,8 @@ __all__ = [
     "isnan", "left_shift", "log10", "log2", "logaddexp", "logical_and", "logical_not",
     "logical_or", "logical_xor", "nextafter", "positive", "pow", "real", "reciprocal",
     "remainder", "right_shift", "round", "sign", "signbit", "sin", "sinh", "tan", "trunc",
+    # manipulation and indexing (jask.api.manipulation, jask.api.indexing)
+    "broadcast_arrays", "broadcast_to", "concat", "diff", "expand_dims", "flip", "moveaxis",
+    "nonzero", "permute_dims", "repeat", "roll", "squeeze", "take", "take_along_axis", "tile",
+    "unstack",
 ]

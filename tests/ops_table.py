@@ -571,6 +571,77 @@ ELEMENTWISE_CASES = [
     else replace(c, grad=()) for c in ELEMENTWISE_CASES]
 OPS += ELEMENTWISE_CASES
 
+
+# --- manipulation and indexing (jask.api.manipulation, jask.api.indexing) ----------------
+
+# int32 indices: jax.numpy caches its programs across x64 modes by the
+# indices' values, and an int64 array then reaches an int32 program
+_TAKE = np.array([5, -1, 0, 5, 96, 40, -97], np.int32)  # repeats, negatives, both ends
+_ALONG = np.random.default_rng(1).integers(-M, M, (N, 4), dtype=np.int32)  # 4 picks a row
+_MASK = np.random.default_rng(2).standard_normal((N, M)) > 0.3
+_REPEATS = np.arange(M) % 3  # zeros and repeats per column
+
+
+def _manipulation_cases():
+    """One layout per function (odd shapes, many tiles at 64 KB): values
+    exactly as numpy's, dtypes as jax.numpy's; gradients in every mode for
+    one row per kind of VJP (a gather by a permutation: flip; a
+    scatter-add: take; an elementwise copy summed back: squeeze; a 0-d
+    value: getitem[int,int]); tests/test_manipulation.py checks the other
+    rows' gradients in one mode (the suite's time budget)."""
+    return [
+        Case("flip[axis=1]", lambda a: jask.flip(a, axis=1), lambda a: np.flip(a, 1),
+             lambda a: jnp.flip(a, 1), (disk(N, M),), exact=True),
+        Case("roll[(3,-70),(0,1)]", lambda a: jask.roll(a, (3, -70), (0, 1)),
+             lambda a: np.roll(a, (3, -70), (0, 1)), lambda a: jnp.roll(a, (3, -70), (0, 1)),
+             (disk(N, M),), exact=True, grad=()),
+        Case("moveaxis[0,-1]", lambda a: jask.moveaxis(a, 0, -1),
+             lambda a: np.moveaxis(a, 0, -1), lambda a: jnp.moveaxis(a, 0, -1),
+             (disk(K, P, Q),), exact=True, grad=()),
+        Case("expand_dims[(0,2)]", lambda a: jask.expand_dims(a, (0, 2)),
+             lambda a: np.expand_dims(a, (0, 2)), lambda a: jnp.expand_dims(a, (0, 2)),
+             (disk(N, M),), exact=True, grad=()),
+        Case("squeeze", jask.squeeze, np.squeeze, jnp.squeeze, (disk(N, 1, M),), exact=True),
+        Case("broadcast_arrays[column-row]",
+             lambda a, b: jask.stack(jask.broadcast_arrays(a, b)),
+             lambda a, b: np.stack(np.broadcast_arrays(a, b)),
+             lambda a, b: jnp.stack(jnp.broadcast_arrays(a, b)), (disk(N, 1), mem(M)),
+             exact=True, grad=()),
+        Case("broadcast_to", lambda a: jask.broadcast_to(a, (3, N, M)),
+             lambda a: np.broadcast_to(a, (3, N, M)), lambda a: jnp.broadcast_to(a, (3, N, M)),
+             (disk(N, M),), exact=True, grad=()),
+        Case("repeat[per-column,axis=1]", lambda a: jask.repeat(a, _REPEATS, axis=1),
+             lambda a: np.repeat(a, _REPEATS, axis=1),
+             lambda a: jnp.repeat(a, _REPEATS, axis=1), (disk(N, M),), exact=True, grad=()),
+        Case("tile[(2,1,3)]", lambda a: jask.tile(a, (2, 1, 3)), lambda a: np.tile(a, (2, 1, 3)),
+             lambda a: jnp.tile(a, (2, 1, 3)), (disk(N, M),), exact=True, grad=()),
+        Case("unstack[axis=1]", lambda a: jask.stack(jask.unstack(a, axis=1)[::2]),
+             lambda a: np.stack([a[:, i] for i in range(0, a.shape[1], 2)]),
+             lambda a: jnp.stack(jnp.unstack(a, axis=1)[::2]), (disk(31, 5),), exact=True, grad=()),
+        Case("concat[axis=None]", lambda a, b: jask.concat([a, b], axis=None),
+             lambda a, b: np.concatenate([a, b], axis=None),
+             lambda a, b: jnp.concat([a.ravel(), b.ravel()]), (disk(N, M), disk(5, 3)),
+             exact=True, grad=()),
+        Case("stack[11-arrays]", lambda *a: jask.stack(a), lambda *a: np.stack(a),
+             lambda *a: jnp.stack(a), (disk(N, M),) * 11, grad=(), exact=True),
+        Case("diff[n=2,axis=0,prepend]", lambda a, p: jask.diff(a, 2, 0, prepend=p),
+             lambda a, p: np.diff(a, 2, 0, prepend=p),
+             lambda a, p: jnp.diff(a, 2, 0, prepend=p), (disk(N, M), mem(1, M)), grad=()),
+        Case("take[axis=0]", lambda a: jask.take(a, _TAKE, axis=0),
+             lambda a: np.take(a, _TAKE, axis=0), lambda a: jnp.take(a, _TAKE, axis=0),
+             (disk(N, M),), exact=True),
+        Case("take_along_axis[axis=1]", lambda a: jask.take_along_axis(a, _ALONG, axis=1),
+             lambda a: np.take_along_axis(a, _ALONG, axis=1),
+             lambda a: jnp.take_along_axis(a, _ALONG, axis=1), (disk(N, M),), exact=True, grad=()),
+        Case("getitem[int,int]", lambda a: a[3, -4], lambda a: a[3, -4], lambda a: a[3, -4],
+             (disk(N, M),), exact=True),
+        Case("getitem[mask]", lambda a: a[_MASK], lambda a: a[_MASK], lambda a: a[_MASK],
+             (disk(N, M),), exact=True, grad=()),
+    ]
+
+
+OPS += _manipulation_cases()
+
 BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"
 

@@ -50,6 +50,9 @@ EXAMPLES = {
     P.Sort: lambda: P.Sort((A,), 0, "sort", F32),
     P.Search: lambda: P.Search(A, DiskArrayType((1000,), F32), "left", F32,
                                np.dtype("int32")),
+    P.Gather: lambda: P.Gather(A, (ShapedArray((500,), np.dtype("int32")),), (0,)),
+    P.ScatterAdd: lambda: P.ScatterAdd(A, DiskArrayType((500, 40), F32),
+                                       (ShapedArray((500,), np.dtype("int32")),), (0,)),
 }
 
 #: Primitives that run several ops and so have no plan of their own.

@@ -111,8 +111,8 @@ def test_broadcast_mismatch_names_both_shapes(op, other, small_budget):
 
 
 @pytest.mark.parametrize("index, message", [
-    (np.array([0, 2]), "fancy or boolean"),
-    (np.ones(9, bool), "fancy or boolean"),
+    ((np.array([0, 2]), np.array([1, 2])), "fancy or boolean"),  # one array on one axis only
+    ((0, np.ones(7, bool)), "fancy or boolean"),
     ((slice(None, None, -1),), "positive step"),
     ((None, 0), "newaxis"),
     ((0, 0, 0), "too many indices"),

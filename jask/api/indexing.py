@@ -1,4 +1,5 @@
-"""Slicing and joining DiskArrays: ``x[a:b]``, ``dynamic_slice``,
+"""Slicing, taking and joining DiskArrays: ``x[a:b]``, ``x[i, j]``,
+``x[indices]``, ``x[mask]``, ``take``, ``take_along_axis``, ``dynamic_slice``,
 ``concatenate``, ``stack``.
 
 A slice of a DiskArray is a new DiskArray holding a copy of the selected
@@ -6,9 +7,18 @@ elements (written tile by tile): later writes to ``x`` through ``update_``
 do not change it. Its gradient scatters the cotangent into zeros of
 ``x``'s shape. The start of each slice is a value, not part of the
 program, so ``step(X[i:i + batch])`` compiles once per batch shape.
+An integer index drops an axis as a reduction does, and its small
+results are in-memory values by the reductions' rule (1/8 of the
+budget). ``take`` gathers whole positions along an axis by
+indices held in memory (traced ones too: one program serves every batch
+of indices), its VJP adding the cotangent back where they point. Shapes
+that depend on values (``x[mask]``, ``nonzero``) run only on values known
+outside ``jit``; a DiskArray is never written through ``x[i] = v``
+(``update_`` is the one op that writes into a store).
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import jax
@@ -16,12 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api import elementwise
-from jask.base.config import Config
+from jask.api.reductions import IN_MEMORY_SHARE
+from jask.base.config import Config, get_config
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import disk_type
 
-__all__ = ["getitem", "dynamic_slice", "concatenate", "stack", "reshape"]
+__all__ = ["getitem", "setitem", "take", "take_along_axis", "nonzero", "dynamic_slice",
+           "concatenate", "stack", "reshape"]
 
 _SUPPORTED = ("jask supports basic indexing of DiskArrays: integers, slices with a positive "
               "step, and ...")
@@ -70,8 +82,50 @@ def _entry(i, n: int, axis: int, shape) -> tuple:
     raise IndexError(f"{_SUPPORTED}; got {kind} on axis {axis}")
 
 
+def _array_index(entries: list) -> tuple | None:
+    """(position, array) of the one array in an index (one entry per axis)
+    whose other entries are all ``:``, or None."""
+    arrays = [k for k, i in enumerate(entries)
+              if isinstance(i, (np.ndarray, jax.Array, list)) or is_tracer(i)
+              or disk_type(i) is not None]
+    if len(arrays) != 1 or any(i != slice(None) for k, i in enumerate(entries)
+                               if k != arrays[0]):
+        return None
+    return arrays[0], entries[arrays[0]]
+
+
+def _by_array(x, aval, axis: int, index, config):
+    """``x[..., index]`` for one integer or boolean array on ``axis``."""
+    if isinstance(index, list):
+        index = np.asarray(index)
+    if np.dtype(index.dtype) != np.bool_:
+        return take(x, index, axis=axis, config=config)
+    if is_tracer(index) or disk_type(index) is not None:
+        raise IndexError(
+            f"x[mask] on a DiskArray of shape {aval.shape}: its shape depends on the mask's "
+            "values, known only when it runs; use jask.where(mask, x, 0) (same shape), or "
+            "index with a mask computed outside jit (a numpy array)")
+    mask = np.asarray(index)
+    shape = aval.shape[axis:axis + mask.ndim]
+    if mask.shape != shape:
+        raise IndexError(f"a boolean index of shape {mask.shape} does not match axes "
+                         f"{axis}..{axis + mask.ndim - 1} of shape {aval.shape}")
+    flat = x if mask.ndim == 1 else reshape(
+        x, aval.shape[:axis] + (-1,) + aval.shape[axis + mask.ndim:], config=config)
+    where = np.flatnonzero(mask)
+    if not len(where):
+        raise IndexError(f"the boolean index selects nothing from a DiskArray of shape "
+                         f"{aval.shape}; jask does not make empty DiskArrays")
+    return take(flat, where, axis=axis, config=config)
+
+
 def getitem(x, index, *, config: Config | None = None):
-    """``x[index]`` for a basic index, as a new DiskArray (a copy).
+    """``x[index]``, as a new DiskArray (a copy): a basic index (integers,
+    slices with a positive step, ``...``), or one integer or boolean array
+    on one axis (the others ``:``; see :func:`take`). An integer drops its
+    axis, as a reduction does, and by the same rule the result is an
+    in-memory ``jax.Array`` when it takes at most 1/8 of the budget (always
+    when every axis has one: a 0-d value), a DiskArray beyond.
 
     Example:
       >>> import numpy as np, jask
@@ -79,24 +133,204 @@ def getitem(x, index, *, config: Config | None = None):
       >>> x[1:, ::2].to_numpy()
       array([[ 4.,  6.],
              [ 8., 10.]])
-      >>> x[-1].to_numpy()
-      array([ 8.,  9., 10., 11.])
+      >>> x[-1]
+      Array([ 8.,  9., 10., 11.], dtype=float32)
+      >>> x[1, 2], x[:, [3, 0]].to_numpy()[0]
+      (Array(6., dtype=float32), array([3., 0.]))
     """
     aval = disk_type(x)
     if aval is None:
         return x[index]
     if any(i is None for i in (index if isinstance(index, tuple) else (index,))):
         return _with_new_axes(x, index, config)
+    index = _index_tuple(index, aval.shape)
+    by_array = _array_index(index)
+    if by_array is not None:
+        return _by_array(x, aval, by_array[0], by_array[1], config)
     entries = [_entry(i, n, axis, aval.shape)
-               for axis, (i, n) in enumerate(zip(_index_tuple(index, aval.shape), aval.shape))]
+               for axis, (i, n) in enumerate(zip(index, aval.shape))]
     starts = tuple(s for s, _ in entries)
     sizes = tuple(size for _, size in entries)
     if all(size == (n, 1) for size, n in zip(sizes, aval.shape)):
         return x  # x[:] or x[...]: values never change, so no copy is needed
     if not any(size is not None for size in sizes):
-        raise IndexError(f"indexing every axis of a DiskArray of shape {aval.shape} with an "
-                         "integer gives a scalar: use jask.materialize(x[..., i:i+1]) instead")
-    return primitives.take_slice(x, sizes, starts, config=config)
+        # a 0-d result lives in memory, as a 0-d reduction's does
+        one = primitives.take_slice(x, ((1, 1),) * aval.ndim, starts, config=config)
+        return jnp.reshape(primitives.materialize(one, config=config), ())
+    part = primitives.take_slice(x, sizes, starts, config=config)
+    if None in sizes and _small(disk_type(part), config):
+        # an integer drops an axis, as a reduction does: a small result is in memory
+        return primitives.materialize(part, config=config)
+    return part
+
+
+def _small(aval, config: Config | None) -> bool:
+    """Whether a result goes to memory, by the rule reductions use."""
+    budget = (config or get_config()).max_memory
+    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize <= budget * IN_MEMORY_SHARE
+
+
+def setitem(x, index, value):
+    """``x[index] = value``: refused, as for a jax.Array. A DiskArray is a
+    value; ``x.update_(new)`` (:func:`jask.update_`) writes a whole new
+    value into its store.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.zeros(3))
+      >>> x[0] = 1.0
+      Traceback (most recent call last):
+      ...
+      TypeError: DiskArrays are immutable values, as jax.Arrays are: ... use x.update_(new_value)
+      (jask.update_), ...
+    """
+    raise TypeError(
+        "DiskArrays are immutable values, as jax.Arrays are: x[index] = value is not supported. "
+        "To write into x's store use x.update_(new_value) (jask.update_), e.g. "
+        "x.update_(jask.where(mask, value, x)) with a mask of the positions to change")
+
+
+def _fill(dtype) -> object:
+    """jax.numpy.take's fill for an index out of range: NaN for inexact
+    dtypes, the most negative int for signed ones, the largest unsigned, True."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc":
+        return float("nan")
+    if dtype.kind == "b":
+        return True
+    return int(np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max)
+
+
+def take(x, indices, axis: int | None = None, mode: str | None = None, fill_value=None, *,
+         config: Config | None = None):
+    """Elements of ``x`` at ``indices`` along ``axis`` (``None``: of the
+    flattened array), as ``jax.numpy.take``: the result has ``indices``'
+    shape in place of that axis. ``indices`` are in memory (a numpy or JAX
+    array, traced ones too); negative ones count from the end, and out of
+    range ones give ``fill_value`` (NaN for floats) with ``mode`` "fill"
+    (the default), are clipped with "clip" or wrap with "wrap". Its VJP adds
+    the cotangent back where each index points (repeats add up).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.arange(12.0).reshape(3, 4))
+      >>> jask.take(x, np.array([2, 0, -1]), axis=1).to_numpy()
+      array([[ 2.,  0.,  3.],
+             [ 6.,  4.,  7.],
+             [10.,  8., 11.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.take(x, indices, axis=axis, mode=mode, fill_value=fill_value)
+    if disk_type(indices) is not None:
+        raise TypeError("jask.take: indices must be in memory (a numpy or JAX array); for a "
+                        "DiskArray of indices use jask.materialize(indices) if it fits")
+    if axis is None:
+        x = reshape(x, (-1,), config=config)
+        aval, axis = disk_type(x), 0
+        assert aval is not None
+    if not isinstance(axis, (numbers.Integral, np.integer)) or not -aval.ndim <= axis < aval.ndim:
+        raise ValueError(f"jask.take: axis {axis!r} is out of range for an array of shape "
+                         f"{aval.shape}")
+    axis = int(axis) % aval.ndim
+    xp = jnp if is_tracer(indices) else np  # known indices: no JAX op to dispatch
+    indices = xp.asarray(indices)
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"jask.take: indices must be integers, got {indices.dtype}")
+    n = aval.shape[axis]
+    if mode in (None, "fill", "promise_in_bounds"):
+        fill = _fill(aval.dtype) if fill_value is None else fill_value
+    elif mode == "clip":
+        indices, fill = xp.clip(indices, 0, n - 1), None
+    elif mode == "wrap":
+        indices, fill = indices % n, None
+    else:
+        raise ValueError(f"jask.take: mode {mode!r} is not one of 'fill', 'clip', 'wrap'")
+    if indices.size == 0:
+        raise ValueError("jask.take: no indices (jask does not make empty DiskArrays)")
+    taken = primitives.gather(x, [indices.reshape(-1)], (axis,), fill, config=config,
+                              name="take")
+    shape = aval.shape[:axis] + tuple(indices.shape) + aval.shape[axis + 1:]
+    if not shape:
+        return jnp.reshape(primitives.materialize(taken, config=config), ())
+    return reshape(taken, shape, config=config) if indices.ndim != 1 else taken
+
+
+def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None = None):
+    """Elements of ``x`` picked along ``axis`` by ``indices`` of the same
+    number of axes (broadcast against ``x`` on the others), as
+    ``jax.numpy.take_along_axis`` (``axis=None``: of the flattened array);
+    out of range indices give NaN for floats, as there. ``indices`` are in
+    memory; ``x`` is read as a flat array (a reshape copy when it has
+    several axes), gathered by the flat positions.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.array([[10.0, 30.0, 20.0], [60.0, 40.0, 50.0]]))
+      >>> jask.take_along_axis(x, np.array([[1], [0]]), axis=1).to_numpy()
+      array([[30.],
+             [60.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.take_along_axis(x, indices, axis=axis)
+    if disk_type(indices) is not None:
+        raise TypeError("jask.take_along_axis: indices must be in memory (a numpy or JAX "
+                        "array); for a DiskArray of indices use jask.materialize(indices)")
+    xp = jnp if is_tracer(indices) else np  # known indices: no JAX op to dispatch
+    indices = xp.asarray(indices)
+    if axis is None:
+        return take(x, indices.reshape(-1), axis=None, config=config)
+    if indices.ndim != aval.ndim or not -aval.ndim <= axis < aval.ndim:
+        raise ValueError(f"jask.take_along_axis: indices of shape {indices.shape} need as "
+                         f"many axes as x of shape {aval.shape}, and axis {axis} in range")
+    axis = int(axis) % aval.ndim
+    try:
+        shape = tuple(indices.shape[d] if d == axis else
+                      np.broadcast_shapes((aval.shape[d],), (indices.shape[d],))[0]
+                      for d in range(aval.ndim))
+    except ValueError:
+        raise ValueError(f"jask.take_along_axis: indices of shape {indices.shape} do not "
+                         f"broadcast against x of shape {aval.shape}") from None
+    n = aval.shape[axis]
+    along = xp.where(indices < 0, indices + n, indices)
+    flat = xp.where((along < 0) | (along >= n), math.prod(aval.shape), 0)  # out of range
+    strides = np.cumprod((aval.shape[1:] + (1,))[::-1])[::-1]
+    for d in range(aval.ndim):
+        coord = along if d == axis else xp.arange(shape[d]).reshape(
+            [-1 if k == d else 1 for k in range(aval.ndim)])
+        flat = flat + coord * int(strides[d])
+    flat = xp.broadcast_to(flat, shape)
+    source = x if aval.ndim == 1 else reshape(x, (-1,), config=config)
+    return take(source, flat, axis=0, config=config)
+
+
+def nonzero(x, *, size: int | None = None, fill_value=None, config: Config | None = None):
+    """The indices of ``x``'s non-zero elements, one array per axis, as
+    ``jax.numpy.nonzero``. How many there are depends on the values, so
+    this runs only on a DiskArray small enough to load (the in-memory share
+    of the budget reductions use), and under ``jit`` only with ``size``.
+    For a large array, use ``jask.where(x != 0, ...)`` (same shape) or count
+    them with ``jask.sum(x != 0)``.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.nonzero(jask.from_numpy(np.array([0.0, 3.0, 0.0, 5.0])))
+      (Array([1, 3], dtype=int32),)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.nonzero(x, size=size, fill_value=fill_value)
+    budget = (config or get_config()).max_memory
+    nbytes = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+    if nbytes > budget * IN_MEMORY_SHARE:
+        raise MemoryError(
+            f"jask.nonzero: a DiskArray of shape {aval.shape} ({nbytes} bytes) is over the "
+            f"in-memory share of the budget ({int(budget * IN_MEMORY_SHARE)} bytes), and the "
+            "number of non-zeros depends on its values; use jask.where(x != 0, ...) (same "
+            "shape), or count them with jask.sum(x != 0)")
+    return jnp.nonzero(primitives.materialize(x, config=config), size=size,
+                       fill_value=fill_value)
 
 
 def _with_new_axes(x, index, config):

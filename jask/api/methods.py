@@ -172,7 +172,7 @@ def install() -> None:
                                       for op, f in {**BINARY, **COMPARE}.items()}
     operators.update({f"_r{op}": _binary(f, reflected=True) for op, f in BINARY.items()})
     operators.update({f"_{op}": f for op, f in UNARY.items()})
-    operators.update(_pos=_pos, _getitem=indexing.getitem)
+    operators.update(_pos=_pos, _getitem=indexing.getitem, _setitem=indexing.setitem)
     for name, f in operators.items():
         setattr(DiskArrayType, name, staticmethod(f))  # tracers call aval._add(x, y)
         setattr(DiskArray, f"_{name}__", f)

@@ -376,6 +376,63 @@ class Reshape(DiskPrimitive):
                                    self.config)(g))
 
 
+class Gather(DiskPrimitive):
+    """``a[np.ix_(...)]``: the axes ``indexed`` take their positions from
+    in-memory int vectors (the operands after ``a``), the others keep them
+    (flip, roll, take, repeat, tile); ``fill`` where an index is out of
+    range. Its VJP is the same gather by the inverse positions when every
+    vector is a ``permutation`` (flip, roll), else a :class:`ScatterAdd`.
+    ``local``: a run of outputs reads a run of sources of at most its length
+    (flip, roll, repeat, tile), which lets the planner read smaller windows."""
+
+    def __init__(self, aval: DiskArrayType, index_avals: tuple, indexed: tuple, fill=None, *,
+                 permutation: bool = False, local: bool = False, grad: bool = False,
+                 config: Config | None = None, name: str = "gather"):
+        shape = list(aval.shape)
+        for d, v in zip(indexed, index_avals):
+            shape[d] = v.shape[0]
+        super().__init__((aval,) + tuple(index_avals), DiskArrayType(tuple(shape), aval.dtype),
+                         op=name, indexed=tuple(indexed), fill=fill,
+                         permutation=bool(permutation), local=bool(local), grad=grad,
+                         config=config)
+
+    def disk_work(self):
+        return work.gather(self.op, self.indexed, self.out_aval.shape, self.fill,
+                           local=self.local, grad=self.grad)
+
+    def expand(self, a, *index):
+        return self._run(self.disk_work(), [a, *index])
+
+    def backward(self, res, g, ca, *cindex):
+        a, *index = res
+        name = f"{self.op}_vjp"
+        if self.permutation:
+            _accum(ca, lambda: gather(g, [jax.numpy.argsort(i) for i in index], self.indexed,
+                                      permutation=True, local=self.local, grad=True,
+                                      config=self.config, name=name))
+        else:
+            _accum(ca, lambda: ScatterAdd(self.in_avals[0], _aval(g), self.in_avals[1:],
+                                          self.indexed, config=self.config, name=name)(
+                                              g, *index))
+
+
+class ScatterAdd(DiskPrimitive):
+    """Zeros of ``aval`` with ``g`` added where a :class:`Gather` by the
+    same index vectors took its elements (repeated positions add up)."""
+
+    def __init__(self, aval: DiskArrayType, g_aval, index_avals: tuple, indexed: tuple, *,
+                 config: Config | None = None, name: str = "gather_vjp"):
+        super().__init__((g_aval,) + tuple(index_avals), aval, op=name, indexed=tuple(indexed),
+                         config=config)
+
+    def disk_work(self):
+        return work.scatter_add(self.op, self.indexed, self.out_aval.shape,
+                                self.out_aval.dtype)
+
+    def expand(self, g, *index):
+        return self._run(self.disk_work(), [g, *index])
+
+
 class Cumsum(DiskPrimitive):
     """The cumulative sum of a DiskArray along ``axis`` in ``dtype``
     (``reverse``: summed from the end). Its VJP is the reverse cumulative
@@ -663,6 +720,14 @@ def concatenate(arrays, axis, *, stack=False, config=None):
 
 def reshape(a, shape, *, config=None):
     return Reshape(_aval(a), tuple(shape), False, config)(a)
+
+
+def gather(a, index, indexed, fill=None, *, permutation=False, local=False, config=None,
+           grad=False, name="gather"):
+    index = [jax.numpy.asarray(i, np.int32) for i in index]
+    return Gather(_aval(a), tuple(_aval(i) for i in index), tuple(indexed), fill,
+                  permutation=permutation, local=local, grad=grad, config=config,
+                  name=name)(a, *index)
 
 
 def cumsum(a, axis, dtype, *, config=None):

@@ -21,6 +21,7 @@ from jask.base import counters
 from jask.base.config import Config
 from jask.engine import blockwise as bw
 from jask.engine import builders, execute, scan, tasks
+from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan
@@ -239,6 +240,45 @@ def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
                         lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
                         grad=grad)
     return Work("concatenate", work, plan_of)
+
+
+def _index(indexed: tuple, values, shape: tuple) -> tuple:
+    """Per axis of ``shape``: its index vector (normalized) or None."""
+    vectors = dict(zip(indexed, values))
+    return tuple(gathers.normalized(vectors[d], n) if d in vectors else None
+                 for d, n in enumerate(shape))
+
+
+def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = False,
+           grad: bool = False):
+    """Work for an outer gather of a store into ``shape``: the axes
+    ``indexed`` take their positions from the in-memory index vectors (in
+    order), the others keep them; ``fill`` where an index is out of range
+    (``local``: see :func:`jask.engine.plan.ops.gather`)."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.gather(op, stores[0], indexed, shape, values, config, local=local)
+
+    def work(stores, values, config: Config):
+        (source,) = stores
+        index = _index(indexed, values, source.shape)
+        return _produce(config, op, shape, source.dtype, plan_of(stores, values, config),
+                        lambda out: gathers.gather_graph(op, out, source, index, fill),
+                        grad=grad)
+    return Work(op, work, plan_of)
+
+
+def scatter_add(op: str, indexed: tuple, shape: tuple, dtype):
+    """Work for a gather's transpose: zeros of ``shape`` with the cotangent
+    (the store) added where the gather took its elements."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return planner.gather(op, stores[0], indexed, shape, values, config, dtype=dtype)
+
+    def work(stores, values, config: Config):
+        (g,) = stores
+        index = _index(indexed, values, shape)
+        return _produce(config, op, shape, dtype, plan_of(stores, values, config),
+                        lambda out: gathers.scatter_add_graph(op, out, g, index), grad=True)
+    return Work(op, work, plan_of)
 
 
 def _read_all(stores, scalars, config: Config) -> np.ndarray:

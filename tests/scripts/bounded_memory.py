@@ -47,7 +47,8 @@ def _recording(run):
 
 
 def ops(a, b, v, X, y, w):
-    """Every op on a, b (and a @ v), and one jitted training step on X, y, w."""
+    """Every op on a, b (and a @ v), one jitted training step on X, y, w, and
+    an Adam step."""
     loss = lambda w: jask.sum(jask.square(X @ w - y))
     step = jax.jit(lambda w, lr: w.update_(w - jax.grad(loss)(w) * lr))
     return {
@@ -64,10 +65,17 @@ def ops(a, b, v, X, y, w):
         "adam step": _adam_step(a, b),
         "sort": lambda: jask.sort(a, axis=0),  # whole columns per task
         "cumprod": lambda: jask.cumprod(a, axis=1),  # a two-pass scan
+        # gathers (jask.engine.gather): by local runs, and by rows in a random order
+        "flip": lambda: jask.flip(a),
+        "take": lambda: jask.take(a, ROWS[:a.shape[0]] % a.shape[0], axis=0),
         # last: zarr's codec threads keep their malloc arenas after a compressed write
         "to_zarr (zstd)": lambda: a.to_zarr(os.path.join(SAVED, "a.zarr"), compressor="zstd",
                                             overwrite=True),
     }
+
+
+#: A random order of rows for take (every output tile reads from many chunks).
+ROWS = np.random.default_rng(0).permutation(4096).astype(np.int32)
 
 
 def _adam_step(a, b):

@@ -1,0 +1,408 @@
+"""Reordering, repeating and reshaping DiskArrays, as jax.numpy's functions
+of the same names (the Array API standard's manipulation functions).
+
+Reorderings that move whole positions along an axis (``flip``, ``roll``,
+``repeat``, ``tile``) are one outer gather each (:class:`Gather`: a task
+reads a source chunk's window at a time); ``moveaxis`` and ``permute_dims``
+are transposes;
+``expand_dims``, ``squeeze`` and ``broadcast_to`` are elementwise copies
+(they join band groups) whose VJP sums the cotangent back;
+``diff`` is slices and a subtraction; ``unstack`` is slices. Each result is
+a new DiskArray (a 0-d one is an in-memory value, as a 0-d reduction is;
+``unstack``'s slices follow ``x[i]``'s rule),
+and each differentiates as jax.numpy's does. In-memory inputs go to
+jax.numpy.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax.numpy as jnp
+import numpy as np
+
+from jask.api import elementwise, indexing, linalg
+from jask.base.config import Config
+from jask.core import primitives, ufuncs
+from jask.core.array import disk_type
+from jask.engine.blockwise import broadcast_axes
+
+__all__ = ["flip", "roll", "moveaxis", "permute_dims", "expand_dims", "squeeze",
+           "broadcast_to", "broadcast_arrays", "repeat", "tile", "unstack", "concat", "diff"]
+
+
+def _axes(op: str, axis, ndim: int, shape) -> tuple:
+    """``axis`` (None: every axis, an int or a sequence) as a tuple of
+    non-negative axes, in the order given."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (numbers.Integral, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        if not isinstance(a, (numbers.Integral, np.integer)) or not -ndim <= int(a) < ndim:
+            raise ValueError(f"jask.{op}: axis {axis!r} is out of range for an array of shape "
+                             f"{tuple(shape)}")
+        out.append(int(a) % ndim)
+    return tuple(out)
+
+
+def _unique(op: str, axes: tuple, axis) -> tuple:
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"jask.{op}: repeated axis in {axis!r}")
+    return axes
+
+
+def _reshaped(x, shape: tuple, config):
+    """``x`` reshaped; a 0-d result is an in-memory value."""
+    if not shape:
+        return jnp.reshape(primitives.materialize(x, config=config), ())
+    return indexing.reshape(x, shape, config=config)
+
+
+def _relayout(x, shape: tuple, axes: tuple, name: str, config):
+    """A copy of ``x`` lined up with ``shape`` by its axes map ``axes``
+    (numpy broadcasting written out, see :mod:`jask.engine.blockwise`): an
+    elementwise op, so it joins band groups, and its VJP sums back over the
+    axes ``x`` lacks. Length-1 axes come and go without moving any data."""
+    aval = disk_type(x)
+    assert aval is not None
+    return primitives.Blockwise(ufuncs.IDENTITY, (aval,), (tuple(axes),), (aval.dtype,),
+                                tuple(shape), tuple(range(len(shape))), aval.dtype,
+                                config=config, name=name)(x)
+
+
+def flip(x, axis=None, *, config: Config | None = None):
+    """Reverse the order of elements along ``axis`` (default: every axis),
+    as ``jax.numpy.flip``.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.arange(6.0).reshape(2, 3))
+      >>> jask.flip(x, axis=1).to_numpy()
+      array([[2., 1., 0.],
+             [5., 4., 3.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.flip(x, axis)
+    axes = sorted(set(_axes("flip", axis, aval.ndim, aval.shape)))
+    axes = [d for d in axes if aval.shape[d] > 1]
+    if not axes:
+        return x
+    index = [np.arange(aval.shape[d] - 1, -1, -1) for d in axes]
+    return primitives.gather(x, index, axes, permutation=True, local=True, config=config,
+                              name="flip")
+
+
+def roll(x, shift, axis=None, *, config: Config | None = None):
+    """Shift elements along ``axis`` by ``shift``, those pushed off the end
+    coming back at the start, as ``jax.numpy.roll`` (``axis=None``: the
+    flattened array, rolled, in the original shape).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.arange(6.0).reshape(2, 3))
+      >>> jask.roll(x, 1, axis=1).to_numpy()
+      array([[2., 0., 1.],
+             [5., 3., 4.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.roll(x, shift, axis)
+    if axis is None:
+        flat = _reshaped(x, (math.prod(aval.shape),), config)
+        return _reshaped(roll(flat, int(np.sum(shift)), 0, config=config), aval.shape, config)
+    axes = _axes("roll", axis, aval.ndim, aval.shape)
+    try:
+        shifts, axes_b = np.broadcast_arrays(np.asarray(shift, np.int64), np.asarray(axes))
+    except ValueError:
+        raise ValueError(f"jask.roll: shift {shift!r} and axis {axis!r} do not broadcast "
+                         "together") from None
+    total: dict = {}
+    for s, d in zip(shifts.reshape(-1), axes_b.reshape(-1)):
+        total[int(d)] = total.get(int(d), 0) + int(s)
+    moved = [d for d in sorted(total) if total[d] % aval.shape[d]]
+    if not moved:
+        return x
+    index = [(np.arange(aval.shape[d]) - total[d]) % aval.shape[d] for d in moved]
+    return primitives.gather(x, index, moved, permutation=True, local=True, config=config,
+                              name="roll")
+
+
+def permute_dims(x, axes, *, config: Config | None = None):
+    """The axes permuted, as ``jax.numpy.permute_dims`` (``jask.transpose``).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.permute_dims(jask.from_numpy(np.zeros((2, 3, 4))), (2, 0, 1)).shape
+      (4, 2, 3)
+    """
+    return linalg.transpose(x, axes, config=config)
+
+
+def moveaxis(x, source, destination, *, config: Config | None = None):
+    """Move axes to new positions, the others keeping their order, as
+    ``jax.numpy.moveaxis`` (a transpose).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.moveaxis(jask.from_numpy(np.zeros((2, 3, 4))), 0, -1).shape
+      (3, 4, 2)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.moveaxis(x, source, destination)
+    src = _unique("moveaxis", _axes("moveaxis", source, aval.ndim, aval.shape), source)
+    dst = _unique("moveaxis", _axes("moveaxis", destination, aval.ndim, aval.shape),
+                  destination)
+    if len(src) != len(dst):
+        raise ValueError(f"jask.moveaxis: source {source!r} and destination {destination!r} "
+                         "must have the same number of axes")
+    order = [d for d in range(aval.ndim) if d not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    if order == list(range(aval.ndim)):
+        return x
+    return linalg.transpose(x, tuple(order), config=config)
+
+
+def expand_dims(x, axis, *, config: Config | None = None):
+    """Insert length-1 axes at ``axis`` (an int or a tuple) of the result,
+    as ``jax.numpy.expand_dims`` (a copy, elementwise).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.expand_dims(jask.from_numpy(np.zeros((2, 3))), (0, -1)).shape
+      (1, 2, 3, 1)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.expand_dims(x, axis)
+    ndim = aval.ndim + (1 if isinstance(axis, (numbers.Integral, np.integer)) else len(axis))
+    new = _unique("expand_dims", _axes("expand_dims", axis, ndim, (None,) * ndim), axis)
+    kept = [d for d in range(ndim) if d not in new]
+    shape = [1] * ndim
+    for d, n in zip(kept, aval.shape):
+        shape[d] = n
+    return _relayout(x, tuple(shape), tuple(kept), "expand_dims", config)
+
+
+def squeeze(x, axis=None, *, config: Config | None = None):
+    """Remove length-1 axes (``axis``: only those, each of which must have
+    length 1), as ``jax.numpy.squeeze`` (a copy, elementwise; a 0-d result
+    is an in-memory value).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.squeeze(jask.from_numpy(np.zeros((2, 1, 3, 1))), axis=1).shape
+      (2, 3, 1)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.squeeze(x, axis)
+    if axis is None:
+        axes = tuple(d for d, n in enumerate(aval.shape) if n == 1)
+    else:
+        axes = _unique("squeeze", _axes("squeeze", axis, aval.ndim, aval.shape), axis)
+        wide = [d for d in axes if aval.shape[d] != 1]
+        if wide:
+            raise ValueError(f"jask.squeeze: cannot squeeze axis {wide[0]} of an array of "
+                             f"shape {aval.shape}: its length is not 1")
+    if not axes:
+        return x
+    if len(axes) == aval.ndim:
+        return _reshaped(x, (), config)
+    kept = [d for d in range(aval.ndim) if d not in axes]
+    position = {d: i for i, d in enumerate(kept)}
+    return _relayout(x, tuple(aval.shape[d] for d in kept),
+                     tuple(position.get(d) for d in range(aval.ndim)), "squeeze", config)
+
+
+def broadcast_to(x, shape, *, config: Config | None = None):
+    """``x`` broadcast to ``shape`` by numpy's rules, as
+    ``jax.numpy.broadcast_to`` (a new DiskArray: the copy is written; its
+    VJP sums the cotangent over the broadcast axes).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.broadcast_to(jask.from_numpy(np.arange(3.0)), (2, 3)).to_numpy()
+      array([[0., 1., 2.],
+             [0., 1., 2.]])
+    """
+    aval = disk_type(x)
+    shape = (int(shape),) if isinstance(shape, (numbers.Integral, np.integer)) else tuple(
+        int(n) for n in shape)
+    if aval is None:
+        return jnp.broadcast_to(x, shape)
+    try:
+        fits = len(shape) >= aval.ndim and np.broadcast_shapes(aval.shape, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"jask.broadcast_to: cannot broadcast an array of shape {aval.shape} "
+                         f"to shape {shape}")
+    if shape == aval.shape:
+        return x
+    return _relayout(x, shape, broadcast_axes(aval.shape, shape), "broadcast_to", config)
+
+
+def broadcast_arrays(*arrays, config: Config | None = None) -> list:
+    """Every array broadcast to their common shape, as
+    ``jax.numpy.broadcast_arrays`` (in-memory ones stay in memory).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a, b = jask.broadcast_arrays(jask.from_numpy(np.zeros((2, 1))), np.ones(3))
+      >>> a.shape, b.shape
+      ((2, 3), (2, 3))
+    """
+    shapes = [tuple(k.shape) if (k := disk_type(x)) is not None else np.shape(x)
+              for x in arrays]
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"jask.broadcast_arrays: shapes {shapes} do not broadcast "
+                         "together") from None
+    return [broadcast_to(x, shape, config=config) for x in arrays]
+
+
+def repeat(x, repeats, axis=None, *, config: Config | None = None):
+    """Repeat each element ``repeats`` times along ``axis`` (``None``: the
+    flattened array), as ``jax.numpy.repeat``; ``repeats`` is an int or one
+    int per element along the axis, known when the op is traced (its sum
+    is the result's length).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.arange(4.0).reshape(2, 2))
+      >>> jask.repeat(x, [1, 2], axis=0).to_numpy()
+      array([[0., 1.],
+             [2., 3.],
+             [2., 3.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.repeat(x, repeats, axis)
+    if axis is None:
+        x = _reshaped(x, (math.prod(aval.shape),), config)
+        aval, axis = disk_type(x), 0
+        assert aval is not None
+    (axis,) = _axes("repeat", axis, aval.ndim, aval.shape)
+    n = aval.shape[axis]
+    try:
+        counts = np.broadcast_to(np.asarray(repeats), (n,)).astype(np.int64)
+    except (ValueError, TypeError) as e:  # a traced repeats (JAX's errors are TypeErrors)
+        raise ValueError(f"jask.repeat: repeats must be an int or {n} ints known outside jit "
+                         f"(the result's length depends on them); got {repeats!r}") from e
+    if np.any(counts < 0) or counts.sum() == 0:
+        raise ValueError(f"jask.repeat: repeats {repeats!r} must be non-negative and not all "
+                         "zero (jask does not make empty DiskArrays)")
+    if np.all(counts == 1):
+        return x
+    index = np.repeat(np.arange(n), counts)
+    return primitives.gather(x, [index], (axis,), local=True, config=config,
+                              name="repeat")
+
+
+def tile(x, reps, *, config: Config | None = None):
+    """``x`` repeated ``reps`` times along each axis, as ``jax.numpy.tile``
+    (more ``reps`` than axes add leading axes).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.tile(jask.from_numpy(np.arange(3.0)), (2, 2)).to_numpy()
+      array([[0., 1., 2., 0., 1., 2.],
+             [0., 1., 2., 0., 1., 2.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.tile(x, reps)
+    reps = (int(reps),) if isinstance(reps, (numbers.Integral, np.integer)) else tuple(
+        int(r) for r in reps)
+    if any(r < 1 for r in reps):
+        raise ValueError(f"jask.tile: reps {reps} must be positive (jask does not make empty "
+                         "DiskArrays)")
+    ndim = max(len(reps), aval.ndim)
+    reps = (1,) * (ndim - len(reps)) + reps
+    shape = (1,) * (ndim - aval.ndim) + tuple(aval.shape)
+    if shape != aval.shape:
+        x = expand_dims(x, tuple(range(ndim - aval.ndim)), config=config)
+    axes = [d for d in range(ndim) if reps[d] > 1]
+    if not axes:
+        return x
+    index = [np.arange(shape[d] * reps[d]) % shape[d] for d in axes]
+    return primitives.gather(x, index, axes, local=True, config=config,
+                              name="tile")
+
+
+def unstack(x, axis: int = 0, *, config: Config | None = None) -> tuple:
+    """The slices of ``x`` along ``axis``, as ``jax.numpy.unstack``: one
+    ``x[..., i, ...]`` each, so small ones are in-memory values.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a, b = jask.unstack(jask.from_numpy(np.arange(4.0).reshape(2, 2)))
+      >>> b
+      Array([2., 3.], dtype=float32)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.unstack(x, axis=axis)
+    (axis,) = _axes("unstack", axis, aval.ndim, aval.shape)
+    return tuple(indexing.getitem(x, (slice(None),) * axis + (i,), config=config)
+                 for i in range(aval.shape[axis]))
+
+
+def concat(arrays, axis: int | None = 0, *, config: Config | None = None):
+    """The Array API's name of :func:`jask.concatenate` (``axis=None``: the
+    arrays flattened, then joined).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.concat([jask.from_numpy(np.zeros((2, 2))), np.ones((1, 2))], axis=None).shape
+      (6,)
+    """
+    arrays = list(arrays)
+    if axis is None:
+        arrays = [_reshaped(x, (math.prod(k.shape),), config) if (k := disk_type(x)) is not None
+                  else jnp.ravel(x) for x in arrays]
+        axis = 0
+    return indexing.concatenate(arrays, axis, config=config)
+
+
+def diff(x, n: int = 1, axis: int = -1, prepend=None, append=None, *,
+         config: Config | None = None):
+    """The ``n``-th difference along ``axis``, ``prepend`` and ``append``
+    joined first, as ``jax.numpy.diff``: ``x[1:] - x[:-1]`` along the axis,
+    ``n`` times (two slices and a subtraction each).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.diff(jask.from_numpy(np.array([1.0, 4.0, 9.0, 16.0])), n=2).to_numpy()
+      array([2., 2.])
+    """
+    aval = disk_type(x)
+    if aval is None and disk_type(prepend) is None and disk_type(append) is None:
+        return jnp.diff(x, n, axis, prepend, append)
+    shape = tuple(aval.shape) if aval is not None else np.shape(x)
+    (axis,) = _axes("diff", axis, len(shape), shape)
+    if not isinstance(n, (numbers.Integral, np.integer)) or n < 0:
+        raise ValueError(f"jask.diff: order n must be a non-negative int, got {n!r}")
+    def end(value):  # a scalar end is one slice of the array along the axis
+        if disk_type(value) is None and np.ndim(value) == 0:
+            return jnp.broadcast_to(jnp.asarray(value), shape[:axis] + (1,) + shape[axis + 1:])
+        return value
+    parts = ([end(prepend)] if prepend is not None else []) + [x] + (
+        [end(append)] if append is not None else [])
+    if len(parts) > 1:
+        x = indexing.concatenate(parts, axis, config=config)
+    length = (disk_type(x) or jnp.asarray(x)).shape[axis]
+    if n >= length:
+        raise ValueError(f"jask.diff: the {n}-th difference along axis {axis} of length "
+                         f"{length} is empty (jask does not make empty DiskArrays)")
+    before, after = (slice(None),) * axis + (slice(None, -1),), (slice(None),) * axis + (
+        slice(1, None),)
+    for _ in range(n):
+        x = elementwise.subtract(indexing.getitem(x, after, config=config),
+                                 indexing.getitem(x, before, config=config), config=config)
+    return x
