@@ -1,0 +1,40 @@
+"""README's op lists are checked against what jask exports and the op table."""
+import pathlib
+import re
+
+import jask
+from jask.core.ufuncs import TABLE
+
+README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+NAMED = set(re.findall(r"`(?:jask\.)?([A-Za-z_][A-Za-z_0-9]*)", README))
+
+#: Public names that are not ops (classes, configuration, tools), named in
+#: README's prose where they matter, or the standard's aliases of named ops.
+NOT_OPS = {"BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
+           "StoreChangedError", "DamagedStoreError", "Stats", "collect", "get_config",
+           "progress_bars", "progress_enabled", "reset_stats", "stats", "track",
+           "set_memory_budget", "show_progress", "visualize", "open", "open_group", "save",
+           "from_numpy", "from_dask", "to_dask", "materialize", "update_", "dynamic_slice",
+           "mul", "sub", "logsumexp", "map"}
+ALIASES = {name for name in jask.__all__
+           if getattr(jask, name) is not None and any(
+               getattr(jask, other) is getattr(jask, name) and other != name and other in NAMED
+               for other in jask.__all__)}
+
+
+def test_readme_names_every_public_op():
+    missing = sorted(n for n in jask.__all__ if n not in NAMED and n not in NOT_OPS
+                     and n not in ALIASES)
+    assert not missing, f"public ops README does not list: {missing}"
+
+
+def test_readme_names_every_public_row_of_the_op_table():
+    missing = sorted(name for name, row in TABLE.items() if row.public and name not in NAMED
+                     and getattr(jask, name, None) is not None)
+    assert not missing, f"op table rows README does not list: {missing}"
+
+
+def test_readme_lists_no_op_jask_lacks():
+    listed = re.search(r"\*\*The op table\.\*\*(.*?)\n- \*\*Mixed", README, re.S).group(1)
+    names = set(re.findall(r"`([a-z_0-9]+)`", listed)) - {"f", "jask"}
+    assert not sorted(n for n in names if not hasattr(jask, n) and not hasattr(jask.nn, n))
