@@ -153,14 +153,13 @@ def _join(op: str, arrays, axis: int, stack: bool, config):
         if not same:
             raise ValueError(f"jask.{op}: shapes {shapes} do not match "
                              f"({'all equal' if stack else 'except along axis ' + str(axis)})")
-    with jax.enable_x64(True):
-        dtype = np.dtype(jnp.result_type(*[k.dtype if k is not None else x
-                                           for x, k in zip(arrays, kinds)]))
+    # JAX's promotion in the current x64 mode (weak scalars too)
+    dtype = np.dtype(jnp.result_type(*[jax.ShapeDtypeStruct(k.shape, k.dtype) if k is not None
+                                       else x for x, k in zip(arrays, kinds)]))
     disk = []
     for x, k in zip(arrays, kinds):
         if k is None:
-            x = primitives.from_value(jnp.asarray(x).astype(
-                jax.dtypes.canonicalize_dtype(dtype)), config=config)
+            x = primitives.from_value(jnp.asarray(x).astype(dtype), config=config)
         if _disk(x).dtype != dtype:
             x = elementwise.astype(x, dtype, config=config)
         disk.append(x)
