@@ -7,7 +7,7 @@ import numpy as np
 
 from jask.base.config import Config, get_config
 from jask.core._jax_internals import is_tracer
-from jask.core.array import DiskArray
+from jask.core.array import DiskArray, check_storable
 from jask.core.lifetime import collect_if_idle
 from jask.engine import work
 from jask.store import registry
@@ -55,6 +55,7 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
     value = np.asarray(arr)
     if value.dtype == object:
         raise TypeError("jask.from_numpy: cannot store an object array")
+    check_storable(value.dtype, "jask.from_numpy")
     # A numpy array is a constant: write it now, in its own dtype, even
     # inside a trace (it then enters the program as a constant DiskArray).
     collect_if_idle()

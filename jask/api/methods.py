@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from jax.experimental.hijax import aval_method, aval_property
 
 from jask.api import (
@@ -23,9 +25,10 @@ from jask.api import (
     linalg,
     reductions,
     save,
+    scans,
     update,
 )
-from jask.core._jax_internals import defer_scalar_operators_to
+from jask.core._jax_internals import defer_scalar_operators_to, numpy_caller
 from jask.core.array import DiskArray, DiskArrayType
 
 __all__: list[str] = []
@@ -145,6 +148,29 @@ def transpose_all(self) -> DiskArray:
     return linalg.transpose(self)
 
 
+def _jax_array(self):
+    """A traced DiskArray reached a ``jax.numpy`` function (``jnp.mean(x)``):
+    refuse it naming the jask function to use. jax.numpy accepts any
+    value with ``__jax_array__``, then calls it for a ``jax.Array``,
+    which a DiskArray on disk cannot give."""
+    name = numpy_caller()
+    if name in ("asarray", "array") and isinstance(self, DiskArray):
+        return np.asarray(self)  # eagerly, a copy in memory, up to the budget (__array__)
+    fn = f"jnp.{name}" if name else "jax.numpy"
+    ours = name if name and any(hasattr(m, name) for m in _NAMESPACES) else None
+    if ours:
+        hint = (f"use jask.{ours}(x) or x.{ours}()" if ours in METHODS
+                else f"use jask.{ours} in its place")
+    else:
+        hint = ("use the jask function of that name if there is one, jask.map(f, x) for an "
+                "elementwise function, or jask.materialize(x) for a small array")
+    raise TypeError(f"{fn} does not take a DiskArray; {hint}")
+
+
+#: Where jask's public functions live, for naming one in place of jnp's.
+_NAMESPACES = (elementwise, reductions, linalg, indexing, scans)
+
+
 def _repr_html_(self) -> str:
     return display.html(self)
 
@@ -165,6 +191,8 @@ def install() -> None:
         setattr(DiskArrayType, name, aval_method(f))
         setattr(DiskArray, name, f)
     setattr(DiskArrayType, "T", aval_property(transpose_all))
+    setattr(DiskArrayType, "__jax_array__", aval_method(_jax_array))
+    DiskArray.__jax_array__ = _jax_array
     for name, attr in {"T": property(transpose_all), "from_numpy": classmethod(from_numpy),
                        "to_dask": to_dask, "to_zarr": to_zarr,
                        "_repr_html_": _repr_html_}.items():
