@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
 from jax.experimental.hijax import aval_method, aval_property
 
 from jask.api import (
@@ -149,22 +147,23 @@ def transpose_all(self) -> DiskArray:
 
 
 def _jax_array(self):
-    """A traced DiskArray reached a ``jax.numpy`` function (``jnp.mean(x)``):
-    refuse it naming the jask function to use. jax.numpy accepts any
-    value with ``__jax_array__``, then calls it for a ``jax.Array``,
-    which a DiskArray on disk cannot give."""
+    """Inside a ``jax.numpy`` function (``jnp.mean(x)``), refuse a DiskArray
+    naming the jask function to use: jax.numpy accepts any value with
+    ``__jax_array__``, then calls it for a ``jax.Array``, which a DiskArray
+    on disk cannot give. Anywhere else (``jnp.asarray``, a ``jax.Array``
+    operator), decline by returning the DiskArray itself: JAX then goes on
+    as if there were no ``__jax_array__`` (``w * x`` reaches ``x.__rmul__``,
+    ``jnp.asarray(x)`` reads a small ``x`` through ``__array__``)."""
     name = numpy_caller()
-    if name in ("asarray", "array") and isinstance(self, DiskArray):
-        return np.asarray(self)  # eagerly, a copy in memory, up to the budget (__array__)
-    fn = f"jnp.{name}" if name else "jax.numpy"
-    ours = name if name and any(hasattr(m, name) for m in _NAMESPACES) else None
-    if ours:
-        hint = (f"use jask.{ours}(x) or x.{ours}()" if ours in METHODS
-                else f"use jask.{ours} in its place")
+    if name is None or name in ("asarray", "array"):
+        return self
+    if any(hasattr(m, name) for m in _NAMESPACES):
+        hint = (f"use jask.{name}(x) or x.{name}()" if name in METHODS
+                else f"use jask.{name} in its place")
     else:
-        hint = ("use the jask function of that name if there is one, jask.map(f, x) for an "
-                "elementwise function, or jask.materialize(x) for a small array")
-    raise TypeError(f"{fn} does not take a DiskArray; {hint}")
+        hint = (f"jask has no {name}: use jask.map(jnp.{name}, x) if it is elementwise, or "
+                "jask.materialize(x) for a small array")
+    raise TypeError(f"jnp.{name} does not take a DiskArray; {hint}")
 
 
 #: Where jask's public functions live, for naming one in place of jnp's.
