@@ -712,8 +712,8 @@ def _keeping_disk_parameters(apply):
                             is_leaf=lambda x: x is None)
 
     apply_updates.__doc__ = apply.__doc__
-    apply_updates.__wrapped__ = apply  # type: ignore[attr-defined]
-    apply_updates.keeps_disk_parameters = True  # type: ignore[attr-defined]
+    apply_updates.__wrapped__ = apply
+    apply_updates.keeps_disk_parameters = True
     return apply_updates
 
 

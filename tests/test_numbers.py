@@ -64,7 +64,8 @@ CASES = [
     ("int8>0.5", lambda xp, a: a > 0.5, [("disk", "int8")]),
     ("where(bool,int32,2.5)", lambda xp, c, a: xp.where(c, a, 2.5),
      [("disk", "bool"), ("disk", "int32")]),
-    ("maximum nan", lambda xp, a, b: xp.maximum(a, b), [("disk", "float32:nan"), ("mem", "float32")]),
+    ("maximum nan", lambda xp, a, b: xp.maximum(a, b),
+     [("disk", "float32:nan"), ("mem", "float32")]),
     # reductions: dtypes, float16 accumulated in float32, integer sums wrapping
     ("sum int8", lambda xp, a: xp.sum(a), [("disk", "int8")]),
     ("sum int32 wraps", lambda xp, a: xp.sum(a, axis=0), [("disk", "int32:big")]),

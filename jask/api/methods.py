@@ -191,7 +191,7 @@ def install() -> None:
         setattr(DiskArray, name, f)
     setattr(DiskArrayType, "T", aval_property(transpose_all))
     setattr(DiskArrayType, "__jax_array__", aval_method(_jax_array))
-    DiskArray.__jax_array__ = _jax_array
+    setattr(DiskArray, "__jax_array__", _jax_array)
     for name, attr in {"T": property(transpose_all), "from_numpy": classmethod(from_numpy),
                        "to_dask": to_dask, "to_zarr": to_zarr,
                        "_repr_html_": _repr_html_}.items():

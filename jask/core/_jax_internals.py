@@ -27,8 +27,9 @@ def numpy_caller() -> str | None:
     """The public ``jax.numpy`` function the current call came through
     (``"mean"`` inside ``jnp.mean``), read from the call stack; None if none."""
     import sys
+    from types import FrameType
 
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     name = None
     while frame is not None:  # the outermost one wins: jnp.var calls jnp.mean
         code = frame.f_code
