@@ -177,7 +177,7 @@ def concatenate(arrays, axis: int = 0, *, config: Config | None = None):
       >>> jask.concatenate([a, np.ones((1, 2))]).to_numpy()
       array([[0., 0.],
              [0., 0.],
-             [1., 1.]])
+             [1., 1.]], dtype=float32)
     """
     return _join("concatenate", arrays, axis, False, config)
 
@@ -191,7 +191,7 @@ def stack(arrays, axis: int = 0, *, config: Config | None = None):
       >>> jask.stack([a, a * 2], axis=1).to_numpy()
       array([[0., 0.],
              [1., 2.],
-             [2., 4.]])
+             [2., 4.]], dtype=float32)
     """
     return _join("stack", arrays, axis, True, config)
 

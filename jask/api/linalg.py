@@ -143,7 +143,7 @@ def matmul(a, b, *, config: Config | None = None):
 
     Example:
       >>> import numpy as np, jask
-      >>> jask.matmul(jask.from_numpy(np.eye(2)), np.array([1.0, 2.0])).to_numpy()
-      array([1., 2.])
+      >>> jask.matmul(jask.from_numpy(np.eye(2, dtype=np.float32)), np.array([1.0, 2.0])).to_numpy()
+      array([1., 2.], dtype=float32)
     """
     return dot(a, b, config=config)
