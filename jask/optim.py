@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from jax import dtypes as jax_dtypes
 
-from jask.api import disk_type, reductions
+from jask.api import DiskArray, disk_type, reductions
 from jask.api.fused import fused as _fused
 
 __all__ = ["sgd", "adam", "adamw", "scale_by_adam", "trace", "add_decayed_weights",
@@ -680,3 +680,41 @@ def step(tx: optax.GradientTransformation, grads, state, params):
         return fused_step(grads, state, params)
     updates, state = tx.update(grads, state, params)
     return apply_updates(params, updates), state
+
+
+# --- optax.apply_updates on DiskArray parameters, eagerly ----------------------------
+
+def _keeping_disk_parameters(apply):
+    """``optax.apply_updates`` that keeps an eager DiskArray parameter a
+    DiskArray, as it already does under ``jax.jit``.
+
+    optax computes ``jnp.asarray(p + u).astype(p.dtype)``: under ``jit``,
+    ``jnp.asarray`` of a traced DiskArray is the DiskArray itself, but
+    eagerly it is ``np.asarray``, which moved a small parameter into memory
+    and refused a large one. Here an eager DiskArray ``p`` gives ``p + u``
+    in ``p``'s dtype, a new DiskArray (``p``'s store is untouched, as with
+    optax); every other leaf is optax's own. :func:`apply_updates` writes in
+    place instead.
+    """
+    if getattr(apply, "keeps_disk_parameters", False):
+        return apply  # installed once
+
+    def leaf(p, u):
+        if not isinstance(p, DiskArray):
+            return apply(p, u)
+        new = p + u
+        return new if new.dtype == p.dtype else new.astype(p.dtype)
+
+    def apply_updates(params, updates):
+        if not any(isinstance(p, DiskArray) for p in jax.tree.leaves(params)):
+            return apply(params, updates)
+        return jax.tree.map(lambda p, u: None if p is None else leaf(p, u), params, updates,
+                            is_leaf=lambda x: x is None)
+
+    apply_updates.__doc__ = apply.__doc__
+    apply_updates.__wrapped__ = apply
+    apply_updates.keeps_disk_parameters = True
+    return apply_updates
+
+
+optax.apply_updates = _keeping_disk_parameters(optax.apply_updates)

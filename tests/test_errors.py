@@ -20,9 +20,11 @@ def a(small_budget):
 
 def test_mixed_dtypes_promote_as_jax_does(a):
     b = jask.from_numpy(np.full((9, 7), 2.0, np.float64))
-    c = a + b  # a float64 store keeps its 64 bits, as numpy would
+    with jax.enable_x64(True):
+        c = a + b  # float64, as jax.numpy gives with x64 on
     assert c.dtype == np.float64
     np.testing.assert_array_equal(c.to_numpy(), np.full((9, 7), 3.0))
+    assert (a + b).dtype == np.float32  # x64 off: a float64 store is float32, as in jax.numpy
 
 
 def test_dot_errors(a):

@@ -16,7 +16,7 @@ from jax.core import ShapedArray
 from jask.base.config import Config, get_config
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
-from jask.core.array import DiskArray, disk_type
+from jask.core.array import DiskArray, check_storable, disk_type
 from jask.core.lifetime import collect_if_idle
 from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
@@ -108,6 +108,7 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
     value = np.asarray(arr)
     if value.dtype == object:
         raise TypeError("jask.from_numpy: cannot store an object array")
+    check_storable(value.dtype, "jask.from_numpy")
     if value.dtype.kind not in "biufc" or value.dtype.fields is not None:
         raise TypeError(f"jask.from_numpy: cannot store {value.dtype} values; jask computes on "
                         "numbers and booleans only (bool, int, uint, float, complex)")

@@ -15,7 +15,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import dtypes as jax_dtypes
 
 from jask.base.config import Config, get_config
 from jask.base.memory import BudgetError
@@ -50,12 +49,16 @@ def _abstract(signature: tuple):
 @functools.lru_cache(maxsize=4096)
 def _result(ufunc: ufuncs.Ufunc, signature: tuple, x64: bool) -> tuple:
     """(shape, dtype, compute dtype) of ``ufunc`` on operands of ``signature``,
-    by jax.eval_shape of its reference: numpy broadcasting, JAX promotion.
+    by jax.eval_shape of its reference: numpy broadcasting, JAX promotion
+    (weak Python scalars included) in the current x64 mode.
 
-    The compute dtype is JAX's promotion of the non-bool operands with
-    64-bit types kept: a float64 store stays float64 even when JAX's x64
-    mode is off (in-memory operands are canonical already). Cached: the
-    same op on the same types is traced once.
+    A store is typed as a jax.Array of its dtype would be: with x64 off a
+    float64 (int64) store gives float32 (int32) results, as
+    ``jnp.asarray(np.float64 array)`` does. The compute dtype is JAX's
+    promotion of the non-bool operands, the dtype jax.numpy computes in; a
+    cast computes in its input's own dtype, so it loses nothing on the way
+    to the dtype asked for. Cached (``x64`` is part of the key): the same
+    op on the same types is traced once.
     """
     structs = [_abstract(sig) for sig in signature]
     try:
@@ -69,17 +72,11 @@ def _result(ufunc: ufuncs.Ufunc, signature: tuple, x64: bool) -> tuple:
     except ValueError as err:
         raise ValueError(f"jask.{ufunc.name}: operands of shapes {_shape_names(structs)} "
                          f"cannot be combined: {err}") from None
+    if ufunc.dtype is not None:  # a cast stores what was asked for
+        return tuple(out.shape), ufunc.dtype, np.dtype(signature[0][1])
     numeric = [x for x, sig in zip(structs, signature) if sig[1] != np.dtype(np.bool_)]
-    compute = np.dtype(np.bool_)
-    if numeric:
-        with jax.enable_x64(True):
-            compute = np.dtype(jnp.result_type(*numeric))
-    out_dtype = np.dtype(out.dtype)
-    if ufunc.dtype is not None:
-        out_dtype = ufunc.dtype  # a cast stores what was asked for
-    elif jax_dtypes.canonicalize_dtype(compute) == out_dtype:
-        out_dtype = compute  # a float64 store gives a float64 result
-    return tuple(out.shape), out_dtype, compute
+    compute = np.dtype(jnp.result_type(*numeric)) if numeric else np.dtype(np.bool_)
+    return tuple(out.shape), np.dtype(out.dtype), compute
 
 
 def _dtype_names(signature) -> str:
@@ -146,7 +143,7 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
             continue
         v = jnp.asarray(x)
         if v.dtype != np.bool_:
-            v = v.astype(jax_dtypes.canonicalize_dtype(compute))
+            v = v.astype(compute)
         check_in_memory(ufunc.name, v, cfg)
         operands.append(v)
         avals.append(jax.core.ShapedArray(v.shape, v.dtype))

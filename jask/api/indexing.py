@@ -400,14 +400,13 @@ def _join(op: str, arrays, axis: int, stack: bool, config):
         if not same:
             raise ValueError(f"jask.{op}: shapes {shapes} do not match "
                              f"({'all equal' if stack else 'except along axis ' + str(axis)})")
-    with jax.enable_x64(True):
-        dtype = np.dtype(jnp.result_type(*[k.dtype if k is not None else x
-                                           for x, k in zip(arrays, kinds)]))
+    # JAX's promotion in the current x64 mode (weak scalars too)
+    dtype = np.dtype(jnp.result_type(*[jax.ShapeDtypeStruct(k.shape, k.dtype) if k is not None
+                                       else x for x, k in zip(arrays, kinds)]))
     disk = []
     for x, k in zip(arrays, kinds):
         if k is None:
-            x = primitives.from_value(jnp.asarray(x).astype(
-                jax.dtypes.canonicalize_dtype(dtype)), config=config)
+            x = primitives.from_value(jnp.asarray(x).astype(dtype), config=config)
         if _disk(x).dtype != dtype:
             x = elementwise.astype(x, dtype, config=config)
         disk.append(x)
@@ -425,7 +424,7 @@ def concatenate(arrays, axis: int = 0, *, config: Config | None = None):
       >>> jask.concatenate([a, np.ones((1, 2))]).to_numpy()
       array([[0., 0.],
              [0., 0.],
-             [1., 1.]])
+             [1., 1.]], dtype=float32)
     """
     return _join("concatenate", arrays, axis, False, config)
 
@@ -439,7 +438,7 @@ def stack(arrays, axis: int = 0, *, config: Config | None = None):
       >>> jask.stack([a, a * 2], axis=1).to_numpy()
       array([[0., 0.],
              [1., 2.],
-             [2., 4.]])
+             [2., 4.]], dtype=float32)
     """
     return _join("stack", arrays, axis, True, config)
 

@@ -121,15 +121,15 @@ def dot(a, b, *, config: Config | None = None):
     if ka != kb:
         raise ValueError(f"jask.dot: contraction sizes differ: a has shape {sa} (K={ka}), "
                          f"b has shape {sb} (K={kb})")
-    with jax.enable_x64(True):
-        dtype = np.dtype(jnp.result_type(*(t.dtype if t is not None else x.dtype
-                                           for x, t in ((a, ta), (b, tb)))))
+    # JAX's promotion in the current x64 mode: a float64 store is float32 with x64 off
+    dtype = np.dtype(jnp.result_type(*(jax.ShapeDtypeStruct(t.shape, t.dtype)
+                                       if t is not None else x for x, t in ((a, ta), (b, tb)))))
     if dtype == np.bool_ or dtype.kind not in "fc":
         raise TypeError(f"jask.dot: operands must be floating point, got {dtype.name}")
     operands = []
     for x, t in ((a, ta), (b, tb)):
         if t is None:
-            x = x.astype(jax.dtypes.canonicalize_dtype(dtype))
+            x = x.astype(dtype)
             check_in_memory("dot", x, cfg)
         elif t.dtype != dtype:
             x = astype(x, dtype, config=config)
@@ -143,8 +143,8 @@ def matmul(a, b, *, config: Config | None = None):
 
     Example:
       >>> import numpy as np, jask
-      >>> jask.matmul(jask.from_numpy(np.eye(2)), np.array([1.0, 2.0])).to_numpy()
-      array([1., 2.])
+      >>> jask.matmul(jask.from_numpy(np.eye(2, dtype=np.float32)), np.array([1.0, 2.0])).to_numpy()
+      array([1., 2.], dtype=float32)
     """
     return dot(a, b, config=config)
 

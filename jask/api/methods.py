@@ -21,6 +21,7 @@ from jask.api import (
     indexing,
     interop,
     linalg,
+    manipulation,
     nan_functions,
     reductions,
     save,
@@ -29,7 +30,7 @@ from jask.api import (
     truth,
     update,
 )
-from jask.core._jax_internals import defer_scalar_operators_to
+from jask.core._jax_internals import defer_scalar_operators_to, numpy_caller
 from jask.core.array import DiskArray, DiskArrayType
 
 __all__: list[str] = []
@@ -160,6 +161,29 @@ def transpose_all(self) -> DiskArray:
 def matrix_transpose(self) -> DiskArray:
     """The last two axes swapped (``x.mT``), as a new DiskArray."""
     return linalg.matrix_transpose(self)
+def _jax_array(self):
+    """Inside a ``jax.numpy`` function (``jnp.mean(x)``), refuse a DiskArray
+    naming the jask function to use: jax.numpy accepts any value with
+    ``__jax_array__``, then calls it for a ``jax.Array``, which a DiskArray
+    on disk cannot give. Anywhere else (``jnp.asarray``, a ``jax.Array``
+    operator), decline by returning the DiskArray itself: JAX then goes on
+    as if there were no ``__jax_array__`` (``w * x`` reaches ``x.__rmul__``,
+    ``jnp.asarray(x)`` reads a small ``x`` through ``__array__``)."""
+    name = numpy_caller()
+    if name is None or name in ("asarray", "array"):
+        return self
+    if any(hasattr(m, name) for m in _NAMESPACES):
+        hint = (f"use jask.{name}(x) or x.{name}()" if name in METHODS
+                else f"use jask.{name} in its place")
+    else:
+        hint = (f"jask has no {name}: use jask.map(jnp.{name}, x) if it is elementwise, or "
+                "jask.materialize(x) for a small array")
+    raise TypeError(f"jnp.{name} does not take a DiskArray; {hint}")
+
+
+#: Where jask's public functions live, for naming one in place of jnp's.
+_NAMESPACES = (elementwise, reductions, nan_functions, truth, linalg, indexing, manipulation,
+               scans, sorting)
 
 
 def _repr_html_(self) -> str:
@@ -184,6 +208,8 @@ def install() -> None:
     setattr(DiskArrayType, "T", aval_property(transpose_all))
     setattr(DiskArrayType, "mT", aval_property(matrix_transpose))
     setattr(DiskArray, "mT", property(matrix_transpose))
+    setattr(DiskArrayType, "__jax_array__", aval_method(_jax_array))
+    setattr(DiskArray, "__jax_array__", _jax_array)
     for name, attr in {"T": property(transpose_all), "from_numpy": classmethod(from_numpy),
                        "to_dask": to_dask, "to_zarr": to_zarr,
                        "_repr_html_": _repr_html_,

@@ -77,7 +77,9 @@ def _in_memory(axis, out_shape, dtype, config: Config | None) -> bool:
 
 
 def _result_dtype(reference, x, **kwargs):
-    """The dtype jax.numpy gives, keeping a float64 store's 64 bits."""
+    """The dtype jax.numpy gives for ``x`` as a jax.Array of its dtype, in
+    the current x64 mode (with x64 off a float64 store gives float32, as
+    ``jnp.sum(np.float64 array)`` does)."""
     aval = _disk(x)
     try:  # two traces per call took most of an eager sum on a small array
         return _cached_dtype(reference, aval.shape, np.dtype(aval.dtype),
@@ -92,22 +94,35 @@ def _cached_dtype(reference, shape, dtype, x64, kwargs):
 
 
 def _traced_dtype(reference, aval, **kwargs):
-    dtype = np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
-                                    jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
-    with jax.enable_x64(True):
-        wide = np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
-                                       jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
-    return wide if jax_dtypes.canonicalize_dtype(wide) == dtype else dtype
+    return np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
+                                   jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
 
 
-def _reduce(op, ufunc, x, extra, axis, keepdims, reducer, dtype, config):
-    """``ufunc(x, *extra)`` reduced over ``axis``; ``extra`` are
+def accumulation_dtype(dtype) -> np.dtype:
+    """The dtype a sum of ``dtype`` values accumulates in: float32 for
+    float16 and bfloat16, as jax.numpy's reductions upcast them (summing in
+    16 bits loses most digits: a variance came out 60% low), else ``dtype``.
+
+    Example:
+      >>> import numpy as np
+      >>> accumulation_dtype(np.float16), accumulation_dtype(np.int32)
+      (dtype('float32'), dtype('int32'))
+    """
+    dtype = np.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _reduce(op, ufunc, x, extra, axis, keepdims, reducer, dtype, config, compute=None):
+    """``ufunc(x, *extra)`` reduced over ``axis``, computed in ``compute``
+    (default ``dtype``) and stored as ``dtype``; ``extra`` are
     (operand, axes map) pairs lined up with x."""
     aval = _disk(x)
     reduced, out_axes, out_shape = _layout(op, x, axis, keepdims)
     operands = [x] + [v for v, _ in extra]
     axes = [tuple(range(aval.ndim))] + [a for _, a in extra]
-    dtypes = [dtype] * len(operands)
+    dtypes = [dtype if compute is None else compute] * len(operands)
     return primitives.reduce(op, ufunc, operands, axes, dtypes, aval.shape, out_axes, dtype,
                              reducer=reducer,
                              to_memory=_in_memory(axis, out_shape, dtype, config),
@@ -115,7 +130,7 @@ def _reduce(op, ufunc, x, extra, axis, keepdims, reducer, dtype, config):
 
 
 def _scalar(value, dtype):
-    return jnp.asarray(value, jax_dtypes.canonicalize_dtype(dtype))
+    return jnp.asarray(value, dtype)
 
 
 def sum(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
@@ -144,7 +159,8 @@ def sum(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
     if disk_type(x) is None:
         return jnp.sum(x, axis=axis, keepdims=keepdims)
     dtype = _result_dtype(jnp.sum, x)
-    return _reduce("sum", ufuncs.IDENTITY, x, [], axis, keepdims, "sum", dtype, config)
+    return _reduce("sum", ufuncs.IDENTITY, x, [], axis, keepdims, "sum", dtype, config,
+                   accumulation_dtype(dtype))
 
 
 def mean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
@@ -158,11 +174,17 @@ def mean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
     """
     if disk_type(x) is None:
         return jnp.mean(x, axis=axis, keepdims=keepdims)
-    aval = _disk(x)
     dtype = _result_dtype(jnp.mean, x)
+    return _mean(x, axis, keepdims, dtype, accumulation_dtype(dtype), config)
+
+
+def _mean(x, axis, keepdims, dtype, compute, config):
+    """The mean of a DiskArray computed in ``compute``, stored as ``dtype``."""
+    aval = _disk(x)
     count = math.prod(aval.shape[d] for d in _axes("mean", axis, aval.ndim, aval.shape))
-    scale = _scalar(1.0 / builtins.max(count, 1), dtype)
-    return _reduce("mean", ufuncs.MUL, x, [(scale, ())], axis, keepdims, "sum", dtype, config)
+    scale = _scalar(1.0 / builtins.max(count, 1), compute)
+    return _reduce("mean", ufuncs.MUL, x, [(scale, ())], axis, keepdims, "sum", dtype, config,
+                   compute)
 
 
 def max(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
@@ -178,7 +200,7 @@ def max(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
     if disk_type(x) is None:
         return jnp.max(x, axis=axis, keepdims=keepdims)
     return _reduce("max", ufuncs.IDENTITY, x, [], axis, keepdims, "max",
-                   _disk(x).dtype, config)
+                   _result_dtype(jnp.max, x), config)
 
 
 def min(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
@@ -193,7 +215,7 @@ def min(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
     if disk_type(x) is None:
         return jnp.min(x, axis=axis, keepdims=keepdims)
     return _reduce("min", ufuncs.IDENTITY, x, [], axis, keepdims, "min",
-                   _disk(x).dtype, config)
+                   _result_dtype(jnp.min, x), config)
 
 
 def var(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
@@ -213,13 +235,12 @@ def var(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
     aval = _disk(x)
     reduced, out_axes, _ = _layout("var", x, axis, keepdims)
     dtype = _result_dtype(jnp.var, x)
-    mu = mean(x, axis=axis, keepdims=keepdims, config=config)
+    compute = accumulation_dtype(dtype)  # the mean too, as jax.numpy keeps it unrounded
+    mu = _mean(x, axis, keepdims, compute, compute, config)
     count = math.prod(aval.shape[d] for d in reduced)
-    scale = _scalar(1.0 / (count - ddof) if count > ddof else np.nan, dtype)
-    if disk_type(mu) is None:
-        mu = mu.astype(jax_dtypes.canonicalize_dtype(dtype))
+    scale = _scalar(1.0 / (count - ddof) if count > ddof else np.nan, compute)
     return _reduce("var", ufuncs.SQDIFF, x, [(mu, out_axes), (scale, ())], axis, keepdims,
-                   "sum", dtype, config)
+                   "sum", dtype, config, compute)
 
 
 def std(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
@@ -254,7 +275,7 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = N
     dtype = _result_dtype(jnp.exp, x)
     m = max(x, axis=axis, keepdims=keepdims, config=config)
     s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", dtype,
-                config)
+                config, accumulation_dtype(dtype))
     return elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
 
 
@@ -333,7 +354,8 @@ def sum_of_squares(x, *, config: Config | None = None):
     aval = _disk(x)
     dtype = _result_dtype(jnp.sum, x)
     full = tuple(range(aval.ndim))
-    return primitives.reduce("sum_squares", ufuncs.TABLE["square"], [x], [full], [dtype],
+    compute = accumulation_dtype(dtype)
+    return primitives.reduce("sum_squares", ufuncs.TABLE["square"], [x], [full], [compute],
                              aval.shape, (), dtype, reducer="sum", to_memory=True,
                              config=config)
 

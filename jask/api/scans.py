@@ -15,7 +15,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import dtypes as jax_dtypes
 
 from jask.api.creation import from_numpy
 from jask.api.indexing import concatenate, reshape
@@ -29,18 +28,13 @@ __all__ = ["cumsum", "cumprod", "cumulative_sum", "cumulative_prod"]
 @functools.lru_cache(maxsize=256)
 def _dtype(shape: tuple, dtype: np.dtype, axis, wanted, x64: bool,
            op: str = "cumsum") -> np.dtype:
-    """jax.numpy.cumsum's dtype (bool and small ints as jax.numpy sums them;
-    an int32 stays int32), keeping the 64 bits of a float64 or int64 store
-    when JAX's x64 mode is off, as jask's other ops do (``op``: or cumprod's)."""
+    """jax.numpy.cumsum's dtype (or op's: cumprod) in the current x64 mode
+    (``x64`` keys the cache): bool and small ints as jax.numpy sums them, a
+    float64 store gives float32 with x64 off, as a float64 numpy array does."""
     def ref(v):
         return getattr(jnp, op)(v, axis=axis, dtype=wanted)
 
-    struct = jax.ShapeDtypeStruct(shape, dtype)
-    out = np.dtype(jax.eval_shape(ref, struct).dtype)
-    if wanted is None and jax_dtypes.canonicalize_dtype(dtype) != dtype:
-        with jax.enable_x64(True):
-            return np.dtype(jax.eval_shape(ref, struct).dtype)
-    return out
+    return np.dtype(jax.eval_shape(ref, jax.ShapeDtypeStruct(shape, dtype)).dtype)
 
 
 def cumsum(x, axis=None, dtype=None, *, config: Config | None = None):
@@ -49,7 +43,7 @@ def cumsum(x, axis=None, dtype=None, *, config: Config | None = None):
 
     The result is a new DiskArray of ``x``'s shape (1-D with ``axis=None``),
     with jax.numpy's dtype (a bool or int32 ``x`` gives int32, int64 in JAX's
-    x64 mode; a float64 store stays float64). Two passes over ``x``, tile by
+    x64 mode; float16 accumulates in float32). Two passes over ``x``, tile by
     tile within the memory budget: each tile's totals along the axis, then
     each tile's own cumulative sum plus the totals of the tiles before it.
     Differentiable: the gradient is the cotangent's cumulative sum taken

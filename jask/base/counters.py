@@ -327,11 +327,11 @@ class Stats:
 
     Example:
       >>> import numpy as np, jask
-      >>> x = jask.from_numpy(np.ones((10, 10)))
+      >>> x = jask.from_numpy(np.ones((10, 10), np.float32))
       >>> with jask.track() as t:
       ...     y = x + x              # each operand's tiles are read
       >>> t.passes(x), t.store(y).bytes_written, t.by_op["add"].graphs
-      (2.0, 800, 1)
+      (2.0, 400, 1)
     """
 
     def __init__(self, io: dict | None = None, graphs: dict | None = None):

@@ -23,6 +23,23 @@ def is_tracer(x) -> bool:
     return isinstance(x, core.Tracer)
 
 
+def numpy_caller() -> str | None:
+    """The public ``jax.numpy`` function the current call came through
+    (``"mean"`` inside ``jnp.mean``), read from the call stack; None if none."""
+    import sys
+    from types import FrameType
+
+    frame: FrameType | None = sys._getframe(1)
+    name = None
+    while frame is not None:  # the outermost one wins: jnp.var calls jnp.mean
+        code = frame.f_code
+        if ("jax/_src/numpy/" in code.co_filename.replace("\\", "/")
+                and not code.co_name.startswith("_") and code.co_name.isidentifier()):
+            name = code.co_name
+        frame = frame.f_back
+    return name
+
+
 def wants_cotangent(accum) -> bool:
     """Whether a VJP accumulator collects a cotangent (its input needs one)."""
     from jax._src.interpreters import ad

@@ -20,7 +20,7 @@ from jask.core.lifetime import collect_if_idle
 from jask.store import chunkio, registry, space
 from jask.store.spec import StoreSpec
 
-__all__ = ["DiskArray", "DiskArrayType"]
+__all__ = ["DiskArray", "DiskArrayType", "check_storable"]
 
 HANDLE_DTYPE = np.int32
 
@@ -38,6 +38,39 @@ def disk_type(x) -> "DiskArrayType | None":
     return None
 
 
+def check_storable(dtype, op: str = "jask") -> np.dtype:
+    """``dtype`` if a Zarr v3 store can hold it, else a TypeError saying what
+    to do: zarr-python has no bfloat16 (nor float8 or int4) data type, so a
+    store of ml_dtypes' types cannot be written or read by other tools.
+
+    Example:
+      >>> check_storable("float16")
+      dtype('float16')
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":
+        raise TypeError(
+            f"{op}: a DiskArray cannot hold {dtype.name}: Zarr v3 stores have no {dtype.name} "
+            "data type (they hold bool, int, uint, float16/32/64 and complex). "
+            + ("Store float32 (or float16) instead and cast small results in memory, e.g. "
+               "jask.mean(x, axis=0).astype(jnp.bfloat16); jask's float16 reductions "
+               "accumulate in float32 as jax.numpy's do" if dtype.kind == "V" else ""))
+    return dtype
+
+
+DEVICE_PUT = (
+    "jax.device_put does not take a DiskArray: its data stays in its Zarr store on disk, "
+    "and jask ops stream it within the memory budget. For a small array in device memory use "
+    "jask.materialize(x) (or jnp.asarray(x.to_numpy())); for in-memory results, reduce or "
+    "slice it first")
+
+
+class NotOnDevice(TypeError, AttributeError):
+    """A DiskArray asked for what only an array in device memory has (its
+    sharding, for ``jax.device_put``). An AttributeError too, so JAX code
+    probing ``getattr(aval, "sharding", None)`` behaves as before."""
+
+
 class DiskArrayType(HiType):
     """The JAX type of a DiskArray: shape and dtype, nothing else.
 
@@ -46,7 +79,7 @@ class DiskArrayType(HiType):
 
     def __init__(self, shape, dtype):
         self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = check_storable(dtype)
 
     def __hash__(self):
         return hash((DiskArrayType, self.shape, self.dtype))
@@ -102,6 +135,11 @@ class DiskArrayType(HiType):
             "jax.lax.scan over DiskArrays is not supported: use a Python loop over a jitted step")
 
     # Operators and methods of its tracers are set below, shared with DiskArray.
+
+    # jax.device_put reads its operand's type's sharding: a DiskArray has none.
+    @property
+    def sharding(self):
+        raise NotOnDevice(DEVICE_PUT)
 
     @aval_property
     def nbytes(self):
@@ -285,18 +323,39 @@ class DiskArray:
     __hash__ = object.__hash__  # == is elementwise, as on jax.Array; identity hashes
 
     def __array__(self, dtype=None, copy=None):
-        """The whole array in memory, for arrays up to the memory budget.
+        """The whole array in memory (numpy 2's protocol), for arrays up to
+        the memory budget; always a copy, so ``copy=False`` raises ValueError.
 
         Larger arrays raise instead of filling memory: reduce them, slice
         them, or read tiles through :meth:`to_memmap`.
         """
+        if copy is False:
+            raise ValueError(
+                f"a DiskArray of shape {self.shape} lives on disk: converting it to numpy always "
+                "copies it into memory, so copy=False cannot be honoured (use copy=None)")
         budget = get_config().max_memory
         if self.nbytes > budget:
             raise MemoryError(
                 f"np.asarray of a DiskArray of shape {self.shape} ({self.nbytes} bytes) would "
                 f"load it whole, over the memory budget of {budget} bytes; reduce or slice "
-                "it first, or read tiles with to_memmap()")
+                "it first (jask.mean(x) or x.mean() for np.mean(x), and so on), or read tiles "
+                "with to_memmap()")
         value = self.to_numpy()
-        return value if dtype is None else value.astype(dtype)
+        return value if dtype is None else value.astype(dtype, copy=False)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """numpy functions (``np.mean(x[:100])``) run on the array loaded
+        through :meth:`__array__`: small arrays only, larger ones are refused
+        naming the budget (numpy would otherwise call ``x.mean(dtype=...,
+        out=...)``, jask's own streaming reduction, with numpy's arguments)."""
+        def load(v):
+            if isinstance(v, DiskArray):
+                return np.asarray(v)
+            if isinstance(v, (list, tuple)):
+                return type(v)(load(e) for e in v)
+            return v
+
+        return func(*load(args), **{k: load(v) for k, v in kwargs.items()})
+
 
 register_hitype(DiskArray, lambda value: value._aval)

@@ -40,6 +40,13 @@ def _aval(x):
     return jax.typeof(x)
 
 
+#: The refusal of a gradient's own gradient (README: "Not yet: second derivatives").
+SECOND_DERIVATIVES = (
+    "jask: second derivatives are not supported (jax.grad of a gradient, jax.hessian): {op} "
+    "belongs to a backward pass, and jask computes first derivatives only. Differentiate "
+    "once, or compute the second-order term in jax.numpy on in-memory values")
+
+
 class DiskPrimitive(VJPHiPrimitive):
     """Base: set the avals and hashable params, then let hijax check them."""
 
@@ -50,7 +57,20 @@ class DiskPrimitive(VJPHiPrimitive):
         super().__init__()
 
     def vjp_fwd(self, nzs_in, *args):
+        self.check_first_order()
         return self(*args), args
+
+    def check_first_order(self):
+        """Refuse to differentiate an op of a backward pass (a second derivative)."""
+        if self.params.get("grad"):
+            raise NotImplementedError(SECOND_DERIVATIVES.format(op=self.params.get("op")))
+
+    def jvp(self, primals, tangents):
+        raise NotImplementedError(
+            f"jask.{self.params.get('op', type(self).__name__)}: forward-mode differentiation "
+            "(jax.jvp, jax.jacfwd, jax.hessian, jax.linearize) is not supported: jask computes "
+            "first derivatives in reverse mode only (jax.grad, jax.vjp, jax.value_and_grad, "
+            "jax.jacrev)")
 
     def vjp_bwd(self, res, g, *accums):
         if isinstance(g, Zero):  # nothing flows back
@@ -178,6 +198,7 @@ class Blockwise(DiskPrimitive):
         return self._run(work_fn, args, fuse)
 
     def vjp_fwd(self, nzs_in, *args):
+        self.check_first_order()
         out = self(*args)
         return out, (args, out)
 

@@ -22,7 +22,7 @@ from jask.base.config import Config
 from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, plan_blockwise
-from jask.engine.scan import carry_bytes
+from jask.engine.scan import accumulation_dtype, carry_bytes
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
@@ -119,8 +119,10 @@ def scan(op: str, source: StoreSpec, axis: int, dtype, config: Config) -> Plan:
     disk = [(source, tuple(range(len(shape))))]
 
     def plan_with(fixed):
-        tile, cost = plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
-                                    workers=config.workers, fixed_bytes=fixed)
+        # tiles as wide as the sum accumulates in (float32 for float16)
+        tile, cost = plan_blockwise(op, shape, accumulation_dtype(dtype), disk,
+                                    budget=config.max_memory, workers=config.workers,
+                                    fixed_bytes=fixed)
         return tile, cost, SCAN_CARRY_COPIES * carry_bytes(shape, tile, axis, dtype)
 
     held = 0
