@@ -1,6 +1,9 @@
 """Writing into an existing store: ``update_``, the one op that mutates."""
 from __future__ import annotations
 
+import numpy as np
+
+from jask.api import elementwise
 from jask.base.config import Config
 from jask.core import primitives
 from jask.core.array import DiskArrayType, disk_type
@@ -24,11 +27,19 @@ def update_(target, new_value, *, config: Config | None = None):
       >>> b = jask.update_(a, jask.from_numpy(np.ones(3)))
       >>> b.filename == a.filename, float(jask.sum(a))
       (True, 3.0)
+
+    ``new_value`` must have the target's shape and a dtype that casts to the
+    target's without loss (float32 into a float64 store); it is written in
+    the target's dtype.
     """
     t = _require(target, "update_", "the array to update")
     n = _require(new_value, "update_", "new_value")
-    if t.shape != n.shape or t.dtype != n.dtype:
+    if t.shape != n.shape or not np.can_cast(n.dtype, t.dtype, "safe"):
         raise ValueError(
             f"update_: new_value has shape {n.shape} and dtype {n.dtype.name}, but the "
             f"array it replaces has shape {t.shape} and dtype {t.dtype.name}")
+    if n.dtype != t.dtype:
+        # a value JAX computed in fewer bits (float64 stores give float32 results with x64
+        # off) is written in the store's own dtype: w.update_(w - lr * g) keeps working
+        new_value = elementwise.astype(new_value, t.dtype, config=config)
     return primitives.update(target, new_value, config=config)
