@@ -119,7 +119,10 @@ def run_cell(folder: str) -> dict:
     y = jask.open(os.path.join(folder, "y.zarr"))
     w = jask.from_numpy(np.zeros((X.shape[1], 1), np.float32))
     results = {}
+    only = os.environ.get("JASK_GRID_OPS")  # a comma-separated subset, to study one op
     for name, op in ops(a, b, v, X, y, w).items():
+        if only and name not in only.split(","):
+            continue
         before = _scratch_files(jask.get_config())
         try:
             if name in COMPILED:  # compile first: XLA's memory is no tile's
