@@ -65,10 +65,10 @@ def stores_on_disk(config) -> list[str]:
 
 def bytes_on_disk(path, metadata=True) -> int:
     """Bytes of the files under ``path``; ``metadata=False`` counts a store's
-    chunk files only (``zarr.json``, ``.zarray``... left out)."""
+    chunk files only (``zarr.json``, ``.zarray``, jask's ``.jask-version``... left out)."""
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
                for f in files
-               if metadata or not (f.startswith("zarr.json") or f.startswith(".z")))
+               if metadata or not f.startswith(("zarr.json", ".z", ".jask-")))
 
 
 def last_json(stdout: str):

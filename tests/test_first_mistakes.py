@@ -27,8 +27,8 @@ def test_jax_numpy_functions_name_the_jask_function_to_use(X):
         jnp.var(X, axis=0)  # checked before jax.numpy's own jit
     with pytest.raises(TypeError, match=r"jnp\.sqrt does not take a DiskArray; use jask\.sqrt"):
         jax.jit(jnp.sqrt)(X)
-    with pytest.raises(TypeError, match=r"jask has no sin: use jask\.map\(jnp\.sin, x\)"):
-        jnp.sin(X)
+    with pytest.raises(TypeError, match=r"jask has no median: use jask\.map\(jnp\.median, x\)"):
+        jnp.median(X)
     # what did work keeps working: jax.Array operators defer to jask, jnp.asarray under jit
     w = jnp.arange(7, dtype=jnp.float32)
     assert isinstance(w * X, jask.DiskArray) and isinstance(w + X, jask.DiskArray)

@@ -379,7 +379,7 @@ def diff(x, n: int = 1, axis: int = -1, prepend=None, append=None, *,
     Example:
       >>> import numpy as np, jask
       >>> jask.diff(jask.from_numpy(np.array([1.0, 4.0, 9.0, 16.0])), n=2).to_numpy()
-      array([2., 2.])
+      array([2., 2.], dtype=float32)
     """
     aval = disk_type(x)
     if aval is None and disk_type(prepend) is None and disk_type(append) is None:

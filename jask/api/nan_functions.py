@@ -17,6 +17,7 @@ import numpy as np
 from jask.api import elementwise as ew
 from jask.api import reductions
 from jask.base.config import Config
+from jask.core.array import DiskArray
 
 __all__ = ["nansum", "nanmean", "nanvar", "nanstd", "nanmax", "nanmin", "nanargmax",
            "nanargmin", "nanprod", "NUMPY_FUNCTIONS", "array_function"]
@@ -190,6 +191,19 @@ NUMPY_FUNCTIONS: dict[Callable, Callable] = {
 }
 
 
+def _in_memory(values) -> list:
+    """``values`` with each DiskArray (also inside lists and tuples) read into
+    memory through ``__array__``, which refuses one over the budget."""
+    out: list = []
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            v = type(v)(_in_memory(v))
+        elif isinstance(v, DiskArray):
+            v = np.asarray(v)
+        out.append(v)
+    return out
+
+
 def array_function(self, func, types, args, kwargs):
     """``DiskArray.__array_function__``: the NaN-skipping reductions stream
     through jask; any other numpy function gets the array in memory through
@@ -202,8 +216,8 @@ def array_function(self, func, types, args, kwargs):
       1.5
     """
     jask_function = NUMPY_FUNCTIONS.get(func)
-    if jask_function is None:
-        return func._implementation(*args, **kwargs)
+    if jask_function is None:  # numpy's own function on the values in memory
+        return func(*_in_memory(args), **dict(zip(kwargs, _in_memory(kwargs.values()))))
     kwargs = dict(kwargs)
     for unused in ("out", "dtype", "where", "initial"):
         if kwargs.get(unused) is not None:

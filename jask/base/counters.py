@@ -116,13 +116,14 @@ _tracks: list["Track"] = []  # the open track() blocks
 
 # --- hooks for the modules that do I/O ------------------------------------------------
 
-_STAGING = re.compile(r"^(.*)/\.(.+)\.(?:jask-update|saving)-[0-9a-f]+$")
+_STAGING = re.compile(r"^(.*)/\.(.+)\.(?:jask-update|jask-save|saving)-[0-9a-f]+$")
 
 
 @functools.lru_cache(maxsize=4096)
 def _store_key(path: str) -> str:
     """The store a path counts for: an ``update_`` or ``save`` staging folder
-    counts for the store it becomes (:mod:`jask.store.durability`, :mod:`jask.api.save`)."""
+    counts for the store it becomes (:mod:`jask.store.durability`,
+    :mod:`jask.store.saves`)."""
     path = os.path.abspath(path)
     staged = _STAGING.match(path)
     return os.path.join(staged.group(1), staged.group(2)) if staged else path

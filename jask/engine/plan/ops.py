@@ -475,7 +475,8 @@ def gather(op: str, read: StoreSpec, indexed: tuple, shape: tuple, values, confi
     tiles = [t for i, t in enumerate(memory.shrinking(chunks))
              if i == 0 or memory.nbytes(t, dtype) >= smallest]
     candidates = [(tile, k) for tile in tiles for k in sorted({config.workers, 1}, reverse=True)]
-    (tile, _), cost = memory.first_fit(candidates, lambda c: cost_of(*c), config.max_memory)
+    (tile, _), cost = memory.first_fit(candidates, lambda c: cost_of(*c),
+                                       int(config.max_memory * GATHER_SHARE))
     return Plan(op, tuple(tile), tuple(tile), _n_tiles(shape, tile), cost)
 
 
@@ -565,6 +566,13 @@ __all__ += ["sort"]
 #: in the same process); 20 keeps every cell under it.
 SORT_TEMPORARY_BYTES = 20
 
+#: Budget shares for ops whose measured peaks run above their model in the
+#: memory-bound grid (decode buffers of compressed chunks, numpy's lane
+#: copies, arenas other ops left): sort measured up to 1.38x its model on
+#: zstd chunks, gathers 1.04x; they plan against this share of the budget.
+SORT_SHARE = 0.7
+GATHER_SHARE = 0.9
+
 
 def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
     """A sort along ``axis`` (:mod:`jask.engine.sort`): tiles span the whole
@@ -590,9 +598,9 @@ def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
     for at_once in sorted({config.workers, 1}, reverse=True):
         for tile in tiles:
             cost = cost_of(tile, at_once)
-            if cost.total <= config.max_memory:
+            if cost.total <= config.max_memory * SORT_SHARE:
                 return Plan(op, tile, tile, _n_tiles(shape, tile), cost)
-    need = cost_of(tiles[-1], 1).total
+    need = int(cost_of(tiles[-1], 1).total / SORT_SHARE)
     raise memory.BudgetError(
         f"jask.{op}: one lane along axis {axis} of shape {shape} ({n} elements, a tile of "
         f"shape {tiles[-1]}) needs {need} bytes in one task, over the memory budget of "
