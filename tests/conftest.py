@@ -1,4 +1,6 @@
 """Fixtures for jask's own tests: small budgets that force many tiles."""
+import gc
+
 import jax
 import numpy as np
 import pytest
@@ -31,3 +33,14 @@ def dtype(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Freeze what outlived the test (imported libraries, JAX's caches): every
+    test's leak check runs a full garbage collection, which then scans only
+    the objects made since (0.1 s per test with JAX's heap, a third of the
+    op table's time; gc.freeze keeps reference counting, so nothing frozen
+    leaks unless it sits in a cycle)."""
+    yield
+    gc.freeze()
