@@ -126,6 +126,8 @@ def test_elementwise_functions_jask_has(small_budget, x64):
               "bool": (rng.random((9, 30)) > 0.5, rng.random((9, 30)) > 0.3)}
     checked = []
     for name, (nin, *names) in xp.ELEMENTWISE.items():
+        if name in ("real", "imag", "conj"):  # the standard takes complex only (jask: as jnp)
+            continue
         try:
             xp.jask_function(name, *names)
         except NotImplementedError:
@@ -147,6 +149,8 @@ def test_missing_functions_name_themselves():
                                                   r"frobnicate"):
         xp.jask_function("frobnicate", "frobnicate")
     for name, (nin, *names) in xp.ELEMENTWISE.items():
+        if name in ("real", "imag", "conj"):  # the standard takes complex only (jask: as jnp)
+            continue
         try:
             xp.jask_function(name, *names)
         except NotImplementedError:
