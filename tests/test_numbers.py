@@ -157,3 +157,16 @@ def test_max_and_min_propagate_nan_as_jax_numpy_documents(small_budget):
             got = to_numpy(getattr(jask, op)(X, axis=axis))
             np.testing.assert_array_equal(got, getattr(np, op)(x, axis=axis))
             assert np.isnan(got).any()
+
+
+@pytest.mark.parametrize("shape, axis", [((0, 5), None), ((0, 5), 0), ((3, 0), 0), ((3, 0), 1)])
+def test_reductions_of_empty_arrays_answer_as_jax_numpy(shape, axis, small_budget):
+    """mean, var and std of nothing are NaN (a sum of nothing is 0 before its scale)."""
+    values = np.zeros(shape, np.float32)
+    x = jask.from_numpy(values)
+    for name in ("sum", "mean", "var", "std"):
+        got = getattr(jask, name)(x, axis)
+        got = got.to_numpy() if isinstance(got, jask.DiskArray) else np.asarray(got)
+        want = np.asarray(getattr(jnp, name)(values, axis))
+        assert got.shape == want.shape and got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)

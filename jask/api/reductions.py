@@ -12,7 +12,6 @@ DiskArray operand each is its ``jax.numpy`` counterpart.
 """
 from __future__ import annotations
 
-import builtins
 import functools
 import math
 
@@ -182,9 +181,12 @@ def _mean(x, axis, keepdims, dtype, compute, config):
     """The mean of a DiskArray computed in ``compute``, stored as ``dtype``."""
     aval = _disk(x)
     count = math.prod(aval.shape[d] for d in _axes("mean", axis, aval.ndim, aval.shape))
-    scale = _scalar(1.0 / builtins.max(count, 1), compute)
-    return _reduce("mean", ufuncs.MUL, x, [(scale, ())], axis, keepdims, "sum", dtype, config,
-                   compute)
+    scale = _scalar(1.0 / count if count else np.nan, compute)  # an empty mean is NaN, as jnp
+    result = _reduce("mean", ufuncs.MUL, x, [(scale, ())], axis, keepdims, "sum", dtype, config,
+                     compute)
+    if count == 0 and disk_type(result) is None:  # a sum of nothing is 0 before the scale
+        result = jnp.full_like(result, np.nan)
+    return result
 
 
 def max(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
@@ -239,8 +241,11 @@ def var(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
     mu = _mean(x, axis, keepdims, compute, compute, config)
     count = math.prod(aval.shape[d] for d in reduced)
     scale = _scalar(1.0 / (count - ddof) if count > ddof else np.nan, compute)
-    return _reduce("var", ufuncs.SQDIFF, x, [(mu, out_axes), (scale, ())], axis, keepdims,
-                   "sum", dtype, config, compute)
+    result = _reduce("var", ufuncs.SQDIFF, x, [(mu, out_axes), (scale, ())], axis, keepdims,
+                     "sum", dtype, config, compute)
+    if count == 0 and disk_type(result) is None:  # a sum of nothing is 0 before the scale
+        result = jnp.full_like(result, np.nan)
+    return result
 
 
 def std(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
