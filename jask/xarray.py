@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 
+import dask
 import numpy as np
 import xarray as xr
 from dask.array.core import normalize_chunks
@@ -91,7 +92,10 @@ def to_zarr(dataset: xr.Dataset, path: str | os.PathLike, **kwargs):
     chunked array's ``.chunks`` as Dask's per-axis lists, and a DiskArray's
     are its Zarr chunk shape. This hands xarray each DiskArray as a Dask
     array over the same store (:meth:`DiskArray.to_dask`), so xarray's own
-    writer streams it chunk by chunk.
+    writer streams it chunk by chunk, one chunk at a time (Dask's
+    synchronous scheduler: memory of about one chunk, as a jask store's
+    chunks are sized from the budget). Those reads are plain Zarr's: jask's
+    damaged-chunk and version checks do not apply to them.
 
     Args:
       dataset: the Dataset (or a DataArray, written as its ``.to_dataset()``).
@@ -111,8 +115,10 @@ def to_zarr(dataset: xr.Dataset, path: str | os.PathLike, **kwargs):
                for name, variable in dataset.variables.items()
                if isinstance(variable.data, jask.DiskArray)}
     kwargs.setdefault("consolidated", False)
-    return dataset.assign_coords({k: v for k, v in on_dask.items() if k in dataset.coords}).assign(
-        {k: v for k, v in on_dask.items() if k not in dataset.coords}).to_zarr(path, **kwargs)
+    template = dataset.assign_coords({k: v for k, v in on_dask.items() if k in dataset.coords})
+    template = template.assign({k: v for k, v in on_dask.items() if k not in dataset.coords})
+    with dask.config.set(scheduler="synchronous"):  # one chunk in memory at a time
+        return template.to_zarr(path, **kwargs)
 
 
 class ChunkManager(ChunkManagerEntrypoint):

@@ -170,3 +170,17 @@ def test_reductions_of_empty_arrays_answer_as_jax_numpy(shape, axis, small_budge
         want = np.asarray(getattr(jnp, name)(values, axis))
         assert got.shape == want.shape and got.dtype == want.dtype, name
         np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_update_writes_a_float32_result_into_a_float64_store(small_budget):
+    """With x64 off, w - lr * g of a float64 store is float32 (as jnp's); update_ writes it
+    back in the store's float64, eagerly and under jit; a lossy dtype is still refused."""
+    values = np.linspace(-1, 1, 3001)
+    w = jask.from_numpy(values)
+    g = jnp.ones(3001, jnp.float32)
+    w.update_(w - 0.5 * g)
+    jax.jit(lambda w, g: w.update_(w - 0.5 * g))(w, g)
+    assert w.dtype == np.float64
+    np.testing.assert_allclose(w.to_numpy(), values - 1.0, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="dtype complex64"):
+        w.update_(jask.from_numpy(np.ones(3001, np.complex64)))

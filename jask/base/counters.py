@@ -116,7 +116,7 @@ _tracks: list["Track"] = []  # the open track() blocks
 
 # --- hooks for the modules that do I/O ------------------------------------------------
 
-_STAGING = re.compile(r"^(.*)/\.(.+)\.(?:jask-update|jask-save|saving)-[0-9a-f]+$")
+_STAGING = re.compile(r"^(.*)/\.(.+)\.(?:jask-update|jask-save)-[0-9a-f]+$")
 
 
 @functools.lru_cache(maxsize=4096)
