@@ -4,6 +4,7 @@ import gc
 import jax
 import numpy as np
 import pytest
+from s3server import s3_bucket, s3_server  # noqa: F401  (fixtures: a real S3 server)
 
 import jask
 from helpers import SMALL_BUDGET
