@@ -272,8 +272,11 @@ async def _gather(coros, limit: int = IN_FLIGHT):
     gate = asyncio.Semaphore(limit)
 
     async def gated(c):
-        async with gate:
-            return await c
+        try:
+            async with gate:
+                return await c
+        finally:
+            c.close()  # (one never started, as another failed: no "never awaited")
     return await asyncio.gather(*(gated(c) for c in coros))
 
 
