@@ -219,3 +219,19 @@ def test_a_failed_save_to_a_url_leaves_no_array(s3_bucket, small_budget):
     assert remote.list_prefix(f"{s3_bucket}/dst.zarr") == []
     with pytest.raises(FileNotFoundError):
         jask.open(f"{s3_bucket}/dst.zarr")
+
+
+def test_xarray_datasets_at_urls(s3_bucket, small_budget):
+    """jask.xarray.open_dataset reads a group at a URL; jask.xarray.to_zarr
+    writes DiskArrays to one (through xarray's own writer)."""
+    import xarray as xr
+
+    import jask.xarray
+
+    values = np.arange(12.0).reshape(4, 3)
+    xr.Dataset({"v": (("t", "c"), values)}, coords={"t": np.arange(4)}).to_zarr(
+        f"{s3_bucket}/ds.zarr", mode="w", consolidated=False)
+    ds = jask.xarray.open_dataset(f"{s3_bucket}/ds.zarr")
+    assert isinstance(ds.v.data, jask.DiskArray)
+    jask.xarray.to_zarr(ds * 2, f"{s3_bucket}/ds2.zarr", mode="w")
+    np.testing.assert_array_equal(xr.open_zarr(f"{s3_bucket}/ds2.zarr").v.values, 2 * values)
