@@ -115,7 +115,11 @@ def _error(op: str, url: str, key: str | None, err: BaseException,
 
 
 def _transient(err: BaseException) -> bool:
-    """Whether a retry may succeed: connection errors, timeouts, 5xx, 429."""
+    """Whether a retry may succeed: connection errors, timeouts, 5xx, 429,
+    and a bucket not found (one just made, or an endpoint just back, may not
+    show it yet); a missing key is an answer, not a fault."""
+    if isinstance(err, FileNotFoundError) and _no_bucket(err):
+        return True
     if isinstance(err, (FileNotFoundError, PermissionError, DamagedStoreError)):
         return False
     bad = (obstore.exceptions.PermissionDeniedError, obstore.exceptions.UnauthenticatedError,
@@ -125,6 +129,10 @@ def _transient(err: BaseException) -> bool:
     if isinstance(err, bad):
         return False
     return isinstance(err, (obstore.exceptions.GenericError, ConnectionError, TimeoutError))
+
+
+def _no_bucket(err: BaseException) -> bool:
+    return "NoSuchBucket" in str(err)
 
 
 def _wait(attempt: int) -> float:
@@ -183,7 +191,9 @@ async def _get(url: str, name: str, op: str = "read") -> bytes | None:
     async def call():
         try:
             result = await obstore.get_async(client, key)
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return None
         return await result.bytes_async()
     found = await _retrying(op, url, name, call)
@@ -241,7 +251,9 @@ async def _head(url: str, name: str) -> bool:
         try:
             await obstore.head_async(client, key)
             return True
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return False
     return await _retrying("lookup", url, name, call)
 
@@ -465,7 +477,9 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
         try:
             result = await obstore.get_async(
                 client, key, options={"range": (rows.start * row, rows.stop * row)})
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return None
         return result.meta["size"], await result.bytes_async()
     found = await _retrying("read", url, name, call)
@@ -547,7 +561,9 @@ async def _shard_index(layout, where: tuple) -> np.ndarray | None:
         try:
             result = await obstore.get_async(
                 client, key, options={"range": {"suffix": size} if at_end else (0, size)})
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return None
         return result.meta, await result.bytes_async()
     found = await _retrying("read", url, name, call)
