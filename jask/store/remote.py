@@ -409,12 +409,15 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     """What reading ``store`` holds (:class:`jask.base.memory.ReadModel`): an
     uncompressed one is read by ranges as a local raw store is (``raw``);
     compressed chunks are decoded one at a time as local ones are, with up
-    to ``group`` fetched at once (about IN_FLIGHT_BYTES)."""
+    to ``group`` fetched at once (about IN_FLIGHT_BYTES). An uncompressed
+    read holds up to ``fetched`` bytes of ranges in flight besides its tile
+    (IN_FLIGHT_BYTES, or one range when that is larger)."""
     shape, itemsize = tuple(store.shape), np.dtype(store.dtype).itemsize
     try:
         arr = open_array(store.path)
     except FileNotFoundError:  # one jask is about to write: uncompressed chunks
         return memory.ReadModel(shape, tuple(store.chunks), itemsize, raw=True,
+                                fetched=IN_FLIGHT_BYTES,
                                 write_unit=tuple(store.chunks), path=store.path)
     layout = _layout(store.path)
     unit = tuple(max(1, c) for c in arr.chunks)
@@ -433,6 +436,7 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     write_copies = (1 if layout.plain else memory.DECODED_COPIES) if layout.encodes \
         else memory.ZARR_WRITE_COPIES
     return memory.ReadModel(shape, unit, itemsize, raw=layout.plain,
+                            fetched=IN_FLIGHT_BYTES if layout.plain else 0,
                             copies=memory.DECODED_COPIES, group=group,
                             write_unit=tuple(shards or unit), write_copies=write_copies,
                             codec=codec, path=store.path)
