@@ -38,6 +38,7 @@ import os
 import random
 import struct
 import threading
+import time
 from types import ModuleType
 
 import google_crc32c
@@ -325,12 +326,19 @@ def open_array(url: str, *, mode: str = "r") -> zarr.Array:
         return cached
     loc = objects.location(url)
     store = zarr.storage.ObjectStore(loc.client, read_only=mode == "r")
-    try:
-        arr = zarr.open_array(store=store, path=loc.prefix, mode=mode)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no Zarr array at {url!r}") from None
-    except obstore.exceptions.BaseError as err:
-        raise _error("open", url, None, err) from None
+    for attempt in itertools.count():  # (zarr's own requests: retried here, as a whole)
+        counters.requested(url)
+        try:
+            arr = zarr.open_array(store=store, path=loc.prefix, mode=mode)
+            break
+        except FileNotFoundError as err:
+            if not _no_bucket(err) or attempt >= RETRIES:
+                raise FileNotFoundError(f"no Zarr array at {url!r}") from None
+        except obstore.exceptions.BaseError as err:
+            if not _transient(err) or attempt >= RETRIES:
+                raise _error("open", url, None, err, attempt + 1) from None
+        counters.retried(url)
+        time.sleep(_wait(attempt))
     if mode == "r":
         with _lock:
             _arrays[url] = arr
@@ -629,7 +637,9 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     if layout is None or not (layout.encodes and all(
             s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
             for s, c, n in zip(region, layout.chunks, layout.shape))):
-        arr = _arrays[url]
+        arr = _arrays.get(url)
+        if arr is None or arr.read_only:
+            arr = open_array(url, mode="r+")
         try:
             arr[region] = block
         except obstore.exceptions.BaseError as err:
