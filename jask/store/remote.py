@@ -74,7 +74,13 @@ _chunkio: ModuleType | None = None
 
 
 def bind_local_layer(module: ModuleType) -> None:
-    """Called once by :mod:`jask.store.chunkio`: its decoders, used here too."""
+    """Called once by :mod:`jask.store.chunkio`: its decoders, used here too.
+
+    Example:
+      >>> import jask.store.chunkio
+      >>> _local_layer() is jask.store.chunkio
+      True
+    """
     global _chunkio
     _chunkio = module
 
@@ -213,7 +219,15 @@ def get(url: str, name: str) -> bytes | None:
 
 def put(url: str, name: str, data, *, create_only: bool = False, op: str = "write") -> None:
     """Put ``data`` as object ``name`` under ``url`` (``create_only``: fail
-    with FileExistsError if it exists, by a conditional put)."""
+    with FileExistsError if it exists, by a conditional put).
+
+    Example:
+      >>> put("memory:///doc-put", "lock", b"1", create_only=True)
+      >>> put("memory:///doc-put", "lock", b"2", create_only=True)
+      Traceback (most recent call last):
+      ...
+      FileExistsError: 'memory:///doc-put' already holds 'lock'
+    """
     client, key = _client_key(url, name)
     mode = "create" if create_only else "overwrite"
 
@@ -227,7 +241,20 @@ def put(url: str, name: str, data, *, create_only: bool = False, op: str = "writ
 
 def write_metadata(url: str, text: str | bytes, name: str = "zarr.json") -> None:
     """Put the array's metadata object: the LAST write of a new array, so
-    that it opens only once every chunk is in place."""
+    that it opens only once every chunk is in place.
+
+    Example:
+      >>> import numpy as np
+      >>> from jask.store.spec import plain_v3_metadata
+      >>> text = plain_v3_metadata((4,), np.dtype("float32"), (4,))
+      >>> url = "memory:///doc-meta/x.zarr"
+      >>> remember(url, text)  # the layout, before the metadata is in place
+      >>> write(StoreSpec(url, (4,), np.dtype("float32"), (4,)), (slice(0, 4),), np.ones(4))
+      >>> exists(url)
+      False
+      >>> write_metadata(url, text); exists(url)
+      True
+    """
     put(url, name, text.encode() if isinstance(text, str) else text, op="write of metadata")
     forget(url)
 
@@ -280,7 +307,12 @@ def list_prefix(url: str) -> list[str]:
 
 def delete_prefix(url: str) -> int:
     """Delete every object under ``url`` (metadata first, so that a
-    half-deleted array never opens); the number deleted."""
+    half-deleted array never opens); the number deleted.
+
+    Example:
+      >>> put("memory:///doc-del/x.zarr", "c/0", b"1"); delete_prefix("memory:///doc-del/x.zarr")
+      1
+    """
     keys = list_prefix(url)
     keys.sort(key=lambda k: k.rsplit("/", 1)[-1] not in _METADATA + (".zattrs", ".zgroup"))
     loc = objects.location(url)
@@ -320,7 +352,14 @@ _lock = threading.Lock()
 
 def open_array(url: str, *, mode: str = "r") -> zarr.Array:
     """A ``zarr.Array`` of the array at ``url`` over zarr's ``ObjectStore``
-    (on jask's obstore client: the same options and credentials)."""
+    (on jask's obstore client: the same options and credentials).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.arange(3.0)), "memory:///doc-open/x.zarr")
+      >>> open_array("memory:///doc-open/x.zarr")[1:]
+      array([1., 2.])
+    """
     cached = _arrays.get(url) if mode == "r" else None
     if cached is not None:
         return cached
@@ -347,7 +386,14 @@ def open_array(url: str, *, mode: str = "r") -> zarr.Array:
 
 def spec_of(url: str) -> StoreSpec:
     """The StoreSpec of the Zarr array at ``url`` (v2 or v3; checked as a
-    local one is), reading its metadata only."""
+    local one is), reading its metadata only.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.zeros((3, 5))), "memory:///doc-spec/x.zarr", chunks=2)
+      >>> spec = spec_of("memory:///doc-spec/x.zarr"); spec.shape, spec.chunks
+      ((3, 5), (2, 2))
+    """
     try:
         arr = open_array(url)
     except (zarr.errors.NodeTypeValidationError, ValueError, KeyError) as err:
@@ -357,13 +403,21 @@ def spec_of(url: str) -> StoreSpec:
 
 
 def metadata_text(arr: zarr.Array) -> str:
-    """The metadata document (``zarr.json``) of a Zarr v3 array."""
+    """The metadata document (``zarr.json``) of a Zarr v3 array.
+
+    Example:
+      >>> import zarr
+      >>> arr = zarr.create_array(store=zarr.storage.MemoryStore(), shape=(2,), dtype="f4")
+      >>> '"zarr_format": 3' in metadata_text(arr)
+      True
+    """
     return json.dumps(arr.metadata.to_dict(), default=str)
 
 
 def remember(url: str, text: str) -> None:
     """Know the layout of the array at ``url`` from its metadata ``text``
-    before it is written (it is written last); once per process."""
+    before it is written (it is written last); once per process (example:
+    :func:`write_metadata`)."""
     if url not in _layouts:
         _layout_from(url, _array_from_text(url, text))
 
@@ -405,7 +459,12 @@ def _layout_from(url: str, arr: zarr.Array):
 
 
 def forget(url: str) -> None:
-    """Drop what is cached about the store at ``url``."""
+    """Drop what is cached about the store at ``url`` (its zarr.Array,
+    layout and shard indexes), as for an array written anew there.
+
+    Example:
+      >>> forget("memory:///doc-forget/x.zarr")
+    """
     with _lock:
         _arrays.pop(url, None)
         _layouts.pop(url, None)
@@ -419,7 +478,14 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     compressed chunks are decoded one at a time as local ones are, with up
     to ``group`` fetched at once (about IN_FLIGHT_BYTES). An uncompressed
     read holds up to ``fetched`` bytes of ranges in flight besides its tile
-    (IN_FLIGHT_BYTES, or one range when that is larger)."""
+    (IN_FLIGHT_BYTES, or one range when that is larger).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.ones((8, 8))), "memory:///doc-model/x.zarr", chunks=4)
+      >>> m = read_model(spec_of("memory:///doc-model/x.zarr")); m.raw, m.unit, m.fetched
+      (True, (4, 4), 1048576)
+    """
     shape, itemsize = tuple(store.shape), np.dtype(store.dtype).itemsize
     try:
         arr = open_array(store.path)
@@ -453,7 +519,14 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
 # --- reading tiles -----------------------------------------------------------------
 
 def read(store: StoreSpec, region: tuple) -> np.ndarray:
-    """One tile of the array at the URL ``store.path`` as a numpy array."""
+    """One tile of the array at the URL ``store.path`` as a numpy array.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.arange(6.0)), "memory:///doc-read/x.zarr", chunks=4)
+      >>> read(spec_of("memory:///doc-read/x.zarr"), (slice(3, 6),))
+      array([3., 4., 5.])
+    """
     chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
@@ -630,7 +703,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     """Write a tile of whole chunks (the last ones may be cut by the array's
     edge) of the array at ``store.path``: one PUT per chunk, encoded here for
     uncompressed, zstd and gzip chunks, through Zarr otherwise. Its metadata
-    must be known (:func:`remember`) or in place."""
+    must be known (:func:`remember`) or in place (example: :func:`write_metadata`)."""
     chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
