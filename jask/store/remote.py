@@ -48,7 +48,7 @@ import zarr
 
 from jask.base import counters, memory
 from jask.store import buffers, objects
-from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata
+from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata, writes_every_chunk
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
@@ -133,9 +133,14 @@ def _transient(err: BaseException) -> bool:
            obstore.exceptions.AlreadyExistsError, obstore.exceptions.PreconditionError,
            obstore.exceptions.InvalidPathError, obstore.exceptions.NotSupportedError,
            obstore.exceptions.UnknownConfigurationKeyError)
-    if isinstance(err, bad):
+    if isinstance(err, bad) or _bad_range(err):
         return False
     return isinstance(err, (obstore.exceptions.GenericError, ConnectionError, TimeoutError))
+
+
+def _bad_range(err: BaseException) -> bool:
+    """A ranged GET past an object's end: the object is shorter than a chunk."""
+    return "InvalidRange" in str(err) or "Range Not Satisfiable" in str(err)
 
 
 def _no_bucket(err: BaseException) -> bool:
@@ -348,6 +353,14 @@ _arrays: dict[str, zarr.Array] = {}
 _layouts: dict[str, object] = {}
 _indexes: dict[tuple, np.ndarray] = {}
 _lock = threading.Lock()
+#: Stores whose array and layout are kept per process (a worker process sees
+#: a scratch store per op and step: the oldest go first).
+_MAX_CACHED = 256
+
+
+def _bounded(cache: dict) -> None:
+    while len(cache) >= _MAX_CACHED:
+        cache.pop(next(iter(cache)))
 
 
 def open_array(url: str, *, mode: str = "r") -> zarr.Array:
@@ -380,6 +393,7 @@ def open_array(url: str, *, mode: str = "r") -> zarr.Array:
         time.sleep(_wait(attempt))
     if mode == "r":
         with _lock:
+            _bounded(_arrays)
             _arrays[url] = arr
     return arr
 
@@ -453,8 +467,11 @@ def _layout_from(url: str, arr: zarr.Array):
                                    np.dtype(arr.dtype), fill, arr.metadata.encode_chunk_key,
                                    **found)
     with _lock:
+        _bounded(_layouts)
         _layouts[url] = layout
-        _arrays.setdefault(url, arr)
+        if url not in _arrays:
+            _bounded(_arrays)
+            _arrays[url] = arr
     return layout
 
 
@@ -566,9 +583,14 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
             if _no_bucket(err):  # (retried, then an error: never the fill value)
                 raise
             return None
+        except obstore.exceptions.GenericError as err:
+            if not _bad_range(err):
+                raise
+            return (await obstore.head_async(client, key))["size"], b""  # shorter than asked
         return result.meta["size"], await result.bytes_async()
     found = await _retrying("read", url, name, call)
     if found is None:
+        _check_may_be_missing(layout, index)
         out[dst] = layout.fill_value
         return
     size, data = found
@@ -583,7 +605,18 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
 async def _read_chunk(layout, out: np.ndarray, index: tuple, src: tuple, dst: tuple) -> None:
     """One whole compressed chunk, decoded, into ``out[dst]``."""
     data = await _get(layout.root, layout.encode_key(index))
+    if data is None:
+        _check_may_be_missing(layout, index)
     _place(layout, out, index, src, dst, data)
+
+
+def _check_may_be_missing(layout, index: tuple) -> None:
+    """Zarr leaves chunks of only the fill value unwritten, but jask writes
+    every chunk of its own stores: there a missing object is damage."""
+    if writes_every_chunk(layout.root):
+        raise FileNotFoundError(
+            f"chunk {layout.key(index)!r} of the Zarr store {layout.root!r} is missing (no "
+            "such object): the store is damaged or was removed")
 
 
 def _place(layout, out, index, src, dst, data) -> None:
@@ -612,6 +645,7 @@ async def _read_sharded(layout, out: np.ndarray, jobs: list) -> None:
         for job in group:
             slot = int(np.ravel_multi_index(tuple(i % p for i, p in zip(job[0], per)), per))
             if index is None or int(index[slot, 0]) == 2**64 - 1:
+                _check_may_be_missing(layout, job[0])
                 out[job[2]] = layout.fill_value
                 continue
             reads.append(_read_inner(layout, out, client, name, index[slot], job))
