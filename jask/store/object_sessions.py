@@ -133,7 +133,9 @@ def _heartbeat(session: _Session) -> None:
     """Rewrite the lease until the session ends (or the process forks away)."""
     import obstore
 
-    period = float(_parse(session.proof)["lease"]) / HEARTBEAT
+    proof = _parse(session.proof)
+    assert proof is not None  # written by _proof
+    period = float(proof["lease"]) / HEARTBEAT
     while not session.stop.wait(period):
         with contextlib.suppress(Exception):  # an endpoint down a moment: next beat
             obstore.put(session.where.client, session.where.key(LEASE), session.proof.encode())
@@ -143,10 +145,9 @@ def _read(where: objects.Location, name: str) -> str | None:
     import obstore
 
     try:
-        data = obstore.get(where.client, where.key(name)).bytes()
+        data = bytes(obstore.get(where.client, where.key(name)).bytes())
     except FileNotFoundError:
         return None
-    data = bytes(data)
     return data.decode(errors="replace") if len(data) <= 4096 else None
 
 
