@@ -90,6 +90,8 @@ def session_url(scratch_url: str, storage_options: dict | None = None) -> str:
         found = _sessions.get(scratch_url)
         if found is not None:
             return found.url
+        if storage_options:  # every store under it reached with them (jask.store.remote)
+            objects.register_options(scratch_url, storage_options)
         session = _make(scratch_url, storage_options)
         _sessions[scratch_url] = session
     remove_dead(scratch_url, storage_options, now=_server_now(session))
