@@ -25,7 +25,7 @@ from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan
-from jask.store import chunkio, durability, layout, registry, saves, sessions, space
+from jask.store import chunkio, durability, layout, objects, registry, saves, sessions, space
 from jask.store.spec import StoreSpec, stored_nbytes
 
 
@@ -326,6 +326,12 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
     target, source = stores
     if target.path == source.path:
         return target
+    if objects.is_url(target.path):  # object storage has no atomic exchange
+        raise NotImplementedError(
+            f"update_: {target.path!r} is in object storage, which cannot replace a store's "
+            "chunks all at once: an update_ there could leave old and new chunks mixed, so "
+            "jask refuses it; nothing was written. Compute the new value and jask.save it "
+            "to a new URL, or keep the array in an icechunk repository")
     planned = planner.update(target, source, config)
     tile, cost = planned.tile, planned.cost
     folder = os.path.dirname(target.path)

@@ -631,4 +631,5 @@ def copy_chunk(out: StoreSpec, text: str, region: tuple, source: StoreSpec) -> N
 
     if out.path not in _layouts:
         remember(out.path, text)
+    counters.wrote(out, region)
     write(out, region, chunkio.read(source, region))
