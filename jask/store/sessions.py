@@ -333,6 +333,13 @@ def folder_mode(root: str) -> int:
 
 def journal_dir(folder: str) -> str:
     """The journal folder (``0700``) of the session folder ``folder``."""
+    if objects.is_url(folder):
+        # Saves to local paths rename locally: their journal stays on this
+        # machine, in a local session of its own (recovered by the next
+        # process here whose scratch is in object storage).
+        import tempfile
+
+        folder = session_dir(os.path.join(tempfile.gettempdir(), "jask-journals"))
     path = os.path.join(folder, JOURNAL)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
