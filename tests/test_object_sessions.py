@@ -103,3 +103,36 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
     assert removed == [dead] and _keys(dead) == []
     assert all(_keys(key.rsplit("/", 1)[0]) for key in lookalikes)
     assert _keys(mine)  # its own session stays
+
+
+def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch, monkeypatch,
+                                                        rng):
+    import numpy as np
+
+    import jask
+    from s3server import ACCESS_KEY, SECRET_KEY
+
+    bucket = s3_server.make_bucket()
+    for key in s3_server.env:  # no environment variables: only the options given
+        monkeypatch.delenv(key, raising=False)
+    options = {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY,
+               "region_name": "us-east-1"}
+    scratch_url = f"{bucket}/scratch"
+    jask.set_memory_budget("256KB", scratch_dir=scratch_url, storage_options=options)
+    try:
+        x = rng.normal(size=(301, 37)).astype(np.float32)
+        a = jask.from_numpy(x)
+        b = a * 2.0 + a
+        assert b.filename.startswith(scratch_url + "/session-")
+        np.testing.assert_allclose(b.to_numpy(), 3 * x, rtol=1e-6)
+        np.testing.assert_allclose(float(jask.sum(b)), 3 * x.sum(), rtol=1e-4)
+        assert SECRET_KEY not in repr(jask.get_config()) + repr(b)
+        where, gone = objects.location(b.filename), b.filename
+        assert obstore.list(where.client, prefix=where.prefix + "/").collect()
+        del b
+        jask.collect()
+        assert obstore.list(where.client, prefix=where.prefix + "/").collect() == []
+    finally:
+        object_sessions.end(scratch_url)
+    with pytest.raises(ValueError, match="storage_options apply to a scratch_dir in object"):
+        jask.set_memory_budget("1MB", scratch_dir=jask_scratch.path, storage_options=options)

@@ -10,7 +10,7 @@ import ctypes.util
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dask.utils
 import psutil
@@ -57,7 +57,7 @@ class Config:
     scratch_dir: str
     allow_tmpfs: bool = False
     workers: int = os.cpu_count() or 1
-    storage_options: tuple = ()
+    storage_options: tuple = field(default=(), repr=False)  # credentials: never shown
 
 
 def parse_budget(max_memory: int | str) -> int:
