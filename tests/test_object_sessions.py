@@ -136,3 +136,22 @@ def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch,
         object_sessions.end(scratch_url)
     with pytest.raises(ValueError, match="storage_options apply to a scratch_dir in object"):
         jask.set_memory_budget("1MB", scratch_dir=jask_scratch.path, storage_options=options)
+
+
+def test_a_failed_op_leaves_no_keys_in_the_scratch_prefix(scratch_url, s3_bucket, jask_scratch):
+    import numpy as np
+    import zarr
+
+    import jask
+
+    x = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
+    zarr.create_array(f"{s3_bucket}/data/x.zarr", shape=x.shape, chunks=(8, 30),
+                      dtype=x.dtype, compressors=None)[...] = x
+    _put(f"{s3_bucket}/data/x.zarr/c/4/0", b"\0" * 10)  # the last chunk: damaged
+    jask.set_memory_budget("256KB", scratch_dir=scratch_url)
+    a = jask.open(f"{s3_bucket}/data/x.zarr")
+    session = sessions.session_dir(scratch_url)
+    with pytest.raises(jask.DamagedStoreError, match="x.zarr"):
+        a * 2.0
+    jask.collect()
+    assert [k.rsplit("/", 1)[-1] for k in _keys(session)] == [".jask-lease", ".jask-session"]
