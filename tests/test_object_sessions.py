@@ -108,9 +108,9 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
 def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch, monkeypatch,
                                                         rng):
     import numpy as np
+    from s3server import ACCESS_KEY, SECRET_KEY
 
     import jask
-    from s3server import ACCESS_KEY, SECRET_KEY
 
     bucket = s3_server.make_bucket()
     for key in s3_server.env:  # no environment variables: only the options given
@@ -127,7 +127,7 @@ def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch,
         np.testing.assert_allclose(b.to_numpy(), 3 * x, rtol=1e-6)
         np.testing.assert_allclose(float(jask.sum(b)), 3 * x.sum(), rtol=1e-4)
         assert SECRET_KEY not in repr(jask.get_config()) + repr(b)
-        where, gone = objects.location(b.filename), b.filename
+        where = objects.location(b.filename)
         assert obstore.list(where.client, prefix=where.prefix + "/").collect()
         del b
         jask.collect()
