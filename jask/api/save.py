@@ -40,7 +40,8 @@ COMPRESSORS = {
 }
 
 def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
-         overwrite: bool = False, config: Config | None = None) -> DiskArray:
+         overwrite: bool = False, config: Config | None = None,
+         storage_options: dict | None = None) -> DiskArray:
     """Write ``x`` to a new Zarr v3 array at ``path`` that outlives the session.
 
     The array is streamed tile by tile within the memory budget (one whole
@@ -52,6 +53,11 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     deletes a saved array. Saving writes to a path, a side effect, so it is
     refused inside ``jax.jit`` (and other transformations): save the value
     the compiled function returns.
+
+    ``path`` may be the URL of object storage (``s3://``, ``gs://``,
+    ``az://``; options as for :func:`jask.open`): the chunks are put first
+    and the metadata object (``zarr.json``) last, so the URL holds the
+    complete array or none (a failed save removes what it put).
 
     Args:
       x: the DiskArray to save.
@@ -70,14 +76,11 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
         with ``overwrite=True`` (save to a new URL instead); ``overwrite``
         there only clears the objects of a save that failed midway.
       config: a :class:`~jask.Config` to use instead of the active one.
+      storage_options: for a URL, as for :func:`jask.open` (by default the
+        environment variables, or the options given for its bucket before).
 
     Returns:
       The saved array, opened as by :func:`jask.open`.
-
-    ``path`` may be the URL of object storage (``s3://``, ``gs://``,
-    ``az://``; options as for :func:`jask.open`): the chunks are put first
-    and the metadata object (``zarr.json``) last, so the URL holds the
-    complete array or none (a failed save removes what it put).
 
     Raises:
       FileExistsError: ``path`` exists and ``overwrite`` is False (at a URL:
@@ -107,6 +110,7 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     if isinstance(path, str) and path.startswith("file://"):
         path = objects.local_path(path)
     if isinstance(path, str) and objects.is_url(path):  # object storage: no rename
+        objects.register_options(path.rstrip("/"), storage_options)
         return _save_url(x, path.rstrip("/"), chunks, compressor, overwrite, config)
     source = _source(x)
     path = _target(path, source, overwrite, config)
@@ -157,10 +161,11 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
     if debris:
         remote.delete_prefix(url)
     text = _metadata_v3(source, out_chunks, codecs)
+    remote.forget(url)
     remote.remember(url, text)
     out = StoreSpec(url, source.shape, source.dtype, out_chunks, managed=False)
     name = builders.key_name("save", url, source.path)
-    graph = {(name, i): (remote.copy_chunk, out, text, region, source)
+    graph = {(name, i): (_copy_chunk_to_url, out, text, region, source)
              for i, region in enumerate(builders.regions(out.shape, out.chunks))}
     try:
         with space.snapshot([source], "jask.save"):
@@ -171,11 +176,20 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
             remote.delete_prefix(url)
         except Exception:  # the endpoint may be what failed: no metadata was put anyway
             pass
-        err.add_note(f"jask.save: no array was made at {url!r} (its metadata is put last)")
+        getattr(err, "add_note")(f"jask.save: no array was made at {url!r} (its metadata "
+                                 "is put last)")
         raise
     finally:
         chunkio.forget(url)
     return creation.open(url)
+
+
+def _copy_chunk_to_url(out: StoreSpec, text: str, region: tuple, source: StoreSpec) -> None:
+    """Task of a save to a URL: ``region`` of ``source`` as whole chunks of
+    ``out``, whose metadata ``text`` is not in place yet (a worker process
+    learns the layout from it)."""
+    remote.remember(out.path, text)  # (cached per process after the first)
+    chunkio.write(out, region, chunkio.read(source, region))
 
 
 def _metadata_v3(source: StoreSpec, chunks: tuple, codecs: tuple) -> str:
