@@ -83,8 +83,7 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
         # A live session is never removed: its heartbeat renews the lease.
         time.sleep(1.5)
         mine = sessions.session_dir(scratch_url)
-        assert _keys(dead) and dead not in object_sessions.remove_dead(
-            scratch_url, now=object_sessions._server_now(object_sessions._sessions[scratch_url]))
+        assert _keys(dead) and dead not in object_sessions.remove_dead(scratch_url)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -98,8 +97,7 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
     removed: list = []
     while dead not in removed and time.monotonic() < deadline:
         time.sleep(0.5)
-        removed = object_sessions.remove_dead(
-            scratch_url, now=object_sessions._server_now(object_sessions._sessions[scratch_url]))
+        removed = object_sessions.remove_dead(scratch_url)
     assert removed == [dead] and _keys(dead) == []
     assert all(_keys(key.rsplit("/", 1)[0]) for key in lookalikes)
     assert _keys(mine)  # its own session stays
