@@ -62,8 +62,13 @@ def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
     assert _keys(url) == []  # the session's end deletes its whole prefix
 
 
+# The child loads jask's store modules without the package's __init__ (which
+# imports JAX: seconds per process on this machine); they import no JAX.
 _CHILD = """
-import os, sys, time
+import os, sys, time, types
+package = types.ModuleType("jask")
+package.__path__ = [sys.argv[2]]
+sys.modules["jask"] = package
 from jask.store import object_sessions
 object_sessions.LEASE_SECONDS = 1.0
 url = object_sessions.session_url(sys.argv[1])
@@ -74,7 +79,8 @@ time.sleep(60)
 
 def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
         scratch_url, s3_server):
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, scratch_url], text=True,
+    package = os.path.dirname(os.path.dirname(os.path.abspath(object_sessions.__file__)))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, scratch_url, package], text=True,
                              stdout=subprocess.PIPE, env=environment_for(s3_server))
     try:
         dead = child.stdout.readline().strip()
