@@ -40,7 +40,7 @@ from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from jask.base import counters, memory
-from jask.store import buffers
+from jask.store import buffers, icechunk_stores
 from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "remember_plain"]
@@ -182,8 +182,11 @@ def open_array(path: str) -> zarr.Array:
     """A read/write ``zarr.Array`` for ``path``, opened once per process."""
     arr = _arrays.get(path)
     if arr is None:
-        arr = zarr.open_array(path, mode="r+")
-        if writes_every_chunk(path):  # so that a missing chunk file means damage
+        if icechunk_stores.is_icechunk(path):  # a snapshot, or an update's session
+            arr = icechunk_stores.open_array(path)
+        else:
+            arr = zarr.open_array(path, mode="r+")
+        if not icechunk_stores.is_icechunk(path) and writes_every_chunk(path):  # so that a missing chunk file means damage
             arr = arr.with_config({"write_empty_chunks": True})  # type: ignore[call-overload]
         with _lock:
             if len(_arrays) >= _MAX_CACHED_ARRAYS:
