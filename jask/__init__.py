@@ -16,8 +16,7 @@ from jask import (
     optim,  # noqa: F401 - jask.optim.adam etc.
 )
 from jask.api import methods  # noqa: F401 - installs DiskArray's operators and methods
-from jask.api.creation import from_numpy, open, open_group
-from jask.api.creation import open_icechunk
+from jask.api.creation import from_numpy, open, open_group, open_icechunk
 from jask.api.elementwise import (  # the rest of the Array API's elementwise functions
     abs,
     acos,

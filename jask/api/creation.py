@@ -24,8 +24,8 @@ from jask.engine.blockwise import positional
 from jask.store import chunkio, groups, icechunk_stores, registry
 from jask.store.spec import StoreSpec, check_metadata
 
-__all__ = ["open", "open_group", "open_icechunk", "from_numpy", "to_disk", "full", "arange", "linspace", "eye",
-           "tri"]
+__all__ = ["open", "open_group", "open_icechunk", "from_numpy", "to_disk", "full", "arange",
+           "linspace", "eye", "tri"]
 
 
 def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like zarr.open

@@ -25,8 +25,16 @@ from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan
-from jask.store import chunkio, durability, layout, registry, saves, sessions, space
-from jask.store import icechunk_stores
+from jask.store import (
+    chunkio,
+    durability,
+    icechunk_stores,
+    layout,
+    registry,
+    saves,
+    sessions,
+    space,
+)
 from jask.store.spec import StoreSpec, stored_nbytes
 
 

@@ -186,7 +186,8 @@ def open_array(path: str) -> zarr.Array:
             arr = icechunk_stores.open_array(path)
         else:
             arr = zarr.open_array(path, mode="r+")
-        if not icechunk_stores.is_icechunk(path) and writes_every_chunk(path):  # so that a missing chunk file means damage
+        # so that a missing chunk file means damage
+        if not icechunk_stores.is_icechunk(path) and writes_every_chunk(path):
             arr = arr.with_config({"write_empty_chunks": True})  # type: ignore[call-overload]
         with _lock:
             if len(_arrays) >= _MAX_CACHED_ARRAYS:
