@@ -185,3 +185,20 @@ def test_a_writer_killed_before_its_commit_leaves_the_old_snapshot(s3_bucket, s3
     w = jask.open_icechunk(f"{s3_bucket}/repo", "w")  # and the next writer goes on
     w.update_(w + 1.0)
     np.testing.assert_array_equal(_outside(s3_bucket), w0 + 1)
+
+
+def test_a_plain_store_at_a_url_is_refused_naming_it(s3_bucket, small_budget):
+    url = f"{s3_bucket}/w.zarr"
+    z = zarr.create_array(store=url, shape=SHAPE, chunks=CHUNKS, dtype="f4")
+    z[:] = 1.0
+    w = jask.open(url)
+    refused = rf"{url}.*plain Zarr store in object storage.*icechunk.*new URL"
+    with pytest.raises(ValueError, match=refused) as refusal:
+        w.update_(w * 2.0)
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in str(refusal.value)
+    tx = jask.optim.sgd(0.1)
+    with pytest.raises(ValueError, match=refused):
+        jask.optim.step(tx, jask.from_numpy(np.ones(SHAPE, np.float32)), tx.init(w), w)
+    with pytest.raises(Exception, match=refused):  # compiled: refused when the call runs
+        jax.jit(lambda w: w.update_(w * 2.0))(w)
+    np.testing.assert_array_equal(zarr.open_array(url, mode="r")[:], 1.0)  # nothing written

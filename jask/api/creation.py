@@ -21,14 +21,14 @@ from jask.core.lifetime import collect_if_idle
 from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
 from jask.engine.blockwise import positional
-from jask.store import chunkio, groups, icechunk_stores, registry
+from jask.store import chunkio, groups, icechunk_stores, objects, registry, remote
 from jask.store.spec import StoreSpec, check_metadata
 
 __all__ = ["open", "open_group", "open_icechunk", "from_numpy", "to_disk", "full", "arange",
            "linspace", "eye", "tri"]
 
 
-def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like zarr.open
+def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskArray:  # noqa: A001
     """Wrap an existing Zarr array as a DiskArray, without loading it.
 
     jask never deletes or modifies an opened store, except through
@@ -38,13 +38,21 @@ def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like 
     :func:`jask.save` it to keep it).
 
     Args:
-      path: folder of a Zarr (v2 or v3) array.
+      path: folder of a Zarr (v2 or v3) array, a ``file://`` URL, or the URL
+        of one in object storage (``s3://``, ``gs://``, ``az://``), read with
+        ranged requests, many in flight per task; credentials come from the
+        standard environment variables (``AWS_ENDPOINT_URL``,
+        ``AWS_ACCESS_KEY_ID``, ...), as for zarr and xarray.
+      storage_options: options for the object store (obstore's names, or
+        s3fs's: ``key``, ``secret``, ``endpoint_url``, ``anon``), kept for
+        every store under this URL in this process.
 
     Returns:
-      A DiskArray whose ``filename`` is ``path``.
+      A DiskArray whose ``filename`` is ``path`` (the URL for object storage).
 
     Raises:
       FileNotFoundError: if there is no Zarr array at ``path``.
+      jask.RemoteStoreError: object storage failed (after retries).
 
     Example:
       >>> import numpy as np, zarr, jask
@@ -54,6 +62,13 @@ def open(path: str | os.PathLike) -> DiskArray:  # noqa: A001 - jask.open, like 
       >>> float(jask.sum(jask.open("/tmp/jask-open-example.zarr")))
       6.0
     """
+    if isinstance(path, str) and path.startswith("file://"):
+        path = objects.local_path(path)
+    if isinstance(path, str) and objects.is_url(path):
+        objects.register_options(path, storage_options)
+        url = path.rstrip("/")
+        remote.forget(url)  # an array written anew at this URL: its own layout
+        return DiskArray._from_store(registry.register(remote.spec_of(url), pending=False))
     return DiskArray._from_store(registry.register_external(path))
 
 
@@ -98,11 +113,14 @@ def open_icechunk(repo, path: str, *, branch: str = "main",
     return DiskArray._from_store(StoreSpec(name, tuple(arr.shape), dtype, chunks, managed=False))
 
 
-def open_group(path: str | os.PathLike) -> tuple[dict[str, tuple], dict]:
+def open_group(path: str | os.PathLike,
+               storage_options: dict | None = None) -> tuple[dict[str, tuple], dict]:
     """Open every array of a Zarr group as a DiskArray, without loading any.
 
     Args:
-      path: folder of a Zarr (v2 or v3) group, such as one ``xarray`` wrote.
+      path: folder of a Zarr (v2 or v3) group, such as one ``xarray`` wrote,
+        or its URL (see :func:`open`).
+      storage_options: as for :func:`open`.
 
     Returns:
       ``({name: (array, dims, attrs)}, group_attrs)``: each array with its
@@ -121,6 +139,12 @@ def open_group(path: str | os.PathLike) -> tuple[dict[str, tuple], dict]:
       >>> arrays["x"][1], float(jask.sum(arrays["x"][0]))
       (('t',), 3.0)
     """
+    if isinstance(path, str) and path.startswith("file://"):
+        path = objects.local_path(path)
+    if isinstance(path, str) and objects.is_url(path):
+        objects.register_options(path, storage_options)
+        members, group_attrs = groups.group_members(path.rstrip("/"))
+        return {m.name: (_group_array(m), m.dims, m.attrs) for m in members}, group_attrs
     members, group_attrs = groups.group_members(path)
     arrays = {m.name: (_group_array(m), m.dims, m.attrs) for m in members}
     return arrays, group_attrs

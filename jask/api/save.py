@@ -27,7 +27,7 @@ from jask.core.array import DiskArray
 from jask.core.lifetime import collect_if_idle
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
-from jask.store import chunkio, saves, sessions, space, versions
+from jask.store import chunkio, objects, remote, saves, sessions, space, versions
 from jask.store.spec import StoreSpec, stored_nbytes
 
 __all__ = ["save", "COMPRESSORS"]
@@ -65,14 +65,25 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
       overwrite: replace an existing folder at ``path`` (only once the new
         array is complete); by default an existing path is refused. A
         DiskArray already opened on ``path`` keeps the shape and chunks it
-        was opened with: open the path again.
+        was opened with: open the path again. At a URL (object storage,
+        which cannot rename), an existing array is never replaced, even
+        with ``overwrite=True`` (save to a new URL instead); ``overwrite``
+        there only clears the objects of a save that failed midway.
       config: a :class:`~jask.Config` to use instead of the active one.
 
     Returns:
       The saved array, opened as by :func:`jask.open`.
 
+    ``path`` may be the URL of object storage (``s3://``, ``gs://``,
+    ``az://``; options as for :func:`jask.open`): the chunks are put first
+    and the metadata object (``zarr.json``) last, so the URL holds the
+    complete array or none (a failed save removes what it put).
+
     Raises:
-      FileExistsError: ``path`` exists and ``overwrite`` is False.
+      FileExistsError: ``path`` exists and ``overwrite`` is False (at a URL:
+        an array is there, whatever ``overwrite``).
+      jask.RemoteStoreError: object storage failed (after retries); no array
+        was made at the URL.
       ValueError: bad ``chunks``, or ``path`` is ``x``'s own store or inside
         jask's scratch directory (deleted when the session ends).
       TypeError: ``x`` is not a concrete DiskArray, or a bad ``compressor``.
@@ -93,6 +104,10 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
       array([0., 2., 4., 6.], dtype=float32)
     """
     config = config or get_config()
+    if isinstance(path, str) and path.startswith("file://"):
+        path = objects.local_path(path)
+    if isinstance(path, str) and objects.is_url(path):  # object storage: no rename
+        return _save_url(x, path.rstrip("/"), chunks, compressor, overwrite, config)
     source = _source(x)
     path = _target(path, source, overwrite, config)
     codecs = _compressors(compressor)
@@ -116,6 +131,62 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
         saves.put(path, write, overwrite=overwrite, journal=journal)
     chunkio.forget(path)
     return creation.open(path)
+
+
+def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) -> DiskArray:
+    """``save`` to object storage: whole chunks put by the tasks, the
+    metadata object last; on failure what was put is deleted."""
+    source = _source(x)
+    if url == source.path:
+        raise ValueError(f"jask.save: {url!r} is the array's own store; save it elsewhere")
+    codecs = _compressors(compressor)
+    planned = planner.save(source, _chunks(chunks, source), bool(codecs), config)
+    out_chunks, cost = planned.tile, planned.cost  # one whole chunk per task
+    _check_layout(source, out_chunks, codecs)
+    if remote.exists(url):
+        raise FileExistsError(
+            f"jask.save: {url!r} already holds a Zarr array or group; object storage cannot "
+            "replace it in one step (a failure midway would leave neither array), so jask "
+            "does not overwrite it, even with overwrite=True: save to a new URL (and delete "
+            "the old prefix yourself), or keep the array in an icechunk repository")
+    if (debris := remote.list_prefix(url)) and not overwrite:
+        raise FileExistsError(
+            f"jask.save: {url!r} holds {len(debris)} objects but no Zarr metadata (left by "
+            "a save that failed?); pass overwrite=True to delete them and save there")
+    collect_if_idle()
+    if debris:
+        remote.delete_prefix(url)
+    text = _metadata_v3(source, out_chunks, codecs)
+    remote.remember(url, text)
+    out = StoreSpec(url, source.shape, source.dtype, out_chunks, managed=False)
+    name = builders.key_name("save", url, source.path)
+    graph = {(name, i): (remote.copy_chunk, out, text, region, source)
+             for i, region in enumerate(builders.regions(out.shape, out.chunks))}
+    try:
+        with space.snapshot([source], "jask.save"):
+            execute.run(graph, list(graph), config.workers, cost)
+        remote.write_metadata(url, text)  # last: only now does the array open
+    except BaseException as err:
+        try:
+            remote.delete_prefix(url)
+        except Exception:  # the endpoint may be what failed: no metadata was put anyway
+            pass
+        err.add_note(f"jask.save: no array was made at {url!r} (its metadata is put last)")
+        raise
+    finally:
+        chunkio.forget(url)
+    return creation.open(url)
+
+
+def _metadata_v3(source: StoreSpec, chunks: tuple, codecs: tuple) -> str:
+    """The ``zarr.json`` zarr-python writes for the saved array."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    arr = zarr.create_array(store=zarr.storage.MemoryStore(), shape=source.shape, chunks=chunks,
+                            dtype=source.dtype, compressors=codecs, fill_value=0,
+                            zarr_format=3, chunk_key_encoding={"name": "default",
+                                                               "separator": "/"})
+    return arr.metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes().decode()
 
 
 def _source(x) -> StoreSpec:

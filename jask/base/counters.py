@@ -47,8 +47,8 @@ __all__ = ["Counts", "Stats", "Track", "snapshot", "clear"]
 
 # the fields of one entry: array and stored bytes and tiles, each read / written
 _FIELDS = ("bytes_read", "bytes_written", "stored_read", "stored_written",
-           "tiles_read", "tiles_written")
-_READ, _WRITTEN, _SREAD, _SWRITTEN, _TREAD, _TWRITTEN = range(6)
+           "tiles_read", "tiles_written", "requests", "retries")
+_READ, _WRITTEN, _SREAD, _SWRITTEN, _TREAD, _TWRITTEN, _REQUESTS, _RETRIES = range(8)
 #: Where entries for stores that no longer exist are folded once a table has
 #: more than ``_FOLD_AT`` entries (a long training loop makes a scratch store
 #: per op and step; their counts stay in the totals and by op).
@@ -98,7 +98,7 @@ class _Table:
     def _fold(self) -> None:
         """Fold the entries of stores that are gone into one per op."""
         for (op, path) in [k for k in self.io if k[1] != REMOVED]:
-            if not os.path.exists(path):
+            if "://" not in path and not os.path.exists(path):  # (object storage: kept)
                 values = self.io.pop((op, path))
                 entry = self.io.setdefault((op, REMOVED), [0] * len(_FIELDS))
                 for i, v in enumerate(values):
@@ -123,7 +123,9 @@ _STAGING = re.compile(r"^(.*)/\.(.+)\.(?:jask-update|jask-save)-[0-9a-f]+$")
 def _store_key(path: str) -> str:
     """The store a path counts for: an ``update_`` or ``save`` staging folder
     counts for the store it becomes (:mod:`jask.store.durability`,
-    :mod:`jask.store.saves`)."""
+    :mod:`jask.store.saves`). A URL (object storage) is its own key."""
+    if "://" in path:
+        return path
     path = os.path.abspath(path)
     staged = _STAGING.match(path)
     return os.path.join(staged.group(1), staged.group(2)) if staged else path
@@ -171,6 +173,16 @@ def stored_read(path: str, n: int) -> None:
 def stored_written(path: str, n: int) -> None:
     """Count ``n`` bytes written to the chunk files of the store at ``path``."""
     _add(path, _SWRITTEN, n, 0)
+
+
+def requested(path: str, n: int = 1) -> None:
+    """Count ``n`` requests to object storage for the store at ``path`` (a URL)."""
+    _add(path, _REQUESTS, n, 0)
+
+
+def retried(path: str) -> None:
+    """Count one retry of a request to object storage that failed transiently."""
+    _add(path, _RETRIES, 1, 0)
 
 
 @contextlib.contextmanager
@@ -301,6 +313,8 @@ class Counts:
     stored_written: int = 0
     tiles_read: int = 0
     tiles_written: int = 0
+    requests: int = 0  # to object storage (GET, PUT, HEAD, LIST, DELETE)
+    retries: int = 0   # of those that failed transiently (jask.store.remote)
     graphs: int = 0
     tasks: int = 0
 
@@ -348,13 +362,13 @@ class Stats:
         io, graphs = self._tables()
         out: dict[str, list] = {}
         for (op, _), values in io.items():
-            entry = out.setdefault(op, [0] * 8)
+            entry = out.setdefault(op, [0] * 10)
             for i, v in enumerate(values):
                 entry[i] += v
         for op, (g, t) in graphs.items():
-            entry = out.setdefault(op, [0] * 8)
-            entry[6] += g
-            entry[7] += t
+            entry = out.setdefault(op, [0] * 10)
+            entry[8] += g
+            entry[9] += t
         return _largest_first({op: Counts(*v) for op, v in out.items()})
 
     @property
@@ -362,7 +376,7 @@ class Stats:
         """:class:`Counts` per store path, largest first."""
         out: dict[str, list] = {}
         for (_, path), values in self._tables()[0].items():
-            entry = out.setdefault(path, [0] * 6)
+            entry = out.setdefault(path, [0] * len(_FIELDS))
             for i, v in enumerate(values):
                 entry[i] += v
         return _largest_first({p: Counts(*v) for p, v in out.items()})

@@ -40,7 +40,8 @@ from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from jask.base import counters, memory
-from jask.store import buffers, icechunk_stores
+from jask.store import buffers, icechunk_stores, remote
+from jask.store.objects import is_url
 from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "remember_plain"]
@@ -181,6 +182,8 @@ _MAX_CACHED_ARRAYS = 256
 def open_array(path: str) -> zarr.Array:
     """A read/write ``zarr.Array`` for ``path``, opened once per process."""
     arr = _arrays.get(path)
+    if arr is None and is_url(path):  # object storage: jask.store.remote
+        return remote.open_array(path)
     if arr is None:
         if icechunk_stores.is_icechunk(path):  # a snapshot, or an update's session
             arr = icechunk_stores.open_array(path)
@@ -199,6 +202,8 @@ def open_array(path: str) -> zarr.Array:
 def open_view(path: str) -> zarr.Array:
     """A new read/write ``zarr.Array`` of the store at ``path``, for users
     (``DiskArray.to_memmap``): not cached, Zarr's own configuration."""
+    if is_url(path):
+        return remote.open_array(path, mode="r+")
     return zarr.open_array(path, mode="r+")
 
 
@@ -287,6 +292,7 @@ def remember_plain(path: str, shape: tuple, dtype: np.dtype, chunks: tuple) -> N
 
 def forget(path: str) -> None:
     """Drop what is cached about a store that is gone or replaced."""
+    remote.forget(path)
     with _lock:
         _arrays.pop(path, None)
         _layouts.pop(path, None)
@@ -322,6 +328,8 @@ def read_model(store) -> memory.ReadModel:
 
 
 def _describe(store) -> memory.ReadModel:
+    if is_url(store.path):  # object storage: ranged reads, jask.store.remote
+        return remote.read_model(store)
     itemsize = np.dtype(store.dtype).itemsize
     shape, chunks = tuple(store.shape), tuple(store.chunks)
     if not store.path or not os.path.isdir(store.path):
@@ -602,6 +610,8 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
     counters.read(store, region)
     if _empty(region):  # nothing to read (and no chunk of 0 to divide by)
         return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
+    if is_url(store.path):  # object storage: jask.store.remote
+        return remote.read(store, region)
     layout = _raw_layout(store.path)
     if layout is None:
         return _read_zarr(store, region)
@@ -631,7 +641,7 @@ def prefetch(store: StoreSpec, region: tuple) -> None:
     budget; it lets the disk work on several files while a task computes.
     Stores that go through Zarr are left alone.
     """
-    if _empty(region):  # (itertools.product lists every chunk index of an axis)
+    if _empty(region) or is_url(store.path):  # (product lists every chunk index of an axis)
         return
     layout = _raw_layout(store.path)
     if layout is None or layout.shard is not None or not hasattr(os, "posix_fadvise"):
@@ -662,6 +672,8 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     counters.wrote(store, region)
     if _empty(region):
         return
+    if is_url(store.path):  # object storage: jask.store.remote
+        return remote.write(store, region, block)
     layout = _raw_layout(store.path)
     if layout is None or not (layout.encodes and all(
             s.start % c == 0 and (s.stop % c == 0 or s.stop == n)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
+from jask.store import objects
+
 __all__ = ["Member", "group_members", "read_values"]
 
 _DIMS_ATTR = "_ARRAY_DIMENSIONS"  # xarray's name for dimension names in Zarr v2
@@ -47,16 +49,18 @@ def group_members(path) -> tuple[list[Member], dict]:
     Raises FileNotFoundError, naming the path, when there is no Zarr group.
     """
     path = os.fspath(path)
-    if not os.path.isdir(path):
+    url = objects.is_url(path)
+    if not url and not os.path.isdir(path):
         raise FileNotFoundError(f"no Zarr group at {path!r} (no such folder)")
     try:
-        group = zarr.open_group(path, mode="r")
+        group = zarr.open_group(_store(path), mode="r")
     except Exception as err:  # zarr raises several kinds for a folder that is no group
         raise FileNotFoundError(f"{path!r} is not a Zarr group: {err}") from None
     members = []
     for name, array in sorted(group.arrays()):
         attrs = {k: v for k, v in array.attrs.items() if k != _DIMS_ATTR}
-        members.append(Member(name, os.path.join(path, name), _dims(name, array), attrs,
+        members.append(Member(name, f"{path}/{name}" if url else os.path.join(path, name),
+                              _dims(name, array), attrs,
                               np.dtype(array.dtype), int(array.nbytes)))
     return members, dict(group.attrs)
 
@@ -64,4 +68,14 @@ def group_members(path) -> tuple[list[Member], dict]:
 def read_values(path) -> np.ndarray:
     """The whole array at ``path`` in memory, through Zarr (labels, dates: small arrays of
     types jask does not compute on)."""
-    return np.asarray(zarr.open_array(os.fspath(path), mode="r")[...])
+    return np.asarray(zarr.open_array(_store(os.fspath(path)), mode="r")[...])
+
+
+def _store(path: str):
+    """What zarr opens for ``path``: the folder, or for a URL zarr's
+    ``ObjectStore`` on jask's client (the same options and credentials)."""
+    if not objects.is_url(path):
+        return path
+    loc = objects.location(path)
+    return zarr.storage.StorePath(zarr.storage.ObjectStore(loc.client, read_only=True),
+                                  loc.prefix)

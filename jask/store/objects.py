@@ -14,12 +14,15 @@ every URL and option set that reaches a message.
 """
 from __future__ import annotations
 
+import datetime
 import functools
+import os
 import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-__all__ = ["SCHEMES", "is_url", "Location", "location", "redact"]
+__all__ = ["SCHEMES", "is_url", "Location", "location", "redact", "register_options",
+           "options_for", "registered"]
 
 #: URL schemes read as object storage; anything else is a local path.
 SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "azure", "memory")
@@ -92,11 +95,85 @@ def _bucket_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+#: obstore's own retries are off: jask retries transient errors itself
+#: (:mod:`jask.store.remote`), so that each retry is counted and the last
+#: error names the URL and the op. Timeouts bound a request to a dead endpoint.
+_CLIENT_OPTIONS = {"timeout": "60s", "connect_timeout": "5s"}
+_RETRY_OFF = {"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=1)}
+
+# fsspec's (s3fs, gcsfs, adlfs) names for the options zarr and xarray users
+# pass, as obstore names them
+_FSSPEC_NAMES = {"key": "access_key_id", "secret": "secret_access_key",
+                 "token": "session_token", "endpoint_url": "endpoint",
+                 "region_name": "region", "anon": "skip_signature"}
+
+
+def _obstore_options(options: dict) -> dict:
+    """``storage_options`` in obstore's names (fsspec's names translated,
+    ``client_kwargs`` flattened).
+
+    Example:
+      >>> _obstore_options({"key": "k", "client_kwargs": {"endpoint_url": "http://h:1"}})
+      {'access_key_id': 'k', 'endpoint': 'http://h:1'}
+    """
+    out: dict = {}
+    for key, value in options.items():
+        if key == "client_kwargs" and isinstance(value, dict):
+            out.update(_obstore_options(value))
+        elif key == "anon":
+            if value:
+                out["skip_signature"] = True
+        else:
+            out[_FSSPEC_NAMES.get(key, key)] = value
+    return out
+
+
 @functools.lru_cache(maxsize=64)
 def _client(bucket_url: str, options: tuple):
     from obstore.store import from_url
 
-    return from_url(bucket_url, **dict(options))
+    if bucket_url.startswith("memory:"):
+        return from_url(bucket_url)
+    opts = _obstore_options(dict(options))
+    client = dict(_CLIENT_OPTIONS)  # (given, these replace the environment's client options)
+    endpoint = str(opts.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", ""))
+    allow = opts.pop("allow_http", os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true")
+    if allow or endpoint.startswith("http://"):
+        client["allow_http"] = True
+    return from_url(bucket_url, client_options=client, retry_config=_RETRY_OFF, **opts)
+
+
+# storage_options given to jask.open & co, per URL prefix (a bucket URL
+# covers the bucket): a StoreSpec names a store by its URL alone and stays a
+# small picklable record; a process that reads it finds its options here.
+_options: dict[str, tuple] = {}
+
+
+def register_options(url: str, storage_options: dict | None) -> None:
+    """Use ``storage_options`` for every store under ``url`` in this process
+    (none given: nothing changes; the environment variables apply).
+
+    Example:
+      >>> register_options("s3://example-bucket", {"region": "eu-west-1"})
+      >>> options_for("s3://example-bucket/x.zarr")
+      {'region': 'eu-west-1'}
+    """
+    if storage_options:
+        _options[url.rstrip("/")] = tuple(sorted(storage_options.items()))
+
+
+def options_for(url: str) -> dict:
+    """The options registered for the longest prefix of ``url`` ({}: none)."""
+    url = url.rstrip("/")
+    best = max((p for p in _options if url == p or url.startswith(p + "/")), key=len,
+               default=None)
+    return dict(_options[best]) if best is not None else {}
+
+
+def registered() -> dict[str, dict]:
+    """Every registered prefix and its options: what a worker process needs
+    (:func:`register_options` each there, e.g. from a Dask WorkerPlugin)."""
+    return {url: dict(opts) for url, opts in _options.items()}
 
 
 def location(url: str, storage_options: dict | None = None) -> Location:
@@ -108,4 +185,6 @@ def location(url: str, storage_options: dict | None = None) -> Location:
     """
     if not is_url(url):
         raise ValueError(f"{url!r} is not an object-storage URL ({', '.join(SCHEMES)})")
-    return Location(url.rstrip("/"), tuple(sorted((storage_options or {}).items())))
+    if storage_options is None:
+        storage_options = options_for(url)
+    return Location(url.rstrip("/"), tuple(sorted(_obstore_options(storage_options).items())))

@@ -1,0 +1,635 @@
+"""Chunk I/O on object storage: tiles of a Zarr array at a URL, read and written.
+
+What :mod:`jask.store.chunkio` does with files, done with requests
+(obstore, :mod:`jask.store.objects`), many in flight per task from one
+asyncio gather:
+
+* an uncompressed C-order chunk is read by one ranged GET of just the rows
+  the tile needs (a row range of a C-order chunk is contiguous);
+* a compressed chunk (zstd, blosc, gzip: the numcodecs codec Zarr wraps) is
+  fetched whole and decoded in the task's thread;
+* a sharded array's shard index is fetched once per shard version (a suffix
+  range, checked against its crc32c and the object's size), then each inner
+  chunk by a ranged GET;
+* anything else (filters, other codecs, big-endian) goes through zarr-python
+  over zarr's ``ObjectStore`` on the same client.
+
+Every object is checked as chunkio checks files (docs/promises.rst, checked
+reads): a chunk object of the wrong size, or one that does not decode to
+the chunk, is a :class:`~jask.store.spec.DamagedStoreError` naming the URL and
+the key; a missing chunk object reads as the fill value, as in Zarr.
+
+Transient errors (a dropped connection, a dead endpoint, 5xx, throttling)
+are retried with exponential backoff and jitter, each retry counted
+(``counters.retried``); then :class:`RemoteStoreError` names the op, the URL
+and the key, with every credential redacted. Nothing here knows of JAX or
+Dask.
+
+Writes put whole chunks, one PUT each; the metadata object (``zarr.json``) is
+put by the caller last, so a half-written array never opens as complete.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import os
+import random
+import struct
+import threading
+import time
+
+import google_crc32c
+import numpy as np
+import obstore
+import zarr
+
+from jask.base import counters, memory
+from jask.store import buffers, objects
+from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata
+
+__all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
+           "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
+           "remember", "copy_chunk", "metadata_text"]
+
+#: Retries of a transient error after the first attempt, and the first wait
+#: (doubled each time, with jitter, at most BACKOFF_MAX): 0.1+0.2+0.4+0.8+1.6
+#: s, about 3 s, rides out a restarting endpoint or a throttling burst.
+RETRIES = 5
+BACKOFF = 0.1
+BACKOFF_MAX = 2.0
+#: Requests in flight per task (one asyncio gather), and the encoded bytes
+#: they may hold at once besides the tile (at least one request's).
+IN_FLIGHT = 16
+IN_FLIGHT_BYTES = 2**20
+
+_METADATA = ("zarr.json", ".zarray")
+
+
+class RemoteStoreError(OSError):
+    """A request to object storage failed (after retries, when transient).
+
+    The message names the op, the store's URL and the key; credentials
+    never appear in it.
+
+    Example:
+      >>> err = RemoteStoreError("read of 's3://b/x.zarr' key 'c/0': connection refused")
+      >>> isinstance(err, OSError)
+      True
+    """
+
+
+def _secrets(url: str) -> dict:
+    """The secrets a message about ``url`` must not show: its options' and
+    the environment's credentials."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_"))
+           and objects._SECRET_WORDS.search(k) and len(v) >= 8}
+    return {**env, **objects.options_for(url)}
+
+
+def _error(op: str, url: str, key: str | None, err: BaseException,
+           attempts: int = 1) -> RemoteStoreError:
+    cause = str(err).split("\n\nDebug source:")[0].strip() or type(err).__name__
+    tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    where = f"{url!r}" + (f" key {key!r}" if key else "")
+    text = f"{op} of the Zarr store {where} failed{tries}: {type(err).__name__}: {cause}"
+    return RemoteStoreError(objects.redact(text, _secrets(url)))
+
+
+def _transient(err: BaseException) -> bool:
+    """Whether a retry may succeed: connection errors, timeouts, 5xx, 429."""
+    if isinstance(err, (FileNotFoundError, PermissionError, DamagedStoreError)):
+        return False
+    bad = (obstore.exceptions.PermissionDeniedError, obstore.exceptions.UnauthenticatedError,
+           obstore.exceptions.AlreadyExistsError, obstore.exceptions.PreconditionError,
+           obstore.exceptions.InvalidPathError, obstore.exceptions.NotSupportedError,
+           obstore.exceptions.UnknownConfigurationKeyError)
+    if isinstance(err, bad):
+        return False
+    return isinstance(err, (obstore.exceptions.GenericError, ConnectionError, TimeoutError))
+
+
+def _wait(attempt: int) -> float:
+    return min(BACKOFF_MAX, BACKOFF * 2**attempt) * (0.5 + random.random() / 2)
+
+
+async def _retrying(op: str, url: str, key: str | None, call):
+    """``await call()``, retrying transient errors; a RemoteStoreError at last."""
+    for attempt in itertools.count():
+        counters.requested(url)
+        try:
+            return await call()
+        except Exception as err:
+            if not _transient(err):
+                raise
+            if attempt >= RETRIES:
+                raise _error(op, url, key, err, attempt + 1) from None
+            counters.retried(url)
+            await asyncio.sleep(_wait(attempt))
+
+
+def _run(coro):
+    """Run ``coro`` to completion from synchronous code (a task's thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # called from inside an event loop (a notebook's): run it on a thread of its own
+    box: list = []
+    thread = threading.Thread(target=lambda: box.append(_capture(coro)))
+    thread.start()
+    thread.join()
+    ok, value = box[0]
+    if ok:
+        return value
+    raise value
+
+
+def _capture(coro):
+    try:
+        return True, asyncio.run(coro)
+    except BaseException as err:  # re-raised on the caller's thread
+        return False, err
+
+
+# --- small object operations ------------------------------------------------------
+
+def _client_key(url: str, name: str):
+    loc = objects.location(url)
+    return loc.client, loc.key(name)
+
+
+async def _get(url: str, name: str, op: str = "read") -> bytes | None:
+    client, key = _client_key(url, name)
+
+    async def call():
+        try:
+            result = await obstore.get_async(client, key)
+        except FileNotFoundError:
+            return None
+        return await result.bytes_async()
+    found = await _retrying(op, url, name, call)
+    return None if found is None else bytes(found)
+
+
+def get(url: str, name: str) -> bytes | None:
+    """The bytes of object ``name`` under ``url`` (None: no such object).
+
+    Example:
+      >>> put("memory:///doc", "a", b"xyz"); get("memory:///doc", "a"), get("memory:///doc", "b")
+      (b'xyz', None)
+    """
+    return _run(_get(url, name))
+
+
+def put(url: str, name: str, data, *, create_only: bool = False, op: str = "write") -> None:
+    """Put ``data`` as object ``name`` under ``url`` (``create_only``: fail
+    with FileExistsError if it exists, by a conditional put)."""
+    client, key = _client_key(url, name)
+    mode = "create" if create_only else "overwrite"
+
+    async def call():
+        try:
+            await obstore.put_async(client, key, data, mode=mode)
+        except obstore.exceptions.AlreadyExistsError:
+            raise FileExistsError(f"{url!r} already holds {name!r}") from None
+    _run(_retrying(op, url, name, call))
+
+
+def write_metadata(url: str, text: str | bytes, name: str = "zarr.json") -> None:
+    """Put the array's metadata object: the LAST write of a new array, so
+    that it opens only once every chunk is in place."""
+    put(url, name, text.encode() if isinstance(text, str) else text, op="write of metadata")
+    forget(url)
+
+
+def exists(url: str) -> bool:
+    """Whether a Zarr array or group's metadata is at ``url``.
+
+    Example:
+      >>> exists("memory:///nothing-here")
+      False
+    """
+    async def any_metadata():
+        found = await asyncio.gather(*(_head(url, n) for n in _METADATA + (".zgroup",)))
+        return any(found)
+    return _run(any_metadata())
+
+
+async def _head(url: str, name: str) -> bool:
+    client, key = _client_key(url, name)
+
+    async def call():
+        try:
+            await obstore.head_async(client, key)
+            return True
+        except FileNotFoundError:
+            return False
+    return await _retrying("lookup", url, name, call)
+
+
+def list_prefix(url: str) -> list[str]:
+    """Every key under ``url``, relative to it, sorted.
+
+    Example:
+      >>> put("memory:///lp/x.zarr", "c/0", b"1"); list_prefix("memory:///lp/x.zarr")
+      ['c/0']
+    """
+    loc = objects.location(url)
+    prefix = loc.prefix + "/" if loc.prefix else ""
+
+    async def call():
+        out = []
+        async for batch in obstore.list(loc.client, prefix or None):
+            out.extend(m["path"] for m in batch)
+        return out
+    keys = _run(_retrying("listing", url, None, call))
+    return sorted(k[len(prefix):] for k in keys)
+
+
+def delete_prefix(url: str) -> int:
+    """Delete every object under ``url`` (metadata first, so that a
+    half-deleted array never opens); the number deleted."""
+    keys = list_prefix(url)
+    keys.sort(key=lambda k: k.rsplit("/", 1)[-1] not in _METADATA + (".zattrs", ".zgroup"))
+    loc = objects.location(url)
+    meta = [k for k in keys if k.rsplit("/", 1)[-1] in _METADATA]
+
+    async def remove(names):
+        async def one(name):
+            await _retrying("delete", url, name,
+                            lambda: obstore.delete_async(loc.client, loc.key(name)))
+        await _gather([one(n) for n in names])
+    _run(remove(meta))
+    _run(remove([k for k in keys if k not in meta]))
+    forget(url)
+    return len(keys)
+
+
+async def _gather(coros, limit: int = IN_FLIGHT):
+    """``asyncio.gather`` with at most ``limit`` running at once."""
+    gate = asyncio.Semaphore(limit)
+
+    async def gated(c):
+        async with gate:
+            return await c
+    return await asyncio.gather(*(gated(c) for c in coros))
+
+
+# --- what a store at a URL is ----------------------------------------------------
+
+_arrays: dict[str, zarr.Array] = {}
+_layouts: dict[str, object] = {}
+_indexes: dict[tuple, np.ndarray] = {}
+_lock = threading.Lock()
+
+
+def open_array(url: str, *, mode: str = "r") -> zarr.Array:
+    """A ``zarr.Array`` of the array at ``url`` over zarr's ``ObjectStore``
+    (on jask's obstore client: the same options and credentials)."""
+    cached = _arrays.get(url) if mode == "r" else None
+    if cached is not None:
+        return cached
+    loc = objects.location(url)
+    store = zarr.storage.ObjectStore(loc.client, read_only=mode == "r")
+    try:
+        arr = zarr.open_array(store=store, path=loc.prefix, mode=mode)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no Zarr array at {url!r}") from None
+    except obstore.exceptions.BaseError as err:
+        raise _error("open", url, None, err) from None
+    if mode == "r":
+        with _lock:
+            _arrays[url] = arr
+    return arr
+
+
+def spec_of(url: str) -> StoreSpec:
+    """The StoreSpec of the Zarr array at ``url`` (v2 or v3; checked as a
+    local one is), reading its metadata only."""
+    try:
+        arr = open_array(url)
+    except (zarr.errors.NodeTypeValidationError, ValueError, KeyError) as err:
+        raise FileNotFoundError(f"{url!r} is not a Zarr array: {err}") from None
+    chunks, dtype = check_metadata(url, arr.shape, arr.chunks, arr.dtype)
+    return StoreSpec(url, tuple(arr.shape), dtype, chunks, managed=False)
+
+
+def metadata_text(arr: zarr.Array) -> str:
+    """The metadata document (``zarr.json``) of a Zarr v3 array."""
+    return json.dumps(arr.metadata.to_dict(), default=str)
+
+
+def remember(url: str, text: str) -> None:
+    """Know the layout of the array at ``url`` from its metadata ``text``
+    before it is written (it is written last)."""
+    _layout_from(url, _array_from_text(url, text))
+
+
+def _array_from_text(url: str, text: str) -> zarr.Array:
+    from zarr.core.array import AsyncArray
+    from zarr.core.metadata import ArrayV3Metadata
+    from zarr.storage import StorePath
+
+    loc = objects.location(url)
+    meta = ArrayV3Metadata.from_dict(json.loads(text))
+    store = zarr.storage.ObjectStore(loc.client, read_only=False)
+    return zarr.Array(AsyncArray(metadata=meta, store_path=StorePath(store, loc.prefix)))
+
+
+def _layout(url: str):
+    """The RawLayout of the array at ``url`` (root: the URL), or None when
+    zarr-python's pipeline is needed."""
+    try:
+        return _layouts[url]
+    except KeyError:
+        return _layout_from(url, open_array(url))
+
+
+def _layout_from(url: str, arr: zarr.Array):
+    from jask.store import chunkio  # (the local file layer: its layout record and decoders)
+
+    found = chunkio._decoder(arr)
+    layout = None
+    if (found is not None and np.dtype(arr.dtype).isnative and np.little_endian
+            and arr.shape and all(c > 0 for c in arr.chunks)):
+        fill = arr.fill_value if arr.fill_value is not None else 0
+        layout = chunkio.RawLayout(url, tuple(arr.shape), tuple(arr.chunks),
+                                   np.dtype(arr.dtype), fill, arr.metadata.encode_chunk_key,
+                                   **found)
+    with _lock:
+        _layouts[url] = layout
+        _arrays.setdefault(url, arr)
+    return layout
+
+
+def forget(url: str) -> None:
+    """Drop what is cached about the store at ``url``."""
+    with _lock:
+        _arrays.pop(url, None)
+        _layouts.pop(url, None)
+        for key in [k for k in _indexes if k[0] == url]:
+            _indexes.pop(key, None)
+
+
+def read_model(store: StoreSpec) -> memory.ReadModel:
+    """What reading ``store`` holds (:class:`jask.base.memory.ReadModel`): an
+    uncompressed one is read by ranges as a local raw store is (``raw``);
+    compressed chunks are decoded one at a time as local ones are, with up
+    to ``group`` fetched at once (about IN_FLIGHT_BYTES)."""
+    shape, itemsize = tuple(store.shape), np.dtype(store.dtype).itemsize
+    try:
+        arr = open_array(store.path)
+    except FileNotFoundError:  # one jask is about to write: uncompressed chunks
+        return memory.ReadModel(shape, tuple(store.chunks), itemsize, raw=True,
+                                write_unit=tuple(store.chunks), path=store.path)
+    layout = _layout(store.path)
+    unit = tuple(max(1, c) for c in arr.chunks)
+    codec = ",".join(type(c).__name__.replace("Codec", "").lower()
+                     for c in tuple(arr.filters) + tuple(arr.compressors)) or "none"
+    shards = getattr(arr, "shards", None)
+    if shards:
+        codec += f", sharded {tuple(shards)}"
+    per = max(1, math.prod(unit) * itemsize)
+    group = max(1, min(IN_FLIGHT, IN_FLIGHT_BYTES // per))
+    if layout is None:
+        return memory.ReadModel(shape, unit, itemsize, copies=memory.COMPRESSED_COPIES,
+                                group=group, write_unit=tuple(shards or unit),
+                                write_copies=memory.ZARR_WRITE_COPIES, codec=codec,
+                                path=store.path)
+    write_copies = (1 if layout.plain else memory.DECODED_COPIES) if layout.encodes \
+        else memory.ZARR_WRITE_COPIES
+    return memory.ReadModel(shape, unit, itemsize, raw=layout.plain,
+                            copies=memory.DECODED_COPIES, group=group,
+                            write_unit=tuple(shards or unit), write_copies=write_copies,
+                            codec=codec, path=store.path)
+
+
+# --- reading tiles -----------------------------------------------------------------
+
+def read(store: StoreSpec, region: tuple) -> np.ndarray:
+    """One tile of the array at the URL ``store.path`` as a numpy array."""
+    from jask.store import chunkio
+
+    url = store.path
+    layout = _layout(url)
+    shape = tuple(s.stop - s.start for s in region)
+    if layout is None:
+        return _read_zarr(store, region)
+    out = buffers.empty(shape, layout.dtype) if layout.plain else np.empty(shape, layout.dtype)
+    jobs = [(index,) + chunkio._overlap(index, region, layout.chunks)
+            for index in itertools.product(*chunkio._chunk_ranges(region, layout.chunks))]
+    if layout.plain:
+        row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
+        most = max(1, IN_FLIGHT_BYTES // max(1, row * max(s[0].stop - s[0].start
+                                                             for _, s, _ in jobs)))
+        _run(_gather([_read_rows(layout, out, *job) for job in jobs], min(IN_FLIGHT, most)))
+    elif layout.shard is None:
+        chunk_bytes = math.prod(layout.chunks) * layout.dtype.itemsize
+        most = max(1, IN_FLIGHT_BYTES // max(1, chunk_bytes))
+        _run(_gather([_read_chunk(layout, out, *job) for job in jobs], min(IN_FLIGHT, most)))
+    else:
+        _run(_read_sharded(layout, out, jobs))
+    return out
+
+
+async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tuple) -> None:
+    """Rows ``src[0]`` of an uncompressed chunk by one ranged GET, into ``out[dst]``."""
+    url, name = layout.root, layout.encode_key(index)
+    row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
+    full = row * layout.chunks[0]
+    client, key = _client_key(url, name)
+    rows = src[0]
+
+    async def call():
+        try:
+            result = await obstore.get_async(
+                client, key, options={"range": (rows.start * row, rows.stop * row)})
+        except FileNotFoundError:
+            return None
+        return result.meta["size"], await result.bytes_async()
+    found = await _retrying("read", url, name, call)
+    if found is None:
+        out[dst] = layout.fill_value
+        return
+    size, data = found
+    if size != full:
+        raise layout.damaged(index, f"its object holds {size} bytes, not {full}")
+    counters.stored_read(url, len(data))
+    piece = np.frombuffer(memoryview(data), layout.dtype).reshape(
+        (rows.stop - rows.start,) + layout.chunks[1:])
+    out[dst] = piece[(slice(None),) + src[1:]]
+
+
+async def _read_chunk(layout, out: np.ndarray, index: tuple, src: tuple, dst: tuple) -> None:
+    """One whole compressed chunk, decoded, into ``out[dst]``."""
+    data = await _get(layout.root, layout.encode_key(index))
+    _place(layout, out, index, src, dst, data)
+
+
+def _place(layout, out, index, src, dst, data) -> None:
+    from jask.store import chunkio
+
+    if data is None:
+        out[dst] = layout.fill_value
+        return
+    counters.stored_read(layout.root, len(data))
+    chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
+    chunkio._decode_into(layout, index, data, chunk.reshape(-1, order="A").view(np.uint8))
+    out[dst] = chunk[src]
+
+
+async def _read_sharded(layout, out: np.ndarray, jobs: list) -> None:
+    """Inner chunks of shards: each shard's index once, then ranged GETs."""
+    shards, inner, _, _ = layout.shard
+    per = tuple(s // c for s, c in zip(shards, inner))
+    by_shard: dict[tuple, list] = {}
+    for job in jobs:
+        by_shard.setdefault(tuple(i // p for i, p in zip(job[0], per)), []).append(job)
+    indexes = await _gather([_shard_index(layout, where) for where in by_shard])
+    client = objects.location(layout.root).client
+    reads = []
+    for (where, group), index in zip(by_shard.items(), indexes):
+        name = layout.encode_key(where)
+        for job in group:
+            slot = int(np.ravel_multi_index(tuple(i % p for i, p in zip(job[0], per)), per))
+            if index is None or int(index[slot, 0]) == 2**64 - 1:
+                out[job[2]] = layout.fill_value
+                continue
+            reads.append(_read_inner(layout, out, client, name, index[slot], job))
+    chunk_bytes = math.prod(inner) * layout.dtype.itemsize
+    await _gather(reads, max(1, min(IN_FLIGHT, IN_FLIGHT_BYTES // max(1, chunk_bytes))))
+
+
+async def _read_inner(layout, out, client, name: str, entry, job) -> None:
+    offset, nbytes = int(entry[0]), int(entry[1])
+    key = objects.location(layout.root).key(name)
+
+    async def call():
+        result = await obstore.get_async(client, key,
+                                         options={"range": (offset, offset + nbytes)})
+        return await result.bytes_async()
+    data = bytes(await _retrying("read", layout.root, name, call))
+    if len(data) != nbytes:
+        raise layout.damaged(job[0], f"its shard object {name!r} ended early")
+    _place(layout, out, *job, data)
+
+
+async def _shard_index(layout, where: tuple) -> np.ndarray | None:
+    """The checked index of shard ``where`` (None: no such shard)."""
+    shards, inner, at_end, crc = layout.shard
+    per = tuple(s // c for s, c in zip(shards, inner))
+    size = math.prod(per) * 16 + (4 if crc else 0)
+    url, name = layout.root, layout.encode_key(where)
+    client, key = _client_key(url, name)
+
+    async def call():
+        try:
+            result = await obstore.get_async(
+                client, key, options={"range": {"suffix": size} if at_end else (0, size)})
+        except FileNotFoundError:
+            return None
+        return result.meta, await result.bytes_async()
+    found = await _retrying("read", url, name, call)
+    if found is None:
+        return None
+    meta, raw = found[0], bytes(found[1])
+    cache_key = (url, name, meta.get("e_tag"), meta["size"])
+    cached = _indexes.get(cache_key)
+    if cached is not None:
+        return cached
+    bad = f"shard {name!r} of the Zarr store {url!r} is damaged: its object "
+    total = int(meta["size"])
+    if total < size or len(raw) != size:
+        raise DamagedStoreError(bad + f"holds {total} bytes, less than its index of {size} "
+                                "bytes")
+    if crc and struct.pack("<I", google_crc32c.value(raw[:-4])) != raw[-4:]:
+        raise DamagedStoreError(bad + "has an index that does not match its crc32c checksum")
+    index = np.frombuffer(raw, "<u8", count=math.prod(per) * 2).reshape(-1, 2)
+    written = index[:, 0] != np.uint64(2**64 - 1)
+    lo, hi = (0, total - size) if at_end else (size, total)
+    offsets, lengths = index[written, 0], index[written, 1]
+    if np.any((offsets < lo) | (lengths > hi) | (offsets > hi - lengths)):
+        raise DamagedStoreError(bad + f"has an index pointing outside its chunk bytes "
+                                f"[{lo}, {hi}) (cut short, or not a shard)")
+    with _lock:
+        if len(_indexes) >= 64:
+            _indexes.pop(next(iter(_indexes)))
+        _indexes[cache_key] = index
+    return index
+
+
+_DECODE_ERRORS = (ValueError, RuntimeError, EOFError, ArithmeticError, TypeError)
+
+
+def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
+    """A tile through zarr-python (filters, other codecs, big-endian)."""
+    arr = open_array(store.path)
+    counters.stored_read(store.path, counters.region_bytes(store, region))
+    try:
+        return np.asarray(arr[region]).astype(store.dtype, copy=False)
+    except obstore.exceptions.BaseError as err:
+        raise _error("read", store.path, None, err) from None
+    except _DECODE_ERRORS as err:
+        raise DamagedStoreError(f"a chunk of the Zarr store {store.path!r} in the region "
+                                f"{region} is damaged: Zarr could not decode it "
+                                f"({type(err).__name__}: {err})") from err
+
+
+# --- writing whole chunks ----------------------------------------------------------
+
+def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+    """Write a tile of whole chunks (the last ones may be cut by the array's
+    edge) of the array at ``store.path``: one PUT per chunk, encoded here for
+    uncompressed, zstd and gzip chunks, through Zarr otherwise. Its metadata
+    must be known (:func:`remember`) or in place."""
+    from jask.store import chunkio
+
+    url = store.path
+    layout = _layout(url)
+    if layout is None or not (layout.encodes and all(
+            s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
+            for s, c, n in zip(region, layout.chunks, layout.shape))):
+        arr = _arrays[url]
+        try:
+            arr[region] = block
+        except obstore.exceptions.BaseError as err:
+            raise _error("write", url, None, err) from None
+        counters.stored_written(url, counters.region_bytes(store, region))
+        return
+    block = np.asarray(block, dtype=layout.dtype)
+    puts = []
+    for index in itertools.product(*chunkio._chunk_ranges(region, layout.chunks)):
+        src = tuple(slice(i * c - s.start, min((i + 1) * c, n) - s.start)
+                    for i, c, s, n in zip(index, layout.chunks, region, layout.shape))
+        part = block[src]
+        if part.shape != layout.chunks or not layout.plain:
+            full = np.empty(layout.chunks, layout.dtype, order=layout.order)
+            full.fill(layout.fill_value)
+            full[tuple(slice(0, d) for d in part.shape)] = part
+            part = full
+        data = np.ascontiguousarray(part) if layout.plain else part.reshape(-1, order="A")
+        if layout.decoder is not None:
+            data = layout.decoder.encode(data.view(np.uint8))
+        payload = bytes(memoryview(data).cast("B"))
+        counters.stored_written(url, len(payload))
+        puts.append(_put(url, layout.encode_key(index), payload))
+    _run(_gather(puts))
+
+
+async def _put(url: str, name: str, data: bytes) -> None:
+    client, key = _client_key(url, name)
+    await _retrying("write", url, name, lambda: obstore.put_async(client, key, data))
+
+
+def copy_chunk(out: StoreSpec, text: str, region: tuple, source: StoreSpec) -> None:
+    """Task of a save to a URL: read ``region`` of ``source`` (anywhere) and
+    write it as whole chunks of ``out``, whose metadata ``text`` is not in
+    place yet (a worker process learns the layout from it)."""
+    from jask.store import chunkio
+
+    if out.path not in _layouts:
+        remember(out.path, text)
+    counters.wrote(out, region)
+    write(out, region, chunkio.read(source, region))
