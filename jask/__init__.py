@@ -152,6 +152,7 @@ from jask.core.array import DiskArray, DiskArrayType
 from jask.core.lifetime import collect
 from jask.engine.progress import progress_bars, progress_enabled, show_progress
 from jask.store.space import DiskFullError, StoreChangedError
+from jask.store.remote import RemoteStoreError
 from jask.store.spec import DamagedStoreError
 
 try:
@@ -164,7 +165,7 @@ mul = multiply
 
 __all__ = [
     "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
-    "StoreChangedError", "DamagedStoreError",
+    "StoreChangedError", "DamagedStoreError", "RemoteStoreError",
     "abs", "add", "arctan", "argmax", "argmin", "astype", "clip",
     "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
     "from_dask",

@@ -157,10 +157,11 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
     if debris:
         remote.delete_prefix(url)
     text = _metadata_v3(source, out_chunks, codecs)
+    remote.forget(url)
     remote.remember(url, text)
     out = StoreSpec(url, source.shape, source.dtype, out_chunks, managed=False)
     name = builders.key_name("save", url, source.path)
-    graph = {(name, i): (remote.copy_chunk, out, text, region, source)
+    graph = {(name, i): (_copy_chunk_to_url, out, text, region, source)
              for i, region in enumerate(builders.regions(out.shape, out.chunks))}
     try:
         with space.snapshot([source], "jask.save"):
@@ -171,11 +172,20 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
             remote.delete_prefix(url)
         except Exception:  # the endpoint may be what failed: no metadata was put anyway
             pass
-        err.add_note(f"jask.save: no array was made at {url!r} (its metadata is put last)")
+        getattr(err, "add_note")(f"jask.save: no array was made at {url!r} (its metadata "
+                                 "is put last)")
         raise
     finally:
         chunkio.forget(url)
     return creation.open(url)
+
+
+def _copy_chunk_to_url(out: StoreSpec, text: str, region: tuple, source: StoreSpec) -> None:
+    """Task of a save to a URL: ``region`` of ``source`` as whole chunks of
+    ``out``, whose metadata ``text`` is not in place yet (a worker process
+    learns the layout from it)."""
+    remote.remember(out.path, text)  # (cached per process after the first)
+    chunkio.write(out, region, chunkio.read(source, region))
 
 
 def _metadata_v3(source: StoreSpec, chunks: tuple, codecs: tuple) -> str:

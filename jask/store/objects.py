@@ -135,12 +135,13 @@ def _client(bucket_url: str, options: tuple):
     if bucket_url.startswith("memory:"):
         return from_url(bucket_url)
     opts = _obstore_options(dict(options))
-    client = dict(_CLIENT_OPTIONS)  # (given, these replace the environment's client options)
+    client: dict = dict(_CLIENT_OPTIONS)  # (given, these replace the environment's client options)
     endpoint = str(opts.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", ""))
     allow = opts.pop("allow_http", os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true")
     if allow or endpoint.startswith("http://"):
         client["allow_http"] = True
-    return from_url(bucket_url, client_options=client, retry_config=_RETRY_OFF, **opts)
+    return from_url(bucket_url, client_options=client,  # type: ignore[call-overload]
+                    retry_config=_RETRY_OFF, **opts)
 
 
 # storage_options given to jask.open & co, per URL prefix (a bucket URL

@@ -38,7 +38,7 @@ import os
 import random
 import struct
 import threading
-import time
+from types import ModuleType
 
 import google_crc32c
 import numpy as np
@@ -51,7 +51,7 @@ from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
-           "remember", "copy_chunk", "metadata_text"]
+           "remember", "metadata_text", "bind_local_layer"]
 
 #: Retries of a transient error after the first attempt, and the first wait
 #: (doubled each time, with jitter, at most BACKOFF_MAX): 0.1+0.2+0.4+0.8+1.6
@@ -65,6 +65,23 @@ IN_FLIGHT = 16
 IN_FLIGHT_BYTES = 2**20
 
 _METADATA = ("zarr.json", ".zarray")
+
+# The local file layer (jask.store.chunkio: its layout record, Zarr codec
+# lookup and checked decoding), which sits above this module and hands
+# itself down when imported (it dispatches URLs here): one decoder for both.
+_chunkio: ModuleType | None = None
+
+
+def bind_local_layer(module: ModuleType) -> None:
+    """Called once by :mod:`jask.store.chunkio`: its decoders, used here too."""
+    global _chunkio
+    _chunkio = module
+
+
+def _local_layer():
+    if _chunkio is None:  # (any path to a tile goes through chunkio, which binds itself)
+        raise RuntimeError("jask.store.remote needs jask.store.chunkio imported")
+    return _chunkio
 
 
 class RemoteStoreError(OSError):
@@ -272,8 +289,11 @@ async def _gather(coros, limit: int = IN_FLIGHT):
     gate = asyncio.Semaphore(limit)
 
     async def gated(c):
-        async with gate:
-            return await c
+        try:
+            async with gate:
+                return await c
+        finally:
+            c.close()  # (one never started, as another failed: no "never awaited")
     return await asyncio.gather(*(gated(c) for c in coros))
 
 
@@ -323,8 +343,9 @@ def metadata_text(arr: zarr.Array) -> str:
 
 def remember(url: str, text: str) -> None:
     """Know the layout of the array at ``url`` from its metadata ``text``
-    before it is written (it is written last)."""
-    _layout_from(url, _array_from_text(url, text))
+    before it is written (it is written last); once per process."""
+    if url not in _layouts:
+        _layout_from(url, _array_from_text(url, text))
 
 
 def _array_from_text(url: str, text: str) -> zarr.Array:
@@ -348,8 +369,7 @@ def _layout(url: str):
 
 
 def _layout_from(url: str, arr: zarr.Array):
-    from jask.store import chunkio  # (the local file layer: its layout record and decoders)
-
+    chunkio = _local_layer()
     found = chunkio._decoder(arr)
     layout = None
     if (found is not None and np.dtype(arr.dtype).isnative and np.little_endian
@@ -410,8 +430,7 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
 
 def read(store: StoreSpec, region: tuple) -> np.ndarray:
     """One tile of the array at the URL ``store.path`` as a numpy array."""
-    from jask.store import chunkio
-
+    chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
     shape = tuple(s.stop - s.start for s in region)
@@ -469,8 +488,7 @@ async def _read_chunk(layout, out: np.ndarray, index: tuple, src: tuple, dst: tu
 
 
 def _place(layout, out, index, src, dst, data) -> None:
-    from jask.store import chunkio
-
+    chunkio = _local_layer()
     if data is None:
         out[dst] = layout.fill_value
         return
@@ -513,7 +531,8 @@ async def _read_inner(layout, out, client, name: str, entry, job) -> None:
     data = bytes(await _retrying("read", layout.root, name, call))
     if len(data) != nbytes:
         raise layout.damaged(job[0], f"its shard object {name!r} ended early")
-    _place(layout, out, *job, data)
+    index, src, dst = job
+    _place(layout, out, index, src, dst, data)
 
 
 async def _shard_index(layout, where: tuple) -> np.ndarray | None:
@@ -584,8 +603,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     edge) of the array at ``store.path``: one PUT per chunk, encoded here for
     uncompressed, zstd and gzip chunks, through Zarr otherwise. Its metadata
     must be known (:func:`remember`) or in place."""
-    from jask.store import chunkio
-
+    chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
     if layout is None or not (layout.encodes and all(
@@ -612,7 +630,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         data = np.ascontiguousarray(part) if layout.plain else part.reshape(-1, order="A")
         if layout.decoder is not None:
             data = layout.decoder.encode(data.view(np.uint8))
-        payload = bytes(memoryview(data).cast("B"))
+        payload = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
         counters.stored_written(url, len(payload))
         puts.append(_put(url, layout.encode_key(index), payload))
     _run(_gather(puts))
@@ -621,15 +639,3 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
 async def _put(url: str, name: str, data: bytes) -> None:
     client, key = _client_key(url, name)
     await _retrying("write", url, name, lambda: obstore.put_async(client, key, data))
-
-
-def copy_chunk(out: StoreSpec, text: str, region: tuple, source: StoreSpec) -> None:
-    """Task of a save to a URL: read ``region`` of ``source`` (anywhere) and
-    write it as whole chunks of ``out``, whose metadata ``text`` is not in
-    place yet (a worker process learns the layout from it)."""
-    from jask.store import chunkio
-
-    if out.path not in _layouts:
-        remember(out.path, text)
-    counters.wrote(out, region)
-    write(out, region, chunkio.read(source, region))
