@@ -10,7 +10,7 @@ import ctypes.util
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dask.utils
 import psutil
@@ -40,6 +40,9 @@ class Config:
       scratch_dir: absolute path of the directory for jask's own stores.
       allow_tmpfs: whether ``scratch_dir`` may be RAM-backed.
       workers: how many tasks run at once on the local threaded scheduler.
+      storage_options: options of the object store when ``scratch_dir`` is a
+        URL (``s3://bucket/prefix``), as sorted ``(key, value)`` pairs (a
+        frozen dataclass holds no dict); empty: the environment's variables.
 
     Example:
       >>> import jask
@@ -54,6 +57,7 @@ class Config:
     scratch_dir: str
     allow_tmpfs: bool = False
     workers: int = os.cpu_count() or 1
+    storage_options: tuple = field(default=(), repr=False)  # credentials: never shown
 
 
 def parse_budget(max_memory: int | str) -> int:
@@ -122,8 +126,16 @@ def _statfs_magic(path: str) -> int | None:
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
+def _is_url(path: str) -> bool:
+    """Whether ``path`` is an object-storage URL (jask.store.objects.SCHEMES;
+    base cannot import store, so the schemes are repeated here)."""
+    scheme = path.split("://", 1)[0].lower() if "://" in path else ""
+    return scheme in ("s3", "gs", "gcs", "az", "abfs", "abfss", "azure", "memory")
+
+
 def make_config(max_memory: int | str, scratch_dir: str | None = None,
-                allow_tmpfs: bool = False, workers: int | None = None) -> Config:
+                allow_tmpfs: bool = False, workers: int | None = None,
+                storage_options: dict | None = None) -> Config:
     """Build a checked :class:`Config` without installing it.
 
     Example:
@@ -134,6 +146,14 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
     requested = parse_budget(max_memory)
     available = psutil.virtual_memory().available
     effective = min(requested, int(AVAILABLE_RAM_FRACTION * available))
+    options = tuple(sorted((storage_options or {}).items()))
+    if scratch_dir is not None and _is_url(scratch_dir):  # object storage: no disk to check
+        return Config(max_memory=effective, requested_memory=requested,
+                      scratch_dir=scratch_dir.rstrip("/"), allow_tmpfs=allow_tmpfs,
+                      workers=workers or (os.cpu_count() or 1), storage_options=options)
+    if options:
+        raise ValueError("storage_options apply to a scratch_dir in object storage "
+                         f"(s3://bucket/prefix), not to the local folder {scratch_dir!r}")
     scratch = os.path.abspath(scratch_dir if scratch_dir is not None else DEFAULT_SCRATCH_DIR)
     fstype = filesystem_type(scratch)
     if fstype is not None and not allow_tmpfs:
@@ -150,7 +170,7 @@ _active: Config | None = None
 
 
 def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
-                      allow_tmpfs: bool = False) -> None:
+                      allow_tmpfs: bool = False, storage_options: dict | None = None) -> None:
     """Set the process-wide configuration used by every jask op.
 
     The effective budget is ``min(max_memory, 0.8 * available RAM)``, taken
@@ -164,6 +184,11 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
         ``"1GiB"``.
       scratch_dir: directory for op outputs and gradients.
       allow_tmpfs: accept a RAM-backed ``scratch_dir``.
+      storage_options: for a ``scratch_dir`` in object storage
+        (``"s3://bucket/prefix"``: every store jask makes goes there, so
+        workers on other machines read what others wrote), the object
+        store's options (credentials, endpoint); by default the standard
+        environment variables (``AWS_ENDPOINT_URL``, ...).
 
     Raises:
       ValueError: if ``max_memory`` cannot be read.
@@ -177,7 +202,7 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
       True
     """
     global _active
-    config = make_config(max_memory, scratch_dir, allow_tmpfs)
+    config = make_config(max_memory, scratch_dir, allow_tmpfs, storage_options=storage_options)
     with _lock:
         _active = config
 

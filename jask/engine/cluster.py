@@ -26,3 +26,55 @@ def check_workers(client, cost: TileCost) -> None:
                 f"{cost.tile}), but dask worker {address} has a memory limit of {limit} bytes "
                 f"for {threads} threads = {limit // threads} bytes per thread. Give the "
                 "workers more memory or fewer threads, or lower jask's memory budget.")
+
+
+# --- a cluster whose workers share no disk ----------------------------------------------
+
+def use_private_scratch(client, budget: int | None = None) -> dict:
+    """Install :class:`jask.engine.worker_scratch.PrivateScratch` on every
+    worker of ``client`` (now and those that join later), with this
+    process's budget and storage options; return ``address -> {"pid", "scratch_dir"}``.
+
+    Example:
+      >>> from distributed import Client, LocalCluster  # doctest: +SKIP
+      >>> with LocalCluster(n_workers=2) as c, Client(c) as client:  # doctest: +SKIP
+      ...     folders = use_private_scratch(client)
+      ...     len({f["scratch_dir"] for f in folders.values()})
+      2
+    """
+    from jask.base.config import get_config
+    from jask.engine.worker_scratch import PrivateScratch  # imports distributed
+    from jask.store import objects
+
+    budget = budget if budget is not None else get_config().requested_memory
+    client.register_plugin(PrivateScratch(budget, objects.registered()))
+    return client.run(lambda dask_worker: dask_worker.jask_scratch)
+
+
+def _memory() -> dict:
+    from jask.base import rss
+
+    return {"rss": rss.current_rss(), "peak": rss.peak_rss()}
+
+
+def worker_memory(client) -> dict:
+    """``address -> {"rss", "peak"}`` of every worker process (bytes; the
+    peak since :func:`reset_worker_peaks` or the worker started).
+
+    Example:
+      >>> worker_memory(client)  # doctest: +SKIP
+      {'tcp://127.0.0.1:40001': {'rss': 301989888, 'peak': 310378496}, ...}
+    """
+    return client.run(_memory)
+
+
+def _reset_peak() -> bool:
+    from jask.base import rss
+
+    return rss.reset_peak_rss()
+
+
+def reset_worker_peaks(client) -> dict:
+    """Start measuring every worker's peak RSS afresh (``address -> bool``:
+    False where the kernel does not allow it)."""
+    return client.run(_reset_peak)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from jask.store import chunkio, sessions
+from jask.store import chunkio, objects, remote, sessions
 from jask.store.spec import StoreSpec, plain_v3_metadata
 
 __all__ = ["create_at", "create_like", "maker_like", "compressed"]
@@ -20,6 +20,9 @@ def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
     metadata = plain_v3_metadata(shape, dtype, tuple(chunks))
     if not shape:  # zarr refuses chunks=None here; 0-d stores are not supported yet
         raise TypeError(f"jask cannot make a 0-d store yet (at {path!r})")
+    if objects.is_url(path):  # a scratch store in object storage: one metadata object
+        _create_at_url(path, shape, dtype, tuple(chunks), metadata)
+        return StoreSpec(path, shape, dtype, tuple(chunks))
     if metadata is None:
         zarr.create_array(store=path, shape=shape, chunks=tuple(chunks), dtype=dtype,
                           compressors=None, fill_value=0, zarr_format=3,
@@ -35,6 +38,20 @@ def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
         # tile I/O then knows its files without asking Zarr (about 2 ms a store)
         chunkio.remember_plain(path, shape, dtype, tuple(chunks))
     return StoreSpec(path, shape, dtype, tuple(chunks))
+
+
+def _create_at_url(url: str, shape, dtype, chunks, metadata: str | None) -> None:
+    """Put ``zarr.json`` of an empty array at ``url`` *first*: worker
+    processes writing its chunks learn its layout from it. (A scratch store
+    is complete when its op registers it, not when its metadata appears:
+    only jask reads it, by handle, once its graph has finished.)"""
+    if metadata is None:  # a dtype outside the spec's core set: Zarr writes the text
+        arr = zarr.create_array(store=zarr.storage.MemoryStore(), shape=shape, chunks=chunks,
+                                dtype=dtype, compressors=None, fill_value=0, zarr_format=3,
+                                chunk_key_encoding={"name": "default", "separator": "."})
+        metadata = remote.metadata_text(arr)
+    remote.remember(url, metadata)
+    remote.write_metadata(url, metadata)
 
 
 def create_like(original: str, path: str) -> None:

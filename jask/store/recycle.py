@@ -16,6 +16,10 @@ than four times that free; the rest go to :mod:`jask.store.trash`. :func:`clear`
 (called by ``jask.collect()`` and when the disk is short of space) deletes
 them all. Only stores :func:`jask.store.sessions.owns` are kept or removed:
 a store opened by path is never reused under another array.
+
+Stores in object storage (a scratch URL) are not kept: there is no rename,
+and a PUT of a chunk under a new key costs what overwriting an old one
+costs, so reuse would save nothing; they go to :mod:`jask.store.trash`.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import shutil
 import threading
 import uuid
 
-from jask.store import sessions, trash
+from jask.store import objects, sessions, trash
 
 __all__ = ["give", "take", "clear"]
 
@@ -58,6 +62,9 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
     """
     if not sessions.owns(path):
         return  # opened by path, or a forked parent's: never reused nor deleted
+    if objects.is_url(path):  # no rename to reuse by, and nothing a reuse would save
+        trash.remove(path)
+        return
     folder, name = os.path.split(path)
     key = _key(folder, os.path.splitext(name)[1], shape, dtype, chunks)
     with _lock:

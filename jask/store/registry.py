@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
 import threading
 import uuid
 import weakref
@@ -160,7 +159,7 @@ def discard(store: StoreSpec, *, later: bool = False) -> None:
     elif later:
         trash.remove(store.path)
     else:
-        shutil.rmtree(store.path, ignore_errors=True)
+        trash.remove_now(store.path)  # a folder, or keys in object storage
     with _lock:
         _unclaimed.pop(store.path, None)
 
@@ -295,7 +294,7 @@ def _empty_trash() -> None:
             item = _trash[0]
         if isinstance(item, str):  # made by an op interrupted before registering it
             if sessions.owns(item):
-                shutil.rmtree(item, ignore_errors=True)
+                trash.remove_now(item)
         elif item.managed:
             discard(item, later=True)  # reused or deleted in the background
         else:

@@ -12,7 +12,7 @@ import errno
 import os
 import shutil
 
-from jask.store import recycle, trash
+from jask.store import objects, recycle, trash
 from jask.store.versions import StoreChangedError, check_unchanged, snapshot, stamp
 
 __all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors", "stamp",
@@ -41,6 +41,8 @@ class DiskFullError(OSError):
 
 
 def _free_bytes(folder: str) -> int:
+    if objects.is_url(folder):  # object storage has no free space to ask for: no limit known
+        return 2**63 - 1
     probe = os.path.abspath(folder)
     while not os.path.exists(probe):  # made on first write
         probe = os.path.dirname(probe)

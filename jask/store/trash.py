@@ -10,18 +10,24 @@ never a store opened by path, never a forked parent's) is removed at all.
 :func:`wait` blocks until everything handed over is deleted
 (``jask.collect()`` calls it); a process that exits first leaves them to
 the session cleanup, which removes the whole session folder.
+
+In object storage (a scratch URL) there is no rename: the store's keys are
+deleted by the same thread (a listing and one DeleteObjects request per
+1,000 keys); its name is fresh and never handed out again, so nothing reads
+it meanwhile.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
 import threading
 import uuid
 
-from jask.store import sessions
+from jask.store import object_sessions, objects, sessions
 
-__all__ = ["remove", "wait"]
+__all__ = ["remove", "remove_now", "wait"]
 
 #: Prefix of the hidden name a store gets while it waits for deletion.
 TRASH = ".trash"
@@ -44,6 +50,10 @@ def remove(path: str) -> None:
     """
     if not sessions.owns(path):
         return  # not this process's to delete
+    if objects.is_url(path):  # no rename in object storage: its keys go in the background
+        _ensure_thread()
+        _queue.put(path)
+        return
     # a rename within one folder: moving a folder to another one took 1 ms
     target = os.path.join(os.path.dirname(path), f"{TRASH}-{uuid.uuid4().hex[:12]}")
     try:
@@ -53,6 +63,15 @@ def remove(path: str) -> None:
         return
     _ensure_thread()
     _queue.put(target)
+
+
+def remove_now(path: str) -> None:
+    """Delete the store at ``path`` now, if this process owns it: a folder,
+    or every key under a prefix of this process's object-storage session."""
+    if objects.is_url(path):
+        object_sessions.remove(path)  # checks ownership itself
+    elif sessions.owns(path):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def wait() -> None:
@@ -73,6 +92,10 @@ def _work() -> None:
     while True:
         path = _queue.get()
         try:
-            shutil.rmtree(path, ignore_errors=True)
+            if objects.is_url(path):
+                with contextlib.suppress(Exception):  # endpoint gone: the session's end or lease
+                    object_sessions.remove(path)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
         finally:
             _queue.task_done()

@@ -1,0 +1,138 @@
+"""Sessions in object storage (jask.store.object_sessions) on a real S3 server
+(moto's server mode, a separate process): proof by content read back, a
+lease instead of flock, and deletion only under prefixes a session proved.
+Checked from outside with obstore listings."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import obstore
+import pytest
+from s3server import environment_for
+
+from jask.store import object_sessions, objects, sessions, trash
+
+
+def _keys(url: str) -> list[str]:
+    where = objects.location(url)
+    return sorted(o["path"] for batch in obstore.list(where.client, prefix=where.prefix + "/")
+                  for o in batch)
+
+
+def _put(url: str, data: bytes = b"x") -> None:
+    where = objects.location(url.rsplit("/", 1)[0])
+    obstore.put(where.client, where.key(url.rsplit("/", 1)[1]), data)
+
+
+@pytest.fixture
+def scratch_url(s3_bucket):
+    url = f"{s3_bucket}/scratch"
+    yield url
+    object_sessions.end(url)
+
+
+def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
+    url = sessions.session_dir(scratch_url)
+    assert url == sessions.session_dir(scratch_url)  # one per process and scratch URL
+    assert url.startswith(scratch_url + "/session-")
+    marker = _keys(url)
+    prefix = objects.location(url).prefix
+    assert marker == [f"{prefix}/.jask-lease", f"{prefix}/.jask-session"]
+    text = bytes(obstore.get(objects.location(url).client, f"{prefix}/.jask-session").bytes())
+    assert f"pid {os.getpid()}" in text.decode() and url.endswith(
+        text.decode().split("id ", 1)[1].split()[0])
+    assert sessions.owns(url + "/add-1.zarr")
+    assert not sessions.owns(scratch_url + "/add-1.zarr")          # beside the session
+    assert not sessions.owns(url + "x/add-1.zarr")                  # a prefix that only starts so
+    assert not sessions.owns(url + "/add-1.zarr/c/0")               # inside a store, not a store
+    assert sessions.holds_jask_stores(url + "/add-1.zarr")
+    assert not sessions.holds_jask_stores(scratch_url + "/add-1.zarr")
+
+    for name in ("a.zarr/zarr.json", "a.zarr/c.0", "a.zarr2/zarr.json"):
+        _put(f"{url}/{name}")
+    trash.remove_now(url + "/a.zarr")
+    assert [k.rsplit("/", 2)[-2] for k in _keys(url) if "zarr" in k] == ["a.zarr2"]
+    sessions.keep(url + "/a.zarr2")  # opened by path: never deleted
+    trash.remove(url + "/a.zarr2")
+    trash.wait()
+    assert any("a.zarr2" in k for k in _keys(url))
+    object_sessions.end(scratch_url)
+    assert _keys(url) == []  # the session's end deletes its whole prefix
+
+
+_CHILD = """
+import os, sys, time
+from jask.store import object_sessions
+object_sessions.LEASE_SECONDS = 1.0
+url = object_sessions.session_url(sys.argv[1])
+print(url, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
+        scratch_url, s3_server):
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, scratch_url], text=True,
+                             stdout=subprocess.PIPE, env=environment_for(s3_server))
+    try:
+        dead = child.stdout.readline().strip()
+        assert dead.startswith(scratch_url + "/session-")
+        _put(dead + "/add-1.zarr/c.0")
+        # A live session is never removed: its heartbeat renews the lease.
+        time.sleep(1.5)
+        mine = sessions.session_dir(scratch_url)
+        assert _keys(dead) and dead not in object_sessions.remove_dead(
+            scratch_url, now=object_sessions._server_now(object_sessions._sessions[scratch_url]))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    # Prefixes that only look like sessions are never touched.
+    lookalikes = [f"{scratch_url}/session-h-1-abc/a.zarr/c.0",      # no marker
+                  f"{scratch_url}/session-h-2-abc/.jask-session",   # a marker of another id
+                  f"{scratch_url}/notes.txt"]                        # not a session at all
+    for key in lookalikes:
+        _put(key, b"jask-object-session 1\nid zzz\npid 1\nstart 1\nhost h\nlease 0\n")
+    deadline = time.monotonic() + 15
+    removed: list = []
+    while dead not in removed and time.monotonic() < deadline:
+        time.sleep(0.5)
+        removed = object_sessions.remove_dead(
+            scratch_url, now=object_sessions._server_now(object_sessions._sessions[scratch_url]))
+    assert removed == [dead] and _keys(dead) == []
+    assert all(_keys(key.rsplit("/", 1)[0]) for key in lookalikes)
+    assert _keys(mine)  # its own session stays
+
+
+def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch, monkeypatch,
+                                                        rng):
+    import numpy as np
+
+    import jask
+    from s3server import ACCESS_KEY, SECRET_KEY
+
+    bucket = s3_server.make_bucket()
+    for key in s3_server.env:  # no environment variables: only the options given
+        monkeypatch.delenv(key, raising=False)
+    options = {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY,
+               "region_name": "us-east-1"}
+    scratch_url = f"{bucket}/scratch"
+    jask.set_memory_budget("256KB", scratch_dir=scratch_url, storage_options=options)
+    try:
+        x = rng.normal(size=(301, 37)).astype(np.float32)
+        a = jask.from_numpy(x)
+        b = a * 2.0 + a
+        assert b.filename.startswith(scratch_url + "/session-")
+        np.testing.assert_allclose(b.to_numpy(), 3 * x, rtol=1e-6)
+        np.testing.assert_allclose(float(jask.sum(b)), 3 * x.sum(), rtol=1e-4)
+        assert SECRET_KEY not in repr(jask.get_config()) + repr(b)
+        where, gone = objects.location(b.filename), b.filename
+        assert obstore.list(where.client, prefix=where.prefix + "/").collect()
+        del b
+        jask.collect()
+        assert obstore.list(where.client, prefix=where.prefix + "/").collect() == []
+    finally:
+        object_sessions.end(scratch_url)
+    with pytest.raises(ValueError, match="storage_options apply to a scratch_dir in object"):
+        jask.set_memory_budget("1MB", scratch_dir=jask_scratch.path, storage_options=options)
