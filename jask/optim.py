@@ -671,7 +671,7 @@ def step(tx: optax.GradientTransformation, grads, state, params):
 
     A parameter in an icechunk repository (:func:`jask.open_icechunk`) is
     written by one commit; one in a plain Zarr store at a URL is refused
-    (ValueError naming the URL) before anything runs.
+    (NotImplementedError naming the URL) before anything runs.
 
     Example:
       >>> import numpy as np, jask

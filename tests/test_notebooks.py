@@ -40,8 +40,8 @@ SIZES = {
     "dashboard.ipynb": {"JASK_NB_ROWS": "400000", "JASK_NB_BUDGET": "8MB"},
     "explore.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "25"},
     "xarray.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "20"},
-    "object_storage.ipynb": {"JASK_NB_ROWS": "40000", "JASK_NB_BUDGET": "1MB",
-                             "JASK_NB_STEPS": "6", "JASK_NB_FEATURES": "16"},
+    "object_storage.ipynb": {"JASK_NB_ROWS": "20000", "JASK_NB_BUDGET": "1MB",
+                             "JASK_NB_STEPS": "3", "JASK_NB_FEATURES": "16"},
 }
 
 #: The install line each notebook's first cell documents.

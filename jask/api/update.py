@@ -50,8 +50,8 @@ def update_(target, new_value, *, config: Config | None = None):
     In object storage, an array in an icechunk repository
     (:func:`jask.open_icechunk`) is updated by one commit: readers see the
     old snapshot or the new one. A plain Zarr store at a URL cannot be
-    replaced atomically, and ``update_`` of it raises ValueError, naming the
-    URL, before anything runs.
+    replaced atomically, and ``update_`` of it raises NotImplementedError,
+    naming the URL, before anything runs.
     """
     t = _require(target, "update_", "the array to update")
     n = _require(new_value, "update_", "new_value")

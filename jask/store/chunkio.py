@@ -333,7 +333,8 @@ def _describe(store) -> memory.ReadModel:
         return remote.read_model(store)
     itemsize = np.dtype(store.dtype).itemsize
     shape, chunks = tuple(store.shape), tuple(store.chunks)
-    if not store.path or not os.path.isdir(store.path):
+    if not store.path or not (os.path.isdir(store.path)  # (icechunk: codecs from Zarr)
+                              or icechunk_stores.is_icechunk(store.path)):
         if getattr(store, "managed", False):  # one jask will make: raw chunk files
             return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks,
                                     path=store.path)

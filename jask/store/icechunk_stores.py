@@ -241,15 +241,16 @@ def refuse_in_place(path: str, op: str) -> None:
       >>> refuse_in_place("s3://bucket/w.zarr", "update_")
       Traceback (most recent call last):
       ...
-      ValueError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object storage...
+      NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
     """
     from jask.store.objects import is_url
 
     if is_url(path):
-        raise ValueError(
+        raise NotImplementedError(
             f"jask.{op}: {redact(path)!r} is a plain Zarr store in object storage, which "
             "cannot replace its chunks all at once (there is no rename): a reader, or a "
-            "crash mid-write, would see old and new chunks mixed. Keep arrays you update in "
+            "crash mid-write, would see old and new chunks mixed, so jask refuses it; nothing "
+            "was written. Keep arrays you update in "
             "place in an icechunk repository (jask.open_icechunk('s3://bucket/repo', "
             "'name')), whose update_ is one commit, or write the new values to a new URL "
             "(jask.save(new_value, 's3://bucket/new.zarr'))")
