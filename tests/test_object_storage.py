@@ -13,6 +13,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numcodecs
 import numpy as np
 import pytest
 import zarr
@@ -23,14 +24,11 @@ from jask.store import objects, remote
 
 #: Layouts other tools write: (zarr.create_array keywords), shape (37, 23).
 LAYOUTS = {
-    "tiny-chunks": dict(chunks=(5, 4), compressors=None),
+    "small-ragged": dict(chunks=(8, 6), compressors=None),  # tiles do not divide 37, 23
     "large-chunk": dict(chunks=(40, 30), compressors=None),  # (past the edges: padded)
-    "ragged": dict(chunks=(10, 7), compressors=None),
-    "zstd": dict(chunks=(8, 8), compressors=zarr.codecs.ZstdCodec(level=3)),
-    "gzip": dict(chunks=(16, 23), compressors=zarr.codecs.GzipCodec()),
-    "sharded": dict(chunks=(4, 4), shards=(8, 12), compressors=None),
-    "sharded-zstd": dict(chunks=(4, 4), shards=(8, 12)),  # (zarr's default v3 compressor)
-    "v2-blosc": dict(chunks=(10, 10), zarr_format=2),  # zarr's default v2 compressor
+    "zstd": dict(chunks=(10, 12), compressors=zarr.codecs.ZstdCodec(level=3)),
+    "sharded-zstd": dict(chunks=(5, 6), shards=(10, 12)),  # (zarr's default v3 compressor)
+    "v2-gzip": dict(chunks=(10, 10), zarr_format=2, compressors=numcodecs.GZip()),
 }
 
 
@@ -38,13 +36,6 @@ def _write_with_zarr(url: str, values: np.ndarray, **layout) -> None:
     """A store as zarr-python writes it to S3 (through s3fs), not through jask."""
     z = zarr.create_array(store=url, shape=values.shape, dtype=values.dtype, **layout)
     z[:] = values
-
-
-@pytest.fixture
-def fast_retries(monkeypatch):
-    """Retries that give up within a second, so a dead endpoint fails fast."""
-    monkeypatch.setattr(remote, "BACKOFF", 0.01)
-    monkeypatch.setattr(remote, "RETRIES", 3)
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
@@ -57,11 +48,10 @@ def test_every_layout_reads_as_numpy(s3_bucket, small_budget, name):
     assert a.filename == url and a.shape == x.shape
     with jask.track() as t:
         total = float(jask.sum(a))
-        y = (2 * a + a * a).to_numpy()
+        y = (a * a + 2).to_numpy()
     np.testing.assert_allclose(total, x.sum(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(y, 2 * x + x * x, rtol=1e-6)
+    np.testing.assert_allclose(y, x * x + 2, rtol=1e-6)
     np.testing.assert_array_equal(a[5:29, 3:17].to_numpy(), x[5:29, 3:17])
-    np.testing.assert_allclose(np.asarray(jask.sum(a, axis=0)), x.sum(0), rtol=1e-4, atol=1e-5)
     assert t.total.requests > 0 and t.total.retries == 0
     assert t.store(a).stored_read > 0
 
@@ -150,15 +140,18 @@ def test_damaged_chunk_objects_are_named(s3_bucket, small_budget, codec):
     assert "c/1/0" in str(err.value)
 
 
-def test_server_killed_mid_op(s3_bucket, s3_server, small_budget, fast_retries, tmp_path):
-    """Transient errors are retried and counted, then the error names the URL
-    and the op, without credentials; a save killed midway leaves nothing."""
+def test_server_killed_mid_op_then_back(s3_bucket, s3_server, small_budget, monkeypatch,
+                                        tmp_path):
+    """Killed mid-op: transient errors are retried and counted, then the
+    error names the URL and the op, without credentials, and a save leaves
+    nothing. Back after a moment: the retries ride it out."""
+    monkeypatch.setattr(remote, "BACKOFF", 0.01)
+    monkeypatch.setattr(remote, "RETRIES", 3)
     x = np.arange(96 * 40, dtype=np.float32).reshape(96, 40)
     url = f"{s3_bucket}/k.zarr"
     _write_with_zarr(url, x, chunks=(2, 40), compressors=None)
     a = jask.open(url, storage_options={"key": ACCESS_KEY, "secret": SECRET_KEY})
     assert float(jask.sum(a)) == x.sum()
-    remote.forget(url)
 
     def kill_once_reading():
         while jask.stats().store(a).stored_read <= x.nbytes:
@@ -167,10 +160,9 @@ def test_server_killed_mid_op(s3_bucket, s3_server, small_budget, fast_retries, 
 
     killer = threading.Thread(target=kill_once_reading)
     killer.start()
-    target = tmp_path / "saved.zarr"
     try:
         with jask.track() as t, pytest.raises(remote.RemoteStoreError) as err:
-            jask.save(a + 1, str(target))
+            jask.save(a + 1, str(tmp_path / "saved.zarr"))
     finally:
         killer.join()
     message = str(err.value) + repr(err.value) + repr(a) + repr(objects.location(url))
@@ -179,15 +171,9 @@ def test_server_killed_mid_op(s3_bucket, s3_server, small_budget, fast_retries, 
     assert t.total.retries >= remote.RETRIES
     assert not [p.name for p in tmp_path.iterdir() if "saved" in p.name]  # nor staging
 
-
-def test_retries_ride_out_a_restarting_endpoint(s3_bucket, s3_server, small_budget,
-                                                monkeypatch):
-    """An endpoint down for a moment: the save retries until it is back."""
-    monkeypatch.setattr(remote, "BACKOFF", 0.1)
+    monkeypatch.setattr(remote, "BACKOFF", 0.1)  # down for a moment, then back
     monkeypatch.setattr(remote, "RETRIES", 8)
     bucket = s3_bucket.removeprefix("s3://")
-    x = jask.from_numpy(np.arange(50.0))
-    s3_server.kill()
 
     def restart():
         time.sleep(0.2)
@@ -198,7 +184,8 @@ def test_retries_ride_out_a_restarting_endpoint(s3_bucket, s3_server, small_budg
     thread.start()
     try:
         with jask.track() as t:
-            saved = jask.save(x, f"{s3_bucket}/after.zarr", chunks=(10,))
+            saved = jask.save(jask.from_numpy(np.arange(50.0)), f"{s3_bucket}/after.zarr",
+                              chunks=(10,))
     finally:
         thread.join()
     assert t.total.retries > 0
@@ -219,3 +206,19 @@ def test_a_failed_save_to_a_url_leaves_no_array(s3_bucket, small_budget):
     assert remote.list_prefix(f"{s3_bucket}/dst.zarr") == []
     with pytest.raises(FileNotFoundError):
         jask.open(f"{s3_bucket}/dst.zarr")
+
+
+def test_xarray_datasets_at_urls(s3_bucket, small_budget):
+    """jask.xarray.open_dataset reads a group at a URL; jask.xarray.to_zarr
+    writes DiskArrays to one (through xarray's own writer)."""
+    import xarray as xr
+
+    import jask.xarray
+
+    values = np.arange(12.0).reshape(4, 3)
+    xr.Dataset({"v": (("t", "c"), values)}, coords={"t": np.arange(4)}).to_zarr(
+        f"{s3_bucket}/ds.zarr", mode="w", consolidated=False)
+    ds = jask.xarray.open_dataset(f"{s3_bucket}/ds.zarr")
+    assert isinstance(ds.v.data, jask.DiskArray)
+    jask.xarray.to_zarr(ds * 2, f"{s3_bucket}/ds2.zarr", mode="w")
+    np.testing.assert_array_equal(xr.open_zarr(f"{s3_bucket}/ds2.zarr").v.values, 2 * values)

@@ -40,7 +40,8 @@ COMPRESSORS = {
 }
 
 def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
-         overwrite: bool = False, config: Config | None = None) -> DiskArray:
+         overwrite: bool = False, config: Config | None = None,
+         storage_options: dict | None = None) -> DiskArray:
     """Write ``x`` to a new Zarr v3 array at ``path`` that outlives the session.
 
     The array is streamed tile by tile within the memory budget (one whole
@@ -52,6 +53,11 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     deletes a saved array. Saving writes to a path, a side effect, so it is
     refused inside ``jax.jit`` (and other transformations): save the value
     the compiled function returns.
+
+    ``path`` may be the URL of object storage (``s3://``, ``gs://``,
+    ``az://``; options as for :func:`jask.open`): the chunks are put first
+    and the metadata object (``zarr.json``) last, so the URL holds the
+    complete array or none (a failed save removes what it put).
 
     Args:
       x: the DiskArray to save.
@@ -70,14 +76,11 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
         with ``overwrite=True`` (save to a new URL instead); ``overwrite``
         there only clears the objects of a save that failed midway.
       config: a :class:`~jask.Config` to use instead of the active one.
+      storage_options: for a URL, as for :func:`jask.open` (by default the
+        environment variables, or the options given for its bucket before).
 
     Returns:
       The saved array, opened as by :func:`jask.open`.
-
-    ``path`` may be the URL of object storage (``s3://``, ``gs://``,
-    ``az://``; options as for :func:`jask.open`): the chunks are put first
-    and the metadata object (``zarr.json``) last, so the URL holds the
-    complete array or none (a failed save removes what it put).
 
     Raises:
       FileExistsError: ``path`` exists and ``overwrite`` is False (at a URL:
@@ -107,6 +110,7 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     if isinstance(path, str) and path.startswith("file://"):
         path = objects.local_path(path)
     if isinstance(path, str) and objects.is_url(path):  # object storage: no rename
+        objects.register_options(path.rstrip("/"), storage_options)
         return _save_url(x, path.rstrip("/"), chunks, compressor, overwrite, config)
     source = _source(x)
     path = _target(path, source, overwrite, config)

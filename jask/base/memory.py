@@ -157,6 +157,7 @@ class ReadModel:
     raw: bool = False
     copies: int = ZARR_COPIES
     group: int = 1
+    fetched: int = 0  # object storage: bytes of ranged GETs a raw read holds at once (at most)
     write_unit: tuple = ()  # the shard (or chunk): the smallest whole write
     write_copies: int = 1  # tile-sized buffers held while writing a tile
     codec: str = "none"
@@ -203,9 +204,11 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
         spans = [_touched(t, c, s) * c
                  for t, c, s in zip(tile[1:], model.unit[1:], model.shape[1:])]
         read = tile[0] * math.prod(spans) * model.itemsize
+        piece = rows * math.prod(model.unit[1:]) * model.itemsize
+        fetched = min(read, max(model.fetched, piece)) if model.fetched else 0
         if direct:
-            return 0, 1.0
-        return rows * math.prod(model.unit[1:]) * model.itemsize, max(1.0, read / size)
+            return fetched, 1.0
+        return max(piece, fetched), max(1.0, read / size)
     counts = [_touched(t, c, s) for t, c, s in zip(tile, model.unit, model.shape)]
     decoded = math.prod(counts) * model.unit_bytes
     at_once = min(math.prod(counts), model.group)

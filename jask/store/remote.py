@@ -38,6 +38,7 @@ import os
 import random
 import struct
 import threading
+import time
 from types import ModuleType
 
 import google_crc32c
@@ -115,7 +116,11 @@ def _error(op: str, url: str, key: str | None, err: BaseException,
 
 
 def _transient(err: BaseException) -> bool:
-    """Whether a retry may succeed: connection errors, timeouts, 5xx, 429."""
+    """Whether a retry may succeed: connection errors, timeouts, 5xx, 429,
+    and a bucket not found (one just made, or an endpoint just back, may not
+    show it yet); a missing key is an answer, not a fault."""
+    if isinstance(err, FileNotFoundError) and _no_bucket(err):
+        return True
     if isinstance(err, (FileNotFoundError, PermissionError, DamagedStoreError)):
         return False
     bad = (obstore.exceptions.PermissionDeniedError, obstore.exceptions.UnauthenticatedError,
@@ -125,6 +130,10 @@ def _transient(err: BaseException) -> bool:
     if isinstance(err, bad):
         return False
     return isinstance(err, (obstore.exceptions.GenericError, ConnectionError, TimeoutError))
+
+
+def _no_bucket(err: BaseException) -> bool:
+    return "NoSuchBucket" in str(err)
 
 
 def _wait(attempt: int) -> float:
@@ -183,7 +192,9 @@ async def _get(url: str, name: str, op: str = "read") -> bytes | None:
     async def call():
         try:
             result = await obstore.get_async(client, key)
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return None
         return await result.bytes_async()
     found = await _retrying(op, url, name, call)
@@ -241,7 +252,9 @@ async def _head(url: str, name: str) -> bool:
         try:
             await obstore.head_async(client, key)
             return True
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return False
     return await _retrying("lookup", url, name, call)
 
@@ -313,12 +326,19 @@ def open_array(url: str, *, mode: str = "r") -> zarr.Array:
         return cached
     loc = objects.location(url)
     store = zarr.storage.ObjectStore(loc.client, read_only=mode == "r")
-    try:
-        arr = zarr.open_array(store=store, path=loc.prefix, mode=mode)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no Zarr array at {url!r}") from None
-    except obstore.exceptions.BaseError as err:
-        raise _error("open", url, None, err) from None
+    for attempt in itertools.count():  # (zarr's own requests: retried here, as a whole)
+        counters.requested(url)
+        try:
+            arr = zarr.open_array(store=store, path=loc.prefix, mode=mode)
+            break
+        except FileNotFoundError as err:
+            if not _no_bucket(err) or attempt >= RETRIES:
+                raise FileNotFoundError(f"no Zarr array at {url!r}") from None
+        except obstore.exceptions.BaseError as err:
+            if not _transient(err) or attempt >= RETRIES:
+                raise _error("open", url, None, err, attempt + 1) from None
+        counters.retried(url)
+        time.sleep(_wait(attempt))
     if mode == "r":
         with _lock:
             _arrays[url] = arr
@@ -397,12 +417,15 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     """What reading ``store`` holds (:class:`jask.base.memory.ReadModel`): an
     uncompressed one is read by ranges as a local raw store is (``raw``);
     compressed chunks are decoded one at a time as local ones are, with up
-    to ``group`` fetched at once (about IN_FLIGHT_BYTES)."""
+    to ``group`` fetched at once (about IN_FLIGHT_BYTES). An uncompressed
+    read holds up to ``fetched`` bytes of ranges in flight besides its tile
+    (IN_FLIGHT_BYTES, or one range when that is larger)."""
     shape, itemsize = tuple(store.shape), np.dtype(store.dtype).itemsize
     try:
         arr = open_array(store.path)
     except FileNotFoundError:  # one jask is about to write: uncompressed chunks
         return memory.ReadModel(shape, tuple(store.chunks), itemsize, raw=True,
+                                fetched=IN_FLIGHT_BYTES,
                                 write_unit=tuple(store.chunks), path=store.path)
     layout = _layout(store.path)
     unit = tuple(max(1, c) for c in arr.chunks)
@@ -421,6 +444,7 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     write_copies = (1 if layout.plain else memory.DECODED_COPIES) if layout.encodes \
         else memory.ZARR_WRITE_COPIES
     return memory.ReadModel(shape, unit, itemsize, raw=layout.plain,
+                            fetched=IN_FLIGHT_BYTES if layout.plain else 0,
                             copies=memory.DECODED_COPIES, group=group,
                             write_unit=tuple(shards or unit), write_copies=write_copies,
                             codec=codec, path=store.path)
@@ -465,7 +489,9 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
         try:
             result = await obstore.get_async(
                 client, key, options={"range": (rows.start * row, rows.stop * row)})
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return None
         return result.meta["size"], await result.bytes_async()
     found = await _retrying("read", url, name, call)
@@ -547,7 +573,9 @@ async def _shard_index(layout, where: tuple) -> np.ndarray | None:
         try:
             result = await obstore.get_async(
                 client, key, options={"range": {"suffix": size} if at_end else (0, size)})
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            if _no_bucket(err):  # (retried, then an error: never the fill value)
+                raise
             return None
         return result.meta, await result.bytes_async()
     found = await _retrying("read", url, name, call)
@@ -609,7 +637,9 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     if layout is None or not (layout.encodes and all(
             s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
             for s, c, n in zip(region, layout.chunks, layout.shape))):
-        arr = _arrays[url]
+        arr = _arrays.get(url)
+        if arr is None or arr.read_only:
+            arr = open_array(url, mode="r+")
         try:
             arr[region] = block
         except obstore.exceptions.BaseError as err:
@@ -630,12 +660,14 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         data = np.ascontiguousarray(part) if layout.plain else part.reshape(-1, order="A")
         if layout.decoder is not None:
             data = layout.decoder.encode(data.view(np.uint8))
-        payload = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
-        counters.stored_written(url, len(payload))
+        # (no copy: obstore reads the buffer)
+        payload = (np.ascontiguousarray(data).data if isinstance(data, np.ndarray)
+                   else memoryview(data)).cast("B")
+        counters.stored_written(url, payload.nbytes)
         puts.append(_put(url, layout.encode_key(index), payload))
     _run(_gather(puts))
 
 
-async def _put(url: str, name: str, data: bytes) -> None:
+async def _put(url: str, name: str, data) -> None:
     client, key = _client_key(url, name)
     await _retrying("write", url, name, lambda: obstore.put_async(client, key, data))
