@@ -121,10 +121,14 @@ def test_a_cluster_with_no_shared_disk_trains_on_object_storage(
     growth = {a: peaks[a]["peak"] - baseline[a]["rss"] for a in peaks}
     print("worker peak RSS over baseline (MB):", {a: g / 2**20 for a, g in growth.items()},
           "budget", BUDGET / 2**20)
-    assert all(g <= BUDGET + 24 * 2**20 for g in growth.values()), growth
+    # the budget bounds jask's tiles; a worker adds its own per-graph state
+    # (comms, task results) and requests in flight (measured: 3.8-4.1 MB in all)
+    assert all(g <= BUDGET + 8 * 2**20 for g in growth.values()), growth
 
     # Sweeping in object storage: once nothing refers to a store, its keys go.
     pred_url = pred.filename
     del pred
     jask.collect()
     assert _keys(pred_url) == []
+    object_sessions.end(scratch_url)
+    assert _keys(session) == []  # the session's end deletes its prefix, proof last

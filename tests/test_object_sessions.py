@@ -62,8 +62,13 @@ def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
     assert _keys(url) == []  # the session's end deletes its whole prefix
 
 
+# The child loads jask's store modules without the package's __init__ (which
+# imports JAX: seconds per process on this machine); they import no JAX.
 _CHILD = """
-import os, sys, time
+import os, sys, time, types
+package = types.ModuleType("jask")
+package.__path__ = [sys.argv[2]]
+sys.modules["jask"] = package
 from jask.store import object_sessions
 object_sessions.LEASE_SECONDS = 1.0
 url = object_sessions.session_url(sys.argv[1])
@@ -74,7 +79,8 @@ time.sleep(60)
 
 def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
         scratch_url, s3_server):
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, scratch_url], text=True,
+    package = os.path.dirname(os.path.dirname(os.path.abspath(object_sessions.__file__)))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, scratch_url, package], text=True,
                              stdout=subprocess.PIPE, env=environment_for(s3_server))
     try:
         dead = child.stdout.readline().strip()
@@ -83,8 +89,7 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
         # A live session is never removed: its heartbeat renews the lease.
         time.sleep(1.5)
         mine = sessions.session_dir(scratch_url)
-        assert _keys(dead) and dead not in object_sessions.remove_dead(
-            scratch_url, now=object_sessions._server_now(object_sessions._sessions[scratch_url]))
+        assert _keys(dead) and dead not in object_sessions.remove_dead(scratch_url)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -98,8 +103,7 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
     removed: list = []
     while dead not in removed and time.monotonic() < deadline:
         time.sleep(0.5)
-        removed = object_sessions.remove_dead(
-            scratch_url, now=object_sessions._server_now(object_sessions._sessions[scratch_url]))
+        removed = object_sessions.remove_dead(scratch_url)
     assert removed == [dead] and _keys(dead) == []
     assert all(_keys(key.rsplit("/", 1)[0]) for key in lookalikes)
     assert _keys(mine)  # its own session stays
@@ -108,9 +112,9 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
 def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch, monkeypatch,
                                                         rng):
     import numpy as np
+    from s3server import ACCESS_KEY, SECRET_KEY
 
     import jask
-    from s3server import ACCESS_KEY, SECRET_KEY
 
     bucket = s3_server.make_bucket()
     for key in s3_server.env:  # no environment variables: only the options given
@@ -127,7 +131,7 @@ def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch,
         np.testing.assert_allclose(b.to_numpy(), 3 * x, rtol=1e-6)
         np.testing.assert_allclose(float(jask.sum(b)), 3 * x.sum(), rtol=1e-4)
         assert SECRET_KEY not in repr(jask.get_config()) + repr(b)
-        where, gone = objects.location(b.filename), b.filename
+        where = objects.location(b.filename)
         assert obstore.list(where.client, prefix=where.prefix + "/").collect()
         del b
         jask.collect()
@@ -136,3 +140,22 @@ def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch,
         object_sessions.end(scratch_url)
     with pytest.raises(ValueError, match="storage_options apply to a scratch_dir in object"):
         jask.set_memory_budget("1MB", scratch_dir=jask_scratch.path, storage_options=options)
+
+
+def test_a_failed_op_leaves_no_keys_in_the_scratch_prefix(scratch_url, s3_bucket, jask_scratch):
+    import numpy as np
+    import zarr
+
+    import jask
+
+    x = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
+    zarr.create_array(f"{s3_bucket}/data/x.zarr", shape=x.shape, chunks=(8, 30),
+                      dtype=x.dtype, compressors=None)[...] = x
+    _put(f"{s3_bucket}/data/x.zarr/c/4/0", b"\0" * 10)  # the last chunk: damaged
+    jask.set_memory_budget("256KB", scratch_dir=scratch_url)
+    a = jask.open(f"{s3_bucket}/data/x.zarr")
+    session = sessions.session_dir(scratch_url)
+    with pytest.raises(jask.DamagedStoreError, match="x.zarr"):
+        a * 2.0
+    jask.collect()
+    assert [k.rsplit("/", 1)[-1] for k in _keys(session)] == [".jask-lease", ".jask-session"]

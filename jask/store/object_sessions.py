@@ -170,11 +170,21 @@ def _server_now(session: _Session):
 
 def remove_dead(scratch_url: str, storage_options: dict | None = None, *, now=None) -> list[str]:
     """Remove every proven session under ``scratch_url`` whose lease expired
-    by ``now`` (the server's time); return their URLs. Prefixes that are no
-    proven session of jask's are never touched.
+    by ``now`` (the server's time; by default read from this process's own
+    session there, and with none nothing is removed); return their URLs.
+    Prefixes that are no proven session of jask's are never touched.
+
+    Example:
+      >>> remove_dead("s3://bucket/no-session-of-ours-here")
+      []
     """
     import obstore
 
+    if now is None:  # the server's time, from this process's own lease there
+        own = _sessions.get(scratch_url.rstrip("/"))
+        if own is None:
+            return []  # no clock to judge leases by: remove nothing
+        now = _server_now(own)
     top = objects.location(scratch_url, storage_options)
     listing = obstore.list_with_delimiter(top.client, prefix=top.prefix + "/" if top.prefix
                                           else None)
@@ -189,7 +199,7 @@ def remove_dead(scratch_url: str, storage_options: dict | None = None, *, now=No
         proof = _parse(_read(where, MARKER))
         if proof is None or not name.endswith("-" + proof["id"]):
             continue  # not jask's: never touched
-        if now is not None and not _expired(where, proof, now):
+        if not _expired(where, proof, now):
             continue
         _delete_prefix(where)
         removed.append(url)
@@ -271,7 +281,7 @@ def _proven_prefix(url: str, options: tuple) -> bool:
     if not name.startswith("session-"):
         return False
     try:
-        proof = _parse(_read(objects.location(url, dict(options)), MARKER))
+        proof = _parse(_read(objects.location(url, dict(options) or None), MARKER))
     except Exception:  # noqa: BLE001 - unreadable: not proven
         return False
     return proof is not None and name.endswith("-" + proof["id"])
