@@ -203,3 +203,24 @@ def test_a_plain_store_at_a_url_is_refused_naming_it(s3_bucket, small_budget):
     with pytest.raises(Exception, match=refused):  # compiled: refused when the call runs
         jax.jit(lambda w: w.update_(w * 2.0))(w)
     np.testing.assert_array_equal(zarr.open_array(url, mode="r")[:], 1.0)  # nothing written
+
+
+def test_an_update_computed_from_a_replaced_snapshot_is_refused(s3_bucket, small_budget):
+    _repo(s3_bucket, {"w": np.zeros(SHAPE, np.float32), "other": np.zeros(SHAPE, np.float32)})
+    w = jask.open_icechunk(f"{s3_bucket}/repo", "w")
+    new = w + 1.0  # computed from the snapshot this process read
+
+    def commit(name, value):
+        session = icechunk.Repository.open(_storage(s3_bucket)).writable_session("main")
+        zarr.open_array(session.store, path=name, mode="r+")[:] = value
+        session.commit(f"another process writes {name}")
+
+    commit("other", 5.0)  # another array changing is no conflict
+    w.update_(new)
+    np.testing.assert_array_equal(_outside(s3_bucket), 1.0)
+    new = w + 1.0
+    commit("w", 7.0)  # but w itself changing after we read it is
+    with pytest.raises(jask.StoreChangedError, match="after this process read it"):
+        w.update_(new)
+    np.testing.assert_array_equal(_outside(s3_bucket), 7.0)
+    del new

@@ -15,9 +15,11 @@ everywhere else in jask (:class:`jask.store.spec.StoreSpec`)::
 Reading it opens the branch's newest snapshot once per process (cached with
 the other open stores in :mod:`jask.store.chunkio`), so an op reads one
 snapshot throughout. :func:`replace` writes the new chunks in a writable
-session of the branch and commits once; a concurrent commit that changed
-the same array makes it raise :class:`jask.StoreChangedError` with nothing
-committed. A repository handed in as an ``icechunk.Repository`` object is
+session of the branch and commits once; a commit by another writer that
+changed the same array, after this process read it or while the update
+ran, makes it raise :class:`jask.StoreChangedError` with nothing committed
+(the update may have been computed from the values that writer replaced).
+A repository handed in as an ``icechunk.Repository`` object is
 kept in this process (``icechunk+repo://N...``); one named by URL is opened
 again from the URL and the environment in any process (a Dask worker).
 Nothing here knows of JAX or Dask.
@@ -47,6 +49,7 @@ on_step: Callable[[str], None] | None = None
 _repos: dict[str, Any] = {}          # "repo://N" or a URL -> icechunk.Repository
 _options: dict[str, dict] = {}       # URL -> storage options given to open_icechunk
 _writing: dict[str, Any] = {}        # staging token -> writable icechunk.Session
+_read_at: dict[str, str] = {}        # store path -> snapshot id this process reads it at
 _numbers = itertools.count(1)
 _lock = threading.Lock()
 
@@ -175,6 +178,7 @@ def open_array(path: str):
                               "(an icechunk update is written from the process that commits)")
         return zarr.open_array(session.store, path=where.array, mode="r+")
     session = repository(where).readonly_session(branch=where.branch)
+    _read_at[path] = session.snapshot_id
     try:
         return zarr.open_array(session.store, path=where.array, mode="r")
     except (FileNotFoundError, KeyError) as err:
@@ -190,6 +194,25 @@ def describe(path: str) -> tuple:
 
 class Conflict(RuntimeError):
     """Another writer committed changes to the same array during an update."""
+
+
+def _check_unchanged_since_read(repo, where: Where, path: str, base: str) -> None:
+    """Raise :class:`Conflict` if another writer changed the array between the
+    snapshot this process read it at and the branch's newest one (``base``):
+    the new values may have been computed from the old ones, and writing them
+    would silently undo that writer's change."""
+    read = _read_at.get(path)
+    if read is None or read == base:
+        return
+    diff = repo.diff(from_snapshot_id=read, to_snapshot_id=base)
+    array = "/" + where.array
+    if (array in diff.updated_chunks or array in diff.updated_arrays
+            or array in diff.deleted_arrays):
+        raise Conflict(
+            f"update_ of {redact(where.path)!r}: another writer committed changes to the same "
+            f"array on branch {where.branch!r} after this process read it (snapshot {read}, "
+            f"now {base}), so the new values could undo theirs; nothing was committed. Open "
+            "it again (jask.open_icechunk) and recompute the update.")
 
 
 def _step(step: str) -> None:
@@ -213,7 +236,9 @@ def replace(path: str, fill: Callable[[str], None], *, message: str = "jask upda
     import icechunk
 
     where = parse(path)
-    session = repository(where).writable_session(where.branch)
+    repo = repository(where)
+    session = repo.writable_session(where.branch)
+    _check_unchanged_since_read(repo, where, path, session.snapshot_id)
     token = uuid.uuid4().hex
     _writing[token] = session
     try:
@@ -221,8 +246,10 @@ def replace(path: str, fill: Callable[[str], None], *, message: str = "jask upda
         fill(Where(where.repo, where.branch, where.array, token).path)
         _step("commit")
         try:
-            return session.commit(f"{message} of {where.array}",
-                                  rebase_with=icechunk.ConflictDetector())
+            snapshot = session.commit(f"{message} of {where.array}",
+                                      rebase_with=icechunk.ConflictDetector())
+            _read_at[path] = snapshot  # what this process reads next (unless reopened)
+            return snapshot
         except (icechunk.ConflictError, icechunk.RebaseFailedError) as err:
             raise Conflict(
                 f"update_ of {redact(where.path)!r}: another writer committed changes to the "
