@@ -81,9 +81,10 @@ def open_icechunk(repo, path: str, *, branch: str = "main",
     :meth:`DiskArray.update_` (and in-place :mod:`jask.optim` steps) write
     the new chunks in a writable session and commit once: readers anywhere
     see the old snapshot or the new one, never a mix, and a writer killed
-    mid-update leaves the old one. A commit racing another writer's changes
-    to the same array raises :class:`jask.StoreChangedError`, committing
-    nothing. Open it again to see commits made since by others.
+    mid-update leaves the old one. If another writer changed the array
+    after this process read it, or while the update ran, the update raises
+    :class:`jask.StoreChangedError`, committing nothing. Open it again to see
+    commits made since by others.
 
     Args:
       repo: an ``icechunk.Repository``, or its URL (``s3://bucket/prefix``,
