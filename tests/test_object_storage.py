@@ -222,3 +222,21 @@ def test_xarray_datasets_at_urls(s3_bucket, small_budget):
     assert isinstance(ds.v.data, jask.DiskArray)
     jask.xarray.to_zarr(ds * 2, f"{s3_bucket}/ds2.zarr", mode="w")
     np.testing.assert_array_equal(xr.open_zarr(f"{s3_bucket}/ds2.zarr").v.values, 2 * values)
+
+
+def test_a_missing_chunk_object_reads_as_the_fill_value(s3_bucket, small_budget):
+    """As in Zarr (which leaves out chunks of only the fill value), unlike a damaged one."""
+    url = f"{s3_bucket}/sparse.zarr"
+    _write_with_zarr(url, np.arange(16.0).reshape(4, 4), chunks=(2, 4), compressors=None,
+                     fill_value=-1.0)
+    remote.put(url, "c/1/0", b"")  # (an empty object is damage, not a missing chunk)
+    with pytest.raises(jask.DamagedStoreError, match="c/1/0"):
+        jask.open(url).to_numpy()
+    loc = objects.location(url)
+    import obstore
+
+    obstore.delete(loc.client, loc.key("c/1/0"))
+    want = np.arange(16.0).reshape(4, 4)
+    want[2:] = -1.0
+    np.testing.assert_array_equal(jask.open(url).to_numpy(), want)
+    np.testing.assert_array_equal(zarr.open_array(url, mode="r")[:], want)

@@ -147,13 +147,14 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
     planned = planner.save(source, _chunks(chunks, source), bool(codecs), config)
     out_chunks, cost = planned.tile, planned.cost  # one whole chunk per task
     _check_layout(source, out_chunks, codecs)
-    if remote.exists(url):
+    debris = remote.list_prefix(url)  # one LIST: an array there, or a failed save's objects
+    if any(k in ("zarr.json", ".zarray", ".zgroup") for k in debris):
         raise FileExistsError(
             f"jask.save: {url!r} already holds a Zarr array or group; object storage cannot "
             "replace it in one step (a failure midway would leave neither array), so jask "
             "does not overwrite it, even with overwrite=True: save to a new URL (and delete "
             "the old prefix yourself), or keep the array in an icechunk repository")
-    if (debris := remote.list_prefix(url)) and not overwrite:
+    if debris and not overwrite:
         raise FileExistsError(
             f"jask.save: {url!r} holds {len(debris)} objects but no Zarr metadata (left by "
             "a save that failed?); pass overwrite=True to delete them and save there")

@@ -48,7 +48,7 @@ import zarr
 
 from jask.base import counters, memory
 from jask.store import buffers, objects
-from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata
+from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata, writes_every_chunk
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
@@ -74,7 +74,13 @@ _chunkio: ModuleType | None = None
 
 
 def bind_local_layer(module: ModuleType) -> None:
-    """Called once by :mod:`jask.store.chunkio`: its decoders, used here too."""
+    """Called once by :mod:`jask.store.chunkio`: its decoders, used here too.
+
+    Example:
+      >>> import jask.store.chunkio
+      >>> _local_layer() is jask.store.chunkio
+      True
+    """
     global _chunkio
     _chunkio = module
 
@@ -127,9 +133,14 @@ def _transient(err: BaseException) -> bool:
            obstore.exceptions.AlreadyExistsError, obstore.exceptions.PreconditionError,
            obstore.exceptions.InvalidPathError, obstore.exceptions.NotSupportedError,
            obstore.exceptions.UnknownConfigurationKeyError)
-    if isinstance(err, bad):
+    if isinstance(err, bad) or _bad_range(err):
         return False
     return isinstance(err, (obstore.exceptions.GenericError, ConnectionError, TimeoutError))
+
+
+def _bad_range(err: BaseException) -> bool:
+    """A ranged GET past an object's end: the object is shorter than a chunk."""
+    return "InvalidRange" in str(err) or "Range Not Satisfiable" in str(err)
 
 
 def _no_bucket(err: BaseException) -> bool:
@@ -213,7 +224,15 @@ def get(url: str, name: str) -> bytes | None:
 
 def put(url: str, name: str, data, *, create_only: bool = False, op: str = "write") -> None:
     """Put ``data`` as object ``name`` under ``url`` (``create_only``: fail
-    with FileExistsError if it exists, by a conditional put)."""
+    with FileExistsError if it exists, by a conditional put).
+
+    Example:
+      >>> put("memory:///doc-put", "lock", b"1", create_only=True)
+      >>> put("memory:///doc-put", "lock", b"2", create_only=True)
+      Traceback (most recent call last):
+      ...
+      FileExistsError: 'memory:///doc-put' already holds 'lock'
+    """
     client, key = _client_key(url, name)
     mode = "create" if create_only else "overwrite"
 
@@ -227,7 +246,20 @@ def put(url: str, name: str, data, *, create_only: bool = False, op: str = "writ
 
 def write_metadata(url: str, text: str | bytes, name: str = "zarr.json") -> None:
     """Put the array's metadata object: the LAST write of a new array, so
-    that it opens only once every chunk is in place."""
+    that it opens only once every chunk is in place.
+
+    Example:
+      >>> import numpy as np
+      >>> from jask.store.spec import plain_v3_metadata
+      >>> text = plain_v3_metadata((4,), np.dtype("float32"), (4,))
+      >>> url = "memory:///doc-meta/x.zarr"
+      >>> remember(url, text)  # the layout, before the metadata is in place
+      >>> write(StoreSpec(url, (4,), np.dtype("float32"), (4,)), (slice(0, 4),), np.ones(4))
+      >>> exists(url)
+      False
+      >>> write_metadata(url, text); exists(url)
+      True
+    """
     put(url, name, text.encode() if isinstance(text, str) else text, op="write of metadata")
     forget(url)
 
@@ -280,7 +312,12 @@ def list_prefix(url: str) -> list[str]:
 
 def delete_prefix(url: str) -> int:
     """Delete every object under ``url`` (metadata first, so that a
-    half-deleted array never opens); the number deleted."""
+    half-deleted array never opens); the number deleted.
+
+    Example:
+      >>> put("memory:///doc-del/x.zarr", "c/0", b"1"); delete_prefix("memory:///doc-del/x.zarr")
+      1
+    """
     keys = list_prefix(url)
     keys.sort(key=lambda k: k.rsplit("/", 1)[-1] not in _METADATA + (".zattrs", ".zgroup"))
     loc = objects.location(url)
@@ -316,11 +353,26 @@ _arrays: dict[str, zarr.Array] = {}
 _layouts: dict[str, object] = {}
 _indexes: dict[tuple, np.ndarray] = {}
 _lock = threading.Lock()
+#: Stores whose array and layout are kept per process (a worker process sees
+#: a scratch store per op and step: the oldest go first).
+_MAX_CACHED = 256
+
+
+def _bounded(cache: dict) -> None:
+    while len(cache) >= _MAX_CACHED:
+        cache.pop(next(iter(cache)))
 
 
 def open_array(url: str, *, mode: str = "r") -> zarr.Array:
     """A ``zarr.Array`` of the array at ``url`` over zarr's ``ObjectStore``
-    (on jask's obstore client: the same options and credentials)."""
+    (on jask's obstore client: the same options and credentials).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.arange(3.0)), "memory:///doc-open/x.zarr")
+      >>> open_array("memory:///doc-open/x.zarr")[1:]
+      array([1., 2.])
+    """
     cached = _arrays.get(url) if mode == "r" else None
     if cached is not None:
         return cached
@@ -341,13 +393,21 @@ def open_array(url: str, *, mode: str = "r") -> zarr.Array:
         time.sleep(_wait(attempt))
     if mode == "r":
         with _lock:
+            _bounded(_arrays)
             _arrays[url] = arr
     return arr
 
 
 def spec_of(url: str) -> StoreSpec:
     """The StoreSpec of the Zarr array at ``url`` (v2 or v3; checked as a
-    local one is), reading its metadata only."""
+    local one is), reading its metadata only.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.zeros((3, 5))), "memory:///doc-spec/x.zarr", chunks=2)
+      >>> spec = spec_of("memory:///doc-spec/x.zarr"); spec.shape, spec.chunks
+      ((3, 5), (2, 2))
+    """
     try:
         arr = open_array(url)
     except (zarr.errors.NodeTypeValidationError, ValueError, KeyError) as err:
@@ -357,13 +417,21 @@ def spec_of(url: str) -> StoreSpec:
 
 
 def metadata_text(arr: zarr.Array) -> str:
-    """The metadata document (``zarr.json``) of a Zarr v3 array."""
+    """The metadata document (``zarr.json``) of a Zarr v3 array.
+
+    Example:
+      >>> import zarr
+      >>> arr = zarr.create_array(store=zarr.storage.MemoryStore(), shape=(2,), dtype="f4")
+      >>> '"zarr_format": 3' in metadata_text(arr)
+      True
+    """
     return json.dumps(arr.metadata.to_dict(), default=str)
 
 
 def remember(url: str, text: str) -> None:
     """Know the layout of the array at ``url`` from its metadata ``text``
-    before it is written (it is written last); once per process."""
+    before it is written (it is written last); once per process (example:
+    :func:`write_metadata`)."""
     if url not in _layouts:
         _layout_from(url, _array_from_text(url, text))
 
@@ -399,13 +467,21 @@ def _layout_from(url: str, arr: zarr.Array):
                                    np.dtype(arr.dtype), fill, arr.metadata.encode_chunk_key,
                                    **found)
     with _lock:
+        _bounded(_layouts)
         _layouts[url] = layout
-        _arrays.setdefault(url, arr)
+        if url not in _arrays:
+            _bounded(_arrays)
+            _arrays[url] = arr
     return layout
 
 
 def forget(url: str) -> None:
-    """Drop what is cached about the store at ``url``."""
+    """Drop what is cached about the store at ``url`` (its zarr.Array,
+    layout and shard indexes), as for an array written anew there.
+
+    Example:
+      >>> forget("memory:///doc-forget/x.zarr")
+    """
     with _lock:
         _arrays.pop(url, None)
         _layouts.pop(url, None)
@@ -419,7 +495,14 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     compressed chunks are decoded one at a time as local ones are, with up
     to ``group`` fetched at once (about IN_FLIGHT_BYTES). An uncompressed
     read holds up to ``fetched`` bytes of ranges in flight besides its tile
-    (IN_FLIGHT_BYTES, or one range when that is larger)."""
+    (IN_FLIGHT_BYTES, or one range when that is larger).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.ones((8, 8))), "memory:///doc-model/x.zarr", chunks=4)
+      >>> m = read_model(spec_of("memory:///doc-model/x.zarr")); m.raw, m.unit, m.fetched
+      (True, (4, 4), 1048576)
+    """
     shape, itemsize = tuple(store.shape), np.dtype(store.dtype).itemsize
     try:
         arr = open_array(store.path)
@@ -453,7 +536,14 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
 # --- reading tiles -----------------------------------------------------------------
 
 def read(store: StoreSpec, region: tuple) -> np.ndarray:
-    """One tile of the array at the URL ``store.path`` as a numpy array."""
+    """One tile of the array at the URL ``store.path`` as a numpy array.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.arange(6.0)), "memory:///doc-read/x.zarr", chunks=4)
+      >>> read(spec_of("memory:///doc-read/x.zarr"), (slice(3, 6),))
+      array([3., 4., 5.])
+    """
     chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
@@ -493,9 +583,14 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
             if _no_bucket(err):  # (retried, then an error: never the fill value)
                 raise
             return None
+        except obstore.exceptions.GenericError as err:
+            if not _bad_range(err):
+                raise
+            return (await obstore.head_async(client, key))["size"], b""  # shorter than asked
         return result.meta["size"], await result.bytes_async()
     found = await _retrying("read", url, name, call)
     if found is None:
+        _check_may_be_missing(layout, index)
         out[dst] = layout.fill_value
         return
     size, data = found
@@ -510,7 +605,18 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
 async def _read_chunk(layout, out: np.ndarray, index: tuple, src: tuple, dst: tuple) -> None:
     """One whole compressed chunk, decoded, into ``out[dst]``."""
     data = await _get(layout.root, layout.encode_key(index))
+    if data is None:
+        _check_may_be_missing(layout, index)
     _place(layout, out, index, src, dst, data)
+
+
+def _check_may_be_missing(layout, index: tuple) -> None:
+    """Zarr leaves chunks of only the fill value unwritten, but jask writes
+    every chunk of its own stores: there a missing object is damage."""
+    if writes_every_chunk(layout.root):
+        raise FileNotFoundError(
+            f"chunk {layout.key(index)!r} of the Zarr store {layout.root!r} is missing (no "
+            "such object): the store is damaged or was removed")
 
 
 def _place(layout, out, index, src, dst, data) -> None:
@@ -539,6 +645,7 @@ async def _read_sharded(layout, out: np.ndarray, jobs: list) -> None:
         for job in group:
             slot = int(np.ravel_multi_index(tuple(i % p for i, p in zip(job[0], per)), per))
             if index is None or int(index[slot, 0]) == 2**64 - 1:
+                _check_may_be_missing(layout, job[0])
                 out[job[2]] = layout.fill_value
                 continue
             reads.append(_read_inner(layout, out, client, name, index[slot], job))
@@ -630,7 +737,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     """Write a tile of whole chunks (the last ones may be cut by the array's
     edge) of the array at ``store.path``: one PUT per chunk, encoded here for
     uncompressed, zstd and gzip chunks, through Zarr otherwise. Its metadata
-    must be known (:func:`remember`) or in place."""
+    must be known (:func:`remember`) or in place (example: :func:`write_metadata`)."""
     chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
