@@ -16,7 +16,7 @@ from jask import (
     optim,  # noqa: F401 - jask.optim.adam etc.
 )
 from jask.api import methods  # noqa: F401 - installs DiskArray's operators and methods
-from jask.api.creation import from_numpy, open, open_group
+from jask.api.creation import from_numpy, open, open_group, open_icechunk
 from jask.api.elementwise import (  # the rest of the Array API's elementwise functions
     abs,
     acos,
@@ -173,7 +173,8 @@ __all__ = [
     "logsumexp", "map", "nanargmax", "nanargmin", "nanmax", "nanmean", "nanmin", "nanprod",
     "nanstd", "nansum", "nanvar",
     "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
-    "mul", "multiply", "negative", "not_equal", "open", "open_group", "power", "progress_bars",
+    "mul", "multiply", "negative", "not_equal", "open", "open_group", "open_icechunk",
+    "power", "progress_bars",
     "progress_enabled", "reset_stats", "reshape", "save", "set_memory_budget", "show_progress",
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",

@@ -30,6 +30,7 @@ from jax import dtypes as jax_dtypes
 
 from jask.api import DiskArray, disk_type, reductions
 from jask.api.fused import fused as _fused
+from jask.api.update import check_in_place
 
 __all__ = ["sgd", "adam", "adamw", "scale_by_adam", "trace", "add_decayed_weights",
            "clip_by_global_norm", "apply_updates", "step"]
@@ -647,6 +648,7 @@ def apply_updates(params, updates):
         if tuple(u.shape) != tuple(p.shape):
             raise ValueError(f"jask.optim.apply_updates: update of shape {u.shape} for a "
                              f"parameter of shape {p.shape}")
+        check_in_place(p, "optim.apply_updates")  # a plain store at a URL: refused
         return fused(_add, p, u, dtype=_dtype(p, u), out_dtypes=(p.dtype,), into=0,
                      name="apply_updates")[0]
 
@@ -667,6 +669,10 @@ def step(tx: optax.GradientTransformation, grads, state, params):
     update is never written. Any other transformation (an ``optax.chain``)
     takes the two calls.
 
+    A parameter in an icechunk repository (:func:`jask.open_icechunk`) is
+    written by one commit; one in a plain Zarr store at a URL is refused
+    (NotImplementedError naming the URL) before anything runs.
+
     Example:
       >>> import numpy as np, jask
       >>> w = jask.from_numpy(np.ones(3, np.float32))
@@ -675,6 +681,8 @@ def step(tx: optax.GradientTransformation, grads, state, params):
       >>> w.to_numpy()
       array([0.5, 0.5, 0.5], dtype=float32)
     """
+    for p in jax.tree.leaves(params):  # before any state is computed
+        check_in_place(p, "optim.step")
     fused_step = getattr(tx.update, "fused_step", None)
     if fused_step is not None:
         return fused_step(grads, state, params)

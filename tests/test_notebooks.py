@@ -40,6 +40,8 @@ SIZES = {
     "dashboard.ipynb": {"JASK_NB_ROWS": "400000", "JASK_NB_BUDGET": "8MB"},
     "explore.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "25"},
     "xarray.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "20"},
+    "object_storage.ipynb": {"JASK_NB_ROWS": "20000", "JASK_NB_BUDGET": "1MB",
+                             "JASK_NB_STEPS": "3", "JASK_NB_FEATURES": "16"},
 }
 
 #: The install line each notebook's first cell documents.
@@ -152,6 +154,24 @@ def test_dashboard(tmp_path, monkeypatch):
     assert text.count("= baseline +") == 2
     pngs = _pngs(nbformat.read(tmp_path / "dashboard.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
+    assert elapsed < RUNAWAY, elapsed
+
+
+def test_object_storage(s3_bucket, s3_server, tmp_path, monkeypatch):
+    # the kernel inherits the S3 server's environment variables (set by s3_bucket)
+    monkeypatch.setenv("JASK_NB_BUCKET", s3_bucket)
+    nb, elapsed = _execute("object_storage.ipynb", tmp_path, monkeypatch)
+    text = _text(nb)
+    assert "in the bucket: True" in text
+    assert "worker folders, one each: 2" in text
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", text).groups())
+    assert last < first, text
+    assert "same values: True" in text
+    assert f"refused: jask.update_: '{s3_bucket}/results/" in text and "icechunk" in text
+    assert "commits, newest first: ['jask update_ of w'" in text
+    assert "a reader sees the last step's weights: True" in text
+    everything = str(nb)
+    assert s3_server.env["AWS_SECRET_ACCESS_KEY"] not in everything
     assert elapsed < RUNAWAY, elapsed
 
 

@@ -21,10 +21,11 @@ from jask.core.lifetime import collect_if_idle
 from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
 from jask.engine.blockwise import positional
-from jask.store import groups, objects, registry, remote
+from jask.store import chunkio, groups, icechunk_stores, objects, registry, remote
+from jask.store.spec import StoreSpec, check_metadata
 
-__all__ = ["open", "open_group", "from_numpy", "to_disk", "full", "arange", "linspace", "eye",
-           "tri"]
+__all__ = ["open", "open_group", "open_icechunk", "from_numpy", "to_disk", "full", "arange",
+           "linspace", "eye", "tri"]
 
 
 def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskArray:  # noqa: A001
@@ -69,6 +70,48 @@ def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskAr
         remote.forget(url)  # an array written anew at this URL: its own layout
         return DiskArray._from_store(registry.register(remote.spec_of(url), pending=False))
     return DiskArray._from_store(registry.register_external(path))
+
+
+def open_icechunk(repo, path: str, *, branch: str = "main",
+                  storage_options: dict | None = None) -> DiskArray:
+    """Open the Zarr array at ``path`` in an icechunk repository as a DiskArray.
+
+    Reads see the newest snapshot of ``branch`` when this process first
+    reads the array (one snapshot throughout an op), and
+    :meth:`DiskArray.update_` (and in-place :mod:`jask.optim` steps) write
+    the new chunks in a writable session and commit once: readers anywhere
+    see the old snapshot or the new one, never a mix, and a writer killed
+    mid-update leaves the old one. If another writer changed the array
+    after this process read it, or while the update ran, the update raises
+    :class:`jask.StoreChangedError`, committing nothing. Open it again to see
+    commits made since by others.
+
+    Args:
+      repo: an ``icechunk.Repository``, or its URL (``s3://bucket/prefix``,
+        ``gs://...``, a local folder), reached with the standard environment
+        variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...) as zarr
+        does; worker processes open a URL again themselves.
+      path: the array's path inside the repository.
+      branch: the branch to read and commit to.
+      storage_options: keyword arguments of ``icechunk.s3_storage`` (or
+        ``gcs_storage``) over the environment's, for a URL.
+
+    Example:
+      >>> import tempfile, icechunk, zarr, numpy as np, jask
+      >>> repo = icechunk.Repository.create(icechunk.local_filesystem_storage(tempfile.mkdtemp()))
+      >>> session = repo.writable_session("main")
+      >>> zarr.create_array(session.store, name="w", shape=(3,), dtype="f4")[:] = 1
+      >>> _ = session.commit("w")
+      >>> w = jask.open_icechunk(repo, "w")
+      >>> _ = w.update_(w * 2)   # one commit
+      >>> zarr.open_array(repo.readonly_session("main").store, path="w")[:]
+      array([2., 2., 2.], dtype=float32)
+    """
+    name = icechunk_stores.name(repo, path, branch, storage_options)
+    chunkio.forget(name)  # the branch's newest snapshot, not one opened before
+    arr = chunkio.open_array(name)
+    chunks, dtype = check_metadata(name, arr.shape, arr.chunks, arr.dtype)
+    return DiskArray._from_store(StoreSpec(name, tuple(arr.shape), dtype, chunks, managed=False))
 
 
 def open_group(path: str | os.PathLike,

@@ -25,7 +25,16 @@ from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan
-from jask.store import chunkio, durability, layout, objects, registry, saves, sessions, space
+from jask.store import (
+    chunkio,
+    durability,
+    icechunk_stores,
+    layout,
+    registry,
+    saves,
+    sessions,
+    space,
+)
 from jask.store.spec import StoreSpec, stored_nbytes
 
 
@@ -326,17 +335,12 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
     target, source = stores
     if target.path == source.path:
         return target
-    if objects.is_url(target.path):  # object storage has no atomic exchange
-        raise NotImplementedError(
-            f"update_: {target.path!r} is in object storage, which cannot replace a store's "
-            "chunks all at once: an update_ there could leave old and new chunks mixed, so "
-            "jask refuses it; nothing was written. Compute the new value and jask.save it "
-            "to a new URL, or keep the array in an icechunk repository")
+    icechunk_stores.refuse_in_place(target.path, "update_")  # no atomic replace at a URL
     planned = planner.update(target, source, config)
     tile, cost = planned.tile, planned.cost
     folder = os.path.dirname(target.path)
     needed = stored_nbytes(target)  # exact when uncompressed, else an upper bound
-    if not layout.compressed(target):
+    if not _transactional(target) and not layout.compressed(target):
         space.check_space(folder, needed, "update_")
     stamps = space.stamp([source])
     make_like = layout.maker_like(target)
@@ -363,15 +367,48 @@ update = Work("update_", _update,
               lambda stores, values, config: planner.update(stores[0], stores[1], config))
 
 
+def _transactional(target: StoreSpec | None) -> bool:
+    """Whether ``target`` is an array in an icechunk repository (replaced by a commit)."""
+    return target is not None and icechunk_stores.is_icechunk(target.path)
+
+
 def replace_store(target: StoreSpec, make_staging, fill, config: Config) -> None:
-    """Replace ``target``'s data atomically (:func:`jask.store.durability.replace`),
-    after computing the deferred results that read its old values."""
+    """Replace ``target``'s data atomically (:func:`jask.store.durability.replace`,
+    or one icechunk commit), after computing the deferred results that read its
+    old values."""
     registry.before_mutation(target.path)
+    if _transactional(target):
+        _commit(target, fill)
+        return
     journal = None if target.managed else sessions.journal_dir(  # a session goes whole
         sessions.session_dir(config.scratch_dir))
     with saves.copies_of(target.path, journal) as note:  # a killed one's: cleaned later
         durability.replace(target.path, note(make_staging), fill, durable=not target.managed)
     chunkio.forget(target.path)
+
+
+def _commit(target: StoreSpec, fill) -> None:
+    """Fill a writable icechunk session of ``target``'s branch and commit it
+    (:func:`jask.store.icechunk_stores.replace`). The session lives in this
+    process: its tiles are written by this process's threads, even with a
+    distributed client in effect."""
+    import dask
+
+    from jask.store import versions
+
+    def fill_here(staging: str) -> None:
+        with dask.config.set(scheduler="threads"):
+            fill(staging)
+
+    versions.check_open(target.path)  # what this thread read to make it is one version
+    with versions.swapping(target.path):  # this process's readers finish their snapshot
+        try:
+            icechunk_stores.replace(target.path, fill_here)
+        except icechunk_stores.Conflict as err:
+            raise versions.StoreChangedError(str(err)) from None
+        finally:
+            chunkio.forget(target.path)  # the next read opens the new snapshot
+    versions.replaced(target.path)
 
 
 def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
@@ -394,6 +431,8 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
         operands = tuple(bw.Operand(src, full if disk else (), dtype)
                          for src, disk in zip(sources, on_disk))
         target = _store(sources, into)
+        if target is not None:  # no atomic replace of a plain store at a URL
+            icechunk_stores.refuse_in_place(target.path, op)
         planned = plan_of(stores, values, config)
         tile, cost = planned.tile, planned.cost
         first = 0 if target is None else 1
@@ -434,7 +473,7 @@ def _fused_room(config: Config, op: str, shape, dtypes, tile, target) -> dict[st
     folder = sessions.session_dir(config.scratch_dir)
     needs = {folder: sum(stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dt), tile))
                          for dt in dtypes)}
-    if target is not None:
+    if target is not None and not _transactional(target):
         beside = os.path.dirname(target.path)
         needs[beside] = needs.get(beside, 0) + stored_nbytes(target)
     for where, needed in needs.items():

@@ -41,7 +41,7 @@ from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from jask.base import counters, memory
-from jask.store import buffers, remote
+from jask.store import buffers, icechunk_stores, remote
 from jask.store.objects import is_url
 from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
 
@@ -186,8 +186,12 @@ def open_array(path: str) -> zarr.Array:
     if arr is None and is_url(path):  # object storage: jask.store.remote
         return remote.open_array(path)
     if arr is None:
-        arr = zarr.open_array(path, mode="r+")
-        if writes_every_chunk(path):  # so that a missing chunk file means damage
+        if icechunk_stores.is_icechunk(path):  # a snapshot, or an update's session
+            arr = icechunk_stores.open_array(path)
+        else:
+            arr = zarr.open_array(path, mode="r+")
+        # so that a missing chunk file means damage
+        if not icechunk_stores.is_icechunk(path) and writes_every_chunk(path):
             arr = arr.with_config({"write_empty_chunks": True})  # type: ignore[call-overload]
         with _lock:
             if len(_arrays) >= _MAX_CACHED_ARRAYS:
@@ -329,7 +333,8 @@ def _describe(store) -> memory.ReadModel:
         return remote.read_model(store)
     itemsize = np.dtype(store.dtype).itemsize
     shape, chunks = tuple(store.shape), tuple(store.chunks)
-    if not store.path or not os.path.isdir(store.path):
+    if not store.path or not (os.path.isdir(store.path)  # (icechunk: codecs from Zarr)
+                              or icechunk_stores.is_icechunk(store.path)):
         if getattr(store, "managed", False):  # one jask will make: raw chunk files
             return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks,
                                     path=store.path)

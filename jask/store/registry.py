@@ -223,7 +223,7 @@ def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
 
 def before_mutation(path: str) -> None:
     """Compute every lazy store that would read ``path``, before it changes."""
-    path = os.path.abspath(path)
+    path = path if "://" in path else os.path.abspath(path)  # (a URL is no file path)
     for handle, waiting in list(_deferred.items()):
         if handle in _deferred and waiting.reads(path):
             waiting.compute()
