@@ -23,6 +23,7 @@ from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.engine import lazy, work
+from jask.engine.blockwise import REDUCERS
 from jask.engine.plan import Plan
 
 
@@ -211,6 +212,9 @@ class Blockwise(DiskPrimitive):
         if self.reducer == "prod":
             _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
             return
+        if self.reducer is not None and REDUCERS[self.reducer].ddof is not None:
+            _accum(accums[0], lambda: _var_vjp(self, args[0], g))
+            return
         if self.ufunc.vjps is None:
             super().backward(res, g, *accums)
         for j, accum in enumerate(accums):
@@ -287,6 +291,28 @@ def _prod_vjp(prim, x, g):
     return Blockwise(ufuncs.PROD_VJP, (_aval(g), x_aval) + tuple(_aval(p) for p in parts),
                      (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
                      dtype, grad=True, config=prim.config)(g, x, *parts)
+
+
+def _var_vjp(prim, x, g):
+    """d var: ``2 (x - mean) / (N - ddof)`` times the cotangent, as the
+    cotangent of the squared deviations ``(x - mean)**2 / (N - ddof)`` (the
+    two-pass formula, whose mean carries no gradient): the mean, then one map."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    to_memory = not _on_disk(out_aval)
+    count = int(np.prod([n for d, n in enumerate(prim.shape) if d not in set(out_axes)]))
+    ddof = REDUCERS[prim.reducer].ddof
+    inverse = jax.numpy.asarray(1.0 / count if count else np.nan, dtype)
+    mean = Blockwise(ufuncs.MUL, (x_aval, _aval(inverse)), (axes, ()), (dtype, dtype),
+                     prim.shape, out_axes, dtype, reducer="sum", to_memory=to_memory,
+                     grad=True, config=prim.config, name="mean")(x, inverse)
+    scale = jax.numpy.asarray(1.0 / (count - ddof) if count > ddof else np.nan, dtype)
+    deviations = Blockwise(ufuncs.SQDIFF, (x_aval, _aval(mean), _aval(scale)),
+                           (axes, out_axes, ()), (dtype,) * 3, prim.shape, out_axes,
+                           out_aval.dtype, reducer="sum", to_memory=to_memory,
+                           config=prim.config, name="var")
+    return deviations._cotangent(0, ufuncs.SQDIFF.vjps[0], (x, mean, scale), g)
 
 
 # --- layout ------------------------------------------------------------------
