@@ -840,19 +840,22 @@ def reduce(name, ufunc, operands, axes, dtypes, shape, out_axes, out_dtype, *, r
 
 class Together(DiskPrimitive):
     """Several ops returning in-memory values, run as one callback so that
-    those reading the same rows share one band group. Made only by the
-    scheduler, after differentiation (it has no VJP)."""
+    those reading the same rows share one band group. ``keep``: the types of
+    stores the program returns, extra operands computed in the same group
+    (not each on its own when claimed). Made only by the scheduler, after
+    differentiation (it has no VJP)."""
 
-    def __init__(self, prims: tuple):
-        super().__init__(tuple(a for p in prims for a in p.in_avals),
-                         tuple(p.out_aval for p in prims), op="together", prims=tuple(prims))
+    def __init__(self, prims: tuple, keep: tuple = ()):
+        super().__init__(tuple(a for p in prims for a in p.in_avals) + tuple(keep),
+                         tuple(p.out_aval for p in prims), op="together", prims=tuple(prims),
+                         keep=len(keep))
 
     def expand(self, *args):
         ops, i = [], 0
         for p in self.prims:
             ops.append(p.value_op(args[i:i + len(p.in_avals)]))
             i += len(p.in_avals)
-        return dispatch.to_values(ops)
+        return dispatch.to_values(ops, keep=args[i:])
 
     def plan(self, stores, config: Config | None = None) -> Plan:
         raise NotImplementedError(
@@ -935,7 +938,7 @@ def _is_value_op(prim) -> bool:
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
                       mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
-                      merge=lambda prims: Together(tuple(prims)),
+                      merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)))
 
 

@@ -324,8 +324,9 @@ def _chan(a, b):
 
 def _variance_of(ddof: float, partial):
     count, _, m2 = partial
-    with np.errstate(all="ignore"):  # N <= ddof divides by 0, as jnp.var (max(N - ddof, 0))
-        return m2 / np.float64(max(count - ddof, 0))
+    if count <= ddof:  # NaN, as jnp.var
+        return np.full_like(m2, np.nan)
+    return m2 / np.float64(count - ddof)
 
 
 def variance(ddof: float = 0) -> str:
