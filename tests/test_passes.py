@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jask
-from helpers import rand, tolerance, to_numpy
+from helpers import rand, to_numpy, tolerance
 
 #: Reads of X that count as one pass (a chunk cut at a band's edge is read twice).
 ONE_PASS = 1.2
@@ -142,3 +142,12 @@ def test_a_program_returning_a_store_and_a_value_reads_X_once(small_budget, rng,
     np.testing.assert_allclose(prediction.to_numpy(), Xn @ wn, **tolerance(dtype))
     np.testing.assert_allclose(total, (Xn @ wn).sum(), **tolerance(dtype))
     assert 0.99 <= reads.passes(X) <= ONE_PASS, reads
+
+
+def test_a_program_returning_only_stores_reads_X_once(small_budget, rng, reads):
+    xn = rand(rng, (1201, 13), np.float32)
+    x = jask.from_numpy(xn)
+    doubled, shifted = jax.jit(lambda x: (x * 2.0, jask.exp(x) + 1.0))(x)
+    np.testing.assert_allclose(doubled.to_numpy(), xn * 2, **tolerance(np.float32))
+    np.testing.assert_allclose(shifted.to_numpy(), np.exp(xn) + 1, **tolerance(np.float32))
+    assert 0.99 <= reads.passes(x) <= ONE_PASS, reads

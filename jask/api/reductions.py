@@ -244,7 +244,7 @@ def var(x, axis=None, keepdims: bool = False, *, ddof: float = 0,
     """
     ddof = _ddof("var", ddof, correction)
     if disk_type(x) is None:
-        return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
+        return jnp.var(x, axis=axis, keepdims=keepdims, correction=ddof)
     aval = _disk(x)
     if np.dtype(aval.dtype).kind == "c":
         raise TypeError(f"jask.var: complex arrays are not supported (dtype {aval.dtype}); "
@@ -281,7 +281,7 @@ def std(x, axis=None, keepdims: bool = False, *, ddof: float = 0,
     """
     ddof = _ddof("std", ddof, correction)
     if disk_type(x) is None:
-        return jnp.std(x, axis=axis, keepdims=keepdims, ddof=ddof)
+        return jnp.std(x, axis=axis, keepdims=keepdims, correction=ddof)
     v = var(x, axis=axis, keepdims=keepdims, ddof=ddof, config=config)
     return elementwise.apply(ufuncs.TABLE["sqrt"], v, config=config)
 

@@ -184,6 +184,10 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
             eqns.append(held[-1].replace(invars=[v for e in held for v in e.invars] + list(keep),
                                          outvars=[v for e in held for v in e.outvars],
                                          params=dict(_prim=prim)))
+        elif keep:  # no value op waits: the stores alone, one op of no outputs
+            made = next(e for e in reversed(eqns) if hi_primitive(e) is not None)
+            eqns.append(made.replace(invars=list(keep), outvars=[],
+                                     params=dict(_prim=merge([], [v.aval for v in keep]))))
         held.clear()
         held_outs.clear()
 
