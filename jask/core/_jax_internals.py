@@ -103,10 +103,13 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
-      (``merge(prims, avals)``: extra operands), so that they are computed in
-      the same pass as the values, not each on its own when claimed: the
+      (``merge(prims, avals)``: extra operands; with no value op waiting,
+      ``merge([], avals)`` is an op of no outputs), so that they are computed
+      in one pass with the values, not each on its own when claimed: the
       forward program of ``jax.grad(jax.jit(loss))`` returns its residuals
-      (``X @ w``, ...) beside the loss.
+      (``X @ w``, ...) beside the loss. A program lowered inside another's
+      lowering returns its stores to that program, which may still fuse
+      them: they stay as they are.
     * Last, a ``mutates`` op is given the values of ``is_ours``'s ops made
       earlier in this jaxpr and never read again (``forgetting(prim,
       avals)``: the op with those as extra operands), so that it need not
