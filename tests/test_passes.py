@@ -112,7 +112,7 @@ def _logistic(np_):
 
 @pytest.mark.parametrize("model", ["least_squares", "logistic"])
 @pytest.mark.parametrize("transform", ["grad", "value_and_grad"])
-def test_grad_of_jit_reads_X_twice(small_budget, rng, reads, model, transform):
+def test_grad_of_jit_reads_X_twice(small_budget, rng, model, transform):
     """The forward program computes the loss (jax.vjp returns it: one pass)
     and writes its residuals in that pass; the backward program gets the
     cotangent only when it runs, and X.T @ (its function) reads X again."""
