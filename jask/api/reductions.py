@@ -1,7 +1,8 @@
 """Reductions over axes: sum, mean, max, min, var, std, logsumexp, argmax and argmin.
 
-Each is one pass over the data (``var`` and ``std``: two, the first being
-the mean; ``logsumexp``: two, the first being the max). With
+Each is one pass over the data (``logsumexp``: two, the first being the
+max; ``var`` and ``std`` carry each tile's count, mean and squared
+deviations, combined stably in float64). With
 ``axis=None`` the result is an in-memory scalar ``jax.Array``. Over some
 axes the result is an in-memory ``jax.Array`` when it is small, at most
 :data:`IN_MEMORY_SHARE` of the memory budget, and a DiskArray otherwise;
@@ -24,6 +25,7 @@ from jask.api import elementwise
 from jask.base.config import Config, get_config
 from jask.core import primitives, ufuncs
 from jask.core.array import disk_type
+from jask.engine.blockwise import variance
 
 __all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "argmax", "argmin",
            "IN_MEMORY_SHARE"]
@@ -220,37 +222,56 @@ def min(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
                    _result_dtype(jnp.min, x), config)
 
 
-def var(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
-        config: Config | None = None):
+def var(x, axis=None, keepdims: bool = False, *, ddof: float = 0,
+        correction: float | None = None, config: Config | None = None):
     """Variance of ``x`` over ``axis``: the mean of squared deviations from
-    the mean, divided by ``N - ddof``. Two passes (the mean, then the
-    deviations); see :func:`sum` for where the result lives.
+    the mean, divided by ``N - ddof`` (``correction`` is the array API's
+    name for ``ddof``). One pass over the data: each tile gives its count,
+    mean and sum of squared deviations in float64, and the partials are
+    combined by Chan et al.'s parallel formula, so a large offset (1e6 plus
+    noise in float32) loses nothing. The result has jax.numpy's dtype; see
+    :func:`sum` for where it lives. Its gradient, ``2 (x - mean) / (N -
+    ddof)`` times the cotangent, reads ``x`` twice more (the mean, then the
+    map).
 
     Example:
       >>> import numpy as np, jask
       >>> x = jask.from_numpy(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))
       >>> jask.var(x, axis=0)
       Array([1., 4.], dtype=float32)
+      >>> jask.var(x, axis=0, ddof=1)
+      Array([2., 8.], dtype=float32)
     """
+    ddof = _ddof("var", ddof, correction)
     if disk_type(x) is None:
-        return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
+        return jnp.var(x, axis=axis, keepdims=keepdims, correction=ddof)
     aval = _disk(x)
-    reduced, out_axes, _ = _layout("var", x, axis, keepdims)
+    if np.dtype(aval.dtype).kind == "c":
+        raise TypeError(f"jask.var: complex arrays are not supported (dtype {aval.dtype}); "
+                        "take the variance of the real and imaginary parts")
+    reduced, _, _ = _layout("var", x, axis, keepdims)
     dtype = _result_dtype(jnp.var, x)
-    compute = accumulation_dtype(dtype)  # the mean too, as jax.numpy keeps it unrounded
-    mu = _mean(x, axis, keepdims, compute, compute, config)
-    count = math.prod(aval.shape[d] for d in reduced)
-    scale = _scalar(1.0 / (count - ddof) if count > ddof else np.nan, compute)
-    result = _reduce("var", ufuncs.SQDIFF, x, [(mu, out_axes), (scale, ())], axis, keepdims,
-                     "sum", dtype, config, compute)
-    if count == 0 and disk_type(result) is None:  # a sum of nothing is 0 before the scale
-        result = jnp.full_like(result, np.nan)
+    result = _reduce("var", ufuncs.IDENTITY, x, [], axis, keepdims, variance(ddof), dtype,
+                     config, np.dtype(np.float64))
+    if 0 in (aval.shape[d] for d in reduced) and disk_type(result) is None:
+        result = jnp.full_like(result, np.nan)  # no tile was reduced at all
     return result
 
 
-def std(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
-        config: Config | None = None):
-    """Standard deviation of ``x`` over ``axis``: ``sqrt(var(x, ...))``.
+def _ddof(op: str, ddof, correction):
+    """``ddof``, or the array API's ``correction`` when given (not both)."""
+    if correction is None:
+        return ddof
+    if ddof != 0:
+        raise ValueError(f"jask.{op}: give ddof or correction, not both "
+                         f"(ddof={ddof!r}, correction={correction!r})")
+    return correction
+
+
+def std(x, axis=None, keepdims: bool = False, *, ddof: float = 0,
+        correction: float | None = None, config: Config | None = None):
+    """Standard deviation of ``x`` over ``axis``: ``sqrt(var(x, ...))``, one
+    pass over the data (see :func:`var`).
 
     Example:
       >>> import numpy as np, jask
@@ -258,8 +279,9 @@ def std(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
       >>> jask.std(x, axis=0)
       Array([1., 2.], dtype=float32)
     """
+    ddof = _ddof("std", ddof, correction)
     if disk_type(x) is None:
-        return jnp.std(x, axis=axis, keepdims=keepdims, ddof=ddof)
+        return jnp.std(x, axis=axis, keepdims=keepdims, correction=ddof)
     v = var(x, axis=axis, keepdims=keepdims, ddof=ddof, config=config)
     return elementwise.apply(ufuncs.TABLE["sqrt"], v, config=config)
 

@@ -100,6 +100,16 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
       so running it later in program order gives the same value. That lets
       the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss) share
       one pass over the data.
+    * In a whole program (lowered outside any trace: its outputs go back
+      to Python, which claims them), the value ops still waiting at the end
+      also take the stores of ``is_ours``'s ops that the program returns
+      (``merge(prims, avals)``: extra operands; with no value op waiting,
+      ``merge([], avals)`` is an op of no outputs), so that they are computed
+      in one pass with the values, not each on its own when claimed: the
+      forward program of ``jax.grad(jax.jit(loss))`` returns its residuals
+      (``X @ w``, ...) beside the loss. A program lowered inside another's
+      lowering returns its stores to that program, which may still fuse
+      them: they stay as they are.
     * Last, a ``mutates`` op is given the values of ``is_ours``'s ops made
       earlier in this jaxpr and never read again (``forgetting(prim,
       avals)``: the op with those as extra operands), so that it need not
@@ -117,22 +127,24 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
         return
     done: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-    def rewrite(hi_jaxpr):
+    def rewrite(hi_jaxpr, whole: bool):
         if not any(is_ours(hi_primitive(e)) for e in hi_jaxpr.jaxpr.eqns):
             return hi_jaxpr
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
-        jaxpr = _defer(jaxpr, movable, mutates, merge)
+        returned = _returned_stores(jaxpr, is_ours) if whole else []
+        jaxpr = _defer(jaxpr, movable, mutates, merge, returned)
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
     def lower_jaxpr(hi_jaxpr, lo_avals):
+        whole = is_eager()  # a program of its own, not one nested in another's lowering
         try:
-            lean = done[hi_jaxpr]
+            lean = done[hi_jaxpr][whole]
         except (KeyError, TypeError):
-            lean = rewrite(hi_jaxpr)
+            lean = rewrite(hi_jaxpr, whole)
             try:
-                done[hi_jaxpr] = lean
+                done.setdefault(hi_jaxpr, {})[whole] = lean
             except TypeError:  # not weakly referenceable: rewrite again next time
                 pass
         return original(lean, lo_avals)
@@ -149,20 +161,36 @@ def _holds_program(eqn) -> bool:
                for v in eqn.params.values())
 
 
-def _defer(jaxpr, movable, mutates, merge):
-    """See :func:`prune_before_lowering`: move value ops to their first reader."""
+def _returned_stores(jaxpr, is_ours) -> list:
+    """The hi-typed outputs of a jaxpr that ``is_ours``'s ops made (stores
+    the caller will claim), each once."""
+    made = {v for e in jaxpr.eqns if is_ours(hi_primitive(e)) for v in e.outvars}
+    out: list = []
+    for v in jaxpr.outvars:
+        if isinstance(v, core.Var) and v in made and v.aval.is_high and v not in out:
+            out.append(v)
+    return out
+
+
+def _defer(jaxpr, movable, mutates, merge, returned=()):
+    """See :func:`prune_before_lowering`: move value ops to their first
+    reader; those waiting at the end also take the ``returned`` stores."""
     eqns: list = []
     held: list = []
     held_outs: set = set()
 
-    def flush():
-        if len(held) == 1:
+    def flush(keep=()):
+        if len(held) == 1 and not keep:
             eqns.append(held[0])
         elif held:
-            prim = merge([hi_primitive(e) for e in held])
-            eqns.append(held[-1].replace(invars=[v for e in held for v in e.invars],
+            prim = merge([hi_primitive(e) for e in held], [v.aval for v in keep])
+            eqns.append(held[-1].replace(invars=[v for e in held for v in e.invars] + list(keep),
                                          outvars=[v for e in held for v in e.outvars],
                                          params=dict(_prim=prim)))
+        elif keep:  # no value op waits: the stores alone, one op of no outputs
+            made = next(e for e in reversed(eqns) if hi_primitive(e) is not None)
+            eqns.append(made.replace(invars=list(keep), outvars=[],
+                                     params=dict(_prim=merge([], [v.aval for v in keep]))))
         held.clear()
         held_outs.clear()
 
@@ -180,8 +208,8 @@ def _defer(jaxpr, movable, mutates, merge):
         if reads or barrier:
             flush()
         eqns.append(eqn)
-    flush()
-    if len(eqns) == len(jaxpr.eqns):
+    flush(returned)
+    if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
         return jaxpr
     return jaxpr.replace(eqns=eqns)
 

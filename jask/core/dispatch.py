@@ -208,9 +208,10 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
 ValueOp = tuple
 
 
-def to_values(ops: Sequence[ValueOp]) -> tuple:
+def to_values(ops: Sequence[ValueOp], keep: Sequence[DiskArray] = ()) -> tuple:
     """Several ops producing in-memory values, run by one callback so that
     those reading the same rows share one band group (one read of each store).
+    ``keep``: stores the program returns, computed in the same groups.
 
     jask's scheduler merges value ops this way inside a compiled program
     (:func:`jask.core._jax_internals.prune_before_lowering`).
@@ -231,7 +232,8 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
     def run(args) -> tuple:
         parts = split(args)
         done = lazy.values([(fuse, part, config or get_config())
-                            for (_, _, _, _, config, fuse), part in zip(ops, parts)])
+                            for (_, _, _, _, config, fuse), part in zip(ops, parts)],
+                           keep=args[len(args) - len(keep):] if keep else ())
         out = []
         for (work, _, _, result, config, _), part, value, (n, _) in zip(
                 ops, parts, done, sizes):
@@ -243,7 +245,7 @@ def to_values(ops: Sequence[ValueOp]) -> tuple:
     def callback(*args):
         return _callback_body(lambda: run(args))
 
-    flat = [x for operands, _ in staged for x in operands]
+    flat = [x for operands, _ in staged for x in operands] + _handles(keep)
     outs = io_callback(callback, tuple(_wire(r) for r in results), *flat, ordered=True)
     return tuple(jax.numpy.asarray(_from_wire(x, r)) for x, r in zip(outs, results))
 

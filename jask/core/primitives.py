@@ -23,6 +23,7 @@ from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.engine import lazy, work
+from jask.engine.blockwise import REDUCERS
 from jask.engine.plan import Plan
 
 
@@ -211,6 +212,9 @@ class Blockwise(DiskPrimitive):
         if self.reducer == "prod":
             _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
             return
+        if self.reducer is not None and REDUCERS[self.reducer].ddof is not None:
+            _accum(accums[0], lambda: _var_vjp(self, args[0], g))
+            return
         if self.ufunc.vjps is None:
             super().backward(res, g, *accums)
         for j, accum in enumerate(accums):
@@ -287,6 +291,28 @@ def _prod_vjp(prim, x, g):
     return Blockwise(ufuncs.PROD_VJP, (_aval(g), x_aval) + tuple(_aval(p) for p in parts),
                      (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
                      dtype, grad=True, config=prim.config)(g, x, *parts)
+
+
+def _var_vjp(prim, x, g):
+    """d var: ``2 (x - mean) / (N - ddof)`` times the cotangent, as the
+    cotangent of the squared deviations ``(x - mean)**2 / (N - ddof)`` (the
+    two-pass formula, whose mean carries no gradient): the mean, then one map."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    to_memory = not _on_disk(out_aval)
+    count = int(np.prod([n for d, n in enumerate(prim.shape) if d not in set(out_axes)]))
+    ddof = REDUCERS[prim.reducer].ddof
+    inverse = jax.numpy.asarray(1.0 / count if count else np.nan, dtype)
+    mean = Blockwise(ufuncs.MUL, (x_aval, _aval(inverse)), (axes, ()), (dtype, dtype),
+                     prim.shape, out_axes, dtype, reducer="sum", to_memory=to_memory,
+                     grad=True, config=prim.config, name="mean")(x, inverse)
+    scale = jax.numpy.asarray(1.0 / (count - ddof) if count > ddof else np.nan, dtype)
+    deviations = Blockwise(ufuncs.SQDIFF, (x_aval, _aval(mean), _aval(scale)),
+                           (axes, out_axes, ()), (dtype,) * 3, prim.shape, out_axes,
+                           out_aval.dtype, reducer="sum", to_memory=to_memory,
+                           config=prim.config, name="var")
+    return deviations._cotangent(0, ufuncs.SQDIFF.vjps[0], (x, mean, scale), g)
 
 
 # --- layout ------------------------------------------------------------------
@@ -814,19 +840,22 @@ def reduce(name, ufunc, operands, axes, dtypes, shape, out_axes, out_dtype, *, r
 
 class Together(DiskPrimitive):
     """Several ops returning in-memory values, run as one callback so that
-    those reading the same rows share one band group. Made only by the
-    scheduler, after differentiation (it has no VJP)."""
+    those reading the same rows share one band group. ``keep``: the types of
+    stores the program returns, extra operands computed in the same group
+    (not each on its own when claimed). Made only by the scheduler, after
+    differentiation (it has no VJP)."""
 
-    def __init__(self, prims: tuple):
-        super().__init__(tuple(a for p in prims for a in p.in_avals),
-                         tuple(p.out_aval for p in prims), op="together", prims=tuple(prims))
+    def __init__(self, prims: tuple, keep: tuple = ()):
+        super().__init__(tuple(a for p in prims for a in p.in_avals) + tuple(keep),
+                         tuple(p.out_aval for p in prims), op="together", prims=tuple(prims),
+                         keep=len(keep))
 
     def expand(self, *args):
         ops, i = [], 0
         for p in self.prims:
             ops.append(p.value_op(args[i:i + len(p.in_avals)]))
             i += len(p.in_avals)
-        return dispatch.to_values(ops)
+        return dispatch.to_values(ops, keep=args[i:])
 
     def plan(self, stores, config: Config | None = None) -> Plan:
         raise NotImplementedError(
@@ -909,7 +938,7 @@ def _is_value_op(prim) -> bool:
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
                       mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
-                      merge=lambda prims: Together(tuple(prims)),
+                      merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)))
 
 

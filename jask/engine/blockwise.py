@@ -35,7 +35,7 @@ from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
 __all__ = ["Operand", "REDUCERS", "Reducer", "broadcast_axes", "map_graph", "positional",
-           "reduce_graph"]
+           "reduce_graph", "variance"]
 
 
 def positional(kernel):
@@ -244,12 +244,16 @@ def _index(pair):
 class Reducer(NamedTuple):
     """How a reduction reduces a block over axes (keeping them as length 1)
     and combines two partials; ``finish`` turns a partial into the output
-    (``None``: it is the output), ``pair``: partials are (value, index)."""
+    (``None``: it is the output), ``pair``: partials are (value, index);
+    ``arrays``: how many arrays of the kept shape one partial holds;
+    ``ddof``: set for a variance (partials are moments, see :func:`variance`)."""
 
     reduce: Callable
     combine: Callable
     finish: Callable | None = None
     pair: bool = False
+    arrays: int = 1
+    ddof: float | None = None
 
 
 def _arg_reducer(pick: Callable, better: Callable) -> Reducer:
@@ -288,6 +292,61 @@ REDUCERS.update({
     "all": Reducer(_all, np.logical_and),
     "any": Reducer(_any, np.logical_or),
 })
+
+
+# --- variance in one pass: (count, mean, M2) partials -------------------------------
+
+def _moments(block, axis):
+    """A block's (count, mean, sum of squared deviations from that mean) over
+    ``axis``, in float64 whatever the block's dtype: deviations from the
+    block's own mean, so a large common offset (1e6 + noise) cancels
+    before anything is squared, which the sum-of-squares formula cannot do."""
+    count = math.prod(block.shape[d] for d in axis)  # the same at every kept position
+    wide = np.asarray(block, np.float64)
+    with np.errstate(all="ignore"):  # an empty block: mean NaN, M2 0; nan and inf as IEEE
+        mean = np.sum(wide, axis=axis, keepdims=True) / count
+        deviations = wide - mean
+        np.square(deviations, out=deviations)
+        return count, mean, np.sum(deviations, axis=axis, keepdims=True)
+
+
+def _chan(a, b):
+    """Two (count, mean, M2) partials as one: Chan, Golub and LeVeque's
+    parallel update, stable in any order of combining."""
+    (na, ma, m2a), (nb, mb, m2b) = a, b
+    if na == 0 or nb == 0:
+        return b if na == 0 else a
+    n = na + nb
+    with np.errstate(all="ignore"):
+        delta = mb - ma
+        return n, ma + delta * (nb / n), m2a + m2b + np.square(delta) * (na * nb / n)
+
+
+def _variance_of(ddof: float, partial):
+    count, _, m2 = partial
+    if count <= ddof:  # NaN, as jnp.var
+        return np.full_like(m2, np.nan)
+    return m2 / np.float64(count - ddof)
+
+
+def variance(ddof: float = 0) -> str:
+    """The name of the reducer giving the variance with ``ddof`` (the sum of
+    squared deviations divided by ``N - ddof``) in one pass over the data:
+    partials are (count, mean, M2) in float64, combined by :func:`_chan`.
+
+    Example:
+      >>> name = variance(1)
+      >>> x = np.array([[1.0, 2.0], [3.0, 6.0]], np.float32)
+      >>> partial = REDUCERS[name].combine(REDUCERS[name].reduce(x[:1], (0,)),
+      ...                                  REDUCERS[name].reduce(x[1:], (0,)))
+      >>> REDUCERS[name].finish(partial)
+      array([[2., 8.]])
+    """
+    name = f"var(ddof={ddof!r})"
+    if name not in REDUCERS:
+        REDUCERS[name] = Reducer(_moments, _chan, functools.partial(_variance_of, ddof),
+                                 arrays=2, ddof=ddof)
+    return name
 
 
 def _finish(reducer: str, partial):
@@ -403,9 +462,11 @@ def reduce_graph(op: str, kernel: Callable, reducer: str, shape: tuple, tile: tu
 
 def partial_bytes(tile: tuple, out_axes: tuple, dtype, reducer: str | None = None) -> int:
     """Bytes of one partial result of a reduction task (kept axes only,
-    widened; a pair reducer's partials also hold an int64 index)."""
+    widened; a pair reducer's partials also hold an int64 index, a
+    variance's a mean and M2)."""
     kept = {a for a in out_axes if a is not None}
     elems = math.prod(t for d, t in enumerate(tile) if d in kept)
     pair = reducer is not None and REDUCERS[reducer].pair
-    return elems * (max(8, np.dtype(dtype).itemsize) + (8 if pair else 0))
+    arrays = 1 if reducer is None else REDUCERS[reducer].arrays
+    return elems * (arrays * max(8, np.dtype(dtype).itemsize) + (8 if pair else 0))
 

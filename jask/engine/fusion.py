@@ -179,8 +179,9 @@ def _map_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     reduced = tuple(d for d in range(len(full)) if d not in kept)
     if p["reducer"] is not None and reduced:
         result = REDUCERS[p["reducer"]][0](result, reduced)
-    own = tuple(1 if a is None else result.shape[a] for a in p["out_axes"])
-    if node.rows:
+    if node.rows:  # reduced over whole rows of the band: finished here
+        result = _finished(p["reducer"], result)
+        own = tuple(1 if a is None else result.shape[a] for a in p["out_axes"])
         return np.ascontiguousarray(result.astype(node.dtype, copy=False)).reshape(own)
     return result  # a partial, full rank (1 along the reduced axes)
 
@@ -303,6 +304,14 @@ def last_uses(order: tuple) -> tuple:
     return tuple(tuple(x) for x in out)
 
 
+def _finished(reducer: str | None, partial):
+    """A reducer's output from its partial (a variance's moments: the variance)."""
+    done = None if reducer is None else REDUCERS[reducer].finish
+    return partial if done is None else done(partial)
+
+
 def finish(node: Node, partial: np.ndarray) -> np.ndarray:
     """A value root's whole result from its combined partial."""
+    if node.kind == "map" and not node.rows:
+        partial = _finished(node.params["reducer"], partial)
     return np.asarray(partial).astype(node.dtype, copy=False).reshape(node.shape)

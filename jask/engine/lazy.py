@@ -155,11 +155,13 @@ def forget(handles) -> None:
             recorded.forgotten = True
 
 
-def values(items: list) -> list:
+def values(items: list, keep=()) -> list:
     """Compute ops returning in-memory values, ``items`` = [(description,
     args, config)], together with the recorded stores they read: one band
     group per band length. An entry is None where its op must run alone
-    (it cannot join a group, or no band fits the budget)."""
+    (it cannot join a group, or no band fits the budget). ``keep``: handles
+    of recorded stores (the program returns them) computed in the same
+    groups, each written as a store root."""
     out: list = [None] * len(items)
     groups: dict = {}
     for i, (desc, args, config) in enumerate(items):
@@ -167,15 +169,32 @@ def values(items: list) -> list:
         if _joins(desc, inputs):
             n = fusion.band_length(_shallow(desc, inputs))
             groups.setdefault(n, []).append((i, desc, inputs, config))
-    for members in groups.values():
-        if len(members) == 1 and not any(isinstance(x, Recorded) and x.store is None
-                                         for x in members[0][2]):
+    roots = _kept_by_length(keep)
+    for n, members in groups.items():
+        if len(members) == 1 and n not in roots and not any(
+                isinstance(x, Recorded) and x.store is None for x in members[0][2]):
             continue  # one op on stored data: its own plan is as good
         with _running:
-            results = _run_group([], [(d, x) for _, d, x, _ in members], members[0][3])
+            results = _run_group(roots.pop(n, []), [(d, x) for _, d, x, _ in members],
+                                 members[0][3])
         for (i, *_), result in zip(members, results):
             out[i] = result
+    for alone in roots.values():  # no value op of their band length
+        with _running:
+            _run_group(alone, [], alone[0].config)
     return out
+
+
+def _kept_by_length(handles) -> dict:
+    """The recorded stores, not computed yet, behind ``handles``, by band length."""
+    roots: dict = {}
+    for handle in handles:
+        recorded = registry.deferred(handle)
+        if isinstance(recorded, Recorded) and recorded.store is None and not recorded.forgotten:
+            n = fusion.band_length(_shallow(recorded.desc, recorded.inputs))
+            if recorded not in roots.setdefault(n, []):
+                roots[n].append(recorded)
+    return roots
 
 
 # --- running a group ---------------------------------------------------------------

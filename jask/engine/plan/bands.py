@@ -13,6 +13,7 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config
+from jask.engine.blockwise import REDUCERS
 from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
 from jask.engine.plan.tiles import Plan
@@ -63,7 +64,9 @@ def _row_bytes(shape: tuple, dtype) -> int:
 def _partial_bytes(node: Node) -> int:
     if node.kind == "map":
         kept = [node.params["full_shape"][a] for a in node.params["out_axes"] if a is not None]
-        return math.prod(kept) * max(8, np.dtype(node.dtype).itemsize)
+        reducer = node.params["reducer"]
+        arrays = 1 if reducer is None else REDUCERS[reducer].arrays  # a variance: mean and M2
+        return math.prod(kept) * max(8, np.dtype(node.dtype).itemsize) * arrays
     return math.prod(node.shape) * max(8, np.dtype(node.dtype).itemsize)
 
 
