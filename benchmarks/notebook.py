@@ -1,6 +1,6 @@
 """Notebook work, eagerly and under ``jax.jit``, against dask.array on one store.
 
-``python -m benchmarks.notebook [--size 128MiB] [--budget 32MB] [--reps 3]``
+``python -m benchmarks.notebook [--size 64MiB] [--budget 16MB] [--reps 3]``
 
 What people do in a notebook, on X (n x 64 float32, one uncompressed Zarr
 store, chunks of budget/16 as in ``benchmarks.passes``):
@@ -197,11 +197,12 @@ def _row(case: str, runs: dict) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.notebook",
                                      description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--size", default="128MiB",
-                        help="size of X (default 128MiB: about 2-3 min; 1GiB for the issue's)")
-    parser.add_argument("--budget", default="32MB", help="jask's memory budget (default 32MB)")
+    parser.add_argument("--size", default="64MiB",
+                        help="size of X (default 64MiB: a few minutes, mostly process start-up; "
+                             "1GiB for the issue's figures)")
+    parser.add_argument("--budget", default="16MB", help="jask's memory budget (default 16MB)")
     parser.add_argument("--reps", type=int, default=3, help="runs per case and way (median)")
-    parser.add_argument("--pca-steps", type=int, default=5, help="power iteration steps")
+    parser.add_argument("--pca-steps", type=int, default=3, help="power iteration steps")
     parser.add_argument("--only", default=",".join(CASES), help="cases, comma-separated")
     parser.add_argument("--data-dir", default=os.path.join(os.getcwd(), ".bench_data",
                                                            "notebook"))

@@ -53,7 +53,7 @@ def test_docstring_examples_are_rendered(html):
 
 #: Smaller sizes for CI, the only edits made to the page's code before it runs.
 SMALLER = {"1_000_000": "4_000", "10_000": "1_000", '"2GB"': '"1MB"',
-           '"/data/jask-scratch"': '"scratch"'}
+           '"/data/jask-scratch"': '"scratch"', "range(30)": "range(11)"}
 
 
 def _python_blocks(page: pathlib.Path) -> list[str]:
@@ -79,6 +79,6 @@ def test_getting_started_runs_and_its_model_learns(tmp_path):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     losses = [float(v) for v in re.findall(r"^\d+ ([\d.e+-]+)$", result.stdout, re.M)]
-    assert len(losses) == 3, result.stdout
+    assert len(losses) == 2, result.stdout  # steps 0 and 10
     # the loss starts at y's variance (about 16) and falls to the noise's (0.01)
     assert losses[0] > 5 and losses[-1] < 0.05 * losses[0], losses
