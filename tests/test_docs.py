@@ -71,7 +71,9 @@ def _python_blocks(page: pathlib.Path) -> list[str]:
 
 
 def test_getting_started_runs_and_its_model_learns(tmp_path):
-    script = "\n\n".join(_python_blocks(DOCS / "getting_started.rst"))
+    """The front page's example and the getting-started page, in one process."""
+    script = "\n\n".join(_python_blocks(DOCS / "index.rst")
+                         + _python_blocks(DOCS / "getting_started.rst"))
     for old, new in SMALLER.items():
         assert old in script, old
         script = script.replace(old, new)
