@@ -1,5 +1,6 @@
 """The Sphinx documentation builds without a warning, and covers the API."""
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -46,3 +47,40 @@ def test_api_reference_documents_every_public_name(html):
 def test_docstring_examples_are_rendered(html):
     text = (html / "api.html").read_text()
     assert "Example" in text and "&gt;&gt;&gt;" in text
+
+
+# --- the getting-started page runs as written --------------------------------
+
+#: Smaller sizes for CI, the only edits made to the page's code before it runs.
+SMALLER = {"1_000_000": "4_000", "10_000": "1_000", '"2GB"': '"1MB"',
+           '"/data/jask-scratch"': '"scratch"', "range(30)": "range(11)"}
+
+
+def _python_blocks(page: pathlib.Path) -> list[str]:
+    """The ``.. code-block:: python`` blocks of an rst page, in order, dedented."""
+    blocks, lines = [], page.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == ".. code-block:: python":
+            body = []
+            for text in lines[i + 1:]:
+                if text.strip() and not text.startswith("   "):
+                    break
+                body.append(text[3:])
+            blocks.append("\n".join(body).strip("\n"))
+    return blocks
+
+
+def test_getting_started_runs_and_its_model_learns(tmp_path):
+    """The front page's example and the getting-started page, in one process."""
+    script = "\n\n".join(_python_blocks(DOCS / "index.rst")
+                         + _python_blocks(DOCS / "getting_started.rst"))
+    for old, new in SMALLER.items():
+        assert old in script, old
+        script = script.replace(old, new)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = [float(v) for v in re.findall(r"^\d+ ([\d.e+-]+)$", result.stdout, re.M)]
+    assert len(losses) == 2, result.stdout  # steps 0 and 10
+    # the loss starts at y's variance (about 16) and falls to the noise's (0.01)
+    assert losses[0] > 5 and losses[-1] < 0.05 * losses[0], losses

@@ -79,5 +79,6 @@ def test_worker_memory_limit_below_a_task_is_a_clear_error(tmp_path, rng):
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                       dashboard_address=":0", memory_limit="4MB") as small, Client(small):
         with pytest.raises(jask.BudgetError, match=r"jask.add: a task holds \d+ bytes.*"
-                                                   r"memory limit of \d+ bytes for 2 threads"):
+                                                   r"memory limit of \d+ bytes \(.+\) for 2 "
+                                                   r"threads"):
             a + a

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
+from dask.utils import format_bytes
 from distributed import Client, LocalCluster
 
 import jask
@@ -207,7 +208,7 @@ def test_stats_break_down_consistently_and_reset(small_budget, rng):
         assert sum(c.bytes_written for c in view.by_store.values()) == view.bytes_written
     text = repr(outer)
     assert "square" in text and "sum" in text, text
-    assert f"read {2 * x.nbytes / 1000:.1f} kB" in text, text
+    assert f"read {format_bytes(2 * x.nbytes)}" in text, text  # sizes as Dask shows them
     assert float(total) == pytest.approx(float(np.sum(x.astype(np.float64) ** 2)), rel=1e-4)
 
 
@@ -245,7 +246,7 @@ def test_progress_bar_ends_with_bytes_read_and_written(small_budget, rng):
     out = io.StringIO()
     with jask.progress_bars(min_tasks=1, file=out):
         jask.square(a)
-    size = f"{x.nbytes / 1000:.1f} kB"
+    size = format_bytes(x.nbytes)
     assert f"read {size}, wrote {size}" in out.getvalue(), out.getvalue()
 
 

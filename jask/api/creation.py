@@ -14,6 +14,7 @@ import numpy as np
 from jax.core import ShapedArray
 
 from jask.base.config import Config, get_config
+from jask.base.sizes import exact_bytes
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import DiskArray, check_storable, disk_type
@@ -156,8 +157,8 @@ def _group_array(member: groups.Member):
         return open(member.path)
     if member.nbytes > get_config().max_memory // 8:
         raise TypeError(f"the Zarr array {member.path!r} holds {member.dtype} values, which jask "
-                        f"does not compute on, and at {member.nbytes} bytes is too large to read "
-                        "into memory under the budget")
+                        f"does not compute on, and at {exact_bytes(member.nbytes)} is too large "
+                        "to read into memory under the budget")
     return groups.read_values(member.path)
 
 

@@ -17,6 +17,7 @@ import dask.utils
 
 from jask.base.config import get_config
 from jask.base.memory import BudgetError
+from jask.base.sizes import format_bytes
 from jask.engine import plan
 
 __all__ = ["html", "fields", "disk_usage", "n_chunks"]
@@ -88,14 +89,14 @@ def fields(x) -> dict[str, str]:
       ('(3, 4)', 'float32', '(3, 4) (1 chunk)', 'jask')
     """
     out = {"shape": str(x.shape), "dtype": x.dtype.name,
-           "size": dask.utils.format_bytes(x.nbytes)}
+           "size": format_bytes(x.nbytes)}
     if _traced(x):
         out["store"] = "traced: its store is chosen when the compiled function runs"
         return out
     store = x._store()
     count = n_chunks(store.shape, store.chunks)
     try:
-        out["on disk"] = dask.utils.format_bytes(disk_usage(store.path))
+        out["on disk"] = format_bytes(disk_usage(store.path))
     except OSError as err:  # the folder went away under an opened array
         out["on disk"] = f"unavailable: {err}"
     out["chunks"] = f"{store.chunks} ({count} chunk{'s' if count != 1 else ''})"
@@ -105,8 +106,8 @@ def fields(x) -> dict[str, str]:
     try:
         tile, tasks, held = elementwise_tile(store)
         out["elementwise tile"] = (f"{tile} ({tasks} task{'s' if tasks != 1 else ''}, "
-                                   f"{dask.utils.format_bytes(held)} held at once "
-                                   f"of a {dask.utils.format_bytes(get_config().max_memory)} "
+                                   f"{format_bytes(held)} held at once "
+                                   f"of a {format_bytes(get_config().max_memory)} "
                                    "budget)")
     except BudgetError as err:
         out["elementwise tile"] = f"none fits: {err}"

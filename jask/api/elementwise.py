@@ -18,6 +18,7 @@ import numpy as np
 
 from jask.base.config import Config, get_config
 from jask.base.memory import BudgetError
+from jask.base.sizes import exact_bytes
 from jask.core import primitives, ufuncs
 from jask.core.array import disk_type
 from jask.engine.blockwise import broadcast_axes
@@ -106,9 +107,9 @@ def check_in_memory(op: str, value, config: Config) -> None:
     if nbytes > limit:
         raise BudgetError(
             f"jask.{op}: the in-memory operand of shape {tuple(np.shape(value))} "
-            f"({value.dtype}) holds {nbytes} bytes, over {MAX_IN_MEMORY_SHARE:.0%} of the "
-            f"memory budget ({limit} of {config.max_memory} bytes): every task reads it. "
-            "Write it to disk with jask.from_numpy, or raise the budget.")
+            f"({value.dtype}) holds {exact_bytes(nbytes)}, over {MAX_IN_MEMORY_SHARE:.0%} of "
+            f"the memory budget ({exact_bytes(limit)} of {exact_bytes(config.max_memory)}): "
+            "every task reads it. Write it to disk with jask.from_numpy, or raise the budget.")
 
 
 def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):

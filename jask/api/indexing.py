@@ -28,6 +28,7 @@ import numpy as np
 from jask.api import elementwise
 from jask.api.reductions import IN_MEMORY_SHARE
 from jask.base.config import Config, get_config
+from jask.base.sizes import exact_bytes
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import disk_type
@@ -325,9 +326,9 @@ def nonzero(x, *, size: int | None = None, fill_value=None, config: Config | Non
     nbytes = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     if nbytes > budget * IN_MEMORY_SHARE:
         raise MemoryError(
-            f"jask.nonzero: a DiskArray of shape {aval.shape} ({nbytes} bytes) is over the "
-            f"in-memory share of the budget ({int(budget * IN_MEMORY_SHARE)} bytes), and the "
-            "number of non-zeros depends on its values; use jask.where(x != 0, ...) (same "
+            f"jask.nonzero: a DiskArray of shape {aval.shape} ({exact_bytes(nbytes)}) is over "
+            f"the in-memory share of the budget ({exact_bytes(int(budget * IN_MEMORY_SHARE))}), "
+            "and the number of non-zeros depends on its values; use jask.where(x != 0, ...) (same "
             "shape), or count them with jask.sum(x != 0)")
     return jnp.nonzero(primitives.materialize(x, config=config), size=size,
                        fill_value=fill_value)

@@ -115,7 +115,14 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     source = _source(x)
     path = _target(path, source, overwrite, config)
     codecs = _compressors(compressor)
-    planned = planner.save(source, _chunks(chunks, source), bool(codecs), config)
+    asked = _chunks(chunks, source)
+    try:
+        planned = planner.save(source, asked, bool(codecs), config)
+    except memory.BudgetError as err:
+        if asked is None:
+            raise
+        raise memory.BudgetError(f"{err}. {_chunks_that_fit(source, asked, bool(codecs), config)}"
+                                 ) from None
     out_chunks, cost = planned.tile, planned.cost  # one whole chunk per task
     _check_layout(source, out_chunks, codecs)
     collect_if_idle()
@@ -244,6 +251,37 @@ def _chunks(chunks, source: StoreSpec) -> tuple | None:
                          f"axis of shape {source.shape}, got {chunks!r}")
     # A chunk longer than its axis only pads the edge chunk: clip it.
     return tuple(min(int(c), max(s, 1)) for c, s in zip(chunks, source.shape))
+
+
+def _chunks_that_fit(source: StoreSpec, asked: tuple, compressed: bool, config: Config) -> str:
+    """What to ask instead of chunks over the budget: the asked shape with its
+    leading axes shortened (trailing axes stay whole, so each chunk stays one
+    contiguous run of rows) as little as needed for one task to fit."""
+    def fits(chunks) -> bool:
+        try:
+            planner.save(source, tuple(chunks), compressed, config)
+        except memory.BudgetError:
+            return False
+        return True
+
+    # Halve from the asked length down (far smaller chunks are refused too, as
+    # too many tasks), then the longest that fits between the last two tried.
+    chunks = list(asked)
+    for axis in range(len(chunks)):
+        high = chunks[axis]
+        while chunks[axis] > 1:
+            chunks[axis] = (chunks[axis] + 1) // 2
+            if fits(chunks):
+                low = chunks[axis]  # low fits, high does not
+                while high - low > 1:
+                    chunks[axis] = (low + high) // 2
+                    low, high = (chunks[axis], high) if fits(chunks) else (low, chunks[axis])
+                chunks[axis] = low
+                shape = tuple(chunks)
+                return (f"Chunks of shape {shape} fit the budget: pass chunks={shape} (or no "
+                        "chunks, for jask's own), or raise the budget")
+            high = chunks[axis]
+    return "No chunk shape of this array fits the budget: raise it"
 
 
 def _compressors(compressor) -> tuple:

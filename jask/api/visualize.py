@@ -16,13 +16,13 @@ import html
 import re
 from dataclasses import dataclass
 
-import dask.utils
 import jax
 import jax.extend.core
 import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config, get_config
+from jask.base.sizes import format_bytes
 from jask.core._jax_internals import hi_primitive
 from jask.core.array import DiskArray, DiskArrayType
 from jask.engine.plan import Plan
@@ -65,7 +65,7 @@ class OpPlan:
         rows: list[tuple[str, ...]] = []
         for i, s in enumerate(self.steps):
             plan_text = (f"{s.tile} x {s.tasks}" if s.tile is not None else s.note)
-            held = dask.utils.format_bytes(s.held) if s.held is not None else ""
+            held = format_bytes(s.held) if s.held is not None else ""
             rows.append((str(i), s.op, ", ".join(s.inputs), s.output, plan_text, held))
         return rows
 
@@ -76,7 +76,7 @@ class OpPlan:
         widths = [max(len(r[c]) for r in rows) for c in range(len(self._HEADER))]
         lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         title = (f"{self.name}: {len(self.steps)} jask op(s) under a budget of "
-                 f"{dask.utils.format_bytes(self.budget)}, {self.workers} task(s) at once")
+                 f"{format_bytes(self.budget)}, {self.workers} task(s) at once")
         return "\n".join([title] + lines)
 
     __repr__ = __str__

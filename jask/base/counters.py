@@ -43,6 +43,8 @@ from typing import Iterator
 
 from dask.utils import key_split
 
+from jask.base.sizes import format_bytes
+
 __all__ = ["Counts", "Stats", "Track", "snapshot", "clear"]
 
 # the fields of one entry: array and stored bytes and tiles, each read / written
@@ -324,11 +326,7 @@ class Counts:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"
+    return format_bytes(n)  # as every size jask shows (jask.base.sizes)
 
 
 class Stats:
@@ -496,6 +494,6 @@ def describe(read: int, written: int) -> str:
 
     Example:
       >>> describe(2_500_000, 0)
-      'read 2.5 MB, wrote 0 B'
+      'read 2.38 MiB, wrote 0 B'
     """
     return f"read {_size(read)}, wrote {_size(written)}"

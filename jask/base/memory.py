@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jask.base.sizes import exact_bytes
+
 __all__ = ["BudgetError", "ReadModel", "TileCost", "chunk_bytes", "chunk_shape", "check_fits",
            "nbytes", "read_cost", "span_bytes", "task_cost", "first_fit", "min_tile_bytes",
            "task_bound"]
@@ -353,15 +355,16 @@ def check_fits(cost: TileCost, budget: int) -> None:
       Traceback (most recent call last):
       ...
       jask.base.memory.BudgetError: jask.add: tiles of shape (10, 10) need 800 bytes per task
-      x 2 tasks at once = 1600 bytes, over the memory budget of 1000 bytes
+      x 2 tasks at once = 1600 bytes (1.56 kiB), over the memory budget of 1000 bytes (0.98 kiB)
     """
     if cost.total > budget:
         hint = ""
         if cost.chunk_read_bytes * cost.tasks_at_once > budget // 2:
-            hint = (f" (most of it is reading whole input chunks of {cost.chunk_read_bytes} "
-                    "bytes: rechunk the input store smaller or raise the budget)")
+            hint = (f" (most of it is reading whole input chunks of "
+                    f"{exact_bytes(cost.chunk_read_bytes)}: rechunk the input store smaller or "
+                    "raise the budget)")
         fixed = f" + {cost.fixed} fixed" if cost.fixed else ""
         raise BudgetError(
-            f"jask.{cost.op}: tiles of shape {cost.tile} need {cost.task_bytes} bytes per "
-            f"task x {cost.tasks_at_once} tasks at once{fixed} = {cost.total} bytes, over the "
-            f"memory budget of {budget} bytes{hint}")
+            f"jask.{cost.op}: tiles of shape {cost.tile} need {exact_bytes(cost.task_bytes)} "
+            f"per task x {cost.tasks_at_once} tasks at once{fixed} = {exact_bytes(cost.total)}, "
+            f"over the memory budget of {exact_bytes(budget)}{hint}")

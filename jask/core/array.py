@@ -15,6 +15,7 @@ import numpy as np
 from jax.experimental.hijax import HiType, ShapedArray, aval_property, register_hitype
 
 from jask.base.config import get_config
+from jask.base.sizes import exact_bytes
 from jask.core._jax_internals import is_tracer
 from jask.core.lifetime import collect_if_idle
 from jask.store import chunkio, registry, space
@@ -336,10 +337,10 @@ class DiskArray:
         budget = get_config().max_memory
         if self.nbytes > budget:
             raise MemoryError(
-                f"np.asarray of a DiskArray of shape {self.shape} ({self.nbytes} bytes) would "
-                f"load it whole, over the memory budget of {budget} bytes; reduce or slice "
-                "it first (jask.mean(x) or x.mean() for np.mean(x), and so on), or read tiles "
-                "with to_memmap()")
+                f"np.asarray of a DiskArray of shape {self.shape} ({exact_bytes(self.nbytes)}) "
+                f"would load it whole, over the memory budget of {exact_bytes(budget)}; reduce "
+                "or slice it first (jask.mean(x) or x.mean() for np.mean(x), and so on), or read "
+                "tiles with to_memmap()")
         value = self.to_numpy()
         return value if dtype is None else value.astype(dtype, copy=False)
 

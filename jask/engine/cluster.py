@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from jask.base.memory import BudgetError, TileCost
+from jask.base.sizes import exact_bytes
 
 
 def distributed_client(scheduler):
@@ -22,10 +23,11 @@ def check_workers(client, cost: TileCost) -> None:
         limit, threads = worker.get("memory_limit") or 0, max(worker.get("nthreads") or 1, 1)
         if limit and limit / threads < cost.task_bytes:
             raise BudgetError(
-                f"jask.{cost.op}: a task holds {cost.task_bytes} bytes (tiles of shape "
-                f"{cost.tile}), but dask worker {address} has a memory limit of {limit} bytes "
-                f"for {threads} threads = {limit // threads} bytes per thread. Give the "
-                "workers more memory or fewer threads, or lower jask's memory budget.")
+                f"jask.{cost.op}: a task holds {exact_bytes(cost.task_bytes)} (tiles of shape "
+                f"{cost.tile}), but dask worker {address} has a memory limit of "
+                f"{exact_bytes(limit)} for {threads} threads = {exact_bytes(limit // threads)} "
+                "per thread. Give the workers more memory or fewer threads, or lower jask's "
+                "memory budget.")
 
 
 # --- a cluster whose workers share no disk ----------------------------------------------

@@ -22,8 +22,10 @@ import errno
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import stat
+import sys
 import threading
 import uuid
 
@@ -37,6 +39,7 @@ _sessions: dict[str, str] = {}              # scratch_dir -> this process's fold
 _owner_pid = [os.getpid()]                  # the process whose folders _sessions lists
 _session_locks: dict[str, int] = {}         # folder -> fd holding its flock
 _kept: set[str] = set()                     # stores opened by path: never deleted
+_made_scratch: set[str] = set()             # scratch dirs made here: removed at exit if empty
 
 _LOCK_SUFFIX = ".lock"
 #: Name of the proof file inside every session folder.
@@ -74,9 +77,15 @@ def session_dir(scratch_dir: str) -> str:
             _close_lock(_sessions.pop(scratch_dir))
         if not os.path.isdir(scratch_dir):
             os.makedirs(scratch_dir, mode=0o700, exist_ok=True)
-        _remove_stale_sessions(scratch_dir)
-        folder = _make_session(scratch_dir)
+            _made_scratch.add(scratch_dir)
+        try:
+            _remove_stale_sessions(scratch_dir)
+            folder = _make_session(scratch_dir)
+        except FileNotFoundError:  # another process removed it, empty, as it exited
+            os.makedirs(scratch_dir, mode=0o700, exist_ok=True)
+            folder = _make_session(scratch_dir)
         _sessions[scratch_dir] = folder
+        _remove_at_kernel_shutdown()
         return folder
 
 
@@ -363,6 +372,7 @@ def _after_fork_in_child() -> None:
     _session_locks.clear()
     _sessions.clear()
     _kept.clear()
+    _made_scratch.clear()
     _owner_pid[0] = os.getpid()
 
 
@@ -378,6 +388,38 @@ def _remove_sessions() -> None:
         _finish_journal(folder)
         _remove_session_files(folder)
         _close_lock(folder)
+    for scratch_dir in _made_scratch:  # a notebook run leaves no empty scratch folder behind
+        with contextlib.suppress(OSError):
+            os.rmdir(scratch_dir)  # only if empty: another session's, or anything else, stays
+
+
+def _remove_at_kernel_shutdown() -> None:
+    """In a Jupyter kernel, remove the sessions on SIGTERM too.
+
+    Jupyter ends a kernel that is slow to exit after a shutdown or restart
+    request with SIGTERM, which skips ``atexit``: every notebook run then
+    left its scratch behind (seen with a ``LocalCluster`` closed in the
+    notebook). Only in a kernel (outside one, SIGTERM keeps Python's own
+    meaning) and only where nothing else handles it; the process still
+    ends by SIGTERM.
+    """
+    if ("ipykernel" not in sys.modules or _sigterm_handled
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return
+    signal.signal(signal.SIGTERM, _remove_sessions_then_end)
+    _sigterm_handled.append(True)
+
+
+_sigterm_handled: list[bool] = []
+
+
+def _remove_sessions_then_end(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        _remove_sessions()
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _close_lock(folder: str) -> None:

@@ -12,6 +12,7 @@ import errno
 import os
 import shutil
 
+from jask.base.sizes import exact_bytes
 from jask.store import objects, recycle, trash
 from jask.store.versions import StoreChangedError, check_unchanged, snapshot, stamp
 
@@ -53,8 +54,8 @@ def _full_error(folder: str, needed: int, op: str) -> DiskFullError:
     free = _free_bytes(folder)
     return DiskFullError(
         errno.ENOSPC,
-        f"{op}: not enough disk space in {folder!r}: the output needs {needed:,} bytes "
-        f"and {free:,} bytes are free. Free some space (or write elsewhere: jask's own "
+        f"{op}: not enough disk space in {folder!r}: the output needs {exact_bytes(needed)} "
+        f"and {exact_bytes(free)} are free. Free some space (or write elsewhere: jask's own "
         "results go to the scratch_dir of jask.set_memory_budget) and run the op again; "
         "nothing was kept of it")
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jask.base.sizes import exact_bytes
+
 __all__ = ["StoreSpec", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
            "writes_every_chunk", "DamagedStoreError", "check_metadata"]
 
@@ -83,7 +85,7 @@ def check_metadata(path: str, shape, chunks, dtype) -> tuple[tuple, np.dtype]:
                         "only (bool, int, uint, float, complex)")
     if math.prod(shape) * dtype.itemsize > MAX_ARRAY_BYTES:
         raise ValueError(f"{where} of shape {shape} and dtype {dtype} would hold "
-                         f"{math.prod(shape) * dtype.itemsize} bytes, more than numpy can "
+                         f"{exact_bytes(math.prod(shape) * dtype.itemsize)}, more than numpy can "
                          f"index ({MAX_ARRAY_BYTES})")
     return tuple(max(c, 1) for c in chunks), dtype.newbyteorder("=")
 

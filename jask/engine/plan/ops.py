@@ -19,6 +19,7 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config
+from jask.base.sizes import exact_bytes
 from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, plan_blockwise
@@ -137,8 +138,8 @@ def scan(op: str, source: StoreSpec, axis: int, dtype, config: Config) -> Plan:
         held = max(need, held * 2)
     raise memory.BudgetError(
         f"jask.{op}: the totals of the tiles along axis {axis} of shape {shape} "
-        f"({need} bytes for tiles of shape {tile}) do not fit beside the tiles in the memory "
-        f"budget of {config.max_memory} bytes")
+        f"({exact_bytes(need)} for tiles of shape {tile}) do not fit beside the tiles in the "
+        f"memory budget of {exact_bytes(config.max_memory)}")
 
 
 # --- copies: transpose, update_ ------------------------------------------------------
@@ -333,8 +334,8 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     assert cost is not None, "dot_plan: no tile planned"
     memory.check_fits(cost, budget - waiting)
     raise memory.BudgetError(
-        f"jask.dot: partial sums of {FAN_IN} x {out_bytes} bytes do not fit the budget "
-        f"of {budget} bytes")
+        f"jask.dot: partial sums of {FAN_IN} x {exact_bytes(out_bytes)} do not fit the budget "
+        f"of {exact_bytes(budget)}")
 
 
 # --- slicing, reshaping and joining --------------------------------------------------
@@ -603,9 +604,9 @@ def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
     need = cost_of(tiles[-1], 1).total
     raise memory.BudgetError(
         f"jask.{op}: one lane along axis {axis} of shape {shape} ({n} elements, a tile of "
-        f"shape {tiles[-1]}) needs {need} bytes in one task, over the memory budget of "
-        f"{config.max_memory} bytes: a sort holds a whole lane in memory. Raise the budget "
-        f"to at least {need} bytes, or sort shorter lanes")
+        f"shape {tiles[-1]}) needs {exact_bytes(need)} in one task, over the memory budget of "
+        f"{exact_bytes(config.max_memory)}: a sort holds a whole lane in memory. Raise the budget "
+        f"to at least {exact_bytes(need)}, or sort shorter lanes")
 
 
 __all__ += ["search"]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jask.base import memory
+from jask.base.sizes import exact_bytes
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
@@ -272,8 +273,8 @@ def _too_many_tasks(op, shape, dtype, operands, budget, fewest) -> memory.Budget
     return memory.BudgetError(
         f"jask.{op}: an array of shape {shape} and dtype {np.dtype(dtype)}"
         f"{f' (input chunks {chunks})' if chunks else ''} needs at least "
-        f"{fewest} tasks under the memory budget of {budget} "
-        f"bytes, more than the {MAX_TASKS} one op may run (jask.engine.plan.tiles.MAX_TASKS): "
+        f"{fewest} tasks under the memory budget of {exact_bytes(budget)}, more than the "
+        f"{MAX_TASKS} one op may run (jask.engine.plan.tiles.MAX_TASKS): "
         "building its graph alone would fill memory. Reduce or slice the array first, or "
         "raise the memory budget")
 
@@ -283,11 +284,11 @@ def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape
     what would work instead."""
     tile, task, held = cheapest
     need = task + fixed_bytes
-    msg = (f"jask.{op}: tiles of shape {tile} need {task} bytes per task x 1 task at once "
-           f"= {task} bytes")
+    msg = (f"jask.{op}: tiles of shape {tile} need {exact_bytes(task)} per task x 1 task at once "
+           f"= {exact_bytes(task)}")
     if fixed_bytes:
-        msg += f" (+ {fixed_bytes} bytes held once per op)"
-    msg += f", over the memory budget of {budget} bytes"
+        msg += f" (+ {exact_bytes(fixed_bytes)} held once per op)"
+    msg += f", over the memory budget of {exact_bytes(budget)}"
     worst = max(zip(operands, models),
                 key=lambda om: memory.read_cost(om[1], operand_tile(om[0][1], tile))[0])
     (store, axes), model = worst
@@ -295,9 +296,9 @@ def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape
         size = memory.chunk_bytes(budget, workers)
         suggestion = memory.chunk_shape(tuple(store.shape), model.itemsize, size)
         msg += (f". Input {store.path!r} has chunks of shape {model.unit} "
-                f"({model.unit_bytes} bytes decoded, codec {model.codec}); reading one holds "
-                f"{held} bytes. Rechunk it to chunks of at most {size} bytes "
-                f"(e.g. {suggestion}) or raise the budget to at least {need} bytes")
+                f"({exact_bytes(model.unit_bytes)} decoded, codec {model.codec}); reading one "
+                f"holds {exact_bytes(held)}. Rechunk it to chunks of at most {exact_bytes(size)} "
+                f"(e.g. {suggestion}) or raise the budget to at least {exact_bytes(need)}")
     else:
-        msg += f". The smallest budget that runs it is {need} bytes"
+        msg += f". The smallest budget that runs it is {exact_bytes(need)}"
     return memory.BudgetError(msg)
