@@ -11,6 +11,7 @@ half-written store is never returned.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from typing import Callable
@@ -167,8 +168,18 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
 
     def work(stores, values, config: Config):
         values = [np.asarray(v) for v in values]
-        a, b = _in_order(on_disk, stores, values)
         planned = plan_of(stores, values, config)
+        if planned.decoded:  # compressed operands decoded once, first (plan.ops.dot)
+            with _decoded(stores, values, on_disk, planned.decoded, config) as (stores, fits):
+                if not fits:  # no room for the copies: decode as the product reads
+                    planned = planner.dot(*_in_order(on_disk, stores, values), ta, tb, on_disk,
+                                          vectors, dtype, to_memory=to_memory, config=config,
+                                          decode=False)
+                return run(stores, values, planned, config)
+        return run(stores, values, planned, config)
+
+    def run(stores, values, planned: Plan, config: Config):
+        a, b = _in_order(on_disk, stores, values)
         chunks, tk, splits, cost = planned.tile, planned.k_tile, planned.splits, planned.cost
         view_shape, squeeze, shape, k = planner.dot_geometry(a, b, ta, tb, vectors)
         ma = tasks.Matrix(a, ta, vectors[0])
@@ -183,6 +194,38 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
                                                        splits, token, squeeze=squeeze),
                         grad=grad)
     return Work("dot", work, plan_of)
+
+
+@contextlib.contextmanager
+def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config):
+    """``stores`` with the operands ``which`` (indexes among the op's operands)
+    replaced by uncompressed scratch copies, each chunk decoded once, by
+    tiles of whole chunks spread over the task threads; removed after the
+    block. Yields (stores, False) unchanged when the scratch disk has no room."""
+    order = [i for i, disk in enumerate(on_disk) if disk]  # operand index of each store
+    stores, copies = list(stores), []
+    try:
+        for i in which:
+            source = stores[order.index(i)]
+            unit = chunkio.read_model(source).unit
+            try:
+                errors = room(config, "dot", source.shape, source.dtype, unit)
+            except space.DiskFullError:
+                yield stores, False
+                return
+            with errors, registry.new_store(config.scratch_dir, "decoded", source.shape,
+                                            source.dtype, unit) as copy:
+                tile, cost = planner.transpose_chunks(
+                    source, tuple(range(len(source.shape))), config.max_memory, config.workers,
+                    op="dot", out_unit=unit)
+                dsk, keys = builders.copy_graph(copy, source, op="dot", tile=tile)
+                execute.run(dsk, keys, config.workers, cost)
+            copies.append(copy)
+            stores[order.index(i)] = copy
+        yield stores, True
+    finally:
+        for copy in copies:
+            registry.discard(copy, later=True)
 
 
 def take_slice(sizes: tuple, *, grad: bool = False):

@@ -253,17 +253,56 @@ def dot_geometry(a, b, ta: bool, tb: bool, vectors: tuple) -> DotGeometry:
 
 
 def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory: bool,
-        config: Config) -> Plan:
+        config: Config, decode: bool = True) -> Plan:
     """``op(a) @ op(b)`` (see :func:`jask.engine.work.dot`): either operand a
-    store or in memory (its bytes taken from the budget), or a vector."""
+    store or in memory (its bytes taken from the budget), or a vector.
+    A compressed (or sharded) operand whose chunks the plan would decode more
+    than once is first decoded once into an uncompressed copy (``decoded``;
+    not with ``decode=False``), and the product is planned over the copy."""
     pa, pb = _matrices(a, b, ta, tb, on_disk, vectors)
     held = _held(x for x, disk in zip((a, b), on_disk) if not disk)
     chunks, tk, splits, cost = dot_plan(pa, pb, ta, tb, dtype, config.max_memory - held,
                                         config.workers)
+    decoded = _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) if decode else ()
+    if decoded:
+        pa, pb = (_raw_copy(p) if i in decoded else p for i, p in enumerate((pa, pb)))
+        chunks, tk, splits, cost = dot_plan(pa, pb, ta, tb, dtype, config.max_memory - held,
+                                            config.workers)
     squeeze = dot_geometry(a, b, ta, tb, vectors).squeeze
     out_chunks = None if to_memory else tuple(c for i, c in enumerate(chunks)
                                               if i not in squeeze)
-    return Plan("dot", tuple(chunks), out_chunks, cost.tasks, cost, k_tile=tk, splits=splits)
+    return Plan("dot", tuple(chunks), out_chunks, cost.tasks, cost, k_tile=tk, splits=splits,
+                decoded=decoded)
+
+
+def _raw_copy(store: StoreSpec) -> StoreSpec:
+    """The uncompressed copy of ``store`` a product reads instead: jask's own
+    raw chunk files, chunked as ``store`` is decoded (its inner chunks)."""
+    unit = chunkio.read_model(store).unit
+    return StoreSpec("", tuple(store.shape), store.dtype, tuple(unit), managed=True)
+
+
+def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
+    """The operands (0: a, 1: b) a product over output tiles ``chunks``
+    would decode more than once per chunk: read once per output tile along
+    the other operand's free axis, each read decoding the chunks its tile
+    touches (whole)."""
+    m, k = _matrix(pa, ta)[:2]
+    n = _matrix(pb, tb)[1]
+    tm, tn = chunks[-2:]
+    reuse = (math.ceil(n / tn), math.ceil(m / tm))
+    tiles = ((tk, tm) if ta else (tm, tk), (tn, tk) if tb else (tk, tn))
+    decoded = []
+    for i, (p, disk, vector) in enumerate(zip((pa, pb), on_disk, vectors)):
+        if not disk or vector is not None:
+            continue
+        model = chunkio.read_model(p)
+        if model.raw:
+            continue
+        factor = memory.read_cost(model, (1,) * (len(p.shape) - 2) + tiles[i])[1]
+        if reuse[i] * factor > 1:
+            decoded.append(i)
+    return tuple(decoded)
 
 
 def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
