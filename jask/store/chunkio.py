@@ -362,9 +362,11 @@ def _describe(store) -> memory.ReadModel:
         write_copies = 1 if layout.plain else memory.DECODED_COPIES
     else:
         write_copies = memory.ZARR_WRITE_COPIES
+    direct = layout is not None and not layout.plain and layout.order == "C"  # _read_decoded
     return memory.ReadModel(shape, unit, itemsize, raw=layout is not None and layout.plain,
                             copies=copies, group=group, write_copies=write_copies,
-                            write_unit=tuple(shards or unit), codec=codec, path=store.path)
+                            write_unit=tuple(shards or unit), codec=codec, path=store.path,
+                            direct=direct)
 
 
 def _group(unit: tuple, itemsize: int) -> int:

@@ -21,7 +21,7 @@ from jask.base import memory
 from jask.base.config import Config
 from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
-from jask.engine.plan.tiles import Plan, plan_blockwise
+from jask.engine.plan.tiles import Plan, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
@@ -385,29 +385,11 @@ def _first_fit(op: str, shape: tuple, candidates, cost_of, config: Config) -> Pl
 
 
 def take_slice(source: StoreSpec, sizes: tuple, config: Config) -> Plan:
-    """``a[index]``: per axis (size, step) or None for an integer index; the
-    largest default-chunk-sized tile whose read window fits."""
+    """``a[index]``: per axis (size, step) or None for an integer index;
+    tiles whose read windows decode few chunks (:func:`plan_slice`)."""
     shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-
-    def cost_of(tile):
-        window = _slice_window(source, sizes, tile)
-        return memory.task_cost("slice", tile, [(chunkio.read_model(source), window)],
-                                memory.nbytes(tile, source.dtype), 2, config.workers)
-    candidates = memory.shrinking(memory.default_chunks(shape, source.dtype,
-                                                        config.max_memory, config.workers))
-    return _first_fit("slice", shape, candidates, cost_of, config)
-
-
-def _slice_window(source, sizes, tile) -> tuple:
-    """The part of ``source`` one output tile of a slice spans."""
-    window, i = [], 0
-    for n, x in zip(source.shape, sizes):
-        if x is None:
-            window.append(1)
-            continue
-        window.append(min(n, (tile[i] - 1) * x[1] + 1))
-        i += 1
-    return tuple(window)
+    tile, cost = plan_slice(source, sizes, budget=config.max_memory, workers=config.workers)
+    return Plan("slice", tuple(tile), tuple(tile), _n_tiles(shape, tile), cost)
 
 
 def scatter_slice(g: StoreSpec, shape: tuple, config: Config) -> Plan:
