@@ -1,6 +1,7 @@
 """Compressed and sharded stores against dask.array on the same stores.
 
-``python -m benchmarks.compressed [--size 4096] [--budget 8MB] [--kinds zstd,sharded,plain]``
+``python -m benchmarks.compressed [--size 4096] [--budget 32MB] [--kinds zstd,sharded,plain]
+[--ops sum,matmul] [--engines jask,dask] [--jask /path/to/other/checkout]``
 
 The same data (``a``, ``b``: size x size float32, low mantissa bits zeroed
 so that zstd has something to compress) is written three ways: zstd
@@ -12,8 +13,8 @@ threaded scheduler; results written uncompressed as jask's scratch is,
 decodes per input chunk (jask's stored bytes read from the inputs, from
 ``jask.track``, over the bytes of their chunks: 1.0 means each chunk was
 decoded once) and peak RSS above the warmed-up baseline against the budget.
-Default size runs in about two minutes on two cores; ``--size 8192`` is the
-8x-budget case of issue 19 at a 32 MB budget (``--budget 32MB``).
+Default size (inputs twice the budget) runs in about two minutes on two
+cores; ``--size 8192`` is the 8x-budget case of issue 19.
 """
 from __future__ import annotations
 
@@ -192,9 +193,10 @@ def dask_child(folder: str, budget: int, ops: list[str]) -> dict:
     return results
 
 
-def _run(args: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(HERE)}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.compressed", *args],
+def _run(args: list[str], jask_path: str) -> dict:
+    # the file itself, so that --jask can point at another checkout's jask
+    env = {**os.environ, "PYTHONPATH": jask_path}
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), *args],
                          capture_output=True, text=True, env=env, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
@@ -205,7 +207,9 @@ def main(argv=None) -> int:
     from dask.utils import parse_bytes
     p = argparse.ArgumentParser(prog="python -m benchmarks.compressed")
     p.add_argument("--size", type=int, default=4096, help="side of the square inputs")
-    p.add_argument("--budget", default="8MB")
+    p.add_argument("--budget", default="32MB")
+    p.add_argument("--jask", default=os.path.dirname(HERE),
+                   help="the checkout whose jask runs (default: this one)")
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--engines", default="jask,dask")
@@ -232,8 +236,8 @@ def main(argv=None) -> int:
         write_data(folder, kind, args.size)
         child = ["--folder", folder, "--budget", str(budget), "--ops", args.ops]
         subprocess.run(["sync"], check=False)
-        j = _run(["--child", "jask", *child]) if "jask" in engines else {}
-        d = _run(["--child", "dask", *child]) if "dask" in engines else {}
+        j = _run(["--child", "jask", *child], args.jask) if "jask" in engines else {}
+        d = _run(["--child", "dask", *child], args.jask) if "dask" in engines else {}
         for op in ops:
             r, q = j.get(op), d.get(op)
             js = f"{r['seconds']:8.2f}" if r else f"{'-':>8}"

@@ -172,9 +172,9 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
         if planned.decoded:  # compressed operands decoded once, first (plan.ops.dot)
             with _decoded(stores, values, on_disk, planned.decoded, config) as (stores, fits):
                 if not fits:  # no room for the copies: decode as the product reads
-                    planned = planner.dot(*_in_order(on_disk, stores, values), ta, tb, on_disk,
-                                          vectors, dtype, to_memory=to_memory, config=config,
-                                          decode=False)
+                    a, b = _in_order(on_disk, stores, values)
+                    planned = planner.dot(a, b, ta, tb, on_disk, vectors, dtype,
+                                          to_memory=to_memory, config=config, decode=False)
                 return run(stores, values, planned, config)
         return run(stores, values, planned, config)
 

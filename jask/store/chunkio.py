@@ -133,7 +133,7 @@ def _pread_all(fd: int, nbytes: int, offset: int) -> memoryview:
     """Up to ``nbytes`` of ``fd`` from ``offset`` (fewer at the file's end),
     read into a reused buffer: fresh pages fault in slowly here."""
     buffer = buffers.empty((max(nbytes, 1),), np.uint8)
-    view, got = memoryview(buffer).cast("B")[:nbytes], 0
+    view, got = buffer.data.cast("B")[:nbytes], 0
     while got < nbytes:
         n = os.preadv(fd, [view[got:]], offset + got)
         if n <= 0:
@@ -471,7 +471,8 @@ def _load_decoded(layout: RawLayout, index: tuple,
     return into
 
 
-def _decode_into(layout: RawLayout, index: tuple, data: bytes, out: np.ndarray) -> None:
+def _decode_into(layout: RawLayout, index: tuple, data: bytes | memoryview,
+                 out: np.ndarray) -> None:
     """Decode chunk ``index`` into all of ``out``, or raise DamagedStoreError.
 
     numcodecs decodes a frame shorter than ``out`` into its start and says
@@ -513,7 +514,7 @@ def _decode_into(layout: RawLayout, index: tuple, data: bytes, out: np.ndarray) 
                                     f"({type(err).__name__}: {err})") from err
 
 
-def _blosc_content_size(frame: bytes) -> int:
+def _blosc_content_size(frame: bytes | memoryview) -> int:
     """The decoded size a blosc frame header states (-1: no whole blosc frame)."""
     if len(frame) < 16:
         return -1
@@ -521,7 +522,7 @@ def _blosc_content_size(frame: bytes) -> int:
     return nbytes if cbytes == len(frame) else -1
 
 
-def _zstd_content_size(frame: bytes) -> int | None:
+def _zstd_content_size(frame: bytes | memoryview) -> int | None:
     """The decoded size a zstd frame header states (-1: no zstd frame;
     None: not stated, as in a frame written by a stream)."""
     if len(frame) < 5 or frame[:4] != b"\x28\xb5\x2f\xfd":
