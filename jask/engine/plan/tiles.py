@@ -258,8 +258,8 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
         if out_unit is None:  # a new output is chunked by the tile: its edge chunks
             speed /= math.prod(c * t for c, t in zip(counts, tile)) / data * itemsize
             # are stored (and written) whole, padding included
-        key = (round(speed, 6), min(size, target), -size)
-        if best is None or key > best[0]:
+        key = (round(speed, 6), min(size, target), -size, -task)  # (less held: chunks
+        if best is None or key > best[0]:  # decoded straight into the tile)
             best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor, fixed))
     if best is None and fewest is not None:
         raise _too_many_tasks(op, shape, dtype, operands, budget, fewest)
