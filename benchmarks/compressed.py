@@ -9,12 +9,14 @@ so that zstd has something to compress) is written three ways: zstd
 uncompressed 512x512 chunks. For each, one fresh process runs every op with
 jask under the budget and another with dask.array (``da.from_zarr``,
 threaded scheduler; results written uncompressed as jask's scratch is,
-``save`` with zstd in both, then synced to disk as ``jask.save`` syncs it). Per op: seconds, the ratio jask / dask, chunk
-decodes per input chunk (jask's stored bytes read from the inputs, from
-``jask.track``, over the bytes of their chunks: 1.0 means each chunk was
-decoded once) and peak RSS above the warmed-up baseline against the budget.
-Default size (inputs twice the budget) runs in about two minutes on two
-cores; ``--size 8192`` is the 8x-budget case of issue 19.
+``save`` with zstd in both, then synced to disk as ``jask.save`` syncs it).
+Per op: seconds, the ratio jask / dask (wall clock, and CPU time of the
+process: on a shared machine the CPU ratio drifts less), chunk decodes per
+input chunk (jask's stored bytes read from the inputs, from ``jask.track``,
+over the bytes of their chunks: 1.0 means each chunk was decoded once) and
+peak RSS above the warmed-up baseline against the budget. Default size
+(inputs twice the budget) runs in about two minutes on two cores;
+``--size 8192`` is the 8x-budget case of issue 19.
 """
 from __future__ import annotations
 
@@ -140,14 +142,14 @@ def jask_child(folder: str, budget: int, ops: list[str]) -> dict:
         _trim()
         reset_peak_rss()
         with jask.track() as t:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             run[name]()
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         stored = t.store(a).stored_read + t.store(b).stored_read
         read = sizes["a"] * (t.store(a).stored_read > 0) + sizes["b"] * (t.store(b).stored_read > 0)
         if name == "slice+sum":
             read = sizes["a"] * (rows.stop - rows.start) / a.shape[0]
-        results[name] = {"seconds": seconds, "peak": peak_rss() - baseline,
+        results[name] = {"seconds": seconds, "cpu": cpu, "peak": peak_rss() - baseline,
                          "decodes": stored / max(read, 1)}
     shutil.rmtree(out, ignore_errors=True)
     return results
@@ -186,10 +188,10 @@ def dask_child(folder: str, budget: int, ops: list[str]) -> dict:
             os.sync()
             _trim()
             reset_peak_rss()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             run[name]()
             results[name] = {"seconds": time.perf_counter() - start,
-                             "peak": peak_rss() - baseline}
+                             "cpu": time.process_time() - cpu, "peak": peak_rss() - baseline}
     shutil.rmtree(out, ignore_errors=True)
     np  # noqa: B018
     return results
@@ -231,8 +233,8 @@ def main(argv=None) -> int:
     print(f"{args.size}x{args.size} float32 inputs ({data / 1e6:.0f} MB each, "
           f"{data / budget:.1f}x the budget of {budget / 1e6:.0f} MB); peak RSS above the "
           "warmed-up baseline; decodes = stored bytes read / stored bytes of the inputs")
-    print(f"{'store':>8} {'op':>12} {'jask s':>8} {'dask s':>8} {'ratio':>6} {'decodes':>8} "
-          f"{'jask MB':>8} {'dask MB':>8} {'/budget':>7}")
+    print(f"{'store':>8} {'op':>12} {'jask s':>8} {'dask s':>8} {'ratio':>6} {'cpu ratio':>9} "
+          f"{'decodes':>8} {'jask MB':>8} {'dask MB':>8} {'/budget':>7}")
     for kind in args.kinds.split(","):
         folder = os.path.join(args.data_dir, f"{kind}-{args.size}")
         write_data(folder, kind, args.size)
@@ -245,11 +247,12 @@ def main(argv=None) -> int:
             js = f"{r['seconds']:8.2f}" if r else f"{'-':>8}"
             ds = f"{q['seconds']:8.2f}" if q else f"{'-':>8}"
             ratio = f"{r['seconds'] / q['seconds']:6.2f}" if r and q else f"{'-':>6}"
+            cpu = f"{r['cpu'] / max(q['cpu'], 1e-9):9.2f}" if r and q else f"{'-':>9}"
             dec = f"{r['decodes']:8.2f}" if r else f"{'-':>8}"
             jm = f"{r['peak'] / 1e6:8.1f}" if r else f"{'-':>8}"
             dm = f"{q['peak'] / 1e6:8.1f}" if q else f"{'-':>8}"
             frac = f"{r['peak'] / budget:7.2f}" if r else f"{'-':>7}"
-            print(f"{kind:>8} {op:>12} {js} {ds} {ratio} {dec} {jm} {dm} {frac}")
+            print(f"{kind:>8} {op:>12} {js} {ds} {ratio} {cpu} {dec} {jm} {dm} {frac}")
             sys.stdout.flush()
     return 0
 
