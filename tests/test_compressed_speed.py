@@ -98,3 +98,22 @@ def test_a_slice_of_a_compressed_store_reads_tiles_of_at_least_budget_over_64(
     # (tiles of 1/32 of the budget decoded each chunk 6.8 times)
     spanned = (-(-(rows.stop - rows.start) // 256) + 1) / (7400 / 256)
     assert t.store(X).stored_read <= 2.5 * spanned * chunk_bytes(X)
+
+
+def test_ops_that_read_chunks_by_lanes_windows_or_passes_decode_each_chunk_once(
+        tmp_path, rng, small_budget):
+    """Sorts (whole lanes), gathers, reshapes, joins and two-pass scans cut
+    compressed chunks or read them twice: their inputs are decoded once,
+    first, into uncompressed copies."""
+    x = rng.standard_normal((150, 130)).astype(np.float32)
+    X = user_store(tmp_path / "x.zarr", x, chunks=(32, 24), compressors=zarr.codecs.ZstdCodec())
+    cases = {"sort": (lambda: jask.sort(X, axis=0), np.sort(x, axis=0)),
+             "flip": (lambda: jask.flip(X), np.flip(x)),
+             "reshape": (lambda: X.reshape((130, 150)), x.reshape((130, 150))),
+             "concatenate": (lambda: jask.concatenate([X, X], axis=1), np.concatenate([x, x], 1)),
+             "cumsum": (lambda: jask.cumsum(X, axis=1), np.cumsum(x, axis=1))}
+    for name, (op, want) in cases.items():
+        with jask.track() as t:
+            got = op()
+        np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-5, atol=1e-4, err_msg=name)
+        assert decodes(t, X) == 1.0, name

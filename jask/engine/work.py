@@ -12,6 +12,7 @@ half-written store is never returned.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import uuid
 from typing import Callable
@@ -25,7 +26,7 @@ from jask.engine import builders, execute, scan, tasks
 from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
-from jask.engine.plan.tiles import Plan
+from jask.engine.plan.tiles import Plan, as_decoded
 from jask.store import chunkio, durability, layout, registry, saves, sessions, space
 from jask.store.spec import StoreSpec, stored_nbytes
 
@@ -139,7 +140,7 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind
         return _produce(config, op, shape, dtype, planned,
                         lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
                                                     token, kind), grad=grad)
-    return Work(op, work, plan_of)
+    return decoded_first(Work(op, work, plan_of))
 
 
 def transpose(axes: tuple, *, grad: bool = False):
@@ -197,7 +198,7 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
 
 
 @contextlib.contextmanager
-def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config):
+def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: str = "dot"):
     """``stores`` with the operands ``which`` (indexes among the op's operands)
     replaced by uncompressed scratch copies, each chunk decoded once, by
     tiles of whole chunks spread over the task threads; removed after the
@@ -205,11 +206,15 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config):
     order = [i for i, disk in enumerate(on_disk) if disk]  # operand index of each store
     stores, copies = list(stores), []
     try:
+        done: dict[str, StoreSpec] = {}  # one copy per store (a @ a, concatenate([a, a]))
         for i in which:
             source = stores[order.index(i)]
+            if source.path in done:
+                stores[order.index(i)] = done[source.path]
+                continue
             unit = chunkio.read_model(source).unit
             try:
-                errors = room(config, "dot", source.shape, source.dtype, unit)
+                errors = room(config, op, source.shape, source.dtype, unit)
             except space.DiskFullError:
                 yield stores, False
                 return
@@ -217,15 +222,42 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config):
                                             source.dtype, unit) as copy:
                 tile, cost = planner.transpose_chunks(
                     source, tuple(range(len(source.shape))), config.max_memory, config.workers,
-                    op="dot", out_unit=unit)
-                dsk, keys = builders.copy_graph(copy, source, op="dot", tile=tile)
+                    op=op, out_unit=unit)
+                dsk, keys = builders.copy_graph(copy, source, op=op, tile=tile)
                 execute.run(dsk, keys, config.workers, cost)
             copies.append(copy)
-            stores[order.index(i)] = copy
+            stores[order.index(i)] = done[source.path] = copy
         yield stores, True
     finally:
         for copy in copies:
             registry.discard(copy, later=True)
+
+
+def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store: True) -> Work:
+    """``work`` over uncompressed copies of its compressed inputs, each chunk
+    decoded once first (:func:`_decoded`), for ops whose tiles read an input's
+    chunks several times (lanes of a sort, a gather's windows, a reshape's
+    rows, the inputs of a join, the two passes of a scan: 2-9 decodes per
+    chunk on 512x512 zstd chunks). ``whole(store)``: whether the op reads all
+    of that input (a gather of a few rows does not: it decodes what it reads).
+    """
+    def staged(stores) -> tuple:
+        return tuple(i for i, s in enumerate(stores)
+                     if not chunkio.read_model(s).raw and whole(s))
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        which = staged(stores)
+        return work.plan([as_decoded(s) if i in which else s for i, s in enumerate(stores)],
+                         values, config)
+
+    def run(stores, values, config: Config):
+        which = staged(stores)
+        if not which:
+            return work(stores, values, config)
+        with _decoded(stores, values, (True,) * len(stores), which, config,
+                      work.op) as (copies, _):
+            return work(copies, values, config)
+    return Work(work.op, run, plan_of)
 
 
 def take_slice(sizes: tuple, *, grad: bool = False):
@@ -267,7 +299,7 @@ def reshape(shape: tuple, *, grad: bool = False):
         (source,) = stores
         return _produce(config, "reshape", shape, source.dtype, plan_of(stores, values, config),
                         lambda out: builders.reshape_graph(out, source), grad=grad)
-    return Work("reshape", work, plan_of)
+    return decoded_first(Work("reshape", work, plan_of))
 
 
 def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
@@ -282,7 +314,7 @@ def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
                         plan_of(stores, values, config),
                         lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
                         grad=grad)
-    return Work("concatenate", work, plan_of)
+    return decoded_first(Work("concatenate", work, plan_of))
 
 
 def _index(indexed: tuple, values, shape: tuple) -> tuple:
@@ -307,7 +339,9 @@ def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = Fa
         return _produce(config, op, shape, source.dtype, plan_of(stores, values, config),
                         lambda out: gathers.gather_graph(op, out, source, index, fill),
                         grad=grad)
-    return Work(op, work, plan_of)
+    # flip, roll, a permutation: every chunk read, by windows that cut them
+    return decoded_first(Work(op, work, plan_of),
+                         lambda store: math.prod(shape) >= math.prod(store.shape))
 
 
 def scatter_add(op: str, indexed: tuple, shape: tuple, dtype):
@@ -506,7 +540,7 @@ def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool =
                         lambda out: sorting.sort_graph(op, kind, tuple(stores), out,
                                                        planned.tile, axis, descending, token),
                         grad=grad)
-    return Work(op, work, plan_of)
+    return decoded_first(Work(op, work, plan_of))
 
 
 def search(side: str, on_disk: tuple, dtype, out_dtype, *, to_memory: bool):

@@ -21,7 +21,7 @@ from jask.base import memory
 from jask.base.config import Config
 from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
-from jask.engine.plan.tiles import Plan, plan_blockwise, plan_slice
+from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
@@ -265,7 +265,7 @@ def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_m
                                         config.workers)
     decoded = _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) if decode else ()
     if decoded:
-        pa, pb = (_raw_copy(p) if i in decoded else p for i, p in enumerate((pa, pb)))
+        pa, pb = (as_decoded(p) if i in decoded else p for i, p in enumerate((pa, pb)))
         chunks, tk, splits, cost = dot_plan(pa, pb, ta, tb, dtype, config.max_memory - held,
                                             config.workers)
     squeeze = dot_geometry(a, b, ta, tb, vectors).squeeze
@@ -273,13 +273,6 @@ def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_m
                                               if i not in squeeze)
     return Plan("dot", tuple(chunks), out_chunks, cost.tasks, cost, k_tile=tk, splits=splits,
                 decoded=decoded)
-
-
-def _raw_copy(store: StoreSpec) -> StoreSpec:
-    """The uncompressed copy of ``store`` a product reads instead: jask's own
-    raw chunk files, chunked as ``store`` is decoded (its inner chunks)."""
-    unit = chunkio.read_model(store).unit
-    return StoreSpec("", tuple(store.shape), store.dtype, tuple(unit), managed=True)
 
 
 def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:

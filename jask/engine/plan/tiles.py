@@ -37,7 +37,8 @@ from jask.base import memory
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
-__all__ = ["Operand", "Plan", "operand_tile", "plan_blockwise", "plan_slice", "MAX_TASKS"]
+__all__ = ["Operand", "Plan", "as_decoded", "operand_tile", "plan_blockwise", "plan_slice",
+           "MAX_TASKS"]
 
 #: Most tasks one op may run. Its graph is built before any task runs and
 #: costs memory and time per task (a few KB and tens of microseconds in
@@ -303,6 +304,21 @@ def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape
     else:
         msg += f". The smallest budget that runs it is {need} bytes"
     return memory.BudgetError(msg)
+
+
+def as_decoded(store: StoreSpec) -> StoreSpec:
+    """The uncompressed scratch copy an op reads instead of ``store`` when
+    it decodes ``store`` once first (:attr:`Plan.decoded`), as the planner
+    sees it: jask's own raw chunk files, chunked as ``store`` is decoded
+    (its inner chunks).
+
+    Example:
+      >>> x = StoreSpec("", (10, 10), np.dtype("float32"), (5, 5))
+      >>> as_decoded(x).chunks
+      (5, 5)
+    """
+    unit = chunkio.read_model(store).unit
+    return StoreSpec("", tuple(store.shape), store.dtype, tuple(unit), managed=True)
 
 
 # --- slices: output tiles whose source windows decode few chunks -------------------------
