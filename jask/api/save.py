@@ -365,8 +365,11 @@ def _encode_block(out: StoreSpec, region: tuple, source: StoreSpec,
                   encoder: dict) -> None:
     """Write the chunk of ``out`` at ``region`` (one whole chunk), compressed."""
     block = chunkio.read(source, region)
-    chunk = np.zeros(out.chunks, dtype=out.dtype.newbyteorder("<"))  # edges: fill value 0
-    chunk[tuple(slice(0, r.stop - r.start) for r in region)] = block
+    chunk = block  # a whole chunk as read: encoded as it is (no fresh pages to fault in)
+    if block.shape != tuple(out.chunks) or block.dtype != out.dtype.newbyteorder("<") or \
+            not block.flags.c_contiguous:
+        chunk = np.zeros(out.chunks, dtype=out.dtype.newbyteorder("<"))  # edges: fill value 0
+        chunk[tuple(slice(0, r.stop - r.start) for r in region)] = block
     coords = [r.start // c for r, c in zip(region, out.chunks)]
     path = os.path.join(out.path, "c", *map(str, coords))
     os.makedirs(os.path.dirname(path), exist_ok=True)

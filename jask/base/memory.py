@@ -164,6 +164,9 @@ class ReadModel:
     write_copies: int = 1  # tile-sized buffers held while writing a tile
     codec: str = "none"
     path: str = ""
+    # jask decodes whole C-order chunks itself, straight into a tile that
+    # holds them whole in one run: then only the encoded bytes are held
+    direct: bool = False
 
     @property
     def unit_bytes(self) -> int:
@@ -177,6 +180,15 @@ def _touched(t: int, c: int, s: int) -> int:
     if c % t == 0:
         return 1
     return -(-max(t - 1, 0) // c) + 1
+
+
+def _into_tile(model: ReadModel, tile: tuple) -> bool:
+    """Whether every chunk a tile of a ``direct`` store touches is decoded
+    straight into it: whole chunks, each one contiguous run of the tile
+    (the tile's trailing extents are the chunk's), none cut by the array's edge."""
+    unit, shape = model.unit, model.shape
+    return (all(s % c == 0 for s, c in zip(shape, unit))
+            and tile[0] % unit[0] == 0 and tuple(tile[1:]) == tuple(unit[1:]))
 
 
 def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
@@ -194,6 +206,8 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
       >>> z = ReadModel((4096, 4096), (1024, 1024), 4, copies=3)
       >>> read_cost(z, (256, 1024))
       (12582912, 4.0)
+      >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=2, direct=True), (2048, 1024))
+      (4194304, 1.0)
     """
     tile = tuple(max(1, min(t, s)) for t, s in zip(tile, model.shape))
     if not tile:
@@ -213,6 +227,8 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
         return max(piece, fetched), max(1.0, read / size)
     counts = [_touched(t, c, s) for t, c, s in zip(tile, model.unit, model.shape)]
     decoded = math.prod(counts) * model.unit_bytes
+    if model.direct and _into_tile(model, tile):  # only a chunk's encoded bytes besides
+        return model.unit_bytes, max(1.0, decoded / size)
     at_once = min(math.prod(counts), model.group)
     # a tile of several groups is read group by group, each copied into it
     copies = model.copies + (1 if math.prod(counts) > model.group else 0)

@@ -11,6 +11,8 @@ half-written store is never returned.
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import uuid
 from typing import Callable
@@ -24,7 +26,7 @@ from jask.engine import builders, execute, scan, tasks
 from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
-from jask.engine.plan.tiles import Plan
+from jask.engine.plan.tiles import Plan, as_decoded
 from jask.store import (
     chunkio,
     durability,
@@ -147,7 +149,7 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind
         return _produce(config, op, shape, dtype, planned,
                         lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
                                                     token, kind), grad=grad)
-    return Work(op, work, plan_of)
+    return decoded_first(Work(op, work, plan_of))
 
 
 def transpose(axes: tuple, *, grad: bool = False):
@@ -176,8 +178,18 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
 
     def work(stores, values, config: Config):
         values = [np.asarray(v) for v in values]
-        a, b = _in_order(on_disk, stores, values)
         planned = plan_of(stores, values, config)
+        if planned.decoded:  # compressed operands decoded once, first (plan.ops.dot)
+            with _decoded(stores, values, on_disk, planned.decoded, config) as (stores, fits):
+                if not fits:  # no room for the copies: decode as the product reads
+                    a, b = _in_order(on_disk, stores, values)
+                    planned = planner.dot(a, b, ta, tb, on_disk, vectors, dtype,
+                                          to_memory=to_memory, config=config, decode=False)
+                return run(stores, values, planned, config)
+        return run(stores, values, planned, config)
+
+    def run(stores, values, planned: Plan, config: Config):
+        a, b = _in_order(on_disk, stores, values)
         chunks, tk, splits, cost = planned.tile, planned.k_tile, planned.splits, planned.cost
         view_shape, squeeze, shape, k = planner.dot_geometry(a, b, ta, tb, vectors)
         ma = tasks.Matrix(a, ta, vectors[0])
@@ -192,6 +204,69 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
                                                        splits, token, squeeze=squeeze),
                         grad=grad)
     return Work("dot", work, plan_of)
+
+
+@contextlib.contextmanager
+def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: str = "dot"):
+    """``stores`` with the operands ``which`` (indexes among the op's operands)
+    replaced by uncompressed scratch copies, each chunk decoded once, by
+    tiles of whole chunks spread over the task threads; removed after the
+    block. Yields (stores, False) unchanged when the scratch disk has no room."""
+    order = [i for i, disk in enumerate(on_disk) if disk]  # operand index of each store
+    stores, copies = list(stores), []
+    try:
+        done: dict[str, StoreSpec] = {}  # one copy per store (a @ a, concatenate([a, a]))
+        for i in which:
+            source = stores[order.index(i)]
+            if source.path in done:
+                stores[order.index(i)] = done[source.path]
+                continue
+            unit = chunkio.read_model(source).unit
+            try:
+                errors = room(config, op, source.shape, source.dtype, unit)
+            except space.DiskFullError:
+                yield stores, False
+                return
+            with errors, registry.new_store(config.scratch_dir, "decoded", source.shape,
+                                            source.dtype, unit) as copy:
+                tile, cost = planner.transpose_chunks(
+                    source, tuple(range(len(source.shape))), config.max_memory, config.workers,
+                    op=op, out_unit=unit)
+                dsk, keys = builders.copy_graph(copy, source, op=op, tile=tile)
+                execute.run(dsk, keys, config.workers, cost)
+            copies.append(copy)
+            stores[order.index(i)] = done[source.path] = copy
+        yield stores, True
+    finally:
+        for copy in copies:
+            registry.discard(copy, later=True)
+
+
+def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store: True) -> Work:
+    """``work`` over uncompressed copies of its compressed inputs, each chunk
+    decoded once first (:func:`_decoded`), for ops whose tiles read an input's
+    chunks several times (lanes of a sort, a gather's windows, a reshape's
+    rows, the inputs of a join, the two passes of a scan: 2-9 decodes per
+    chunk on 512x512 zstd chunks). ``whole(store)``: whether the op reads all
+    of that input (a gather of a few rows does not: it decodes what it reads).
+    """
+    def staged(stores) -> tuple:
+        return tuple(i for i, s in enumerate(stores)
+                     if not chunkio.read_model(s).raw and whole(s))
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        which = staged(stores)
+        return work.plan([as_decoded(s) if i in which else s for i, s in enumerate(stores)],
+                         values, config)
+
+    def run(stores, values, config: Config):
+        which = staged(stores)
+        if not which:
+            return work(stores, values, config)
+        with _decoded(stores, values, (True,) * len(stores), which, config,
+                      work.op) as (copies, _):
+            return work(copies, values, config)
+    return Work(work.op, run, plan_of)
 
 
 def take_slice(sizes: tuple, *, grad: bool = False):
@@ -233,7 +308,7 @@ def reshape(shape: tuple, *, grad: bool = False):
         (source,) = stores
         return _produce(config, "reshape", shape, source.dtype, plan_of(stores, values, config),
                         lambda out: builders.reshape_graph(out, source), grad=grad)
-    return Work("reshape", work, plan_of)
+    return decoded_first(Work("reshape", work, plan_of))
 
 
 def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
@@ -248,7 +323,7 @@ def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
                         plan_of(stores, values, config),
                         lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
                         grad=grad)
-    return Work("concatenate", work, plan_of)
+    return decoded_first(Work("concatenate", work, plan_of))
 
 
 def _index(indexed: tuple, values, shape: tuple) -> tuple:
@@ -273,7 +348,9 @@ def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = Fa
         return _produce(config, op, shape, source.dtype, plan_of(stores, values, config),
                         lambda out: gathers.gather_graph(op, out, source, index, fill),
                         grad=grad)
-    return Work(op, work, plan_of)
+    # flip, roll, a permutation: every chunk read, by windows that cut them
+    return decoded_first(Work(op, work, plan_of),
+                         lambda store: math.prod(shape) >= math.prod(store.shape))
 
 
 def scatter_add(op: str, indexed: tuple, shape: tuple, dtype):
@@ -508,7 +585,7 @@ def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool =
                         lambda out: sorting.sort_graph(op, kind, tuple(stores), out,
                                                        planned.tile, axis, descending, token),
                         grad=grad)
-    return Work(op, work, plan_of)
+    return decoded_first(Work(op, work, plan_of))
 
 
 def search(side: str, on_disk: tuple, dtype, out_dtype, *, to_memory: bool):

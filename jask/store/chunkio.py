@@ -98,14 +98,18 @@ class RawLayout:
         return DamagedStoreError(f"chunk {self.key(index)!r} of the Zarr store {self.root!r} is "
                                  f"damaged: {what}")
 
-    def chunk_data(self, index: tuple) -> bytes | None:
-        """The encoded bytes of chunk ``index`` (None: not written)."""
+    def chunk_data(self, index: tuple) -> bytes | memoryview | None:
+        """The encoded bytes of chunk ``index`` (None: not written); a view of
+        a buffer this thread reuses for the next chunk (:mod:`jask.store.buffers`)."""
         if self.shard is None:
             try:
-                with open(self.path(index), "rb") as f:
-                    return f.read()
+                fd = os.open(self.path(index), os.O_RDONLY)
             except FileNotFoundError:
                 return None
+            try:
+                return _pread_all(fd, os.fstat(fd).st_size, 0)
+            finally:
+                os.close(fd)
         shards, inner, _, _ = self.shard
         per = tuple(s // c for s, c in zip(shards, inner))
         where = tuple(i // p for i, p in zip(index, per))
@@ -118,13 +122,26 @@ class RawLayout:
             offset, nbytes = (int(v) for v in _index_of_shard(self, fd, where)[slot])
             if offset == 2**64 - 1:  # an inner chunk never written
                 return None
-            data = os.pread(fd, nbytes, offset)
+            data = _pread_all(fd, nbytes, offset)
             if len(data) != nbytes:
                 raise self.damaged(index, f"its shard file {self.path(where)!r} ended early "
                                    f"(was it cut short while being read?)")
             return data
         finally:
             os.close(fd)
+
+
+def _pread_all(fd: int, nbytes: int, offset: int) -> memoryview:
+    """Up to ``nbytes`` of ``fd`` from ``offset`` (fewer at the file's end),
+    read into a reused buffer: fresh pages fault in slowly here."""
+    buffer = buffers.empty((max(nbytes, 1),), np.uint8)
+    view, got = buffer.data.cast("B")[:nbytes], 0
+    while got < nbytes:
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n <= 0:
+            break
+        got += n
+    return view[:got]
 
 
 # Checked shard indexes: (path, inode, size, mtime) -> (inner chunks, 2) array.
@@ -359,9 +376,11 @@ def _describe(store) -> memory.ReadModel:
         write_copies = 1 if layout.plain else memory.DECODED_COPIES
     else:
         write_copies = memory.ZARR_WRITE_COPIES
+    direct = layout is not None and not layout.plain and layout.order == "C"  # _read_decoded
     return memory.ReadModel(shape, unit, itemsize, raw=layout is not None and layout.plain,
                             copies=copies, group=group, write_copies=write_copies,
-                            write_unit=tuple(shards or unit), codec=codec, path=store.path)
+                            write_unit=tuple(shards or unit), codec=codec, path=store.path,
+                            direct=direct)
 
 
 def _group(unit: tuple, itemsize: int) -> int:
@@ -444,22 +463,30 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
     return out
 
 
-def _load_decoded(layout: RawLayout, index: tuple) -> np.ndarray | None:
+def _load_decoded(layout: RawLayout, index: tuple,
+                  into: np.ndarray | None = None) -> np.ndarray | None:
     """One whole compressed chunk (or inner chunk of a shard), decoded in
-    this thread straight into its array (Zarr would decode on its own
-    threads, each of which then keeps freed chunk buffers in its own malloc
-    arena). None when it was never written (Zarr leaves chunks of only
-    fill_value unwritten)."""
+    this thread (numcodecs releases the GIL while decoding: the task threads
+    decode in parallel; Zarr would decode on its own threads, each of which
+    then keeps freed chunk buffers in its own malloc arena) into ``into``
+    (C-contiguous, the chunk's shape: a part of the tile) or a buffer this
+    thread reuses. None when it was never written (Zarr leaves chunks of
+    only fill_value unwritten)."""
     data = layout.chunk_data(index)
     if data is None:
         return None
-    chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
+    if into is None:
+        into = buffers.empty(layout.chunks[::-1] if layout.order == "F" else layout.chunks,
+                             layout.dtype)
+        if layout.order == "F":
+            into = into.T
     counters.stored_read(layout.root, len(data))
-    _decode_into(layout, index, data, chunk.reshape(-1, order="A").view(np.uint8))
-    return chunk
+    _decode_into(layout, index, data, into.reshape(-1, order="A").view(np.uint8))
+    return into
 
 
-def _decode_into(layout: RawLayout, index: tuple, data: bytes, out: np.ndarray) -> None:
+def _decode_into(layout: RawLayout, index: tuple, data: bytes | memoryview,
+                 out: np.ndarray) -> None:
     """Decode chunk ``index`` into all of ``out``, or raise DamagedStoreError.
 
     numcodecs decodes a frame shorter than ``out`` into its start and says
@@ -501,7 +528,7 @@ def _decode_into(layout: RawLayout, index: tuple, data: bytes, out: np.ndarray) 
                                     f"({type(err).__name__}: {err})") from err
 
 
-def _blosc_content_size(frame: bytes) -> int:
+def _blosc_content_size(frame: bytes | memoryview) -> int:
     """The decoded size a blosc frame header states (-1: no whole blosc frame)."""
     if len(frame) < 16:
         return -1
@@ -509,7 +536,7 @@ def _blosc_content_size(frame: bytes) -> int:
     return nbytes if cbytes == len(frame) else -1
 
 
-def _zstd_content_size(frame: bytes) -> int | None:
+def _zstd_content_size(frame: bytes | memoryview) -> int | None:
     """The decoded size a zstd frame header states (-1: no zstd frame;
     None: not stated, as in a frame written by a stream)."""
     if len(frame) < 5 or frame[:4] != b"\x28\xb5\x2f\xfd":
@@ -527,12 +554,22 @@ def _zstd_content_size(frame: bytes) -> int | None:
 
 
 def _read_decoded(layout: RawLayout, region: tuple) -> np.ndarray:
-    """A tile of a store whose chunk files must be decoded whole."""
-    out = np.empty(tuple(s.stop - s.start for s in region), dtype=layout.dtype)
+    """A tile of a store whose chunk files must be decoded whole: a chunk
+    the tile holds whole, in one contiguous run (C order), is decoded
+    straight into the tile; any other into a reused chunk buffer and copied."""
+    out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
     for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
         src, dst = _overlap(index, region, layout.chunks)
+        part = out[dst]
+        whole = layout.order == "C" and all(
+            s.start == 0 and s.stop == c for s, c in zip(src, layout.chunks))
+        if whole and part.flags.c_contiguous:
+            if _load_decoded(layout, index, into=part) is None:
+                part[...] = layout.fill_value
+            continue
         chunk = _load_decoded(layout, index)
-        out[dst] = layout.fill_value if chunk is None else chunk[src]
+        part[...] = layout.fill_value if chunk is None else chunk[src]
+        del chunk
     return out
 
 

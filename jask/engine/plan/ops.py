@@ -22,7 +22,7 @@ from jask.base.config import Config
 from jask.base.sizes import exact_bytes
 from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
-from jask.engine.plan.tiles import Plan, plan_blockwise
+from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
@@ -254,17 +254,49 @@ def dot_geometry(a, b, ta: bool, tb: bool, vectors: tuple) -> DotGeometry:
 
 
 def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory: bool,
-        config: Config) -> Plan:
+        config: Config, decode: bool = True) -> Plan:
     """``op(a) @ op(b)`` (see :func:`jask.engine.work.dot`): either operand a
-    store or in memory (its bytes taken from the budget), or a vector."""
+    store or in memory (its bytes taken from the budget), or a vector.
+    A compressed (or sharded) operand whose chunks the plan would decode more
+    than once is first decoded once into an uncompressed copy (``decoded``;
+    not with ``decode=False``), and the product is planned over the copy."""
     pa, pb = _matrices(a, b, ta, tb, on_disk, vectors)
     held = _held(x for x, disk in zip((a, b), on_disk) if not disk)
     chunks, tk, splits, cost = dot_plan(pa, pb, ta, tb, dtype, config.max_memory - held,
                                         config.workers)
+    decoded = _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) if decode else ()
+    if decoded:
+        pa, pb = (as_decoded(p) if i in decoded else p for i, p in enumerate((pa, pb)))
+        chunks, tk, splits, cost = dot_plan(pa, pb, ta, tb, dtype, config.max_memory - held,
+                                            config.workers)
     squeeze = dot_geometry(a, b, ta, tb, vectors).squeeze
     out_chunks = None if to_memory else tuple(c for i, c in enumerate(chunks)
                                               if i not in squeeze)
-    return Plan("dot", tuple(chunks), out_chunks, cost.tasks, cost, k_tile=tk, splits=splits)
+    return Plan("dot", tuple(chunks), out_chunks, cost.tasks, cost, k_tile=tk, splits=splits,
+                decoded=decoded)
+
+
+def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
+    """The operands (0: a, 1: b) a product over output tiles ``chunks``
+    would decode more than once per chunk: read once per output tile along
+    the other operand's free axis, each read decoding the chunks its tile
+    touches (whole)."""
+    m, k = _matrix(pa, ta)[:2]
+    n = _matrix(pb, tb)[1]
+    tm, tn = chunks[-2:]
+    reuse = (math.ceil(n / tn), math.ceil(m / tm))
+    tiles = ((tk, tm) if ta else (tm, tk), (tn, tk) if tb else (tk, tn))
+    decoded = []
+    for i, (p, disk, vector) in enumerate(zip((pa, pb), on_disk, vectors)):
+        if not disk or vector is not None:
+            continue
+        model = chunkio.read_model(p)
+        if model.raw:
+            continue
+        factor = memory.read_cost(model, (1,) * (len(p.shape) - 2) + tiles[i])[1]
+        if reuse[i] * factor > 1:
+            decoded.append(i)
+    return tuple(decoded)
 
 
 def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
@@ -347,29 +379,11 @@ def _first_fit(op: str, shape: tuple, candidates, cost_of, config: Config) -> Pl
 
 
 def take_slice(source: StoreSpec, sizes: tuple, config: Config) -> Plan:
-    """``a[index]``: per axis (size, step) or None for an integer index; the
-    largest default-chunk-sized tile whose read window fits."""
+    """``a[index]``: per axis (size, step) or None for an integer index;
+    tiles whose read windows decode few chunks (:func:`plan_slice`)."""
     shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-
-    def cost_of(tile):
-        window = _slice_window(source, sizes, tile)
-        return memory.task_cost("slice", tile, [(chunkio.read_model(source), window)],
-                                memory.nbytes(tile, source.dtype), 2, config.workers)
-    candidates = memory.shrinking(memory.default_chunks(shape, source.dtype,
-                                                        config.max_memory, config.workers))
-    return _first_fit("slice", shape, candidates, cost_of, config)
-
-
-def _slice_window(source, sizes, tile) -> tuple:
-    """The part of ``source`` one output tile of a slice spans."""
-    window, i = [], 0
-    for n, x in zip(source.shape, sizes):
-        if x is None:
-            window.append(1)
-            continue
-        window.append(min(n, (tile[i] - 1) * x[1] + 1))
-        i += 1
-    return tuple(window)
+    tile, cost = plan_slice(source, sizes, budget=config.max_memory, workers=config.workers)
+    return Plan("slice", tuple(tile), tuple(tile), _n_tiles(shape, tile), cost)
 
 
 def scatter_slice(g: StoreSpec, shape: tuple, config: Config) -> Plan:

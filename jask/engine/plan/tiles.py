@@ -26,6 +26,7 @@ plan expected to run fastest that fits the budget (:mod:`jask.base.memory`):
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -37,7 +38,8 @@ from jask.base.sizes import exact_bytes
 from jask.store import chunkio
 from jask.store.spec import StoreSpec
 
-__all__ = ["Operand", "Plan", "operand_tile", "plan_blockwise", "MAX_TASKS"]
+__all__ = ["Operand", "Plan", "as_decoded", "operand_tile", "plan_blockwise", "plan_slice",
+           "MAX_TASKS"]
 
 #: Most tasks one op may run. Its graph is built before any task runs and
 #: costs memory and time per task (a few KB and tens of microseconds in
@@ -70,6 +72,7 @@ class Plan:
     into: int | None = None
     k_tile: int = 0
     splits: int = 1
+    decoded: tuple = ()
 
     def __post_init__(self):
         if self.tasks > MAX_TASKS:  # every planner's plan: refused before a graph exists
@@ -208,7 +211,7 @@ _plans: dict = {}
 def _layout(model: memory.ReadModel) -> tuple:
     """What a plan depends on in a read model: all but the store's path."""
     return (model.shape, model.unit, model.itemsize, model.raw, model.copies, model.group,
-            model.write_unit, model.write_copies, model.codec)
+            model.write_unit, model.write_copies, model.codec, model.direct)
 
 
 def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed_bytes,
@@ -257,8 +260,8 @@ def _plan(op, shape, dtype, operands, models, budget, workers, out_copies, fixed
         if out_unit is None:  # a new output is chunked by the tile: its edge chunks
             speed /= math.prod(c * t for c, t in zip(counts, tile)) / data * itemsize
             # are stored (and written) whole, padding included
-        key = (round(speed, 6), min(size, target), -size)
-        if best is None or key > best[0]:
+        key = (round(speed, 6), min(size, target), -size, -task)  # (less held: chunks
+        if best is None or key > best[0]:  # decoded straight into the tile)
             best = (key, memory.TileCost(op, tile, task, at_once, held, tasks, factor, fixed))
     if best is None and fewest is not None:
         raise _too_many_tasks(op, shape, dtype, operands, budget, fewest)
@@ -302,3 +305,131 @@ def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape
     else:
         msg += f". The smallest budget that runs it is {exact_bytes(need)}"
     return memory.BudgetError(msg)
+
+
+def as_decoded(store: StoreSpec) -> StoreSpec:
+    """The uncompressed scratch copy an op reads instead of ``store`` when
+    it decodes ``store`` once first (:attr:`Plan.decoded`), as the planner
+    sees it: jask's own raw chunk files, chunked as ``store`` is decoded
+    (its inner chunks).
+
+    Example:
+      >>> x = StoreSpec("", (10, 10), np.dtype("float32"), (5, 5))
+      >>> as_decoded(x).chunks
+      (5, 5)
+    """
+    unit = chunkio.read_model(store).unit
+    return StoreSpec("", tuple(store.shape), store.dtype, tuple(unit), managed=True)
+
+
+# --- slices: output tiles whose source windows decode few chunks -------------------------
+
+def _window(t: int, step: int) -> int:
+    """Source elements an output tile of ``t`` spans along an axis of ``step``."""
+    return (t - 1) * step + 1
+
+
+def _slice_axis_values(size: int, step: int, chunk: int, default: int) -> list[int]:
+    """Candidate output extents along one sliced axis: those whose window is
+    a whole number (a power of two) of source chunks, the whole slice, and
+    the default chunk halved."""
+    values = {size, min(size, default)}
+    k = 1
+    while True:
+        t = max(1, (k * chunk - 1) // step + 1)
+        if t >= size:
+            break
+        values.add(t)
+        k *= 2
+    v = min(size, default)
+    while v > 1:
+        v = -(-v // 2)
+        values.add(v)
+    return sorted(values)
+
+
+def plan_slice(source: StoreSpec, sizes: tuple, *, budget: int, workers: int,
+               out_copies: int = memory.ELEMENTWISE_OUT_COPIES) -> tuple[tuple, memory.TileCost]:
+    """Output tiles of ``source[index]`` (``sizes``: per source axis (size,
+    step), or None for an integer index) and what one task holds.
+
+    The slice's starts are operands (one compiled program serves every
+    minibatch), so a window may start anywhere in a chunk: reading it
+    decodes every chunk it touches, one more per axis than a window of whole
+    chunks. Candidates are windows of whole chunks (1, 2, 4, ... per axis),
+    the whole slice and the default chunk halved; the plan kept is the
+    fastest that fits, as :func:`plan_blockwise` weighs them (chunks
+    decoded per chunk of the slice count against a plan), never tiles
+    below :func:`jask.base.memory.min_tile_bytes` unless the slice is smaller.
+
+    Example:
+      >>> x = StoreSpec("", (40000, 64), np.dtype("float32"), (512, 64))
+      >>> tile, cost = plan_slice(x, ((30000, 1), (64, 1)), budget=32 * 2**20, workers=2)
+      >>> tile[0] * 64 * 4 >= 32 * 2**20 // 64, cost.total <= 32 * 2**20
+      (True, True)
+    """
+    # a window starting inside a chunk cuts it: no chunk decoded straight into the tile
+    model = dataclasses.replace(chunkio.read_model(source), direct=False)
+    dtype = np.dtype(source.dtype)
+    axes = [(i, x) for i, x in enumerate(sizes) if x is not None]
+    shape = tuple(x[0] for _, x in axes)
+    if not shape or 0 in shape:
+        tile = tuple(max(1, n) for n in shape)
+        return tile, memory.TileCost("slice", tile, 0, 1, 0, 1, 1.0, 0)
+    itemsize = dtype.itemsize
+    default = memory.default_chunks(shape, dtype, budget, workers)
+    per_axis = [_slice_axis_values(n, x[1], model.unit[i], d)
+                for (i, x), n, d in zip(axes, shape, default)]
+    data = math.prod(shape) * itemsize
+    smallest = min(memory.min_tile_bytes(budget), data)
+    bound = memory.task_bound(data, budget)
+    target = max(smallest, memory.chunk_bytes(budget, workers))
+    fixed = memory.op_overhead(budget)
+    room = budget - fixed
+    # the fewest chunks any plan decodes along each axis: those the slice spans
+    spans = [-(-(_window(n, x[1]) - 1) // model.unit[i]) + 1 for (i, x), n in zip(axes, shape)]
+    best = cheapest = None
+    for tile in itertools.product(*per_axis):
+        size = math.prod(tile) * itemsize
+        if size < smallest:
+            continue
+        counts = [-(-n // t) for n, t in zip(shape, tile)]
+        tasks = math.prod(counts)
+        if tasks > bound or tasks > MAX_TASKS:
+            continue
+        window = [1] * len(sizes)
+        padded = [1] * len(sizes)
+        decoded = 1.0
+        for (i, x), t, count, span in zip(axes, tile, counts, spans):
+            w = min(source.shape[i], _window(t, x[1]))
+            window[i] = w
+            # a window starting anywhere touches one chunk more than it fills
+            touched = min(-(-(w - 1) // model.unit[i]) + 1, span)
+            padded[i] = min(source.shape[i], touched * model.unit[i])
+            if not model.raw or i > 0:  # raw reads take only the rows they need
+                decoded *= count * touched / span
+        kept = math.prod(window) * itemsize
+        held = memory.read_cost(model, tuple(padded))[0] if not model.raw else \
+            memory.read_cost(model, tuple(window))[0]
+        task = kept + held + out_copies * size
+        if cheapest is None or task < cheapest[1]:
+            cheapest = (tuple(tile), task, held)
+        at_once = min(workers, room // task)
+        if at_once < 1:
+            continue
+        waves = -(-tasks // at_once)
+        speed = tasks / waves * min(1.0, size / target) ** 0.25 / max(1.0, decoded)
+        speed /= math.prod(c * t for c, t in zip(counts, tile)) / data * itemsize  # edge padding
+        key = (round(speed, 6), min(size, target), -size)
+        if best is None or key > best[0]:
+            best = (key, memory.TileCost("slice", tuple(tile), task, at_once, held, tasks,
+                                         max(1.0, decoded), fixed))
+    if best is None:
+        if cheapest is None:
+            raise memory.BudgetError(
+                f"jask.slice: a slice of shape {shape} of {source.path!r} needs more than "
+                f"{MAX_TASKS} tasks under the memory budget of {budget} bytes")
+        tile, task, held = cheapest
+        memory.check_fits(memory.TileCost("slice", tile, task, 1, held, 0, 1.0, fixed), budget)
+        raise AssertionError("unreachable: check_fits raised")
+    return best[1].tile, best[1]
