@@ -25,7 +25,7 @@ from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan
-from jask.store import chunkio, durability, layout, registry, saves, sessions, space
+from jask.store import chunkio, durability, layout, registry, saves, sessions, space, views
 from jask.store.spec import StoreSpec, stored_nbytes
 
 
@@ -141,13 +141,53 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind
     return Work(op, work, plan_of)
 
 
+class _ViewCopy(registry.Deferred):
+    """A view's own copy, made when its base is about to change or when
+    something needs a store of its own (``filename``, ``update_``)."""
+
+    def __init__(self, view: StoreSpec, config: Config):
+        self.view, self.config = view, config
+
+    def reads(self, path: str) -> bool:
+        return os.path.abspath(self.view.path) == os.path.abspath(path)
+
+    def compute(self) -> StoreSpec:
+        return copy_of(self.view, self.config)
+
+
+def copy_of(source: StoreSpec, config: Config, op: str = "view_copy") -> StoreSpec:
+    """A new store holding ``source``'s values (a view's, read through it)."""
+    identity = tuple(range(len(source.shape)))
+    planned = planner.transpose(source, identity, config)
+    return _produce(config, op, source.shape, source.dtype, planned,
+                    lambda out: builders.transpose_graph(out, source, identity, op=op),
+                    grad=False)
+
+
+def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
+    """Register a view of a registered store (None: not a view, copy instead)."""
+    if view is None or view.view is None or not view.view.base.handle:
+        return None
+    return registry.register_view(view, _ViewCopy(view, config), pending=registry.in_callback())
+
+
+def _own(target: StoreSpec) -> StoreSpec:
+    """A store an op may write into: a view is first copied into its own
+    (its values are those of the array written, not of its base)."""
+    return registry.materialize(target.handle) if target.view is not None else target
+
+
 def transpose(axes: tuple, *, grad: bool = False):
-    """Work for a permuted copy of the input."""
+    """Work for the input's axes permuted: a view of the same store
+    (:mod:`jask.store.views`), or a permuted copy of one that has no handle."""
     def plan_of(stores, values, config: Config) -> Plan:
         return planner.transpose(stores[0], axes, config)
 
     def work(stores, scalars, config: Config):
         (source,) = stores
+        view = _as_view(views.transpose(source, axes), config)
+        if view is not None:
+            return view
         planned = plan_of(stores, scalars, config)
         shape = tuple(source.shape[a] for a in axes)
         return _produce(config, "transpose", shape, source.dtype, planned,
@@ -160,14 +200,21 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
     """Work for ``op(a) @ op(b)``, where op transposes the last two axes of
     an operand whose flag is set (the backward products). Either operand may
     be in memory or a 1-D vector (``vectors``: "row", "col" or None)."""
-    def plan_of(stores, values, config: Config) -> Plan:
+    def operands(stores, values) -> tuple:
+        """(a, ta, b, tb), a transposed view read as its base transposed."""
         a, b = _in_order(on_disk, stores, values)
-        return planner.dot(a, b, ta, tb, on_disk, vectors, dtype, to_memory=to_memory,
+        (a, fa), (b, fb) = (views.as_transposed(x) if isinstance(x, StoreSpec) else (x, False)
+                            for x in (a, b))
+        return a, ta != fa, b, tb != fb
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        a, ta_, b, tb_ = operands(stores, values)
+        return planner.dot(a, b, ta_, tb_, on_disk, vectors, dtype, to_memory=to_memory,
                            config=config)
 
     def work(stores, values, config: Config):
         values = [np.asarray(v) for v in values]
-        a, b = _in_order(on_disk, stores, values)
+        a, ta, b, tb = operands(stores, values)
         planned = plan_of(stores, values, config)
         chunks, tk, splits, cost = planned.tile, planned.k_tile, planned.splits, planned.cost
         view_shape, squeeze, shape, k = planner.dot_geometry(a, b, ta, tb, vectors)
@@ -194,6 +241,9 @@ def take_slice(sizes: tuple, *, grad: bool = False):
     def work(stores, values, config: Config):
         (source,) = stores
         starts = tuple(int(v) for v in values)
+        view = _as_view(views.take(source, sizes, starts), config)
+        if view is not None:
+            return view
         shape = tuple(size for size, _ in (x for x in sizes if x is not None))
         return _produce(config, "slice", shape, source.dtype, plan_of(stores, values, config),
                         lambda out: builders.slice_graph(out, source, sizes, starts),
@@ -222,6 +272,9 @@ def reshape(shape: tuple, *, grad: bool = False):
 
     def work(stores, values, config: Config):
         (source,) = stores
+        view = _as_view(views.reshape(source, shape), config)
+        if view is not None:
+            return view
         return _produce(config, "reshape", shape, source.dtype, plan_of(stores, values, config),
                         lambda out: builders.reshape_graph(out, source), grad=grad)
     return Work("reshape", work, plan_of)
@@ -324,7 +377,8 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
     torn or missing.
     """
     target, source = stores
-    if target.path == source.path:
+    target = _own(target)  # update_ of a view writes its own copy, never its base
+    if target.path == source.path and source.view is None:
         return target
     planned = planner.update(target, source, config)
     tile, cost = planned.tile, planned.cost
@@ -444,7 +498,7 @@ def _store(sources: list, i: int | None) -> StoreSpec | None:
     source = sources[i]
     if not isinstance(source, StoreSpec):
         raise TypeError(f"jask.fused: operand {i} must be a DiskArray")
-    return source
+    return _own(source)
 
 
 def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool = False):
