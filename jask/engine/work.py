@@ -171,6 +171,11 @@ def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
     return registry.register_view(view, _ViewCopy(view, config), pending=registry.in_callback())
 
 
+def _viewable(store: StoreSpec) -> bool:
+    """Whether an op may answer with a view of ``store`` (a registered store's)."""
+    return bool(views.base_of(store).handle)
+
+
 def _own(target: StoreSpec) -> StoreSpec:
     """A store an op may write into: a view is first copied into its own
     (its values are those of the array written, not of its base)."""
@@ -181,6 +186,8 @@ def transpose(axes: tuple, *, grad: bool = False):
     """Work for the input's axes permuted: a view of the same store
     (:mod:`jask.store.views`), or a permuted copy of one that has no handle."""
     def plan_of(stores, values, config: Config) -> Plan:
+        if _viewable(stores[0]):
+            return planner.view("transpose", views.transpose(stores[0], axes))
         return planner.transpose(stores[0], axes, config)
 
     def work(stores, scalars, config: Config):
@@ -188,7 +195,7 @@ def transpose(axes: tuple, *, grad: bool = False):
         view = _as_view(views.transpose(source, axes), config)
         if view is not None:
             return view
-        planned = plan_of(stores, scalars, config)
+        planned = planner.transpose(source, axes, config)
         shape = tuple(source.shape[a] for a in axes)
         return _produce(config, "transpose", shape, source.dtype, planned,
                         lambda out: builders.transpose_graph(out, source, axes), grad=grad)
@@ -236,6 +243,9 @@ def take_slice(sizes: tuple, *, grad: bool = False):
     """Work for ``a[index]``: per axis (size, step) or None for an integer
     index; the starts are the in-memory operands."""
     def plan_of(stores, values, config: Config) -> Plan:
+        view = views.take(stores[0], sizes, (0,) * len(sizes))  # starts may be traced
+        if view is not None and _viewable(stores[0]):
+            return planner.view("slice", view)
         return planner.take_slice(stores[0], sizes, config)
 
     def work(stores, values, config: Config):
@@ -245,7 +255,8 @@ def take_slice(sizes: tuple, *, grad: bool = False):
         if view is not None:
             return view
         shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-        return _produce(config, "slice", shape, source.dtype, plan_of(stores, values, config),
+        return _produce(config, "slice", shape, source.dtype,
+                        planner.take_slice(source, sizes, config),
                         lambda out: builders.slice_graph(out, source, sizes, starts),
                         grad=grad)
     return Work("slice", work, plan_of)
@@ -268,6 +279,9 @@ def reshape(shape: tuple, *, grad: bool = False):
     """Work for a C-order reshape: bands of whole output rows, each read
     from the source rows that hold its elements."""
     def plan_of(stores, values, config: Config) -> Plan:
+        view = views.reshape(stores[0], shape)
+        if view is not None and _viewable(stores[0]):
+            return planner.view("reshape", view)
         return planner.reshape(stores[0], shape, config)
 
     def work(stores, values, config: Config):
@@ -275,7 +289,8 @@ def reshape(shape: tuple, *, grad: bool = False):
         view = _as_view(views.reshape(source, shape), config)
         if view is not None:
             return view
-        return _produce(config, "reshape", shape, source.dtype, plan_of(stores, values, config),
+        return _produce(config, "reshape", shape, source.dtype,
+                        planner.reshape(source, shape, config),
                         lambda out: builders.reshape_graph(out, source), grad=grad)
     return Work("reshape", work, plan_of)
 

@@ -69,6 +69,7 @@ class Plan:
     into: int | None = None
     k_tile: int = 0
     splits: int = 1
+    passes: tuple = ()  # a product: how many times it reads each operand (dot_passes)
 
     def __post_init__(self):
         if self.tasks > MAX_TASKS:  # every planner's plan: refused before a graph exists
