@@ -120,8 +120,10 @@ def _by_array(x, aval, axis: int, index, config):
 
 
 def getitem(x, index, *, config: Config | None = None):
-    """``x[index]``, as a new DiskArray (a copy): a basic index (integers,
-    slices with a positive step, ``...``), or one integer or boolean array
+    """``x[index]``, as a new DiskArray (a view of x's store when every
+    slice has step 1, no copy: :mod:`jask.store.views`; else a copy): a
+    basic index (integers, slices with a positive step, ``...``), or one
+    integer or boolean array
     on one axis (the others ``:``; see :func:`take`). An integer drops its
     axis, as a reduction does, and by the same rule the result is an
     in-memory ``jax.Array`` when it takes at most 1/8 of the budget (always
@@ -337,6 +339,7 @@ def _with_new_axes(x, index, config):
     """``x[index]`` for an index with ``None`` (``np.newaxis``) entries: the
     index without them, reshaped to put the new length-1 axes in (as xarray's
     broadcasting asks)."""
+    index = index if isinstance(index, tuple) else (index,)
     rest = tuple(i for i in index if i is not None)
     # the result's shape, from the same index on a stand-in that holds no data
     shape = np.broadcast_to(np.empty((), np.bool_), disk_type(x).shape)[index].shape

@@ -210,16 +210,18 @@ def prefetch(store: StoreSpec, region: tuple, prefetch_base: Callable) -> None:
 
 def read_model(store: StoreSpec, model_of: Callable):
     """The base's read model (``model_of(base)``) as the view's planners see
-    it: its chunks in the view's axes, and byte-range reads straight into a
-    tile only when the axes keep their order."""
+    it: its chunks in the view's axes. Byte-range reads of a permuted or
+    shifted view go through one buffer of at most a chunk's rows (counted
+    as one chunk decoded at a time, held once)."""
     v = store.view
     assert v is not None
     model = model_of(v.base)
     kept = _kept(v.base, v.index)
     unit = tuple(1 if k is None else model.unit[kept[k]] for k in v.axes)
     order = [k for k in v.axes if k is not None]
-    sliced = any(not isinstance(x, int) and x[0] != 0 for x in v.index)
-    return dataclasses.replace(
-        model, shape=tuple(store.shape), unit=unit,
-        raw=model.raw and order == sorted(order) and not sliced,
-        write_unit=tuple(store.chunks))
+    shifted = any(not isinstance(x, int) and x[0] != 0 for x in v.index)
+    model = dataclasses.replace(model, shape=tuple(store.shape), unit=unit,
+                                write_unit=tuple(store.chunks))
+    if model.raw and (order != sorted(order) or shifted or len(v.index) != len(v.axes)):
+        model = dataclasses.replace(model, raw=False, copies=1, group=1)
+    return model

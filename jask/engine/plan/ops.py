@@ -291,18 +291,26 @@ def _gram(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool) -> bool:
 def dot_passes(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, tile: tuple) -> tuple:
     """How many times a product with output tiles ``tile`` reads each
     operand: ``a`` once per column of output tiles, ``b`` once per row; the
-    Gram matrix ``X.T @ X`` with tiles as wide as X reads X once per column.
+    Gram matrix ``X.T @ X`` reads X once per column of output tiles as wide
+    as X, and narrower tiles read the columns they span (as ``(passes, 0)``).
 
     Example:
       >>> x = StoreSpec("x", (100, 8), np.dtype("f4"), (10, 8))
       >>> dot_passes(x, x, True, False, (8, 8)), dot_passes(x, x, True, False, (4, 4))
-      ((1, 0), (2, 2))
+      ((1.0, 0), (3.0, 0))
     """
     m, n = _matrix(a, ta)[0], _matrix(b, tb)[1]
-    across, down = math.ceil(n / max(tile[-1], 1)), math.ceil(m / max(tile[-2], 1))
-    if _gram(a, b, ta, tb) and tile[-2] >= m:
-        return (across, 0)
-    return (across, down)
+    tm, tn = max(tile[-2], 1), max(tile[-1], 1)
+    across, down = math.ceil(n / tn), math.ceil(m / tm)
+    if not _gram(a, b, ta, tb):
+        return (across, down)
+    columns = 0  # of X read by all tiles: one read of the span of rows and cols
+    for i in range(0, m, tm):  # when they overlap or touch (tasks._gram_pair)
+        for j in range(0, n, tn):
+            rows, cols = min(tm, m - i), min(tn, n - j)
+            span = max(i + rows, j + cols) - min(i, j)
+            columns += span if span <= rows + cols else rows + cols
+    return (columns / m, 0)
 
 
 def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
