@@ -212,3 +212,21 @@ def test_jit_and_grad_through_views(small_budget, rng, dtype):
     # a view returned by a compiled function outlives the call and reads right
     T = jax.jit(lambda X: X.T[1:5])(X)
     np.testing.assert_array_equal(T.to_numpy(), x.T[1:5])
+
+
+def test_a_band_group_reads_two_views_of_one_store(small_budget, rng):
+    """Under jit, views of the same store in one band group are not confused
+    (they share the base's path)."""
+    x, X = _make(rng, (400, 12), np.float32)
+    u, v = rng.standard_normal((5,)).astype(np.float32), rng.standard_normal((5,)).astype(
+        np.float32)
+
+    def f(X, u, v):
+        return jask.sum(jask.square(X[:, :5] @ u - X[:, 5:10] @ v))
+
+    want = np.sum(np.square(x[:, :5] @ u - x[:, 5:10] @ v))
+    np.testing.assert_allclose(float(jax.jit(f)(X, u, v)), want, rtol=1e-4)
+    gu = jax.jit(jax.grad(f, argnums=1))(X, u, v)
+    ref = jax.grad(lambda x, u, v: jnp.sum(jnp.square(x[:, :5] @ u - x[:, 5:10] @ v)),
+                   argnums=1)(x, u, v)
+    np.testing.assert_allclose(gu, ref, rtol=1e-4, atol=1e-3)

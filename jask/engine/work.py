@@ -26,7 +26,7 @@ from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan
 from jask.store import chunkio, durability, layout, registry, saves, sessions, space, views
-from jask.store.spec import StoreSpec, stored_nbytes
+from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
 
 
 class Work:
@@ -156,12 +156,13 @@ class _ViewCopy(registry.Deferred):
 
 
 def copy_of(source: StoreSpec, config: Config, op: str = "view_copy") -> StoreSpec:
-    """A new store holding ``source``'s values (a view's, read through it)."""
+    """A new store holding ``source``'s values (a view's, read through it);
+    a gradient's view copies to a gradient (``.grad``)."""
     identity = tuple(range(len(source.shape)))
     planned = planner.transpose(source, identity, config)
     return _produce(config, op, source.shape, source.dtype, planned,
                     lambda out: builders.transpose_graph(out, source, identity, op=op),
-                    grad=False)
+                    grad=source.path.endswith(GRAD_SUFFIX))
 
 
 def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
