@@ -41,7 +41,8 @@ UNCHECKED_OPS: set = set()
 #: adam: jask.optim on a parameter 8x the budget; the jit(grad) step (its w
 #: a small store) runs as one band group over X (jask.engine.lazy).
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
-       "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "flip", "take"}
+       "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "flip", "take",
+       "transpose + add", "slice sum", "gram"}
 
 
 def run_grid(data: str, budget: int, side: int, names=None) -> dict:

@@ -60,6 +60,10 @@ def ops(a, b, v, X, y, w):
         "transpose": lambda: jask.transpose(a),
         "sum": lambda: jask.sum(a),
         "dot": lambda: a @ v,
+        # views (jask.store.views): read through, never copied; the Gram matrix reads X once
+        "transpose + add": lambda: a.T + b,
+        "slice sum": lambda: jask.sum(a[5:, 3:], axis=0),
+        "gram": lambda: X.T @ X,
         # before update_ and the steps: what XLA's programs and the Adam step leave in the
         # heap (2-5 MB) would count against whatever op is measured after them
         "sort": lambda: jask.sort(a, axis=0),  # whole columns per task
