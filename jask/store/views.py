@@ -88,11 +88,11 @@ def take(store: StoreSpec, sizes: tuple, starts: tuple) -> StoreSpec | None:
     """
     if any(x is not None and x[1] != 1 for x in sizes):
         return None
-    base, index, axes = _parts(store)
-    kept = _kept(base, index)
-    index = list(index)
-    new_axes = []
-    dropped = set()
+    base, old_index, axes = _parts(store)
+    kept = _kept(base, old_index)
+    index = list(old_index)
+    new_axes: list = []
+    dropped: set = set()
     for k, x, start in zip(axes, sizes, starts):
         if k is None:  # an axis of length 1 made by a reshape
             if x is not None and x[0] != 1:
