@@ -68,6 +68,9 @@ def test_gram_and_friends_read_x_once(small_budget, rng, dtype, shape):
         if b is not X:
             assert t.passes(b) == 1.0
     assert _planned_passes(small_budget, X, X) == 1
+    with jask.track() as t:  # compiled: the same one pass
+        out = jax.jit(lambda X: X.T @ X)(X)
+    assert t.passes(X) == 1.0 and t.bytes_written == out.nbytes
 
 
 def test_gram_of_a_wide_x_states_its_passes(small_budget, rng):
