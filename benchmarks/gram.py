@@ -2,7 +2,7 @@
 numpy memmap, with passes over X and bytes written counted by jask.track.
 
 Run: ``python -m benchmarks.gram [MiB ...]`` (default 50 and 1024). Each
-run is a fresh process (``--one``), interleaved, median of 3; ``sync``
+run is a fresh process (``--one``), interleaved, median of 3 (JASK_BENCH_REPEAT); ``sync``
 before each, the page cache dropped when running as root.
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main(sizes) -> None:
     for mib in sizes:
         path = _prepare(folder, mib)
         runs: dict = {}
-        for _ in range(3):
+        for _ in range(int(os.environ.get("JASK_BENCH_REPEAT", "3"))):
             for tool in ("jask", "jask-jit", "dask", "numpy-memmap"):
                 _drop_caches()
                 got = subprocess.run([sys.executable, "-m", "benchmarks.gram", "--one", tool,

@@ -169,6 +169,9 @@ def test_update_of_a_view_writes_its_own_copy(small_budget, rng):
     np.testing.assert_array_equal(T.to_numpy(), x + 1)
     np.testing.assert_array_equal(X.to_numpy(), x)
     assert T.filename != X.filename
+    X.update_(X.T)  # a store updated from a view of itself
+    np.testing.assert_array_equal(X.to_numpy(), x.T)
+    np.testing.assert_array_equal(T.to_numpy(), x + 1)
 
 
 def test_filename_and_to_memmap_of_a_view_copy_it(small_budget, rng):
