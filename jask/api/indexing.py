@@ -7,8 +7,9 @@ A slice of a DiskArray with steps of 1 is a view of the same store
 with other steps, a new DiskArray holding a copy of the selected elements
 (written tile by tile). Either way later writes to ``x`` through
 ``update_`` do not change it (a view is copied first). Its gradient
-scatters the cotangent into zeros of ``x``'s shape. The start of each slice is a value, not part of the
-program, so ``step(X[i:i + batch])`` compiles once per batch shape.
+scatters the cotangent into zeros of ``x``'s shape. The start of each
+slice is a value, not part of the program, so ``step(X[i:i + batch])``
+compiles once per batch shape.
 An integer index drops an axis as a reduction does, and its small
 results are in-memory values by the reductions' rule (1/8 of the
 budget). ``take`` gathers whole positions along an axis by
