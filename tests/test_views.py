@@ -98,6 +98,9 @@ def test_ops_read_through_views(small_budget, rng, dtype, tmp_path):
     np.testing.assert_allclose((S.T @ S).to_numpy(), x[13:250, 5:31].T @ x[13:250, 5:31],
                                **tol)
     np.testing.assert_allclose((T @ X).to_numpy(), x.T @ x, **tol)
+    H = X[:100]  # starts at 0: not the whole of X
+    np.testing.assert_allclose((H.T @ H).to_numpy(), x[:100].T @ x[:100], **tol)
+    np.testing.assert_allclose((X[:, :20].T @ X).to_numpy(), x[:, :20].T @ x, **tol)
     np.testing.assert_allclose((X @ T).to_numpy(), x @ x.T, **tol)
     np.testing.assert_allclose(jask.cumsum(R).to_numpy(), np.cumsum(x[:, 3]), **tol)
     np.testing.assert_allclose(jask.sort(S, axis=0).to_numpy(), np.sort(x[13:250, 5:31], 0))

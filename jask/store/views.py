@@ -147,13 +147,16 @@ def as_transposed(store: StoreSpec) -> tuple[StoreSpec, bool]:
       >>> x = StoreSpec("x", (5, 3), np.dtype("f4"), (5, 3))
       >>> as_transposed(transpose(x, (1, 0)))[0] == x
       True
+      >>> as_transposed(transpose(take(x, ((2, 1), (3, 1)), (0, 0)), (1, 0)))[1]
+      False
     """
     v = store.view
     if v is None or len(store.shape) < 2:
         return store, False
     n = len(v.base.shape)
-    whole = all(x == (0, 1) for x in v.index) and len(v.index) == n
     swapped = tuple(range(n - 2)) + (n - 1, n - 2)
+    whole = (all(x == (0, 1) for x in v.index) and len(v.index) == n
+             and tuple(store.shape) == tuple(v.base.shape[a] for a in swapped))
     if whole and v.axes == swapped:
         return v.base, True
     return store, False
