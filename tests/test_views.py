@@ -68,6 +68,12 @@ def test_gram_and_friends_read_x_once(small_budget, rng, dtype, shape):
         if b is not X:
             assert t.passes(b) == 1.0
     assert _planned_passes(small_budget, X, X) == 1
+    # a slice of X: its Gram matrix reads the slice's bytes once
+    H = X[7:shape[0] - 5]
+    with jask.track() as t:
+        G = H.T @ H
+    np.testing.assert_allclose(G.to_numpy(), x[7:-5].T @ x[7:-5], **_tol(dtype))
+    assert t.passes(X) * X.nbytes == H.nbytes and t.bytes_written == G.nbytes
     # compiled, with a budget where a band group could hold it: the same one pass
     jask.set_memory_budget("4MB", scratch_dir=small_budget.scratch_dir)
     with jask.track() as t:

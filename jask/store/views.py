@@ -20,7 +20,7 @@ import numpy as np
 from jask.store.spec import StoreSpec, View
 
 __all__ = ["transpose", "take", "reshape", "read", "prefetch", "read_model", "as_transposed",
-           "key", "base_of"]
+           "key", "base_of", "same"]
 
 
 def _parts(store: StoreSpec) -> tuple[StoreSpec, tuple, tuple]:
@@ -140,26 +140,42 @@ def reshape(store: StoreSpec, shape: tuple) -> StoreSpec | None:
 
 
 def as_transposed(store: StoreSpec) -> tuple[StoreSpec, bool]:
-    """``(base, True)`` when ``store`` is its whole base with the last two
-    axes swapped (what a product reads transposed for free), else ``(store, False)``.
+    """``(x, True)`` when ``store`` is ``x`` with its last two axes swapped
+    (what a product reads transposed for free): ``x`` the base itself when
+    it is all of it, else a view; else ``(store, False)``.
 
     Example:
       >>> x = StoreSpec("x", (5, 3), np.dtype("f4"), (5, 3))
       >>> as_transposed(transpose(x, (1, 0)))[0] == x
       True
-      >>> as_transposed(transpose(take(x, ((2, 1), (3, 1)), (0, 0)), (1, 0)))[1]
-      False
+      >>> part = take(x, ((2, 1), (3, 1)), (0, 0))
+      >>> as_transposed(transpose(part, (1, 0))) == (part, True), as_transposed(part)[1]
+      (True, False)
     """
     v = store.view
-    if v is None or len(store.shape) < 2:
+    if v is None or len(store.shape) < 2 or None in v.axes[-2:]:
         return store, False
-    n = len(v.base.shape)
-    swapped = tuple(range(n - 2)) + (n - 1, n - 2)
-    whole = (all(x == (0, 1) for x in v.index) and len(v.index) == n
-             and tuple(store.shape) == tuple(v.base.shape[a] for a in swapped))
-    if whole and v.axes == swapped:
-        return v.base, True
-    return store, False
+    n = len(store.shape)
+    if v.axes[-1] > v.axes[-2]:
+        return store, False
+    back = transpose(store, tuple(range(n - 2)) + (n - 1, n - 2))
+    assert back.view is not None
+    whole = (all(x == (0, 1) for x in back.view.index) and back.shape == v.base.shape
+             and back.view.axes == tuple(range(len(v.base.shape))))
+    return (v.base if whole else back), True
+
+
+def same(a, b) -> bool:
+    """Whether two stores hold the same elements (whatever their handles).
+
+    Example:
+      >>> x = StoreSpec("x", (5, 3), np.dtype("f4"), (5, 3))
+      >>> same(dataclasses.replace(x, handle=7), x), same(transpose(x, (1, 0)), x)
+      (True, False)
+    """
+    if not (isinstance(a, StoreSpec) and isinstance(b, StoreSpec)):
+        return False
+    return (a.path, a.shape, a.dtype, a.view) == (b.path, b.shape, b.dtype, b.view)
 
 
 def _base_region(store: StoreSpec, region: tuple) -> tuple[tuple, tuple, tuple]:

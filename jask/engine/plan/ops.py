@@ -23,7 +23,7 @@ from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, plan_blockwise
 from jask.engine.scan import accumulation_dtype, carry_bytes
-from jask.store import chunkio
+from jask.store import chunkio, views
 from jask.store.spec import StoreSpec
 
 __all__ = ["view", "blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
@@ -284,8 +284,7 @@ def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_m
 
 def _gram(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool) -> bool:
     """Whether a product is ``X.T @ X`` (one store read on both sides)."""
-    return (ta and not tb and isinstance(a, StoreSpec) and isinstance(b, StoreSpec)
-            and a == b and len(a.shape) == 2)
+    return ta and not tb and views.same(a, b) and len(a.shape) == 2
 
 
 def dot_passes(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, tile: tuple) -> tuple:
