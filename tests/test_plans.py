@@ -84,7 +84,9 @@ def test_every_primitive_answers_its_plan_or_says_it_has_none(cls, small_budget)
         return
     plan = prim.plan(stores, small_budget)
     assert isinstance(plan, Plan)
-    assert plan.tasks >= 1 and plan.held == plan.cost.total
+    # a view (jask.store.views) is answered with no task and nothing held
+    views = cls in (P.Transpose, P.Slice, P.Reshape) and plan.tasks == 0 and plan.held == 0
+    assert (plan.tasks >= 1 or views) and plan.held == plan.cost.total
     out = prim.out_aval
     if isinstance(out, DiskArrayType) and plan.into is None:
         assert plan.chunks is not None and len(plan.chunks) == len(out.shape)

@@ -172,11 +172,6 @@ def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
     return registry.register_view(view, _ViewCopy(view, config), pending=registry.in_callback())
 
 
-def _viewable(store: StoreSpec) -> bool:
-    """Whether an op may answer with a view of ``store`` (a registered store's)."""
-    return bool(views.base_of(store).handle)
-
-
 def _own(target: StoreSpec) -> StoreSpec:
     """A store an op may write into: a view is first copied into its own
     (its values are those of the array written, not of its base)."""
@@ -187,9 +182,7 @@ def transpose(axes: tuple, *, grad: bool = False):
     """Work for the input's axes permuted: a view of the same store
     (:mod:`jask.store.views`), or a permuted copy of one that has no handle."""
     def plan_of(stores, values, config: Config) -> Plan:
-        if _viewable(stores[0]):
-            return planner.view("transpose", views.transpose(stores[0], axes))
-        return planner.transpose(stores[0], axes, config)
+        return planner.view("transpose", views.transpose(stores[0], axes))
 
     def work(stores, scalars, config: Config):
         (source,) = stores
@@ -245,7 +238,7 @@ def take_slice(sizes: tuple, *, grad: bool = False):
     index; the starts are the in-memory operands."""
     def plan_of(stores, values, config: Config) -> Plan:
         view = views.take(stores[0], sizes, (0,) * len(sizes))  # starts may be traced
-        if view is not None and _viewable(stores[0]):
+        if view is not None:
             return planner.view("slice", view)
         return planner.take_slice(stores[0], sizes, config)
 
@@ -281,7 +274,7 @@ def reshape(shape: tuple, *, grad: bool = False):
     from the source rows that hold its elements."""
     def plan_of(stores, values, config: Config) -> Plan:
         view = views.reshape(stores[0], shape)
-        if view is not None and _viewable(stores[0]):
+        if view is not None:
             return planner.view("reshape", view)
         return planner.reshape(stores[0], shape, config)
 
