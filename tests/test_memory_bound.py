@@ -42,7 +42,7 @@ UNCHECKED_OPS: set = set()
 #: a small store) runs as one band group over X (jask.engine.lazy).
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
        "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "flip", "take",
-       "slice"}
+       "slice", "transpose + add", "slice sum", "gram"}
 
 
 def run_grid(data: str, budget: int, side: int, names=None) -> dict:

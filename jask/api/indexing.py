@@ -2,11 +2,14 @@
 ``x[indices]``, ``x[mask]``, ``take``, ``take_along_axis``, ``dynamic_slice``,
 ``concatenate``, ``stack``.
 
-A slice of a DiskArray is a new DiskArray holding a copy of the selected
-elements (written tile by tile): later writes to ``x`` through ``update_``
-do not change it. Its gradient scatters the cotangent into zeros of
-``x``'s shape. The start of each slice is a value, not part of the
-program, so ``step(X[i:i + batch])`` compiles once per batch shape.
+A slice of a DiskArray with steps of 1 is a view of the same store
+(:mod:`jask.store.views`: nothing read or written until an op reads it);
+with other steps, a new DiskArray holding a copy of the selected elements
+(written tile by tile). Either way later writes to ``x`` through
+``update_`` do not change it (a view is copied first). Its gradient
+scatters the cotangent into zeros of ``x``'s shape. The start of each
+slice is a value, not part of the program, so ``step(X[i:i + batch])``
+compiles once per batch shape.
 An integer index drops an axis as a reduction does, and its small
 results are in-memory values by the reductions' rule (1/8 of the
 budget). ``take`` gathers whole positions along an axis by
@@ -121,8 +124,10 @@ def _by_array(x, aval, axis: int, index, config):
 
 
 def getitem(x, index, *, config: Config | None = None):
-    """``x[index]``, as a new DiskArray (a copy): a basic index (integers,
-    slices with a positive step, ``...``), or one integer or boolean array
+    """``x[index]``, as a new DiskArray (a view of x's store when every
+    slice has step 1, no copy: :mod:`jask.store.views`; else a copy): a
+    basic index (integers, slices with a positive step, ``...``), or one
+    integer or boolean array
     on one axis (the others ``:``; see :func:`take`). An integer drops its
     axis, as a reduction does, and by the same rule the result is an
     in-memory ``jax.Array`` when it takes at most 1/8 of the budget (always
@@ -338,6 +343,7 @@ def _with_new_axes(x, index, config):
     """``x[index]`` for an index with ``None`` (``np.newaxis``) entries: the
     index without them, reshaped to put the new length-1 axes in (as xarray's
     broadcasting asks)."""
+    index = index if isinstance(index, tuple) else (index,)
     rest = tuple(i for i in index if i is not None)
     # the result's shape, from the same index on a stand-in that holds no data
     shape = np.broadcast_to(np.empty((), np.bool_), disk_type(x).shape)[index].shape

@@ -24,7 +24,9 @@ def _require(x, op: str, name: str) -> DiskArrayType:
 
 
 def transpose(a, axes=None, *, config: Config | None = None):
-    """Permute the axes of a disk-backed array, one tile at a time.
+    """Permute the axes of a disk-backed array: a view of the same store,
+    read permuted tile by tile by the ops that use it (nothing is copied;
+    ``X.T @ X`` reads ``X`` as it is stored), see :mod:`jask.store.views`.
 
     Args:
       a: the array to transpose.

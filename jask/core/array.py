@@ -241,8 +241,14 @@ class DiskArray:
 
     @property
     def filename(self) -> str:
-        """Path of the Zarr store holding this array's data."""
-        return self._store().path
+        """Path of the Zarr store holding this array's data.
+
+        A view (``x.T``, ``x[a:b]``: jask.store.views) has no store of its
+        own until asked: this copies it into one first, once."""
+        store = self._store()
+        if store.view is not None:
+            store = registry.materialize(self._handle)
+        return store.path
 
     @property
     def chunks(self) -> tuple:

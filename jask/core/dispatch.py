@@ -15,6 +15,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from jask.base.config import Config, get_config
+from jask.base.memory import BudgetError
 from jask.core._jax_internals import is_eager
 from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.core.lifetime import collect_if_idle
@@ -37,6 +38,19 @@ def _resolve(args, n_arrays: int):
     stores = [registry.spec(h) for h in args[:n_arrays]]
     scalars = [np.asarray(s) for s in args[n_arrays:]]
     return stores, scalars
+
+
+def _through_views(work, stores, values, config: Config):
+    """``work`` on its stores; if it cannot plan reading a view within the
+    budget (a permuted view read across its base's chunks), on copies of
+    its views instead (each view's own store from then on: jask.store.views)."""
+    try:
+        return work(stores, values, config)
+    except BudgetError:
+        if not any(s.view is not None for s in stores):
+            raise
+    stores = [registry.materialize(s.handle) if s.view is not None else s for s in stores]
+    return work(stores, values, config)
 
 
 def _wire(result: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
@@ -133,7 +147,7 @@ def _register_outputs(work, args, n: int, config: Config | None, pending: bool) 
     outs: list = []
     try:  # one version of each input, or StoreChangedError (jask.store.versions)
         with space.snapshot(stores, "jask"):
-            got = work(stores, values, config or get_config())
+            got = _through_views(work, stores, values, config or get_config())
             outs = list(got) if isinstance(got, (list, tuple)) else [got]
     except space.StoreChangedError:
         for out in outs:
@@ -182,7 +196,7 @@ def _value_alone(work: ValueWork, args, n: int, config: Config | None):
     refusing a result read while another process replaced an input."""
     stores, values = _resolve(args, n)
     with space.snapshot(stores, "jask"):
-        return work(stores, values, config or get_config())
+        return _through_views(work, stores, values, config or get_config())
 
 
 def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,

@@ -318,7 +318,7 @@ def _var_vjp(prim, x, g):
 # --- layout ------------------------------------------------------------------
 
 class Transpose(DiskPrimitive):
-    """Axes permuted by ``axes``."""
+    """Axes permuted by ``axes`` (a view of the same store)."""
 
     def __init__(self, aval: DiskArrayType, axes: tuple, grad: bool, config: Config | None):
         out = DiskArrayType(tuple(aval.shape[i] for i in axes), aval.dtype)
@@ -406,7 +406,8 @@ class Concatenate(DiskPrimitive):
 
 
 class Reshape(DiskPrimitive):
-    """The same elements in C order under another shape (a copy)."""
+    """The same elements in C order under another shape (a view when only
+    length-1 axes come or go, else a copy)."""
 
     def __init__(self, aval: DiskArrayType, shape: tuple, grad: bool, config: Config | None):
         super().__init__((aval,), DiskArrayType(shape, aval.dtype), shape=tuple(shape),

@@ -38,7 +38,7 @@ import numpy as np
 
 from jask.engine.blockwise import REDUCERS, is_positional
 from jask.engine.builders import FAN_IN, key_name
-from jask.store import chunkio
+from jask.store import chunkio, views
 from jask.store.spec import StoreSpec
 
 __all__ = ["Node", "fusable", "group_graph", "last_uses"]
@@ -143,10 +143,11 @@ def _band_of(x, values: dict, rows: slice):
     if isinstance(x, Node):
         return values[id(x)]
     if isinstance(x, StoreSpec):  # read once per band, however many nodes use it
-        if x.path not in values:
+        key = views.key(x)  # a view of a store is not the store
+        if key not in values:
             region = (rows,) + tuple(slice(0, d) for d in x.shape[1:])
-            values[x.path] = chunkio.read(x, region)
-        return values[x.path]
+            values[key] = chunkio.read(x, region)
+        return values[key]
     return x[rows]
 
 
@@ -191,7 +192,7 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     p = node.params
     if node._dot_case() == "rows":
         if isinstance(b, StoreSpec):  # a small store, used whole: read once per band
-            key = ("whole", b.path)
+            key = ("whole", views.key(b))
             if key not in values:
                 values[key] = chunkio.read(b, tuple(slice(0, d) for d in b.shape))
             b = values[key]

@@ -33,7 +33,7 @@ from jask.base import memory
 from jask.base.config import Config
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
-from jask.store import chunkio, registry, space
+from jask.store import chunkio, registry, space, views
 from jask.store.spec import StoreSpec
 
 __all__ = ["Description", "Recorded", "record", "values"]
@@ -127,6 +127,9 @@ def _joins(desc: Description, inputs: list) -> bool:
     node = _shallow(desc, inputs)
     if not fusion.fusable(node):
         return False
+    if desc.kind == "dot" and any(isinstance(x, StoreSpec) and views.as_transposed(x)[1]
+                                  for x in inputs):
+        return False  # X.T @ ...: its own plan reads X as stored, once (jask.store.views)
     n = fusion.band_length(node)
     for x in inputs:
         if isinstance(x, Recorded) and x.store is None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jask.store import views
 from jask.store.chunkio import read, write
 from jask.store.spec import StoreSpec
 
@@ -137,12 +138,31 @@ class Matrix:
         return self.source[region]
 
 
+def _gram_pair(a: Matrix, b: Matrix, batch: tuple, rows: slice, k: slice,
+               cols: slice) -> tuple | None:
+    """The tiles of a.T @ b when both read the same rows of one store
+    (``X.T @ X``): one read of the columns they span, when these overlap."""
+    if not (isinstance(a.source, StoreSpec) and views.same(a.source, b.source) and a.transposed
+            and not b.transposed and a.vector is None and b.vector is None):
+        return None
+    lo, hi = min(rows.start, cols.start), max(rows.stop, cols.stop)
+    if hi - lo > (rows.stop - rows.start) + (cols.stop - cols.start):
+        return None  # apart: two reads hold less
+    band = read(a.source, batch + (k, slice(lo, hi)))
+    return (np.swapaxes(band[..., rows.start - lo:rows.stop - lo], -1, -2),
+            band[..., cols.start - lo:cols.stop - lo])
+
+
 def dot_partial(a: Matrix, b: Matrix, batch: tuple, rows: slice, cols: slice,
                 ks: tuple) -> np.ndarray:
     """Sum over the contraction tiles ``ks`` of op(a)[rows, k] @ op(b)[k, cols]."""
     acc = None
     for k in ks:
-        prod = a.tile(batch, rows, k) @ b.tile(batch, k, cols)
+        pair = _gram_pair(a, b, batch, rows, k, cols)
+        left, right = pair if pair is not None else (a.tile(batch, rows, k),
+                                                     b.tile(batch, k, cols))
+        prod = left @ right
+        del pair, left, right
         if acc is None:
             acc = prod
         else:

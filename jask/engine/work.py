@@ -36,8 +36,9 @@ from jask.store import (
     saves,
     sessions,
     space,
+    views,
 )
-from jask.store.spec import StoreSpec, stored_nbytes
+from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
 
 
 class Work:
@@ -152,14 +153,55 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind
     return decoded_first(Work(op, work, plan_of))
 
 
+class _ViewCopy(registry.Deferred):
+    """A view's own copy, made when its base is about to change or when
+    something needs a store of its own (``filename``, ``update_``)."""
+
+    def __init__(self, view: StoreSpec, config: Config):
+        self.view, self.config = view, config
+
+    def reads(self, path: str) -> bool:
+        return os.path.abspath(self.view.path) == os.path.abspath(path)
+
+    def compute(self) -> StoreSpec:
+        return copy_of(self.view, self.config)
+
+
+def copy_of(source: StoreSpec, config: Config, op: str = "view_copy") -> StoreSpec:
+    """A new store holding ``source``'s values (a view's, read through it);
+    a gradient's view copies to a gradient (``.grad``)."""
+    identity = tuple(range(len(source.shape)))
+    planned = planner.transpose(source, identity, config)
+    return _produce(config, op, source.shape, source.dtype, planned,
+                    lambda out: builders.transpose_graph(out, source, identity, op=op),
+                    grad=source.path.endswith(GRAD_SUFFIX))
+
+
+def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
+    """Register a view of a registered store (None: not a view, copy instead)."""
+    if view is None or view.view is None or not view.view.base.handle:
+        return None
+    return registry.register_view(view, _ViewCopy(view, config), pending=registry.in_callback())
+
+
+def _own(target: StoreSpec) -> StoreSpec:
+    """A store an op may write into: a view is first copied into its own
+    (its values are those of the array written, not of its base)."""
+    return registry.materialize(target.handle) if target.view is not None else target
+
+
 def transpose(axes: tuple, *, grad: bool = False):
-    """Work for a permuted copy of the input."""
+    """Work for the input's axes permuted: a view of the same store
+    (:mod:`jask.store.views`), or a permuted copy of one that has no handle."""
     def plan_of(stores, values, config: Config) -> Plan:
-        return planner.transpose(stores[0], axes, config)
+        return planner.view("transpose", views.transpose(stores[0], axes))
 
     def work(stores, scalars, config: Config):
         (source,) = stores
-        planned = plan_of(stores, scalars, config)
+        view = _as_view(views.transpose(source, axes), config)
+        if view is not None:
+            return view
+        planned = planner.transpose(source, axes, config)
         shape = tuple(source.shape[a] for a in axes)
         return _produce(config, "transpose", shape, source.dtype, planned,
                         lambda out: builders.transpose_graph(out, source, axes), grad=grad)
@@ -171,9 +213,16 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
     """Work for ``op(a) @ op(b)``, where op transposes the last two axes of
     an operand whose flag is set (the backward products). Either operand may
     be in memory or a 1-D vector (``vectors``: "row", "col" or None)."""
-    def plan_of(stores, values, config: Config) -> Plan:
+    def operands(stores, values) -> tuple:
+        """(a, ta, b, tb), a transposed view read as its base transposed."""
         a, b = _in_order(on_disk, stores, values)
-        return planner.dot(a, b, ta, tb, on_disk, vectors, dtype, to_memory=to_memory,
+        (a, fa), (b, fb) = (views.as_transposed(x) if isinstance(x, StoreSpec) else (x, False)
+                            for x in (a, b))
+        return a, ta != fa, b, tb != fb
+
+    def plan_of(stores, values, config: Config) -> Plan:
+        a, ta_, b, tb_ = operands(stores, values)
+        return planner.dot(a, b, ta_, tb_, on_disk, vectors, dtype, to_memory=to_memory,
                            config=config)
 
     def work(stores, values, config: Config):
@@ -182,14 +231,14 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
         if planned.decoded:  # compressed operands decoded once, first (plan.ops.dot)
             with _decoded(stores, values, on_disk, planned.decoded, config) as (stores, fits):
                 if not fits:  # no room for the copies: decode as the product reads
-                    a, b = _in_order(on_disk, stores, values)
-                    planned = planner.dot(a, b, ta, tb, on_disk, vectors, dtype,
+                    a, ta_, b, tb_ = operands(stores, values)
+                    planned = planner.dot(a, b, ta_, tb_, on_disk, vectors, dtype,
                                           to_memory=to_memory, config=config, decode=False)
                 return run(stores, values, planned, config)
         return run(stores, values, planned, config)
 
     def run(stores, values, planned: Plan, config: Config):
-        a, b = _in_order(on_disk, stores, values)
+        a, ta, b, tb = operands(stores, values)
         chunks, tk, splits, cost = planned.tile, planned.k_tile, planned.splits, planned.cost
         view_shape, squeeze, shape, k = planner.dot_geometry(a, b, ta, tb, vectors)
         ma = tasks.Matrix(a, ta, vectors[0])
@@ -215,11 +264,11 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: s
     order = [i for i, disk in enumerate(on_disk) if disk]  # operand index of each store
     stores, copies = list(stores), []
     try:
-        done: dict[str, StoreSpec] = {}  # one copy per store (a @ a, concatenate([a, a]))
+        done: dict = {}  # one copy per store or view (a @ a, concatenate([a, a]))
         for i in which:
             source = stores[order.index(i)]
-            if source.path in done:
-                stores[order.index(i)] = done[source.path]
+            if views.key(source) in done:
+                stores[order.index(i)] = done[views.key(source)]
                 continue
             unit = chunkio.read_model(source).unit
             try:
@@ -235,7 +284,7 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: s
                 dsk, keys = builders.copy_graph(copy, source, op=op, tile=tile)
                 execute.run(dsk, keys, config.workers, cost)
             copies.append(copy)
-            stores[order.index(i)] = done[source.path] = copy
+            stores[order.index(i)] = done[views.key(source)] = copy
         yield stores, True
     finally:
         for copy in copies:
@@ -273,13 +322,20 @@ def take_slice(sizes: tuple, *, grad: bool = False):
     """Work for ``a[index]``: per axis (size, step) or None for an integer
     index; the starts are the in-memory operands."""
     def plan_of(stores, values, config: Config) -> Plan:
+        view = views.take(stores[0], sizes, (0,) * len(sizes))  # starts may be traced
+        if view is not None:
+            return planner.view("slice", view)
         return planner.take_slice(stores[0], sizes, config)
 
     def work(stores, values, config: Config):
         (source,) = stores
         starts = tuple(int(v) for v in values)
+        view = _as_view(views.take(source, sizes, starts), config)
+        if view is not None:
+            return view
         shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-        return _produce(config, "slice", shape, source.dtype, plan_of(stores, values, config),
+        return _produce(config, "slice", shape, source.dtype,
+                        planner.take_slice(source, sizes, config),
                         lambda out: builders.slice_graph(out, source, sizes, starts),
                         grad=grad)
     return Work("slice", work, plan_of)
@@ -302,11 +358,18 @@ def reshape(shape: tuple, *, grad: bool = False):
     """Work for a C-order reshape: bands of whole output rows, each read
     from the source rows that hold its elements."""
     def plan_of(stores, values, config: Config) -> Plan:
+        view = views.reshape(stores[0], shape)
+        if view is not None:
+            return planner.view("reshape", view)
         return planner.reshape(stores[0], shape, config)
 
     def work(stores, values, config: Config):
         (source,) = stores
-        return _produce(config, "reshape", shape, source.dtype, plan_of(stores, values, config),
+        view = _as_view(views.reshape(source, shape), config)
+        if view is not None:
+            return view
+        return _produce(config, "reshape", shape, source.dtype,
+                        planner.reshape(source, shape, config),
                         lambda out: builders.reshape_graph(out, source), grad=grad)
     return decoded_first(Work("reshape", work, plan_of))
 
@@ -410,7 +473,8 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
     torn or missing.
     """
     target, source = stores
-    if target.path == source.path:
+    target = _own(target)  # update_ of a view writes its own copy, never its base
+    if target.path == source.path and source.view is None:
         return target
     icechunk_stores.refuse_in_place(target.path, "update_")  # no atomic replace at a URL
     planned = planner.update(target, source, config)
@@ -566,7 +630,7 @@ def _store(sources: list, i: int | None) -> StoreSpec | None:
     source = sources[i]
     if not isinstance(source, StoreSpec):
         raise TypeError(f"jask.fused: operand {i} must be a DiskArray")
-    return source
+    return _own(source)
 
 
 def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool = False):

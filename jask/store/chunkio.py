@@ -41,7 +41,7 @@ from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from jask.base import counters, memory
-from jask.store import buffers, icechunk_stores, remote
+from jask.store import buffers, icechunk_stores, remote, views
 from jask.store.objects import is_url
 from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
 
@@ -336,6 +336,8 @@ def read_model(store) -> memory.ReadModel:
       >>> m.raw, m.unit == a.shape, m.codec
       (True, True, 'none')
     """
+    if getattr(store, "view", None) is not None:
+        return views.read_model(store, read_model)
     key = (store.path, tuple(store.shape), tuple(store.chunks), str(store.dtype))
     model = _models.get(key)
     if model is None:
@@ -646,6 +648,8 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
       array([[4., 5.],
              [8., 9.]])
     """
+    if store.view is not None:  # a view reads its base (jask.store.views)
+        return views.read(store, region, read)
     counters.read(store, region)
     if _empty(region):  # nothing to read (and no chunk of 0 to divide by)
         return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
@@ -680,6 +684,8 @@ def prefetch(store: StoreSpec, region: tuple) -> None:
     budget; it lets the disk work on several files while a task computes.
     Stores that go through Zarr are left alone.
     """
+    if store.view is not None:
+        return views.prefetch(store, region, prefetch)
     if _empty(region) or is_url(store.path):  # (product lists every chunk index of an axis)
         return
     layout = _raw_layout(store.path)
@@ -708,6 +714,8 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
       array([[1., 0.],
              [0., 1.]])
     """
+    if store.view is not None:  # its path is another array's
+        raise ValueError(f"jask never writes into a view (of the store {store.path!r})")
     counters.wrote(store, region)
     if _empty(region):
         return

@@ -61,6 +61,9 @@ _doomed: set[int] = set()                   # no owner left
 _unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
 _trash: list = []                           # off the books, not deleted yet (paths, specs)
 _deferred: dict[int, "Deferred"] = {}      # handle -> its computation, not run yet
+_bases: dict[int, int] = {}                 # view handle -> its base's (kept alive by it)
+_views: dict[int, "Deferred"] = {}         # view handle -> its copy, made before its base changes
+_copying = threading.Lock()
 _local = threading.local()
 
 
@@ -116,7 +119,7 @@ def register(store: StoreSpec, *, pending: bool) -> StoreSpec:
     with _lock:
         handle = next(_handles)
         store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
-                          store.managed)
+                          store.managed, store.view)
         # Ctrl-C may land between any two lines: the handle is tracked before
         # the path's record goes, so sweep always finds the store.
         if pending:  # a callback runs on the thread that called the program (on CPU)
@@ -162,6 +165,32 @@ def discard(store: StoreSpec, *, later: bool = False) -> None:
         trash.remove_now(store.path)  # a folder, or keys in object storage
     with _lock:
         _unclaimed.pop(store.path, None)
+
+
+def register_view(view: StoreSpec, copy: "Deferred", *, pending: bool) -> StoreSpec:
+    """Give a view (:mod:`jask.store.views`) a handle; its base stays alive
+    while it is, and ``copy.compute()`` (an unregistered copy of the view)
+    replaces it before anything writes its base (:func:`before_mutation`)."""
+    assert view.view is not None and view.view.base.handle, "a view of a registered store"
+    with _lock:
+        store = register(view, pending=pending)
+        _bases[store.handle] = view.view.base.handle
+        _views[store.handle] = copy
+        return store
+
+
+def materialize(handle) -> StoreSpec:
+    """The store behind a handle, a view copied into a store of its own first
+    (once; the handle keeps its identity and owners)."""
+    handle = int(handle)
+    with _copying:
+        if handle not in _views:
+            return spec(handle)
+        copy = _views[handle].compute()
+        with _lock:
+            _views.pop(handle, None)
+            _bases.pop(handle, None)
+        return fulfil(handle, copy)
 
 
 def register_external(path) -> StoreSpec:
@@ -218,12 +247,19 @@ def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
         _specs[handle] = store
         _unclaimed.pop(store.path, None)
         _deferred.pop(handle, None)
+        owner = _owners.get(handle)
+        if owner is not None:  # a view copied: its DiskArrays now read the copy
+            owner.spec = store
         return store
 
 
 def before_mutation(path: str) -> None:
-    """Compute every lazy store that would read ``path``, before it changes."""
+    """Compute every lazy store that would read ``path``, and copy every view
+    of it, before it changes."""
     path = path if "://" in path else os.path.abspath(path)  # (a URL is no file path)
+    for handle, copy in list(_views.items()):
+        if copy.reads(path):
+            materialize(handle)
     for handle, waiting in list(_deferred.items()):
         if handle in _deferred and waiting.reads(path):
             waiting.compute()
@@ -270,13 +306,18 @@ def sweep() -> int:
         abandoned = _abandoned()
         abandoned_handles = {h for h in abandoned if isinstance(h, int)}
         dead = (_doomed | _unclaimed_pending() | abandoned_handles) - set(_owners.keys())
+        kept = {b for v, b in _bases.items() if v in _specs and v not in dead}  # views' bases
+        dead -= kept
+        for h in dead:
+            _bases.pop(h, None)
+            _views.pop(h, None)
         removed = [_specs[h] for h in dead if h in _specs]
         # into the trash before off the books: a Ctrl-C below leaves them to the next sweep
         _trash.extend([p for p in abandoned - dead if isinstance(p, str)] + removed)
         for h in dead:
             _specs.pop(h, None)
             _deferred.pop(h, None)  # never needed: never computed
-        _doomed.clear()
+        _doomed.intersection_update(kept)  # doomed still, once their views are gone
         for h in dead:
             _pending.pop(h, None)
         for key in dead | abandoned:

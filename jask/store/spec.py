@@ -14,7 +14,7 @@ import numpy as np
 
 from jask.base.sizes import exact_bytes
 
-__all__ = ["StoreSpec", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
+__all__ = ["StoreSpec", "View", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
            "writes_every_chunk", "DamagedStoreError", "check_metadata"]
 
 #: Suffix of every store holding a gradient (a cotangent).
@@ -31,6 +31,24 @@ class StoreSpec:
     chunks: tuple
     handle: int = 0
     managed: bool = True  # jask made it and may delete it
+    # Set for a view (jask.store.views): the data is another store's (path
+    # is the base's), read through a slice, axis permutation and unit axes.
+    view: "View | None" = None
+
+
+@dataclass(frozen=True)
+class View:
+    """How a view's elements sit in its base store (see :mod:`jask.store.views`).
+
+    ``index`` has one entry per axis of ``base``: an int (the axis is
+    dropped at that position) or ``(start, step)`` of a kept axis; ``axes``
+    one entry per axis of the view: which kept axis it shows (their order
+    is the permutation) or None for a new axis of length 1.
+    """
+
+    base: StoreSpec
+    index: tuple
+    axes: tuple
 
 
 class DamagedStoreError(ValueError):

@@ -63,6 +63,10 @@ def ops(a, b, v, X, y, w):
         # starts inside chunks (315:3892, 102: on the grid)
         "slice": lambda: a[a.shape[0] // 13:a.shape[0] - a.shape[0] // 20, a.shape[1] // 40:],
         "matmul": lambda: a @ b,  # compressed operands decoded once, first (on request)
+        # views (jask.store.views): read through, never copied; the Gram matrix reads X once
+        "transpose + add": lambda: a.T + b,
+        "slice sum": lambda: jask.sum(a[5:, 3:], axis=0),
+        "gram": lambda: X.T @ X,
         # before update_ and the steps: what XLA's programs and the Adam step leave in the
         # heap (2-5 MB) would count against whatever op is measured after them
         "sort": lambda: jask.sort(a, axis=0),  # whole columns per task

@@ -24,10 +24,10 @@ from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
-from jask.store import chunkio
+from jask.store import chunkio, views
 from jask.store.spec import StoreSpec
 
-__all__ = ["blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
+__all__ = ["view", "blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
            "dot_plan", "dot_geometry", "take_slice", "scatter_slice", "reshape",
            "concatenate", "read_all", "from_value", "save", "fused", "scan", "gather"]
 
@@ -181,6 +181,19 @@ def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
                             out_copies=model.write_copies)
 
 
+def view(op: str, store: StoreSpec) -> Plan:
+    """The plan of an op answered by a view of its input (:mod:`jask.store.views`):
+    no task, nothing held, nothing read or written.
+
+    Example:
+      >>> x = StoreSpec("x", (4, 2), np.dtype("f4"), (4, 2))
+      >>> view("transpose", x).tasks
+      0
+    """
+    tile = tuple(store.chunks)
+    return Plan(op, tile, tile, 0, memory.TileCost(op, tile, 0, 0))
+
+
 def transpose(source: StoreSpec, axes: tuple, config: Config) -> Plan:
     """A permuted copy: a new store chunked by the tile."""
     tile, cost = transpose_chunks(source, axes, config.max_memory, config.workers)
@@ -204,6 +217,8 @@ def _as_matrix(x, vector: str | None) -> StoreSpec:
             return x
         shape = (1, x.shape[0]) if vector == "row" else (x.shape[0], 1)
         chunks = (1, x.chunks[0]) if vector == "row" else (x.chunks[0], 1)
+        if x.view is not None:  # a view's model has the view's axes: modelled as jask's own
+            return StoreSpec(x.path + "#vector", shape, x.dtype, chunks)
         return StoreSpec(x.path, shape, x.dtype, chunks)
     own = tuple(x.shape)
     own = (1,) + own if vector == "row" else (own + (1,) if vector == "col" else own)
@@ -273,7 +288,7 @@ def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_m
     out_chunks = None if to_memory else tuple(c for i, c in enumerate(chunks)
                                               if i not in squeeze)
     return Plan("dot", tuple(chunks), out_chunks, cost.tasks, cost, k_tile=tk, splits=splits,
-                decoded=decoded)
+                decoded=decoded, passes=dot_passes(pa, pb, ta, tb, chunks))
 
 
 def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
@@ -299,6 +314,36 @@ def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
     return tuple(decoded)
 
 
+def _gram(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool) -> bool:
+    """Whether a product is ``X.T @ X`` (one store read on both sides)."""
+    return ta and not tb and views.same(a, b) and len(a.shape) == 2
+
+
+def dot_passes(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, tile: tuple) -> tuple:
+    """How many times a product with output tiles ``tile`` reads each
+    operand: ``a`` once per column of output tiles, ``b`` once per row; the
+    Gram matrix ``X.T @ X`` reads X once per column of output tiles as wide
+    as X, and narrower tiles read the columns they span (as ``(passes, 0)``).
+
+    Example:
+      >>> x = StoreSpec("x", (100, 8), np.dtype("f4"), (10, 8))
+      >>> dot_passes(x, x, True, False, (8, 8)), dot_passes(x, x, True, False, (4, 4))
+      ((1.0, 0), (3.0, 0))
+    """
+    m, n = _matrix(a, ta)[0], _matrix(b, tb)[1]
+    tm, tn = max(tile[-2], 1), max(tile[-1], 1)
+    across, down = math.ceil(n / tn), math.ceil(m / tm)
+    if not _gram(a, b, ta, tb):
+        return (across, down)
+    columns = 0  # of X read by all tiles: one read of the span of rows and cols
+    for i in range(0, m, tm):  # when they overlap or touch (tasks._gram_pair)
+        for j in range(0, n, tn):
+            rows, cols = min(tm, m - i), min(tn, n - j)
+            span = max(i + rows, j + cols) - min(i, j)
+            columns += span if span <= rows + cols else rows + cols
+    return (columns / m, 0)
+
+
 def _matrix(store: StoreSpec, transposed: bool) -> tuple[int, int, int, int]:
     """(rows, cols, row_chunk, col_chunk) of a matrix operand as used."""
     r, c = store.shape[-2:]
@@ -313,12 +358,30 @@ def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
     m, k, cm, ck = _matrix(a, ta)
     _, n, ck2, cn = _matrix(b, tb)
     aligned = (cm, cn, min(k, min(ck, ck2)))
+    if ta and not tb and len(a.shape) == 2:  # a.T @ b: bands as wide as a, each read once
+        yield from _band_tiles(m, n, k, cn, min(ck, ck2), itemsize, budget, workers)
     yield aligned
     yield cm, cn, min(k, max(ck, ck2))
     side = max(1, math.isqrt(memory.chunk_bytes(budget, workers) // itemsize))
     yield min(m, side), min(n, side), min(k, side)
     yield from memory.shrinking(aligned)
     yield m, n, k  # one task per batch entry: always within the task bound
+
+
+def _band_tiles(m: int, n: int, k: int, cn: int, ck: int, itemsize: int, budget: int,
+                workers: int):
+    """Tiles of ``a.T @ b`` as wide as ``a`` (so each row band of ``a`` is read
+    once per column block of the output), widest output blocks first (fewest
+    passes over ``a``), for each the tallest bands of whole chunk rows."""
+    widths, tn = [], n
+    while True:
+        widths.append(tn)
+        if tn <= cn:
+            break
+        tn = max(cn, -(-tn // 2) // cn * cn)  # whole chunks of b's columns
+    for tn in widths:
+        for times in (8, 4, 2, 1):
+            yield m, tn, min(k, ck * times)
 
 
 def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
@@ -338,6 +401,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     itemsize = np.dtype(out_dtype).itemsize
     smallest = memory.min_tile_bytes(budget)
     bound = memory.task_bound(math.prod(batch) * (m * k + k * n) * itemsize, budget)
+    k_chunk = min(_matrix(a, ta)[3], _matrix(b, tb)[2])
     cost = None
     for tm, tn, tk in _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
         tm, tn, tk = min(tm, m), min(tn, n), min(tk, k)
@@ -355,10 +419,16 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
             splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
         # accumulator, product of the current pair, encoded output
         reads = [(chunkio.read_model(a), a_tile), (chunkio.read_model(b), b_tile)]
+        if _gram(a, b, ta, tb) and tm >= m:  # b's tile is part of a's band, read once
+            reads = reads[:1]
         cost = memory.task_cost("dot", (tm, tn, tk), reads, out_bytes, 3, 1)
         # partial sums waiting for their combine task, and the op's own overhead
         waiting = (FAN_IN * out_bytes if splits > 1 else 0) + memory.op_overhead(budget)
         at_once = min(workers, (budget - waiting) // max(cost.task_bytes, 1))
+        banded = ta and not tb and not batch and tm == m
+        if at_once < 1 and splits > 1 and banded and tk <= k_chunk:  # no partials waiting
+            splits, waiting = 1, memory.op_overhead(budget)
+            at_once = min(workers, (budget - waiting) // max(cost.task_bytes, 1))
         if at_once >= 1:  # fewer tasks at once before smaller tiles
             return ones + (tm, tn), tk, splits, dataclasses.replace(
                 cost, fixed=waiting, tasks_at_once=at_once, tasks=n_out * splits)

@@ -73,6 +73,7 @@ class Plan:
     k_tile: int = 0
     splits: int = 1
     decoded: tuple = ()
+    passes: tuple = ()  # a product: how many times it reads each operand (dot_passes)
 
     def __post_init__(self):
         if self.tasks > MAX_TASKS:  # every planner's plan: refused before a graph exists

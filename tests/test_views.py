@@ -1,0 +1,250 @@
+"""Transposes, basic slices and unit-axis reshapes are views over the same
+store (jask.store.views): made without reading or writing, read through by
+every op, copied before their base changes, and differentiated as jax.numpy."""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import zarr
+
+import jask
+from jask.store import registry
+
+
+def _make(rng, shape, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    return x, jask.from_numpy(x)
+
+
+def _tol(dtype):
+    return dict(rtol=1e-4, atol=1e-4) if np.dtype(dtype) == np.float32 else dict(rtol=1e-10)
+
+
+def test_transposes_and_slices_write_nothing(small_budget, rng):
+    x, X = _make(rng, (300, 41), np.float32)
+    x3, X3 = _make(rng, (3, 300, 41), np.float32)  # an integer drops an axis: X3[1] is large
+    with jask.track() as t:
+        views = [X.T, jask.transpose(X), jask.permute_dims(X, (1, 0)), X.mT, X[10:200],
+                 X[:, 2:9], X3[1], X3[1, 7:250], X.reshape((300, 1, 41)), X[None],
+                 X.T[3:9, 1:250], jask.permute_dims(X3, (2, 0, 1))]
+        shapes = [v.shape for v in views]
+    assert t.bytes_written == 0 and t.bytes_read == 0 and t.graphs == 0
+    assert shapes[0] == (41, 300) and shapes[-2] == (6, 249)
+    refs = [x.T, x.T, x.T, x.T, x[10:200], x[:, 2:9], x3[1], x3[1, 7:250],
+            x.reshape((300, 1, 41)), x[None], x.T[3:9, 1:250], np.transpose(x3, (2, 0, 1))]
+    for v, ref in zip(views, refs):
+        np.testing.assert_array_equal(v.to_numpy(), ref)
+    assert all(registry.spec(v._handle).view is not None for v in views)
+
+
+def _planned_passes(config, a, b, vectors=(None, None)):
+    """Passes over ``a`` that the plan of ``a.T @ b`` states."""
+    from jask.engine import work
+    plan = work.dot(True, False, (True, True), vectors, a.dtype).plan(
+        [registry.spec(a._handle), registry.spec(b._handle)], [], config)
+    return plan.passes[0]
+
+
+@pytest.mark.parametrize("shape", [(2000, 30), (777, 13)])
+def test_gram_and_friends_read_x_once(small_budget, rng, dtype, shape):
+    """X.T @ X, X.T @ y, X.T @ W: X read once (bytes read from X's store =
+    its nbytes) and only the result written."""
+    x, X = _make(rng, shape, dtype)
+    w, W = _make(rng, (shape[0], 3), dtype)
+    y = jask.from_numpy(w[:, 0].copy())
+    cases = [(lambda: X.T @ X, x.T @ x, X), (lambda: X.T @ y, x.T @ w[:, 0], y),
+             (lambda: X.T @ W, x.T @ w, W),
+             (lambda: jask.matmul(jask.matrix_transpose(X), X), x.T @ x, X)]
+    for f, ref, b in cases:
+        with jask.track() as t:
+            out = f()
+        np.testing.assert_allclose(out.to_numpy(), ref, **_tol(dtype))
+        assert t.passes(X) == 1.0
+        assert t.bytes_written == out.nbytes  # no copy of X, no scratch
+        if b is not X:
+            assert t.passes(b) == 1.0
+    assert _planned_passes(small_budget, X, X) == 1
+    # a slice of X: its Gram matrix reads the slice's bytes once
+    H = X[7:shape[0] - 5]
+    with jask.track() as t:
+        G = H.T @ H
+    np.testing.assert_allclose(G.to_numpy(), x[7:-5].T @ x[7:-5], **_tol(dtype))
+    assert t.passes(X) * X.nbytes == H.nbytes and t.bytes_written == G.nbytes
+    # compiled, with a budget where a band group could hold it: the same one pass
+    jask.set_memory_budget("4MB", scratch_dir=small_budget.scratch_dir)
+    with jask.track() as t:
+        out = jax.jit(lambda X: X.T @ X)(X)
+    assert t.passes(X) == 1.0 and t.bytes_written == out.nbytes
+
+
+def test_gram_of_a_wide_x_states_its_passes(small_budget, rng):
+    """An output too large for the budget goes in column blocks: as many
+    passes over X as the plan says."""
+    x, X = _make(rng, (1500, 150), np.float32)
+    step = jask.visualize(lambda X: X.T @ X, X).steps[-1]
+    with jask.track() as t:
+        G = X.T @ X
+    np.testing.assert_allclose(G.to_numpy(), x.T @ x, rtol=1e-4, atol=1e-3)
+    assert t.passes(X) == _planned_passes(small_budget, X, X) > 1
+    assert t.bytes_written == G.nbytes
+    assert step.held <= small_budget.max_memory
+
+
+def test_ops_read_through_views(small_budget, rng, dtype, tmp_path):
+    x, X = _make(rng, (301, 37), dtype)
+    T, S, R = X.T, X[13:250, 5:31], X[:, 3:4].reshape((301,))
+    tol = _tol(dtype)
+    np.testing.assert_allclose((T * 2.0 + 1.0).to_numpy(), x.T * 2 + 1, **tol)
+    np.testing.assert_allclose(np.asarray(jask.sum(S, axis=0)), x[13:250, 5:31].sum(0), **tol)
+    np.testing.assert_allclose(np.asarray(T.mean(1)), x.T.mean(1), **tol)
+    np.testing.assert_allclose((S.T @ S).to_numpy(), x[13:250, 5:31].T @ x[13:250, 5:31],
+                               **tol)
+    np.testing.assert_allclose((T @ X).to_numpy(), x.T @ x, **tol)
+    H = X[:100]  # starts at 0: not the whole of X
+    np.testing.assert_allclose((H.T @ H).to_numpy(), x[:100].T @ x[:100], **tol)
+    np.testing.assert_allclose((X[:, :20].T @ X).to_numpy(), x[:, :20].T @ x, **tol)
+    np.testing.assert_allclose((X @ T).to_numpy(), x @ x.T, **tol)
+    np.testing.assert_allclose(jask.cumsum(R).to_numpy(), np.cumsum(x[:, 3]), **tol)
+    np.testing.assert_allclose(jask.sort(S, axis=0).to_numpy(), np.sort(x[13:250, 5:31], 0))
+    np.testing.assert_allclose(jask.flip(T, axis=1).to_numpy(), x.T[:, ::-1])
+    np.testing.assert_allclose(T.reshape((37 * 301,)).to_numpy(), x.T.reshape(-1))
+    np.testing.assert_allclose(jask.concatenate([T, T]).to_numpy(), np.concatenate([x.T, x.T]))
+    np.testing.assert_allclose(T[::3].to_numpy(), x.T[::3])  # a step: a copy
+    np.testing.assert_allclose(np.asarray(T.to_dask()), x.T)
+    S.T.to_zarr(os.fspath(tmp_path / "s.zarr"))
+    np.testing.assert_array_equal(zarr.open_array(os.fspath(tmp_path / "s.zarr"))[...],
+                                  x[13:250, 5:31].T)
+    np.testing.assert_array_equal(np.asarray(S), x[13:250, 5:31])
+
+
+def test_views_of_views_and_unit_axes(small_budget, rng):
+    x, X = _make(rng, (40, 1, 30), np.float32)
+    V = X.reshape((40, 30))[3:33].T[2:20, None][:, :, 4:9]
+    ref = x.reshape((40, 30))[3:33].T[2:20, None][:, :, 4:9]
+    assert V.shape == ref.shape
+    np.testing.assert_array_equal(V.to_numpy(), ref)
+    np.testing.assert_array_equal((V + 0).to_numpy(), ref)
+    view = registry.spec(V._handle).view
+    assert view.base.handle == X._handle  # flattened onto the one base
+
+
+def test_user_stores_read_through_views(small_budget, rng, tmp_path):
+    """Stores chunked by plain zarr: ragged, compressed, Zarr v2."""
+    x = rng.standard_normal((203, 57)).astype(np.float32)
+    for name, kwargs in [("ragged", dict(chunks=(50, 23))),
+                         ("zstd", dict(chunks=(64, 20), compressors=zarr.codecs.ZstdCodec())),
+                         ("v2", dict(chunks=(33, 57), zarr_format=2))]:
+        path = os.fspath(tmp_path / f"{name}.zarr")
+        arr = zarr.create_array(path, shape=x.shape, dtype=x.dtype, **kwargs)
+        arr[...] = x
+        X = jask.open(path)
+        with jask.track() as t:
+            G = X.T @ X
+        np.testing.assert_allclose(G.to_numpy(), x.T @ x, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose((X[7:190, 3:50].T + 0).to_numpy(), x[7:190, 3:50].T)
+        np.testing.assert_allclose(np.asarray(jask.sum(X.T[:, 11], axis=0)), x[11].sum(),
+                                   rtol=1e-5)
+        assert t.bytes_written == G.nbytes
+
+
+def test_update_after_a_view_keeps_its_values(small_budget, rng):
+    x, X = _make(rng, (120, 30), np.float32)
+    T, S = X.T, X[10:20]
+    X.update_(X * 2.0)
+    np.testing.assert_array_equal(T.to_numpy(), x.T)
+    np.testing.assert_array_equal(S.to_numpy(), x[10:20])
+    np.testing.assert_array_equal(X.to_numpy(), x * 2)
+    # an optimizer step writes X's store in place too
+    w, Wd = _make(rng, (30, 4), np.float32)
+    V = Wd[:, 1:3]
+    opt = jask.optim.sgd(0.5)
+    state = opt.init(Wd)
+    g = jask.from_numpy(np.ones_like(w))
+    path = Wd.filename
+    Wd, state = jask.optim.step(opt, g, state, Wd)
+    assert Wd.filename == path  # stepped in place
+    np.testing.assert_array_equal(V.to_numpy(), w[:, 1:3])
+    np.testing.assert_allclose(Wd.to_numpy(), w - 0.5)
+
+
+def test_update_of_a_view_writes_its_own_copy(small_budget, rng):
+    x, X = _make(rng, (50, 50), np.float32)
+    T = X.T
+    T.update_(X + 1.0)  # T's own values change, X's never
+    np.testing.assert_array_equal(T.to_numpy(), x + 1)
+    np.testing.assert_array_equal(X.to_numpy(), x)
+    assert T.filename != X.filename
+    X.update_(X.T)  # a store updated from a view of itself
+    np.testing.assert_array_equal(X.to_numpy(), x.T)
+    np.testing.assert_array_equal(T.to_numpy(), x + 1)
+
+
+def test_filename_and_to_memmap_of_a_view_copy_it(small_budget, rng):
+    x, X = _make(rng, (60, 7), np.float32)
+    T = X[5:40].T
+    with jask.track() as t:
+        path = T.filename
+    assert path != X.filename and t.bytes_written == T.nbytes
+    np.testing.assert_array_equal(zarr.open_array(path)[...], x[5:40].T)
+    m = T.to_memmap()
+    m[0, 0] = 123.0  # writes the copy, never X
+    assert X.to_numpy()[5, 0] == x[5, 0] and T.to_numpy()[0, 0] == 123.0
+
+
+def test_a_view_keeps_its_base_alive(small_budget, rng):
+    x, X = _make(rng, (80, 9), np.float32)
+    base = X.filename
+    T = X.T
+    del X
+    jask.collect()
+    assert os.path.isdir(base)
+    np.testing.assert_array_equal(T.to_numpy(), x.T)
+    del T
+    jask.collect()
+    assert base not in registry.live_paths()
+
+
+def test_jit_and_grad_through_views(small_budget, rng, dtype):
+    """VJPs of views: transposed back, scattered into zeros, reshaped back."""
+    x, X = _make(rng, (90, 12), dtype)
+    w = jnp.asarray(rng.standard_normal((6,)).astype(dtype))
+
+    def loss(X, w):
+        R = X[10:80, 2:8].T.reshape((6, 1, 70))[:, 0]  # (6, 70), a view of X
+        return jask.sum(jask.square(R.T @ w))
+
+    def ref(x, w):
+        return jnp.sum(jnp.square(x[10:80, 2:8].T.reshape((6, 1, 70))[:, 0].T @ w))
+
+    rx, rw = jax.grad(ref, argnums=(0, 1))(jnp.asarray(x), w)
+    modes = [jax.grad] + ([lambda f, **kw: jax.jit(jax.grad(f, **kw))]
+                          if np.dtype(dtype) == np.float32 else [])  # (compiling is slow)
+    for mode in modes:
+        gx, gw = mode(loss, argnums=(0, 1))(X, w)
+        np.testing.assert_allclose(gx.to_numpy(), rx, **_tol(dtype))
+        np.testing.assert_allclose(gw, rw, **_tol(dtype))
+    # a view returned by a compiled function outlives the call and reads right
+    T = jax.jit(lambda X: X.T[1:5])(X)
+    np.testing.assert_array_equal(T.to_numpy(), x.T[1:5])
+
+
+def test_a_band_group_reads_two_views_of_one_store(small_budget, rng):
+    """Under jit, views of the same store in one band group are not confused
+    (they share the base's path)."""
+    x, X = _make(rng, (400, 12), np.float32)
+    u, v = rng.standard_normal((5,)).astype(np.float32), rng.standard_normal((5,)).astype(
+        np.float32)
+
+    def f(X, u, v):
+        return jask.sum(jask.square(X[:, :5] @ u - X[:, 5:10] @ v))
+
+    want = np.sum(np.square(x[:, :5] @ u - x[:, 5:10] @ v))
+    np.testing.assert_allclose(float(jax.jit(f)(X, u, v)), want, rtol=1e-4)
+    gu = jax.jit(jax.grad(f, argnums=1))(X, u, v)
+    ref = jax.grad(lambda x, u, v: jnp.sum(jnp.square(x[:, :5] @ u - x[:, 5:10] @ v)),
+                   argnums=1)(x, u, v)
+    np.testing.assert_allclose(gu, ref, rtol=1e-4, atol=1e-3)
