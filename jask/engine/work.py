@@ -301,7 +301,7 @@ def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store:
     """
     def staged(stores) -> tuple:
         return tuple(i for i, s in enumerate(stores)
-                     if not chunkio.read_model(s).raw and whole(s))
+                     if not chunkio.read_model(views.base_of(s)).raw and whole(s))
 
     def plan_of(stores, values, config: Config) -> Plan:
         which = staged(stores)

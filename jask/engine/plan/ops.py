@@ -296,6 +296,8 @@ def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
     would decode more than once per chunk: read once per output tile along
     the other operand's free axis, each read decoding the chunks its tile
     touches (whole)."""
+    if _gram(pa, pb, ta, tb) and dot_passes(pa, pb, ta, tb, chunks)[0] <= 1:
+        return ()  # X.T @ X in one pass over row bands: each chunk is decoded once already
     m, k = _matrix(pa, ta)[:2]
     n = _matrix(pb, tb)[1]
     tm, tn = chunks[-2:]
@@ -306,7 +308,7 @@ def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
         if not disk or vector is not None:
             continue
         model = chunkio.read_model(p)
-        if model.raw:
+        if chunkio.read_model(views.base_of(p)).raw:  # (a view reads raw chunks through a buffer)
             continue
         factor = memory.read_cost(model, (1,) * (len(p.shape) - 2) + tiles[i])[1]
         if reuse[i] * factor > 1:
