@@ -21,8 +21,9 @@ import jask
 ROWS, FEATURES, CHUNK = 4800, 16, 600  # 8 chunk objects of X (38 kB each), 8 of y
 
 
-def _write(url, values, chunks):
-    z = zarr.create_array(store=url, shape=values.shape, dtype=values.dtype, chunks=chunks)
+def _write(url, values, chunks, **layout):
+    z = zarr.create_array(store=url, shape=values.shape, dtype=values.dtype, chunks=chunks,
+                          **layout)
     z[...] = values
     return z.nchunks
 
@@ -62,3 +63,23 @@ def test_value_and_grad_step_on_url_data_reads_X_once(s3_bucket, jask_scratch, r
     assert sum(c.graphs for c in counts.by_op.values()) == 1, counts.by_op
     assert counts.total.requests == objects, counts  # one GET per chunk object
     assert counts.total.bytes_written == 0, counts  # no intermediate in the scratch
+
+
+def test_grad_step_on_uncompressed_url_data_gets_each_chunk_in_one_request(s3_bucket,
+                                                                             jask_scratch, rng):
+    # bands of whole chunk rows fit: no band cuts a chunk object into ranged pieces
+    Xn = rng.standard_normal((4001, 61)).astype(np.float32)  # 500-row chunks: 9 objects
+    yn = rng.standard_normal(4001).astype(np.float32)
+    objects = (_write(f"{s3_bucket}/X.zarr", Xn, (500, 61), compressors=None)
+               + _write(f"{s3_bucket}/y.zarr", yn, (500,), compressors=None))
+    jask.set_memory_budget("512KB", scratch_dir=f"{s3_bucket}/scratch")
+    X, y = jask.open(f"{s3_bucket}/X.zarr"), jask.open(f"{s3_bucket}/y.zarr")
+    w = jnp.linspace(-1, 1, 61, dtype=jnp.float32)
+    step = jax.jit(jax.grad(lambda w, X, y: jask.sum(jask.square(X @ w - y))))
+    step(w, X, y)
+    with jask.track() as counts:
+        got = step(w, X, y)
+    expect = jax.grad(lambda w: jnp.sum(jnp.square(jnp.asarray(Xn) @ w - yn)))(w)
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4 * float(jnp.abs(expect).max()))
+    assert counts.passes(X) == pytest.approx(1.0), counts
+    assert counts.total.requests == objects, counts
