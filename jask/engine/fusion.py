@@ -204,8 +204,13 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     return ab @ bb  # a is a row vector band
 
 
-def _compute(node: Node, values: dict, rows: slice) -> np.ndarray:
+def _compute(node: Node, values: dict, rows: slice, read_only: bool = False):
     try:
+        if read_only:  # only read the node's input bands from their stores
+            for x in node.inputs:
+                if isinstance(x, StoreSpec) and not any(x is y for y in whole_inputs(node)):
+                    _band_of(x, values, rows)
+            return None
         if node.kind == "map":
             return _map_band(node, values, rows)
         return _dot_band(node, values, rows)
@@ -222,6 +227,8 @@ def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
     store roots; return the partials of the value roots."""
     values: dict = {}
     out = []
+    for node in order:  # every input band first: a read's buffers never meet node bands
+        _compute(node, values, rows, read_only=True)
     for i, node in enumerate(order):
         values[id(node)] = _compute(node, values, rows)
         for j in last_use[i]:  # drop what no later node reads

@@ -127,8 +127,8 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
         # uncompressed C-order chunks are read by row ranges: any band height
         # reads each byte once, so a band may also cut their chunks
         units = [chunk_rows] + ([1] if models[biggest].raw and chunk_rows > 1 else [])
-    per_row = (sum(_row_bytes(s.shape, s.dtype) for s in leaves)
-               + _peak_row_bytes(nodes, keep or set()))
+    leaf_row = sum(_row_bytes(s.shape, s.dtype) for s in leaves)
+    node_row = _peak_row_bytes(nodes, keep or set())
     partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
     fixed = held + memory.op_overhead(budget)
     # the task bound is the budget's, as for every op; only the bytes get a share
@@ -139,7 +139,9 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
     def cost(rows: int, at_once: int) -> memory.TileCost:
         tiles = [(rows,) + tuple(s.shape[1:]) for s in leaves]
         extra = max((memory.read_cost(m, t)[0] for m, t in zip(models, tiles)), default=0)
-        task = rows * per_row + extra + partials
+        # a band task reads all its input bands before computing any node
+        # (fusion.band_task): a read's buffers and the node bands never meet
+        task = rows * leaf_row + max(extra, rows * node_row) + partials
         return memory.TileCost(name, (rows,), task, at_once, extra, -(-n // rows), 1.0, fixed)
 
     for unit in units:
