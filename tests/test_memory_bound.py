@@ -43,6 +43,8 @@ UNCHECKED_OPS: set = set()
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
        "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "flip", "take",
        "slice", "transpose + add", "slice sum", "gram"}
+#: matmul runs on these cells only (7 s each); JASK_GRID_OPS=matmul runs it on all.
+MATMUL_CELLS = {"mixed grids"}
 
 
 def run_grid(data: str, budget: int, side: int, names=None) -> dict:
@@ -82,7 +84,7 @@ def test_peak_rss_stays_within_budget_on_every_chunking(tmp_path):
     print(text)
     over, refused = [], {}
     for cell, ops in report["cells"].items():
-        assert set(ops) == OPS
+        assert set(ops) == OPS | ({"matmul"} if cell in MATMUL_CELLS else set())
         for op, r in ops.items():
             if "refused" in r:
                 refused.setdefault(cell, set()).add(op)

@@ -41,6 +41,12 @@ IN_FLIGHT_COPIES = 2
 #: Output-tile buffers of an elementwise task: the result and a numpy
 #: temporary (or, for an edge chunk, the full-size chunk written).
 ELEMENTWISE_OUT_COPIES = 2
+#: Contraction depth of the panels OpenBLAS packs a product's operands into
+#: (its GEMM_Q on Haswell-class cores): a product task also holds
+#: ``min(tk, BLAS_PANEL_K) * (tm + tn)`` elements of packed panels, first
+#: touched by the op's first large product (measured 1.45 MB for a 577^3
+#: float32 product, 2.0 MB for 1000^3; this counts 1.8 and 3.1 MB).
+BLAS_PANEL_K = 384
 #: The most chunk-sized buffers a task over jask-made stores holds: two input
 #: tiles, one chunk in flight (twice), and three output-tile buffers.
 MAX_TILES_PER_TASK = 2 + IN_FLIGHT_COPIES + ELEMENTWISE_OUT_COPIES
