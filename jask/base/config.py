@@ -40,6 +40,9 @@ class Config:
       scratch_dir: absolute path of the directory for jask's own stores.
       allow_tmpfs: whether ``scratch_dir`` may be RAM-backed.
       workers: how many tasks run at once on the local threaded scheduler.
+      lazy: whether eager ops that a band group can hold return at once
+        and compute their store when it is first needed (see
+        :func:`set_memory_budget`).
 
     Example:
       >>> import jask
@@ -54,6 +57,7 @@ class Config:
     scratch_dir: str
     allow_tmpfs: bool = False
     workers: int = os.cpu_count() or 1
+    lazy: bool = True
 
 
 def parse_budget(max_memory: int | str) -> int:
@@ -123,7 +127,8 @@ def _statfs_magic(path: str) -> int | None:
 
 
 def make_config(max_memory: int | str, scratch_dir: str | None = None,
-                allow_tmpfs: bool = False, workers: int | None = None) -> Config:
+                allow_tmpfs: bool = False, workers: int | None = None,
+                lazy: bool = True) -> Config:
     """Build a checked :class:`Config` without installing it.
 
     Example:
@@ -142,7 +147,8 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
             "stores there would use memory, not disk. Choose a directory on disk, or "
             "pass allow_tmpfs=True to use it anyway.")
     return Config(max_memory=effective, requested_memory=requested, scratch_dir=scratch,
-                  allow_tmpfs=allow_tmpfs, workers=workers or (os.cpu_count() or 1))
+                  allow_tmpfs=allow_tmpfs, workers=workers or (os.cpu_count() or 1),
+                  lazy=bool(lazy))
 
 
 _lock = threading.Lock()
@@ -150,7 +156,7 @@ _active: Config | None = None
 
 
 def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
-                      allow_tmpfs: bool = False) -> None:
+                      allow_tmpfs: bool = False, lazy: bool = True) -> None:
     """Set the process-wide configuration used by every jask op.
 
     The effective budget is ``min(max_memory, 0.8 * available RAM)``, taken
@@ -164,6 +170,14 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
         ``"1GiB"``.
       scratch_dir: directory for op outputs and gradients.
       allow_tmpfs: accept a RAM-backed ``scratch_dir``.
+      lazy: eager ops that read along rows (elementwise ops, broadcasts,
+        reductions to a DiskArray, ``X @ w`` with ``w`` in memory) return at
+        once, and their store is computed when something needs it: its data
+        or ``filename``, a save, a non-fusable op, an ``update_`` of a store
+        it reads, a jitted call, or a reduction to memory, which then runs
+        the whole chain as one pass over the rows, intermediates never
+        written. ``lazy=False``: every eager op runs at once (errors at the
+        call, one store written per op).
 
     Raises:
       ValueError: if ``max_memory`` cannot be read.
@@ -177,7 +191,7 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
       True
     """
     global _active
-    config = make_config(max_memory, scratch_dir, allow_tmpfs)
+    config = make_config(max_memory, scratch_dir, allow_tmpfs, lazy=lazy)
     with _lock:
         _active = config
 

@@ -29,7 +29,6 @@ import shutil
 import threading
 import uuid
 import weakref
-from dataclasses import dataclass, field
 
 import numpy as np
 import zarr
@@ -42,15 +41,26 @@ __all__ = ["Owner", "create", "register", "register_external", "spec", "claim", 
            "live_paths", "in_callback", "Deferred"]
 
 
-@dataclass(eq=False)
 class Owner:
-    """Held by every DiskArray of one store; the store dies with the last one."""
+    """Held by every DiskArray of one store; the store dies with the last one.
 
-    spec: StoreSpec
-    _finalizer: weakref.finalize = field(init=False, repr=False)
+    An eager op's deferred result is owned before it is computed: its
+    ``spec`` computes it (an observation, see :mod:`jask.engine.lazy`)."""
 
-    def __post_init__(self):
-        self._finalizer = weakref.finalize(self, _doom, self.spec.handle)
+    __slots__ = ("handle", "_finalizer", "__weakref__")
+
+    def __init__(self, handle: int):
+        self.handle = int(handle)
+        self._finalizer = weakref.finalize(self, _doom, self.handle)
+
+    @property
+    def spec(self) -> StoreSpec:
+        return spec(self.handle)
+
+    @property
+    def pending(self) -> bool:
+        """Whether the store is still to be computed (a deferred eager result)."""
+        return self.handle in _deferred
 
 
 _lock = threading.RLock()
@@ -82,7 +92,7 @@ class callback_scope:
 
 def _doom(handle: int) -> None:
     with _lock:
-        if handle in _specs:
+        if handle in _specs or handle in _deferred:
             _doomed.add(handle)
 
 
@@ -186,7 +196,12 @@ def register_external(path) -> StoreSpec:
 
 
 class Deferred:
-    """A store not computed yet (see :mod:`jask.engine.lazy`): :func:`spec` runs it."""
+    """A store not computed yet (see :mod:`jask.engine.lazy`): :func:`spec` runs it.
+
+    ``owned_lazily``: :func:`claim` gives it an Owner without computing it (an
+    eager op's result, whose computation holds its inputs' Owners)."""
+
+    owned_lazily = False
 
     def compute(self) -> StoreSpec:
         raise NotImplementedError
@@ -212,18 +227,28 @@ def deferred(handle) -> Deferred | None:
 
 
 def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
-    """Give a lazy handle the store its computation wrote."""
+    """Give a lazy handle the store its computation wrote. A handle swept
+    meanwhile (nothing owned it: it was computed as another one's input)
+    gets its store doomed, to go at the next sweep."""
     with _lock:
         store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
                           store.managed)
         _specs[handle] = store
         _unclaimed.pop(store.path, None)
-        _deferred.pop(handle, None)
+        if _deferred.pop(handle, None) is None and handle not in _owners:
+            _doomed.add(handle)
         return store
+
+
+def has_deferred() -> bool:
+    """Whether any store awaits its computation (cheap: no lock)."""
+    return bool(_deferred)
 
 
 def before_mutation(path: str) -> None:
     """Compute every lazy store that would read ``path``, before it changes."""
+    if not _deferred:
+        return
     path = os.path.abspath(path)
     for handle, waiting in list(_deferred.items()):
         if handle in _deferred and waiting.reads(path):
@@ -249,11 +274,13 @@ def spec(handle) -> StoreSpec:
 def claim(handle: int) -> Owner:
     """The Owner of a store, making one if the store has none yet."""
     handle = int(handle)
-    store = spec(handle)  # a lazy store is computed here, outside the lock
+    waiting = _deferred.get(handle)
+    if waiting is None or not waiting.owned_lazily:
+        spec(handle)  # a lazy store is computed here, outside the lock
     with _lock:
         owner = _owners.get(handle)
         if owner is None:
-            owner = Owner(store)
+            owner = Owner(handle)
             _owners[handle] = owner
         _pending.pop(handle, None)
         _doomed.discard(handle)
