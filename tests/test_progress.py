@@ -38,7 +38,7 @@ def test_off_by_default_and_silent(tiled, capsys):
 def test_show_progress_draws_one_bar_per_op_to_stderr(tiled, capsys):
     assert jask.show_progress(True, min_tasks=2) is False
     try:
-        product = tiled * tiled
+        product = (tiled * tiled).block_until_ready()  # computed now, not in sum's pass
         jask.sum(product)
     finally:
         assert jask.show_progress(False) is True

@@ -216,8 +216,8 @@ def register_deferred(deferred: Deferred) -> int:
     garbage collected one is simply never computed)."""
     with _lock:
         handle = next(_handles)
+        _pending[handle] = threading.get_ident()  # first: swept if Ctrl-C comes next
         _deferred[handle] = deferred
-        _pending[handle] = threading.get_ident()
         return handle
 
 
@@ -227,16 +227,19 @@ def deferred(handle) -> Deferred | None:
 
 
 def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
-    """Give a lazy handle the store its computation wrote. A handle swept
-    meanwhile (nothing owned it: it was computed as another one's input)
-    gets its store doomed, to go at the next sweep."""
+    """Give a lazy handle the store its computation wrote. One nothing owns
+    (computed as another one's input, its DiskArray gone) is pending for
+    this thread: it goes at this thread's next safe point, once the
+    computation reading it is over, never at another thread's."""
     with _lock:
         store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
                           store.managed)
         _specs[handle] = store
         _unclaimed.pop(store.path, None)
-        if _deferred.pop(handle, None) is None and handle not in _owners:
-            _doomed.add(handle)
+        _deferred.pop(handle, None)
+        if handle not in _owners:
+            _doomed.discard(handle)
+            _pending[handle] = threading.get_ident()
         return store
 
 
@@ -294,6 +297,18 @@ def sweep() -> int:
     Only safe once no program that could read those stores is running; the
     JAX layer calls it after ``jax.effects_barrier()``.
     """
+    removed, dropped = _sweep_once()
+    while dropped:  # a dropped computation let go of its inputs' Owners: they may be dead now
+        del dropped
+        more, dropped = _sweep_once()
+        removed += more
+    _empty_trash()
+    return removed
+
+
+def _sweep_once() -> tuple:
+    """One round of :func:`sweep`: (how many stores went, the computations
+    dropped, to be let go of outside the lock)."""
     with _lock:
         abandoned = _abandoned()
         abandoned_handles = {h for h in abandoned if isinstance(h, int)}
@@ -303,14 +318,13 @@ def sweep() -> int:
         _trash.extend([p for p in abandoned - dead if isinstance(p, str)] + removed)
         for h in dead:
             _specs.pop(h, None)
-            _deferred.pop(h, None)  # never needed: never computed
+        dropped = [_deferred.pop(h) for h in dead if h in _deferred]  # never computed
         _doomed.clear()
         for h in dead:
             _pending.pop(h, None)
         for key in dead | abandoned:
             _unclaimed.pop(key, None)
-    _empty_trash()
-    return len(removed)
+    return len(removed), dropped
 
 
 def _empty_trash() -> None:
