@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from jask.base import memory
+from jask.base import counters, memory
 from jask.base.config import Config
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
@@ -128,7 +128,8 @@ class Recorded(registry.Deferred):
         stores = [x.compute() if isinstance(x, Recorded) else x
                   for x, d in zip(self.inputs, self.desc.on_disk) if d]
         values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
-        with space.snapshot(stores, f"jask ({self.desc.op})"):  # one version of each input
+        with space.snapshot(stores, f"jask ({self.desc.op})"), \
+                counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
             self._fulfil(self.work(stores, values, self.config))
 
 
@@ -297,7 +298,8 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
             writes.append((group.node_of[id(p)], store))
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
                                        plan.rows)
-        results = _run_naming_the_op(dsk, keys, config, plan)
+        with counters.ran_as(", ".join(node.op for node in order)):
+            results = _run_naming_the_op(dsk, keys, config, plan)
         values = {j: fusion.finish(order[j], v)
                   for j, v in zip(value_roots, results[-1] if value_roots else ())}
         small = [(p, _write_whole(p, values[index[id(group.node_of[id(p)])]], config))
