@@ -30,6 +30,7 @@ unfused (the same work an eager op does).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -48,6 +49,16 @@ __all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING"]
 #: One group runs at a time: a group reads stores other groups may be
 #: computing, and each recorded store is computed once.
 _running = threading.RLock()
+
+
+def _after_fork_in_child() -> None:
+    global _running
+    _running = threading.RLock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 #: Most ops a pending chain holds (itself and the pending ops it reads):
 #: beyond, its inputs are computed first. Building and planning a group
 #: recurse along the chain, and each pending op keeps its inputs' stores.
