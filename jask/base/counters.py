@@ -347,7 +347,7 @@ class Stats:
       >>> import numpy as np, jask
       >>> x = jask.from_numpy(np.ones((10, 10), np.float32))
       >>> with jask.track() as t:
-      ...     y = x + x              # each operand's tiles are read
+      ...     y = (x + x).block_until_ready()  # computed now: eager ops are lazy
       >>> t.passes(x), t.store(y).bytes_written, t.by_op["add"].graphs
       (2.0, 400, 1)
     """
