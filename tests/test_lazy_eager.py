@@ -153,6 +153,20 @@ def test_a_long_eager_chain_is_computed_in_bounded_pieces(small_budget):
     np.testing.assert_allclose(y.to_numpy(), _x() + 3 * MAX_PENDING, rtol=1e-5)
 
 
+def test_an_eager_loop_keeps_few_stores_alive(small_budget):
+    from jask.engine.lazy import MAX_HELD
+    x = _x()
+    w = jask.from_numpy(x)
+    for k in range(4 * MAX_HELD):
+        g = jask.from_numpy(x * k)
+        w = w - 0.5 * g  # each g is gone from Python: only the pending chain holds it
+        jask.collect()
+        ours = [p for p in registry.live_paths() if p.startswith(small_budget.scratch_dir)]
+        assert len(ours) <= MAX_HELD + 2
+    np.testing.assert_allclose(w.to_numpy(), x * (1 - 0.5 * sum(range(4 * MAX_HELD))),
+                               rtol=1e-5)
+
+
 def test_threads_keep_their_own_chains(small_budget):
     x = _x()
     X = jask.from_numpy(x)

@@ -20,8 +20,9 @@ happens when something needs the data, in program order:
 Eagerly the DiskArray returned owns the recorded store at once (its Owner's
 ``spec`` computes it: ``filename``, ``to_numpy``, saves, ...), and the record
 holds its inputs' Owners, so they live while it is pending. A chain longer
-than :data:`MAX_PENDING` ops is computed before the next op records, so
-recursion and the inputs kept alive stay bounded. An error in a deferred op
+than :data:`MAX_PENDING` ops, or reading more than :data:`MAX_HELD`
+stores, is computed before the next op records, so recursion and the
+stores kept alive stay bounded. An error in a deferred op
 surfaces where its result is first needed, with a note naming the op.
 
 Groups that do not fit the budget as one band task run op by op, as
@@ -44,7 +45,7 @@ from jask.engine.plan import Plan, bands
 from jask.store import chunkio, registry, space
 from jask.store.spec import StoreSpec
 
-__all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING"]
+__all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
 
 #: One group runs at a time: a group reads stores other groups may be
 #: computing, and each recorded store is computed once.
@@ -63,6 +64,9 @@ if hasattr(os, "register_at_fork"):
 #: beyond, its inputs are computed first. Building and planning a group
 #: recurse along the chain, and each pending op keeps its inputs' stores.
 MAX_PENDING = 32
+#: Most stores a pending chain reads: each stays on disk while the chain is
+#: pending (an eager loop ``w = w - lr * g`` would otherwise keep every g).
+MAX_HELD = 4
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,6 +97,7 @@ class Recorded(registry.Deferred):
         self.keep = keep      # eagerly: the inputs' Owners, alive while this is pending
         self.owned_lazily = not registry.in_callback()  # an eager op's
         self.upstream = frozenset().union(*(x.upstream for x in _pending(inputs))) | {id(self)}
+        self.leaves = _leaves(inputs)  # the stores computing it reads (and keeps)
 
     def _fulfil(self, store: StoreSpec) -> None:
         self.store = registry.fulfil(self.handle, store)
@@ -142,6 +147,11 @@ class Recorded(registry.Deferred):
         with space.snapshot(stores, f"jask ({self.desc.op})"), \
                 counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
             self._fulfil(self.work(stores, values, self.config))
+
+
+def _leaves(inputs: list) -> frozenset:
+    return frozenset(x.path for x in inputs if isinstance(x, StoreSpec)).union(
+        *(x.leaves for x in _pending(inputs)))
 
 
 def _pending(inputs: list) -> list:
@@ -195,10 +205,17 @@ def record(desc: Description, args, config: Config, work: Callable,
         # eagerly, refuse now what the op alone cannot run (BudgetError names it)
         work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
                   [x for x, d in zip(inputs, desc.on_disk) if not d], config)
-    if len(frozenset().union(*(x.upstream for x in waiting))) >= MAX_PENDING:
-        for x in waiting:  # the chain is long enough: compute what it has
-            x.compute()
-        inputs = [x.store if isinstance(x, Recorded) else x for x in inputs]
+    def too_long() -> bool:
+        return (len(frozenset().union(*(x.upstream for x in _pending(inputs)))) >= MAX_PENDING
+                or bool(keep) and len(_leaves(inputs)) > MAX_HELD)  # (a program holds them anyway)
+
+    # the chain is long enough: compute its longest pending inputs until it is not
+    for x in sorted(waiting, key=lambda x: -len(x.upstream)):
+        if not too_long():
+            break
+        x.compute()
+    inputs = [x.store if isinstance(x, Recorded) and x.store is not None else x
+              for x in inputs]
     recorded = Recorded(desc, inputs, config, work, keep)
     recorded.handle = registry.register_deferred(recorded)
     return recorded.handle
