@@ -83,6 +83,15 @@ def test_update_after_a_lazy_op_gives_the_old_values(small_budget):
     np.testing.assert_array_equal((X + 1.0).to_numpy(), np.ones_like(x))
 
 
+def test_saving_over_a_store_a_lazy_result_reads_keeps_the_old_values(small_budget, tmp_path):
+    x = _x()
+    path = str(tmp_path / "mine.zarr")
+    jask.from_numpy(x).to_zarr(path)
+    y = jask.open(path) * 2.0
+    jask.save(jask.from_numpy(np.zeros_like(x)), path, overwrite=True)
+    np.testing.assert_allclose(y.to_numpy(), x * 2)
+
+
 def test_a_lazy_result_outlives_its_inputs_and_a_dropped_one_never_runs(small_budget):
     def ours():
         return [p for p in registry.live_paths() if p.startswith(small_budget.scratch_dir)]
