@@ -54,7 +54,7 @@ def run(path: str, mode: str) -> dict:
 
     import jask
     jask.set_memory_budget(BUDGET, scratch_dir=os.path.join(os.path.dirname(path), "scratch"),
-                           lazy=mode != "eager-off")
+                           lazy=mode == "eager")
     X = jask.open(path)
 
     def chain(X):

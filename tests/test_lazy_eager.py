@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 import jask
+from helpers import SMALL_BUDGET
 from jask.store import registry
+
+
+@pytest.fixture
+def small_budget(jask_scratch):
+    """conftest's small budget, with eager ops lazy."""
+    jask.set_memory_budget(SMALL_BUDGET, scratch_dir=jask_scratch.path, lazy=True)
+    return jask.get_config()
 
 ROWS, COLS = 301, 37  # bands and tiles do not divide them
 
@@ -29,6 +37,7 @@ def _standardised_sum(X):
 
 
 def test_eager_chain_reads_x_once_and_writes_nothing_between(small_budget, dtype):
+    assert small_budget.lazy
     x = _x(dtype)
     X = jask.from_numpy(x)
     mu, sd = X.mean(0), X.std(0)

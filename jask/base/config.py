@@ -57,7 +57,7 @@ class Config:
     scratch_dir: str
     allow_tmpfs: bool = False
     workers: int = os.cpu_count() or 1
-    lazy: bool = True
+    lazy: bool = False
 
 
 def parse_budget(max_memory: int | str) -> int:
@@ -128,7 +128,7 @@ def _statfs_magic(path: str) -> int | None:
 
 def make_config(max_memory: int | str, scratch_dir: str | None = None,
                 allow_tmpfs: bool = False, workers: int | None = None,
-                lazy: bool = True) -> Config:
+                lazy: bool = False) -> Config:
     """Build a checked :class:`Config` without installing it.
 
     Example:
@@ -156,7 +156,7 @@ _active: Config | None = None
 
 
 def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
-                      allow_tmpfs: bool = False, lazy: bool = True) -> None:
+                      allow_tmpfs: bool = False, lazy: bool = False) -> None:
     """Set the process-wide configuration used by every jask op.
 
     The effective budget is ``min(max_memory, 0.8 * available RAM)``, taken
@@ -170,14 +170,15 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
         ``"1GiB"``.
       scratch_dir: directory for op outputs and gradients.
       allow_tmpfs: accept a RAM-backed ``scratch_dir``.
-      lazy: eager ops that read along rows (elementwise ops, broadcasts,
+      lazy: (off by default for now) eager ops that read along rows
+        (elementwise ops, broadcasts,
         reductions to a DiskArray, ``X @ w`` with ``w`` in memory) return at
         once, and their store is computed when something needs it: its data
         or ``filename``, a save, a non-fusable op, an ``update_`` of a store
         it reads, a jitted call, or a reduction to memory, which then runs
         the whole chain as one pass over the rows, intermediates never
-        written. ``lazy=False``: every eager op runs at once (errors at the
-        call, one store written per op).
+        written. ``lazy=False`` (the default): every eager op runs at its
+        call (errors at the call, one store written per op).
 
     Raises:
       ValueError: if ``max_memory`` cannot be read.

@@ -202,7 +202,8 @@ def warm_up(folder: str) -> int:
 
 def main(data_dir: str, budget: str, cells) -> None:
     global baseline
-    jask.set_memory_budget(budget, scratch_dir=os.path.join(data_dir, "scratch"))
+    jask.set_memory_budget(budget, scratch_dir=os.path.join(data_dir, "scratch"),
+                           lazy=os.environ.get("JASK_GRID_PHASE") == "lazy")
     jask.engine.execute.run = _recording(jask.engine.execute.run)
     baseline = warm_up(os.path.join(data_dir, "scratch"))
     report = {name or ".": run_cell(os.path.join(data_dir, name)) for name in cells or [""]}
