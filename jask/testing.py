@@ -131,7 +131,7 @@ def jask_scratch(request, tmp_path):
         yield Scratch(path, get_config())
     finally:
         set_memory_budget(previous.requested_memory, scratch_dir=previous.scratch_dir,
-                          allow_tmpfs=previous.allow_tmpfs)
+                          allow_tmpfs=previous.allow_tmpfs, lazy=previous.lazy)
     if request.node.stash.get(_FAILED, False):
         return
     leaks = sorted(set(leaked_stores(path)) - _fixture_paths(request.node))

@@ -81,11 +81,12 @@ def script_command(name, *args) -> list[str]:
     return [sys.executable, os.path.join(SCRIPTS, name), *map(str, args)]
 
 
-def run_script(name, *args, timeout):
-    """Run tests/scripts/``name`` to the end in a child process; fail with the
-    end of its stderr unless it exits 0, else return its last-line report."""
+def run_script(name, *args, timeout, env=None):
+    """Run tests/scripts/``name`` to the end in a child process (``env``: more
+    environment variables); fail with the end of its stderr unless it exits 0,
+    else return its last-line report."""
     out = subprocess.run(script_command(name, *args), capture_output=True, text=True,
-                         timeout=timeout)
+                         timeout=timeout, env={**os.environ, **env} if env else None)
     assert out.returncode == 0, out.stderr[-3000:]
     return last_json(out.stdout)
 

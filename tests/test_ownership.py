@@ -161,6 +161,7 @@ def test_update_refuses_a_symlinked_lock_file(tmp_path, jask_scratch):
 def test_forked_children_leave_the_parents_session(child):
     tmp_path, report = child
     assert report["forks"] == {"exitcode": 0, "session": True, "sum": 15.0,
-                               "values": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}, report["forks"]
+                               "values": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+                               "lazy": [0, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]}, report["forks"]
     # and the parent cleaned up at its exit: its session, and the scratch dir it made
     assert not os.path.exists(tmp_path / "forked")

@@ -38,7 +38,7 @@ def test_off_by_default_and_silent(tiled, capsys):
 def test_show_progress_draws_one_bar_per_op_to_stderr(tiled, capsys):
     assert jask.show_progress(True, min_tasks=2) is False
     try:
-        product = tiled * tiled
+        product = (tiled * tiled).block_until_ready()  # computed now, not in sum's pass
         jask.sum(product)
     finally:
         assert jask.show_progress(False) is True
@@ -123,7 +123,7 @@ def test_distributed_client_counts_output_tiles(tiled):
                             dashboard_address=None) as client, \
             jask.progress_bars(min_tasks=2, file=out):
         assert client.status == "running"
-        b = tiled + tiled
+        b = (tiled + tiled).block_until_ready()  # on the client, not when read later
     np.testing.assert_array_equal(b.to_numpy()[::100, ::100], 2.0)
     bars = _bars(out.getvalue())
     n = _tiles(b)  # one task per tile of the output

@@ -93,6 +93,9 @@ def fields(x) -> dict[str, str]:
     if _traced(x):
         out["store"] = "traced: its store is chosen when the compiled function runs"
         return out
+    if x._owner.pending:  # showing it must not compute it (jask.engine.lazy)
+        out["store"] = "pending: computed when first needed (its data, filename, a save...)"
+        return out
     store = x._store()
     count = n_chunks(store.shape, store.chunks)
     try:

@@ -27,7 +27,7 @@ from jask.core.array import DiskArray
 from jask.core.lifetime import collect_if_idle
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
-from jask.store import chunkio, objects, remote, saves, sessions, space, versions
+from jask.store import chunkio, objects, registry, remote, saves, sessions, space, versions
 from jask.store.spec import StoreSpec, stored_nbytes
 
 __all__ = ["save", "COMPRESSORS"]
@@ -138,6 +138,7 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
             _write(source, staging, out_chunks, codecs, cost, config)
             versions.write_token(staging)  # readers of an overwritten path see a new version
 
+    registry.before_mutation(path)  # pending results reading what path holds: computed first
     with space.space_errors(folder, needed, "save"):
         saves.put(path, write, overwrite=overwrite, journal=journal)
     chunkio.forget(path)

@@ -43,6 +43,9 @@ class Config:
       storage_options: options of the object store when ``scratch_dir`` is a
         URL (``s3://bucket/prefix``), as sorted ``(key, value)`` pairs (a
         frozen dataclass holds no dict); empty: the environment's variables.
+      lazy: whether eager ops that a band group can hold return at once
+        and compute their store when it is first needed (see
+        :func:`set_memory_budget`).
 
     Example:
       >>> import jask
@@ -58,6 +61,7 @@ class Config:
     allow_tmpfs: bool = False
     workers: int = os.cpu_count() or 1
     storage_options: tuple = field(default=(), repr=False)  # credentials: never shown
+    lazy: bool = False
 
 
 def parse_budget(max_memory: int | str) -> int:
@@ -135,7 +139,7 @@ def _is_url(path: str) -> bool:
 
 def make_config(max_memory: int | str, scratch_dir: str | None = None,
                 allow_tmpfs: bool = False, workers: int | None = None,
-                storage_options: dict | None = None) -> Config:
+                storage_options: dict | None = None, lazy: bool = False) -> Config:
     """Build a checked :class:`Config` without installing it.
 
     Example:
@@ -150,7 +154,8 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
     if scratch_dir is not None and _is_url(scratch_dir):  # object storage: no disk to check
         return Config(max_memory=effective, requested_memory=requested,
                       scratch_dir=scratch_dir.rstrip("/"), allow_tmpfs=allow_tmpfs,
-                      workers=workers or (os.cpu_count() or 1), storage_options=options)
+                      workers=workers or (os.cpu_count() or 1), storage_options=options,
+                      lazy=bool(lazy))
     if options:
         raise ValueError("storage_options apply to a scratch_dir in object storage "
                          f"(s3://bucket/prefix), not to the local folder {scratch_dir!r}")
@@ -162,7 +167,8 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
             "stores there would use memory, not disk. Choose a directory on disk, or "
             "pass allow_tmpfs=True to use it anyway.")
     return Config(max_memory=effective, requested_memory=requested, scratch_dir=scratch,
-                  allow_tmpfs=allow_tmpfs, workers=workers or (os.cpu_count() or 1))
+                  allow_tmpfs=allow_tmpfs, workers=workers or (os.cpu_count() or 1),
+                  lazy=bool(lazy))
 
 
 _lock = threading.Lock()
@@ -170,7 +176,8 @@ _active: Config | None = None
 
 
 def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
-                      allow_tmpfs: bool = False, storage_options: dict | None = None) -> None:
+                      allow_tmpfs: bool = False, storage_options: dict | None = None,
+                      lazy: bool = False) -> None:
     """Set the process-wide configuration used by every jask op.
 
     The effective budget is ``min(max_memory, 0.8 * available RAM)``, taken
@@ -189,6 +196,15 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
         workers on other machines read what others wrote), the object
         store's options (credentials, endpoint); by default the standard
         environment variables (``AWS_ENDPOINT_URL``, ...).
+      lazy: (off by default for now) eager ops that read along rows
+        (elementwise ops, broadcasts,
+        reductions to a DiskArray, ``X @ w`` with ``w`` in memory) return at
+        once, and their store is computed when something needs it: its data
+        or ``filename``, a save, a non-fusable op, an ``update_`` of a store
+        it reads, a jitted call, or a reduction to memory, which then runs
+        the whole chain as one pass over the rows, intermediates never
+        written. ``lazy=False`` (the default): every eager op runs at its
+        call (errors at the call, one store written per op).
 
     Raises:
       ValueError: if ``max_memory`` cannot be read.
@@ -202,7 +218,8 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
       True
     """
     global _active
-    config = make_config(max_memory, scratch_dir, allow_tmpfs, storage_options=storage_options)
+    config = make_config(max_memory, scratch_dir, allow_tmpfs, storage_options=storage_options,
+                         lazy=lazy)
     with _lock:
         _active = config
 

@@ -63,6 +63,7 @@ UNLABELLED = "other"
 
 class _Local(threading.local):
     op: str | None = None  # a class default: no AttributeError raised per tile
+    group: str | None = None  # what the graphs this thread starts compute (ran_as)
 
 
 _lock = threading.Lock()
@@ -199,6 +200,19 @@ def op(name: str) -> Iterator[None]:
         _local.op = previous
 
 
+@contextlib.contextmanager
+def ran_as(what: str) -> Iterator[None]:
+    """Graphs this thread runs inside the block compute ``what`` (the ops of
+    a band group, a deferred op): open ``track`` blocks list them so in
+    :attr:`Track.ran`."""
+    previous = _local.group
+    _local.group = what
+    try:
+        yield
+    finally:
+        _local.group = previous
+
+
 class _InOp:
     """A graph task's function, run with its thread's I/O counted for ``op``."""
 
@@ -260,9 +274,12 @@ def label(graph: dict) -> dict:
             task = (_InOp(name, task[0]),) + task[1:]
         labelled[key] = task
     graph_op = first or current_op()
+    ran = graph_op if _local.group is None else f"{graph_op} ({_local.group})"
     with _lock:
         for table in [_total] + [t._table for t in _tracks]:
             table.merge({}, {graph_op: (1, len(graph))})
+        for t in _tracks:
+            t.ran.append(ran)
     return labelled
 
 
@@ -342,7 +359,7 @@ class Stats:
       >>> import numpy as np, jask
       >>> x = jask.from_numpy(np.ones((10, 10), np.float32))
       >>> with jask.track() as t:
-      ...     y = x + x              # each operand's tiles are read
+      ...     y = (x + x).block_until_ready()  # computed now: eager ops are lazy
       >>> t.passes(x), t.store(y).bytes_written, t.by_op["add"].graphs
       (2.0, 400, 1)
     """
@@ -441,15 +458,25 @@ def _short(path: str, width: int = 40) -> str:
 
 class Track(Stats):
     """The counts of one ``with`` block (see :func:`track`); while the block
-    runs they are what has been counted so far."""
+    runs they are what has been counted so far.
+
+    ``ran`` lists the graphs run in the block, in order, by op: a band group
+    as ``"fused_sum (subtract, divide, multiply, sum)"``, an eager op
+    computed when its result was first needed as ``"add (deferred)"``."""
 
     def __init__(self):
         super().__init__()
         self._table = _Table()
+        self.ran: list[str] = []
 
     def _tables(self) -> tuple[dict, dict]:
         with _lock:
             return self._table.copy()
+
+    def __repr__(self) -> str:
+        ran = self.ran[-20:]
+        more = f"{len(self.ran) - len(ran)} earlier, then " if len(self.ran) > len(ran) else ""
+        return super().__repr__() + (f"\n  ran: {more}" + "; ".join(ran) if ran else "")
 
     def __enter__(self) -> "Track":
         with _lock:

@@ -265,6 +265,9 @@ class DiskArray:
     def __repr__(self):
         if self._owner is None:
             return f"DiskArray(shape={self.shape}, dtype={self.dtype.name}, traced)"
+        if self._owner.pending:  # showing it must not compute it (jask.engine.lazy)
+            return (f"DiskArray(shape={self.shape}, dtype={self.dtype.name}, pending: "
+                    "computed when first needed)")
         return (f"DiskArray(shape={self.shape}, dtype={self.dtype.name}, "
                 f"filename={self.filename!r})")
 
@@ -279,6 +282,22 @@ class DiskArray:
 
     def __bool__(self):
         raise TypeError("the truth value of a DiskArray is ambiguous")
+
+    def block_until_ready(self) -> "DiskArray":
+        """Compute this array's store now if its op was deferred (eager ops
+        are lazy, see :func:`jask.set_memory_budget`); ``jax.block_until_ready``
+        calls it on DiskArray leaves.
+
+        Example:
+          >>> import numpy as np
+          >>> import jask
+          >>> y = jask.DiskArray.from_numpy(np.ones(3)) + 1
+          >>> y.block_until_ready().shape
+          (3,)
+        """
+        if self._owner is not None:
+            self._owner.spec  # noqa: B018 - computes a deferred store
+        return self
 
     # --- construction and access -----------------------------------------------
     def to_memmap(self):

@@ -1,7 +1,9 @@
 """How an op's disk work runs: now, or from inside a compiled program.
 
 Eagerly (no trace active) the work runs at once and its store is owned by
-the DiskArray returned. Inside a trace the work is staged as an *ordered*
+the DiskArray returned; an op a band group can hold is only recorded
+(unless ``Config.lazy`` is off) and computed when first needed
+(:mod:`jask.engine.lazy`). Inside a trace the work is staged as an *ordered*
 ``io_callback`` taking the input handles (and any scalar operands) and
 returning the handle of the store it wrote, so disk effects keep program
 order and a compiled call's outputs are fresh stores on every call.
@@ -166,10 +168,12 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
     With ``fuse``, inside a compiled program the op is only recorded, to
     run with the ops that need it (:mod:`jask.engine.lazy`)."""
     n = len(arrays)
+    keep = tuple(x._owner for x in arrays if x._owner is not None)  # eagerly
 
     def run(*args, pending: bool):
-        if pending and fuse is not None:
-            handle = lazy.record(fuse, args, config or get_config(), work)
+        cfg = config or get_config()
+        if fuse is not None and (pending or cfg.lazy):
+            handle = lazy.record(fuse, args, cfg, work, () if pending else keep)
             if handle is not None:
                 return handle
         (handle,) = _register_outputs(work, args, n, config, pending)
@@ -209,7 +213,8 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
     n = len(arrays)
 
     def run(*args, pending: bool):
-        if pending and fuse is not None:
+        if fuse is not None and (pending or registry.has_deferred()):
+            # eagerly: with the pending ops it reads, one pass, nothing between written
             (value,) = lazy.values([(fuse, args, config or get_config())])
             if value is not None:
                 return np.asarray(value, result.dtype)

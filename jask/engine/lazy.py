@@ -1,11 +1,11 @@
-"""Lazy stores inside compiled programs: ops recorded, then run together.
+"""Lazy stores: ops recorded, then run together.
 
-Eagerly every op runs at once. Inside a compiled program (an op's
-callback), an op that a band group can hold (:func:`jask.engine.fusion.fusable`:
-elementwise ops, broadcasts, reductions, products with an in-memory
-operand, all along the rows of their inputs) only records a
-:class:`Recorded` and returns its handle. The work happens when something
-needs the data, in program order:
+Inside a compiled program (an op's callback), and eagerly unless the
+configuration says ``lazy=False``, an op that a band group can hold
+(:func:`jask.engine.fusion.fusable`: elementwise ops, broadcasts,
+reductions, products with an in-memory operand, all along the rows of their
+inputs) only records a :class:`Recorded` and returns its handle. The work
+happens when something needs the data, in program order:
 
 * an op returning an in-memory value (``sum``, the gradient ``X.T @ g`` of
   an in-memory parameter) runs its whole chain of recorded inputs as one band
@@ -17,30 +17,56 @@ needs the data, in program order:
 * a recorded store nothing needs is dropped with the program's garbage,
   never computed.
 
+Eagerly the DiskArray returned owns the recorded store at once (its Owner's
+``spec`` computes it: ``filename``, ``to_numpy``, saves, ...), and the record
+holds its inputs' Owners, so they live while it is pending. A chain longer
+than :data:`MAX_PENDING` ops, or reading more than :data:`MAX_HELD`
+stores, is computed before the next op records, so recursion and the
+stores kept alive stay bounded. An error in a deferred op
+surfaces where its result is first needed, with a note naming the op.
+
 Groups that do not fit the budget as one band task run op by op, as
 unfused (the same work an eager op does).
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from jask.base import memory
+from jask.base import counters, memory
 from jask.base.config import Config
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
 from jask.store import chunkio, registry, space, views
 from jask.store.spec import StoreSpec
 
-__all__ = ["Description", "Recorded", "record", "values"]
+__all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
 
 #: One group runs at a time: a group reads stores other groups may be
 #: computing, and each recorded store is computed once.
 _running = threading.RLock()
+
+
+def _after_fork_in_child() -> None:
+    global _running
+    _running = threading.RLock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+#: Most ops a pending chain holds (itself and the pending ops it reads):
+#: beyond, its inputs are computed first. Building and planning a group
+#: recurse along the chain, and each pending op keeps its inputs' stores.
+MAX_PENDING = 32
+#: Most stores a pending chain reads: each stays on disk while the chain is
+#: pending (an eager loop ``w = w - lr * g`` would otherwise keep every g).
+MAX_HELD = 4
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +85,8 @@ class Description:
 class Recorded(registry.Deferred):
     """A store an op will write when first needed."""
 
-    def __init__(self, desc: Description, inputs: list, config: Config, work: Callable):
+    def __init__(self, desc: Description, inputs: list, config: Config, work: Callable,
+                 keep: tuple = ()):
         self.desc = desc
         self.inputs = inputs  # per operand: Recorded, StoreSpec or numpy array
         self.config = config
@@ -67,6 +94,14 @@ class Recorded(registry.Deferred):
         self.handle = 0
         self.store: StoreSpec | None = None
         self.forgotten = False  # nothing reads it any more: never computed
+        self.keep = keep      # eagerly: the inputs' Owners, alive while this is pending
+        self.owned_lazily = not registry.in_callback()  # an eager op's
+        self.upstream = frozenset().union(*(x.upstream for x in _pending(inputs))) | {id(self)}
+        self.leaves = _leaves(inputs)  # the stores computing it reads (and keeps)
+
+    def _fulfil(self, store: StoreSpec) -> None:
+        self.store = registry.fulfil(self.handle, store)
+        self.inputs, self.keep = [], ()  # computed: its inputs may go
 
     @property
     def shape(self) -> tuple:
@@ -81,8 +116,18 @@ class Recorded(registry.Deferred):
             raise RuntimeError(f"jask: internal error, {self.desc.op}'s result was needed "
                                "after the program said nothing reads it")
         with _running:
-            if self.store is None:
-                _run_group([self], [], self.config)
+            try:
+                if self.store is None and self.owned_lazily and not _pending(self.inputs):
+                    self.run_alone()  # one op on stored data: its own plan and name
+                elif self.store is None:
+                    _run_group([self], [], self.config)
+            except Exception as err:
+                if self.owned_lazily and hasattr(err, "add_note"):
+                    getattr(err, "add_note")(
+                        f"jask.{self.desc.op}: raised computing its deferred result, where "
+                        "it was first needed (eager ops are lazy; "
+                        "jask.set_memory_budget(..., lazy=False) runs each at its call)")
+                raise
             assert self.store is not None
             return self.store
 
@@ -96,10 +141,21 @@ class Recorded(registry.Deferred):
 
     def run_alone(self) -> None:
         """Compute this store with the op's own work (its inputs first)."""
-        stores = [registry.spec(x.handle) if isinstance(x, Recorded) else x
+        stores = [x.compute() if isinstance(x, Recorded) else x
                   for x, d in zip(self.inputs, self.desc.on_disk) if d]
         values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
-        self.store = registry.fulfil(self.handle, self.work(stores, values, self.config))
+        with space.snapshot(stores, f"jask ({self.desc.op})"), \
+                counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
+            self._fulfil(self.work(stores, values, self.config))
+
+
+def _leaves(inputs: list) -> frozenset:
+    return frozenset(x.path for x in inputs if isinstance(x, StoreSpec)).union(
+        *(x.leaves for x in _pending(inputs)))
+
+
+def _pending(inputs: list) -> list:
+    return [x for x in inputs if isinstance(x, Recorded) and x.store is None]
 
 
 def _inputs(desc: Description, args) -> list:
@@ -139,13 +195,31 @@ def _joins(desc: Description, inputs: list) -> bool:
     return True
 
 
-def record(desc: Description, args, config: Config, work: Callable) -> int | None:
+def record(desc: Description, args, config: Config, work: Callable,
+           keep: tuple = ()) -> int | None:
     """Record an op whose output is a store; its handle, or None when the
-    op cannot join a group (then it runs now)."""
+    op cannot join a group (then it runs now). ``keep``: eagerly, the
+    Owners of its inputs (held while it is pending)."""
     inputs = _inputs(desc, args)
     if not _joins(desc, inputs):
         return None
-    recorded = Recorded(desc, inputs, config, work)
+    waiting = _pending(inputs)
+    if not waiting and not registry.in_callback() and hasattr(work, "plan"):
+        # eagerly, refuse now what the op alone cannot run (BudgetError names it)
+        work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
+                  [x for x, d in zip(inputs, desc.on_disk) if not d], config)
+    def too_long() -> bool:
+        return (len(frozenset().union(*(x.upstream for x in _pending(inputs)))) >= MAX_PENDING
+                or bool(keep) and len(_leaves(inputs)) > MAX_HELD)  # (a program holds them anyway)
+
+    # the chain is long enough: compute its longest pending inputs until it is not
+    for x in sorted(waiting, key=lambda x: -len(x.upstream)):
+        if not too_long():
+            break
+        x.compute()
+    inputs = [x.store if isinstance(x, Recorded) and x.store is not None else x
+              for x in inputs]
+    recorded = Recorded(desc, inputs, config, work, keep)
     recorded.handle = registry.register_deferred(recorded)
     return recorded.handle
 
@@ -154,8 +228,8 @@ def forget(handles) -> None:
     """Results nothing will read: an update_ need not compute them first."""
     for handle in handles:
         recorded = registry.deferred(handle)
-        if isinstance(recorded, Recorded):
-            recorded.forgotten = True
+        if isinstance(recorded, Recorded) and not recorded.owned_lazily:
+            recorded.forgotten = True  # (an eager result passed in stays: it is owned)
 
 
 def values(items: list, keep=()) -> list:
@@ -274,16 +348,16 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
             writes.append((group.node_of[id(p)], store))
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
                                        plan.rows)
-        results = _run_naming_the_op(dsk, keys, config, plan)
+        with counters.ran_as(", ".join(node.op for node in order)):
+            results = _run_naming_the_op(dsk, keys, config, plan)
         values = {j: fusion.finish(order[j], v)
                   for j, v in zip(value_roots, results[-1] if value_roots else ())}
         small = [(p, _write_whole(p, values[index[id(group.node_of[id(p)])]], config))
                  for p in reduced]
     for node, store in writes:
-        p = group.recorded_of[id(node)]
-        p.store = registry.fulfil(p.handle, store)
+        group.recorded_of[id(node)]._fulfil(store)
     for p, store in small:
-        p.store = registry.fulfil(p.handle, store)
+        p._fulfil(store)
     return [values[index[id(top)]] for top in group.tops]
 
 

@@ -61,7 +61,7 @@ def show_progress(enabled: bool = True, *, min_tasks: int = 16,
       >>> out = io.StringIO()
       >>> jask.show_progress(True, min_tasks=1, file=out)
       False
-      >>> _ = jask.add(jask.from_numpy(np.ones(4)), jask.from_numpy(np.ones(4)))
+      >>> _ = jask.add(jask.from_numpy(np.ones(4)), jask.from_numpy(np.ones(4))).block_until_ready()
       >>> "jask-add" in out.getvalue()
       True
       >>> jask.show_progress(False)

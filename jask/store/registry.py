@@ -28,7 +28,6 @@ import os
 import threading
 import uuid
 import weakref
-from dataclasses import dataclass, field
 
 import numpy as np
 import zarr
@@ -41,15 +40,26 @@ __all__ = ["Owner", "create", "register", "register_external", "spec", "claim", 
            "live_paths", "in_callback", "Deferred"]
 
 
-@dataclass(eq=False)
 class Owner:
-    """Held by every DiskArray of one store; the store dies with the last one."""
+    """Held by every DiskArray of one store; the store dies with the last one.
 
-    spec: StoreSpec
-    _finalizer: weakref.finalize = field(init=False, repr=False)
+    An eager op's deferred result is owned before it is computed: its
+    ``spec`` computes it (an observation, see :mod:`jask.engine.lazy`)."""
 
-    def __post_init__(self):
-        self._finalizer = weakref.finalize(self, _doom, self.spec.handle)
+    __slots__ = ("handle", "_finalizer", "__weakref__")
+
+    def __init__(self, handle: int):
+        self.handle = int(handle)
+        self._finalizer = weakref.finalize(self, _doom, self.handle)
+
+    @property
+    def spec(self) -> StoreSpec:
+        return spec(self.handle)
+
+    @property
+    def pending(self) -> bool:
+        """Whether the store is still to be computed (a deferred eager result)."""
+        return self.handle in _deferred
 
 
 _lock = threading.RLock()
@@ -84,7 +94,7 @@ class callback_scope:
 
 def _doom(handle: int) -> None:
     with _lock:
-        if handle in _specs:
+        if handle in _specs or handle in _deferred:
             _doomed.add(handle)
 
 
@@ -214,7 +224,12 @@ def register_external(path) -> StoreSpec:
 
 
 class Deferred:
-    """A store not computed yet (see :mod:`jask.engine.lazy`): :func:`spec` runs it."""
+    """A store not computed yet (see :mod:`jask.engine.lazy`): :func:`spec` runs it.
+
+    ``owned_lazily``: :func:`claim` gives it an Owner without computing it (an
+    eager op's result, whose computation holds its inputs' Owners)."""
+
+    owned_lazily = False
 
     def compute(self) -> StoreSpec:
         raise NotImplementedError
@@ -229,8 +244,8 @@ def register_deferred(deferred: Deferred) -> int:
     garbage collected one is simply never computed)."""
     with _lock:
         handle = next(_handles)
+        _pending[handle] = threading.get_ident()  # first: swept if Ctrl-C comes next
         _deferred[handle] = deferred
-        _pending[handle] = threading.get_ident()
         return handle
 
 
@@ -240,17 +255,25 @@ def deferred(handle) -> Deferred | None:
 
 
 def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
-    """Give a lazy handle the store its computation wrote."""
+    """Give a lazy handle the store its computation wrote. One nothing owns
+    (computed as another one's input, its DiskArray gone) is pending for
+    this thread: it goes at this thread's next safe point, once the
+    computation reading it is over, never at another thread's."""
     with _lock:
         store = StoreSpec(store.path, store.shape, store.dtype, store.chunks, handle,
                           store.managed)
         _specs[handle] = store
         _unclaimed.pop(store.path, None)
         _deferred.pop(handle, None)
-        owner = _owners.get(handle)
-        if owner is not None:  # a view copied: its DiskArrays now read the copy
-            owner.spec = store
+        if handle not in _owners:
+            _doomed.discard(handle)
+            _pending[handle] = threading.get_ident()
         return store
+
+
+def has_deferred() -> bool:
+    """Whether any store awaits its computation (cheap: no lock)."""
+    return bool(_deferred)
 
 
 def before_mutation(path: str) -> None:
@@ -260,6 +283,8 @@ def before_mutation(path: str) -> None:
     for handle, copy in list(_views.items()):
         if copy.reads(path):
             materialize(handle)
+    if not _deferred:
+        return
     for handle, waiting in list(_deferred.items()):
         if handle in _deferred and waiting.reads(path):
             waiting.compute()
@@ -284,11 +309,13 @@ def spec(handle) -> StoreSpec:
 def claim(handle: int) -> Owner:
     """The Owner of a store, making one if the store has none yet."""
     handle = int(handle)
-    store = spec(handle)  # a lazy store is computed here, outside the lock
+    waiting = _deferred.get(handle)
+    if waiting is None or not waiting.owned_lazily:
+        spec(handle)  # a lazy store is computed here, outside the lock
     with _lock:
         owner = _owners.get(handle)
         if owner is None:
-            owner = Owner(store)
+            owner = Owner(handle)
             _owners[handle] = owner
         _pending.pop(handle, None)
         _doomed.discard(handle)
@@ -302,6 +329,18 @@ def sweep() -> int:
     Only safe once no program that could read those stores is running; the
     JAX layer calls it after ``jax.effects_barrier()``.
     """
+    removed, dropped = _sweep_once()
+    while dropped:  # a dropped computation let go of its inputs' Owners: they may be dead now
+        del dropped
+        more, dropped = _sweep_once()
+        removed += more
+    _empty_trash()
+    return removed
+
+
+def _sweep_once() -> tuple:
+    """One round of :func:`sweep`: (how many stores went, the computations
+    dropped, to be let go of outside the lock)."""
     with _lock:
         abandoned = _abandoned()
         abandoned_handles = {h for h in abandoned if isinstance(h, int)}
@@ -316,14 +355,13 @@ def sweep() -> int:
         _trash.extend([p for p in abandoned - dead if isinstance(p, str)] + removed)
         for h in dead:
             _specs.pop(h, None)
-            _deferred.pop(h, None)  # never needed: never computed
+        dropped = [_deferred.pop(h) for h in dead if h in _deferred]  # never computed
         _doomed.intersection_update(kept)  # doomed still, once their views are gone
         for h in dead:
             _pending.pop(h, None)
         for key in dead | abandoned:
             _unclaimed.pop(key, None)
-    _empty_trash()
-    return len(removed)
+    return len(removed), dropped
 
 
 def _empty_trash() -> None:

@@ -18,12 +18,16 @@ import numpy as np
 import jask
 from jask.store import registry, sessions
 
-TRACED = {"create", "register", "discard", "sweep", "_empty_trash"}
+TRACED = {"create", "register", "discard", "sweep", "_sweep_once", "_empty_trash",
+          "register_deferred", "fulfil", "claim"}
 
 
 def ops(a):
     r = jask.square(a + 1.0)  # sweeps the garbage left before, makes some
-    del r
+    r.filename  # noqa: B018 - computes it (eager ops are lazy)
+    t = jask.square(a)
+    jask.transpose(t).filename  # noqa: B018 - not fusable: computes t first
+    del r, t
 
 
 def main(scratch: str) -> None:

@@ -79,6 +79,14 @@ def forks(scratch: str) -> dict:
         jask.store.registry.sweep()   # what jask's next safe point does
         jask.store.trash.wait()
 
+    z = x + 1.0  # pending (eager ops are lazy): computed by a child, then by this process
+
+    pid = os.fork()
+    if pid == 0:  # no JAX call: XLA's compiler may hang in a forked child
+        ok = z.to_numpy().tolist() == [1, 2, 3, 4, 5, 6]
+        jask.store.sessions._remove_sessions()  # what atexit does (its pool's threads
+        os._exit(0 if ok else 3)  # may crash the interpreter's exit in a forked child)
+    lazy_exit = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     child = multiprocessing.get_context("fork").Process(target=drop_everything)
     child.start()
     child.join()
@@ -88,7 +96,8 @@ def forks(scratch: str) -> dict:
         sys.exit(0)   # a plain exit: atexit handlers run in the child
     os.waitpid(pid, 0)
     return {"exitcode": child.exitcode, "session": os.path.isdir(folder),
-            "sum": float(jask.sum(x)), "values": x.to_numpy().tolist()}
+            "sum": float(jask.sum(x)), "values": x.to_numpy().tolist(),
+            "lazy": [lazy_exit, z.to_numpy().tolist()]}
 
 
 def kills(scratch: str, source: str, folder: str) -> dict:
