@@ -52,7 +52,8 @@ def test_ops_and_gradients_match_on_a_cluster(client, rng):
     np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-4, atol=1e-4)
     prefixes = _task_prefixes(client)
     # the jitted step runs as one band group: its tasks show under its own name
-    assert {"jask-dot", "jask-transpose", "jask-sum", "jask-multiply", "jask-add",
+    # (a transpose is a view: no graph, read through by the graphs of the ops after it)
+    assert {"jask-dot", "jask-sum", "jask-multiply", "jask-add",
             "jask-fused-dot"} <= prefixes, prefixes
 
 
