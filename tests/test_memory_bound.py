@@ -67,9 +67,10 @@ def run_grid(data: str, budget: int, side: int, names=None) -> dict:
         cell = run_script("bounded_memory.py", data, budget, folder, timeout=900)
         report["budget"], report["baseline"] = cell["budget"], cell["baseline"]
         report["cells"][name] = cell["cells"][folder]
-        lazy = run_script("bounded_memory.py", data, budget, folder, timeout=900,
-                          env={"JASK_GRID_PHASE": "lazy"})  # a process of their own
-        report["cells"][name].update(lazy["cells"][folder])
+        for phase in ("lazy", "views"):  # each in a process of its own
+            more = run_script("bounded_memory.py", data, budget, folder, timeout=900,
+                              env={"JASK_GRID_PHASE": phase})
+            report["cells"][name].update(more["cells"][folder])
         shutil.rmtree(os.path.join(data, folder), ignore_errors=True)
     return report
 

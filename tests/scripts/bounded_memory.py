@@ -87,9 +87,9 @@ BY_DEFAULT_IN = {"matmul": {"mixed grids"}}
 
 def view_ops(a, b, X) -> dict:
     """Views (jask.store.views): read through, never copied; the Gram matrix reads X
-    once. Measured in the second process with the lazy chains (``JASK_GRID_PHASE=lazy``):
-    after every op above, what the heap keeps (2-7 MB, growing op by op) would count
-    against them, and they against the steps after them."""
+    once. Measured in a process of their own (``JASK_GRID_PHASE=views``): after every op
+    above, what the heap keeps (2-7 MB, growing op by op) would count against them, and
+    they against the ops after them (the adam step rose past the budget in 7 cells)."""
     return {
         # starts inside chunks (315:3892, 102: on the grid)
         "slice": lambda: a[a.shape[0] // 13:a.shape[0] - a.shape[0] // 20, a.shape[1] // 40:],
@@ -154,8 +154,8 @@ def run_cell(folder: str) -> dict:
     w = jask.from_numpy(np.zeros((X.shape[1], 1), np.float32))
     results = {}
     only = os.environ.get("JASK_GRID_OPS")  # a comma-separated subset, to study one op
-    phase = ops(a, b, v, X, y, w) if os.environ.get("JASK_GRID_PHASE") != "lazy" else \
-        {**view_ops(a, b, X), **lazy_ops(a, b)}
+    phase = {"lazy": lambda: lazy_ops(a, b), "views": lambda: view_ops(a, b, X)}.get(
+        os.environ.get("JASK_GRID_PHASE", ""), lambda: ops(a, b, v, X, y, w))()
     for name, op in phase.items():
         if only and name not in only.split(",") or not only and name in ON_REQUEST and (
                 os.path.basename(os.path.normpath(folder)) not in BY_DEFAULT_IN.get(name, ())):
