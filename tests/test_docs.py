@@ -25,7 +25,8 @@ def html(tmp_path_factory):
 
 
 def test_pages_exist(html):
-    for page in ("index", "getting_started", "concepts", "testing", "api", "array_api"):
+    for page in ("index", "getting_started", "concepts", "testing", "api", "array_api",
+                 "object_storage", "promises"):
         assert (html / f"{page}.html").is_file(), page
 
 
