@@ -42,6 +42,7 @@ from jask.base import counters, memory
 from jask.base.config import Config
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
+from jask.engine.work import room
 from jask.store import chunkio, registry, space, views
 from jask.store.spec import StoreSpec
 
@@ -200,14 +201,22 @@ def record(desc: Description, args, config: Config, work: Callable,
     """Record an op whose output is a store; its handle, or None when the
     op cannot join a group (then it runs now). ``keep``: eagerly, the
     Owners of its inputs (held while it is pending)."""
+    eager = not registry.in_callback()
+    if eager and execute.on_a_cluster():
+        return None  # run now, on the cluster that is there now (it may be gone when read)
     inputs = _inputs(desc, args)
     if not _joins(desc, inputs):
         return None
     waiting = _pending(inputs)
-    if not waiting and not registry.in_callback() and hasattr(work, "plan"):
+    planned = None
+    if not waiting and eager and hasattr(work, "plan"):
         # eagerly, refuse now what the op alone cannot run (BudgetError names it)
-        work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
-                  [x for x, d in zip(inputs, desc.on_disk) if not d], config)
+        planned = work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
+                            [x for x, d in zip(inputs, desc.on_disk) if not d], config)
+    if eager:  # and an output the scratch disk cannot hold (DiskFullError names the folder)
+        chunks = (planned.chunks if planned is not None and planned.chunks is not None
+                  else tuple(max(s, 1) for s in desc.shape))
+        room(config, desc.op, desc.shape, desc.dtype, chunks)
     def too_long() -> bool:
         return (len(frozenset().union(*(x.upstream for x in _pending(inputs)))) >= MAX_PENDING
                 or bool(keep) and len(_leaves(inputs)) > MAX_HELD)  # (a program holds them anyway)
