@@ -44,7 +44,7 @@ class Config:
         URL (``s3://bucket/prefix``), as sorted ``(key, value)`` pairs (a
         frozen dataclass holds no dict); empty: the environment's variables.
       lazy: whether eager ops that a band group can hold return at once
-        and compute their store when it is first needed (see
+        and compute their store when it is first needed (on by default; see
         :func:`set_memory_budget`).
 
     Example:
