@@ -51,8 +51,8 @@ def test_ops_and_gradients_match_on_a_cluster(client, rng):
     want = jax.grad(lambda w: jnp.sum(jnp.square(x @ w - y)))(w)
     np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-4, atol=1e-4)
     prefixes = _task_prefixes(client)
-    # eager ops run on the client at their call (X * 2.0 + X unfused); a transpose is a
-    # view (no tasks); the jitted step runs as one band group under its own name
+    # the jitted step runs as one band group: its tasks show under its own name
+    # (a transpose is a view: no graph, read through by the graphs of the ops after it)
     assert {"jask-dot", "jask-sum", "jask-multiply", "jask-add",
             "jask-fused-dot"} <= prefixes, prefixes
 
