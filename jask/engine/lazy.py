@@ -145,6 +145,7 @@ class Recorded(registry.Deferred):
         stores = [x.compute() if isinstance(x, Recorded) else x
                   for x, d in zip(self.inputs, self.desc.on_disk) if d]
         values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
+        held = self.keep  # noqa: F841 - the inputs' Owners, until the snapshot's check is over
         with space.snapshot(stores, f"jask ({self.desc.op})"), \
                 counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
             self._fulfil(self.work(stores, values, self.config))
@@ -329,6 +330,9 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     plan = bands.group(name, group.order, keep, group.tops, config)
     read = [x for node in group.order for x in node.inputs if isinstance(x, StoreSpec)]
+    # the Owners of the stores read, held until the snapshot's check is over (fulfilling a
+    # root lets go of its inputs: another thread's sweep could delete them mid-check)
+    held = [p.keep for p in group.recorded_of.values()]  # noqa: F841
     with space.snapshot(read, f"jask ({name})"):  # one version of each store read
         if plan is None:  # too large for one band task: op by op, as unfused
             for node in group.order:
