@@ -21,6 +21,7 @@ import numpy as np
 
 from jask.base import counters
 from jask.base.config import Config
+from jask.base.memory import BudgetError
 from jask.engine import blockwise as bw
 from jask.engine import builders, execute, scan, tasks
 from jask.engine import gather as gathers
@@ -272,15 +273,15 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: s
                 continue
             unit = chunkio.read_model(source).unit
             try:
-                errors = room(config, op, source.shape, source.dtype, unit)
-            except space.DiskFullError:
-                yield stores, False
-                return
-            with errors, registry.new_store(config.scratch_dir, "decoded", source.shape,
-                                            source.dtype, unit) as copy:
                 tile, cost = planner.transpose_chunks(
                     source, tuple(range(len(source.shape))), config.max_memory, config.workers,
                     op=op, out_unit=unit)
+                errors = room(config, op, source.shape, source.dtype, unit)
+            except (space.DiskFullError, BudgetError):  # no room for the copy, or for whole
+                yield stores, False                       # chunks of it: decode as it reads
+                return
+            with errors, registry.new_store(config.scratch_dir, "decoded", source.shape,
+                                            source.dtype, unit) as copy:
                 dsk, keys = builders.copy_graph(copy, source, op=op, tile=tile)
                 execute.run(dsk, keys, config.workers, cost)
             copies.append(copy)

@@ -130,7 +130,11 @@ def _obstore_options(options: dict) -> dict:
 
 @functools.lru_cache(maxsize=64)
 def _client(bucket_url: str, options: tuple):
-    from obstore.store import from_url
+    try:
+        from obstore.store import from_url
+    except ImportError as err:
+        raise ImportError(f"jask reads and writes object storage ({redact(bucket_url)}) through "
+                          'obstore: pip install "jask[cloud]"') from err
 
     if bucket_url.startswith("memory:"):
         return from_url(bucket_url)

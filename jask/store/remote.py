@@ -43,7 +43,6 @@ from types import ModuleType
 
 import google_crc32c
 import numpy as np
-import obstore
 import zarr
 
 from jask.base import counters, memory
@@ -57,6 +56,23 @@ __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", 
 #: Retries of a transient error after the first attempt, and the first wait
 #: (doubled each time, with jitter, at most BACKOFF_MAX): 0.1+0.2+0.4+0.8+1.6
 #: s, about 3 s, rides out a restarting endpoint or a throttling burst.
+
+
+class _Obstore:
+    """obstore, imported when a URL is first used: jask imports and runs on
+    local stores without the ``cloud`` extra."""
+
+    def __getattr__(self, name: str):
+        try:
+            import obstore as module
+        except ImportError as err:
+            raise ImportError("jask reads and writes object storage (s3://, gs://, az://) "
+                              'through obstore: pip install "jask[cloud]"') from err
+        return getattr(module, name)
+
+
+obstore = _Obstore()
+
 RETRIES = 5
 BACKOFF = 0.1
 BACKOFF_MAX = 2.0
