@@ -229,3 +229,19 @@ def test_a_full_disk_is_refused_at_the_call(jask_scratch):
         x + np.zeros((1, 100_000), np.float32)  # a broadcast along the rows: it records
     assert jask_scratch.path in str(err.value)
     assert registry.live_paths() == before
+
+
+def test_a_pending_result_passed_to_jit_is_computed_once(small_budget):
+    """A jitted call observes an eager result: its store is written at the
+    first call (one pass over X), and later calls read it, not X."""
+    x = _x()
+    X = jask.from_numpy(x)
+    Z = (X - 1.0) * 2.0
+    f = jax.jit(lambda Z: jask.sum(Z * Z))
+    with jask.track() as first:
+        f(Z)
+    assert "filename=" in repr(Z) and first.passes(X) == 1.0  # computed, a store
+    with jask.track() as second:
+        got = f(Z)
+    assert second.passes(X) == 0.0 and second.passes(Z) == 1.0
+    np.testing.assert_allclose(float(got), float((((x - 1) * 2) ** 2).sum()), rtol=1e-4)

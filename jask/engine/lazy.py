@@ -169,6 +169,9 @@ def _inputs(desc: Description, args) -> list:
         if d:
             handle = next(disk)
             recorded = registry.deferred(handle)
+            if (recorded is not None and getattr(recorded, "owned_lazily", False)
+                    and registry.in_callback()):
+                recorded = None  # an eager result passed to a jitted call: computed now, once
             out.append(recorded if recorded is not None else registry.spec(handle))
         else:
             out.append(np.asarray(next(values)))
