@@ -49,7 +49,7 @@ def stores(request, tmp_path, rng, small_budget):
 def test_a_product_of_two_compressed_stores_decodes_each_chunk_once(stores):
     A, a, B, b = stores
     with jask.track() as t:
-        C = A @ B
+        C = (A @ B).block_until_ready()  # eager ops are lazy: computed inside the block
     np.testing.assert_allclose(C.to_numpy(), a @ b, **tolerance(np.float32))
     # a tiled product reads each tile of A once per column of output tiles:
     # A and B are decoded once into uncompressed copies, which it reads instead
@@ -76,7 +76,7 @@ def test_elementwise_tiles_hold_whole_compressed_chunks(tmp_path, rng, small_bud
     x = rng.standard_normal((288, 256)).astype(np.float32)
     X = user_store(tmp_path / "x.zarr", x, chunks=(36, 64), compressors=zarr.codecs.ZstdCodec())
     with jask.track() as t:
-        Y = X + X
+        Y = (X + X).block_until_ready()
     np.testing.assert_array_equal(Y.to_numpy(), x + x)
     assert decodes(t, X) == 2.0  # two operands, each chunk once for each
 

@@ -206,3 +206,42 @@ def test_threads_keep_their_own_chains(small_budget):
         z = (x - k) * (k + 1)
         np.testing.assert_allclose(results[k][0], float((z * z).sum()), rtol=1e-5)
         np.testing.assert_allclose(results[k][1], z, rtol=1e-6)
+
+
+def test_lazy_is_the_default(jask_scratch):
+    from jask.base.config import make_config
+    assert make_config("8MB", scratch_dir=jask_scratch.path).lazy is True
+    jask.set_memory_budget("8MB", scratch_dir=jask_scratch.path)
+    assert jask.get_config().lazy is True
+    assert "pending" in repr(jask.from_numpy(_x()) + 1.0)
+
+
+def test_a_full_disk_is_refused_at_the_call(jask_scratch):
+    """An output the scratch disk cannot hold: DiskFullError naming the folder
+    when the op records (as lazy=False would at its call), nothing written."""
+    import shutil
+    jask.set_memory_budget("1GB", scratch_dir=jask_scratch.path)
+    rows = shutil.disk_usage(os.path.dirname(jask_scratch.path)).free // 100_000 + 1  # output:
+    # 4x the free space
+    x = jask.from_numpy(np.ones((rows, 1), np.float32))  # (a few MB)
+    before = registry.live_paths()
+    with pytest.raises(jask.DiskFullError, match="add: not enough disk space in") as err:
+        x + np.zeros((1, 100_000), np.float32)  # a broadcast along the rows: it records
+    assert jask_scratch.path in str(err.value)
+    assert registry.live_paths() == before
+
+
+def test_a_pending_result_passed_to_jit_is_computed_once(small_budget):
+    """A jitted call observes an eager result: its store is written at the
+    first call (one pass over X), and later calls read it, not X."""
+    x = _x()
+    X = jask.from_numpy(x)
+    Z = (X - 1.0) * 2.0
+    f = jax.jit(lambda Z: jask.sum(Z * Z))
+    with jask.track() as first:
+        f(Z)
+    assert "filename=" in repr(Z) and first.passes(X) == 1.0  # computed, a store
+    with jask.track() as second:
+        got = f(Z)
+    assert second.passes(X) == 0.0 and second.passes(Z) == 1.0
+    np.testing.assert_allclose(float(got), float((((x - 1) * 2) ** 2).sum()), rtol=1e-4)

@@ -30,7 +30,7 @@ def test_io_counts_and_progress_use_the_same_units(small_budget, rng):
     x = jask.from_numpy(rng.standard_normal((301, 97)).astype(np.float32))
     out = io.StringIO()
     with jask.track() as t, jask.progress_bars(min_tasks=1, file=out):
-        jask.square(x)
+        jask.square(x).block_until_ready()
     size = format_bytes(x.nbytes)
     assert f"read {size} " in repr(t) and f"read {size}, wrote {size}" in out.getvalue()
     assert not re.search(r"\d (kB|MB|GB)\b", repr(t) + out.getvalue())  # no decimal units

@@ -40,7 +40,7 @@ def test_add_reads_each_input_once_and_writes_the_output_once(small_budget, rng,
     x, y = rand(rng, SHAPE, dtype), rand(rng, SHAPE, dtype)
     a, b = jask.from_numpy(x), jask.from_numpy(y)
     with jask.track() as t:
-        c = a + b
+        c = (a + b).block_until_ready()  # eager ops are lazy: observed inside the block
     assert t.store(a).bytes_read == x.nbytes and t.store(b).bytes_read == y.nbytes
     assert t.passes(a) == 1.0 and t.passes(b) == 1.0
     assert t.store(c).bytes_written == (x + y).nbytes
@@ -61,7 +61,7 @@ def test_add_on_user_stores_reads_each_once(small_budget, rng, tmp_path, layout)
     a = user_store(tmp_path / "a.zarr", x, **kind)
     b = user_store(tmp_path / "b.zarr", y, chunks=(33, 203), compressors=None)
     with jask.track() as t:
-        c = a + b
+        c = (a + b).block_until_ready()
     assert t.store(a).bytes_read == x.nbytes and t.store(b).bytes_read == y.nbytes
     assert t.store(str(tmp_path / "a.zarr")).bytes_read == x.nbytes  # by path too
     assert t.store(c).bytes_written == x.nbytes
@@ -194,7 +194,7 @@ def test_stats_break_down_consistently_and_reset(small_budget, rng):
     jask.reset_stats()
     a = jask.from_numpy(x)
     with jask.track() as outer:
-        c = jask.square(a)
+        c = jask.square(a).block_until_ready()  # written here, read again by the sum
         with jask.track() as inner:
             total = jask.sum(c)
         jask.reset_stats()  # does not touch an open block
@@ -220,7 +220,7 @@ def test_a_long_loop_folds_removed_stores_and_keeps_the_totals(small_budget, rng
     a = jask.from_numpy(x)
     with jask.track() as t:
         for _ in range(12):
-            jask.square(a)  # a new store each time, deleted at the next op
+            jask.square(a).block_until_ready()  # a new store each time, deleted at the next op
     assert t.passes(a) == 12.0 and t.bytes_written == 12 * x.nbytes
     stores = t.by_store
     assert counters.REMOVED in stores and len(stores) < 8, list(stores)
@@ -245,7 +245,7 @@ def test_progress_bar_ends_with_bytes_read_and_written(small_budget, rng):
     a = jask.from_numpy(x)
     out = io.StringIO()
     with jask.progress_bars(min_tasks=1, file=out):
-        jask.square(a)
+        jask.square(a).block_until_ready()
     size = format_bytes(x.nbytes)
     assert f"read {size}, wrote {size}" in out.getvalue(), out.getvalue()
 

@@ -53,10 +53,12 @@ def test_planned_tiles_are_the_ops_own(small_budget, rng, tmp_path):
     y_opened = jask.open(tmp_path / "y.zarr")
     for target in (y, y_opened):
         plan = jask.visualize(lambda w, X, y: (X @ w - y).T * 2.0, w, X, target)
-        r = X @ w
-        d = r - target
+        # each op computed at its call, as one op on stored inputs (lazy, a pending
+        # chain would run as one band group, whose tiles are its bands)
+        r = (X @ w).block_until_ready()
+        d = (r - target).block_until_ready()
         t = d.T
-        s = t * 2.0
+        s = (t * 2.0).block_until_ready()
         assert [p.tile for p in plan.steps] == [r.chunks, d.chunks, t.chunks, s.chunks]
         counts = [int(np.prod([-(-n // c) for n, c in zip(a.shape, a.chunks)]))
                   if a is not t else 0 for a in (d, t, s)]  # t: a view, no task

@@ -44,7 +44,7 @@ class Config:
         URL (``s3://bucket/prefix``), as sorted ``(key, value)`` pairs (a
         frozen dataclass holds no dict); empty: the environment's variables.
       lazy: whether eager ops that a band group can hold return at once
-        and compute their store when it is first needed (see
+        and compute their store when it is first needed (on by default; see
         :func:`set_memory_budget`).
 
     Example:
@@ -61,7 +61,7 @@ class Config:
     allow_tmpfs: bool = False
     workers: int = os.cpu_count() or 1
     storage_options: tuple = field(default=(), repr=False)  # credentials: never shown
-    lazy: bool = False
+    lazy: bool = True
 
 
 def parse_budget(max_memory: int | str) -> int:
@@ -139,7 +139,7 @@ def _is_url(path: str) -> bool:
 
 def make_config(max_memory: int | str, scratch_dir: str | None = None,
                 allow_tmpfs: bool = False, workers: int | None = None,
-                storage_options: dict | None = None, lazy: bool = False) -> Config:
+                storage_options: dict | None = None, lazy: bool = True) -> Config:
     """Build a checked :class:`Config` without installing it.
 
     Example:
@@ -177,7 +177,7 @@ _active: Config | None = None
 
 def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
                       allow_tmpfs: bool = False, storage_options: dict | None = None,
-                      lazy: bool = False) -> None:
+                      lazy: bool = True) -> None:
     """Set the process-wide configuration used by every jask op.
 
     The effective budget is ``min(max_memory, 0.8 * available RAM)``, taken
@@ -196,15 +196,15 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
         workers on other machines read what others wrote), the object
         store's options (credentials, endpoint); by default the standard
         environment variables (``AWS_ENDPOINT_URL``, ...).
-      lazy: (off by default for now) eager ops that read along rows
+      lazy: (on by default) eager ops that read along rows
         (elementwise ops, broadcasts,
         reductions to a DiskArray, ``X @ w`` with ``w`` in memory) return at
         once, and their store is computed when something needs it: its data
         or ``filename``, a save, a non-fusable op, an ``update_`` of a store
         it reads, a jitted call, or a reduction to memory, which then runs
         the whole chain as one pass over the rows, intermediates never
-        written. ``lazy=False`` (the default): every eager op runs at its
-        call (errors at the call, one store written per op).
+        written. ``lazy=False`` runs every eager op at its call (one
+        store written per op, errors while computing raised at the call).
 
     Raises:
       ValueError: if ``max_memory`` cannot be read.

@@ -135,6 +135,16 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
             progress.close(bar)
 
 
+def on_a_cluster() -> bool:
+    """Whether ops run on a ``dask.distributed`` client now (the default client).
+
+    Example:
+      >>> on_a_cluster()
+      False
+    """
+    return cluster.distributed_client(_scheduler()) is not None
+
+
 def _scheduler():
     """The scheduler in effect (None: Dask's threaded default).
 

@@ -42,6 +42,7 @@ from jask.base import counters, memory
 from jask.base.config import Config
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
+from jask.engine.work import room
 from jask.store import chunkio, registry, space, views
 from jask.store.spec import StoreSpec
 
@@ -144,6 +145,7 @@ class Recorded(registry.Deferred):
         stores = [x.compute() if isinstance(x, Recorded) else x
                   for x, d in zip(self.inputs, self.desc.on_disk) if d]
         values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
+        held = self.keep  # noqa: F841 - the inputs' Owners, until the snapshot's check is over
         with space.snapshot(stores, f"jask ({self.desc.op})"), \
                 counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
             self._fulfil(self.work(stores, values, self.config))
@@ -167,6 +169,9 @@ def _inputs(desc: Description, args) -> list:
         if d:
             handle = next(disk)
             recorded = registry.deferred(handle)
+            if (recorded is not None and getattr(recorded, "owned_lazily", False)
+                    and registry.in_callback()):
+                recorded = None  # an eager result passed to a jitted call: computed now, once
             out.append(recorded if recorded is not None else registry.spec(handle))
         else:
             out.append(np.asarray(next(values)))
@@ -200,14 +205,22 @@ def record(desc: Description, args, config: Config, work: Callable,
     """Record an op whose output is a store; its handle, or None when the
     op cannot join a group (then it runs now). ``keep``: eagerly, the
     Owners of its inputs (held while it is pending)."""
+    eager = not registry.in_callback()
+    if eager and execute.on_a_cluster():
+        return None  # run now, on the cluster that is there now (it may be gone when read)
     inputs = _inputs(desc, args)
     if not _joins(desc, inputs):
         return None
     waiting = _pending(inputs)
-    if not waiting and not registry.in_callback() and hasattr(work, "plan"):
+    planned = None
+    if not waiting and eager and hasattr(work, "plan"):
         # eagerly, refuse now what the op alone cannot run (BudgetError names it)
-        work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
-                  [x for x, d in zip(inputs, desc.on_disk) if not d], config)
+        planned = work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
+                            [x for x, d in zip(inputs, desc.on_disk) if not d], config)
+    if eager:  # and an output the scratch disk cannot hold (DiskFullError names the folder)
+        chunks = (planned.chunks if planned is not None and planned.chunks is not None
+                  else tuple(max(s, 1) for s in desc.shape))
+        room(config, desc.op, desc.shape, desc.dtype, chunks)
     def too_long() -> bool:
         return (len(frozenset().union(*(x.upstream for x in _pending(inputs)))) >= MAX_PENDING
                 or bool(keep) and len(_leaves(inputs)) > MAX_HELD)  # (a program holds them anyway)
@@ -320,6 +333,9 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     plan = bands.group(name, group.order, keep, group.tops, config)
     read = [x for node in group.order for x in node.inputs if isinstance(x, StoreSpec)]
+    # the Owners of the stores read, held until the snapshot's check is over (fulfilling a
+    # root lets go of its inputs: another thread's sweep could delete them mid-check)
+    held = [p.keep for p in group.recorded_of.values()]  # noqa: F841
     with space.snapshot(read, f"jask ({name})"):  # one version of each store read
         if plan is None:  # too large for one band task: op by op, as unfused
             for node in group.order:

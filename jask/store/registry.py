@@ -271,6 +271,12 @@ def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
         return store
 
 
+def owned_deferred() -> list:
+    """The computations of lazy stores something still owns (not run yet)."""
+    with _lock:
+        return [d for h, d in _deferred.items() if h in _owners]
+
+
 def has_deferred() -> bool:
     """Whether any store awaits its computation (cheap: no lock)."""
     return bool(_deferred)

@@ -43,7 +43,8 @@ def main(mount: str, input_path: str) -> None:
 
     def run(i):
         barrier.wait()
-        results[i] = outcome(lambda: float(jask.sum(a * float(i + 2))))
+        # each writes its product (lazy, the chain would run in one pass writing nothing)
+        results[i] = outcome(lambda: float(jask.sum((a * float(i + 2)).block_until_ready())))
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     os.truncate(os.path.join(mount, "ballast"), 6 * 2**20)   # ~6 MiB free: one fits
     [t.start() for t in threads]
