@@ -58,6 +58,31 @@ def _fix_mmap_threshold() -> None:
 
 
 _fix_mmap_threshold()
+
+
+def _trim_heap() -> None:
+    """Give the heap's free pages back to the system after a graph.
+
+    Codecs decode into buffers below the mmap threshold, and what they free
+    stays in the threads' malloc arenas: a chain of ops on zstd or v2 chunks
+    (no band fits, so op by op) peaked at 19.8-21.4 MB under a 16 MB budget,
+    15.8 MB with this trim after each graph. It takes about 0.05 ms.
+    """
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _load_libc():
+    import ctypes
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018 - glibc only
+        return libc
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_libc = _load_libc()
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
@@ -125,9 +150,12 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                 if bar is not None:
                     return progress.run_distributed(bar, client, graph, keys)
                 return list(client.get(graph, keys))
-            with buffers.scope():  # tiles reused from task to task (jask.store.buffers)
-                return _run_local(scheduler, graph, keys, workers, at_once,
-                                  progress.local_callbacks(bar) if bar is not None else None)
+            try:
+                with buffers.scope():  # tiles reused from task to task (jask.store.buffers)
+                    return _run_local(scheduler, graph, keys, workers, at_once,
+                                      progress.local_callbacks(bar) if bar is not None else None)
+            finally:
+                _trim_heap()
     finally:
         if client is not None:
             counters.collect(client)  # what worker processes counted (jask.stats)
