@@ -224,3 +224,15 @@ def test_an_update_computed_from_a_replaced_snapshot_is_refused(s3_bucket, small
         w.update_(new)
     np.testing.assert_array_equal(_outside(s3_bucket), 7.0)
     del new
+
+
+def test_a_view_keeps_its_values_when_the_array_is_committed(s3_bucket, small_budget):
+    """``w.T`` and ``w[1:]`` are views of the icechunk array: its update copies them first."""
+    w0 = np.random.default_rng(3).standard_normal(SHAPE).astype(np.float32)
+    _repo(s3_bucket, {"w": w0})
+    w = jask.open_icechunk(f"{s3_bucket}/repo", "w")
+    T, S = w.T, w[1:]
+    w.update_(w * 3.0)
+    np.testing.assert_allclose(_outside(s3_bucket), w0 * 3.0, rtol=1e-6)
+    np.testing.assert_array_equal(T.to_numpy(), w0.T)
+    np.testing.assert_array_equal(S.to_numpy(), w0[1:])

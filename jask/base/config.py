@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import dask.utils
 import psutil
 
+from jask.base.urls import is_url
+
 __all__ = ["Config", "set_memory_budget", "get_config", "parse_budget"]
 
 #: Budget used when a program never calls :func:`set_memory_budget`.
@@ -130,13 +132,6 @@ def _statfs_magic(path: str) -> int | None:
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
-def _is_url(path: str) -> bool:
-    """Whether ``path`` is an object-storage URL (jask.store.objects.SCHEMES;
-    base cannot import store, so the schemes are repeated here)."""
-    scheme = path.split("://", 1)[0].lower() if "://" in path else ""
-    return scheme in ("s3", "gs", "gcs", "az", "abfs", "abfss", "azure", "memory")
-
-
 def make_config(max_memory: int | str, scratch_dir: str | None = None,
                 allow_tmpfs: bool = False, workers: int | None = None,
                 storage_options: dict | None = None, lazy: bool = True) -> Config:
@@ -151,7 +146,7 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
     available = psutil.virtual_memory().available
     effective = min(requested, int(AVAILABLE_RAM_FRACTION * available))
     options = tuple(sorted((storage_options or {}).items()))
-    if scratch_dir is not None and _is_url(scratch_dir):  # object storage: no disk to check
+    if scratch_dir is not None and is_url(scratch_dir):  # object storage: no disk to check
         return Config(max_memory=effective, requested_memory=requested,
                       scratch_dir=scratch_dir.rstrip("/"), allow_tmpfs=allow_tmpfs,
                       workers=workers or (os.cpu_count() or 1), storage_options=options,

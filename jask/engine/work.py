@@ -162,7 +162,7 @@ class _ViewCopy(registry.Deferred):
         self.view, self.config = view, config
 
     def reads(self, path: str) -> bool:
-        return os.path.abspath(self.view.path) == os.path.abspath(path)
+        return registry.canonical(self.view.path) == registry.canonical(path)
 
     def compute(self) -> StoreSpec:
         return copy_of(self.view, self.config)

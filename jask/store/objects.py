@@ -21,23 +21,13 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from jask.base.urls import SCHEMES, is_url  # (re-exported: the store layer's name for them)
+
 __all__ = ["SCHEMES", "is_url", "Location", "location", "redact", "register_options",
            "options_for", "registered"]
 
-#: URL schemes read as object storage; anything else is a local path.
-SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "azure", "memory")
 
 _SECRET_WORDS = re.compile(r"(secret|token|password|key|credential|session|signature)", re.I)
-
-
-def is_url(path: str) -> bool:
-    """Whether ``path`` names object storage rather than a local folder.
-
-    Example:
-      >>> is_url("s3://bucket/x.zarr"), is_url("/data/x.zarr"), is_url("file:///data/x.zarr")
-      (True, False, False)
-    """
-    return isinstance(path, str) and urlsplit(path).scheme.lower() in SCHEMES
 
 
 def local_path(path: str) -> str:

@@ -282,10 +282,21 @@ def has_deferred() -> bool:
     return bool(_deferred)
 
 
+def canonical(path: str) -> str:
+    """How a store's path is compared: absolute, or a URL (object storage,
+    an icechunk array's ``icechunk+s3://...``) as it is.
+
+    Example:
+      >>> canonical("icechunk+s3://bucket/repo?branch=main#w"), canonical("/data/./x.zarr")
+      ('icechunk+s3://bucket/repo?branch=main#w', '/data/x.zarr')
+    """
+    return path if "://" in path else os.path.abspath(path)
+
+
 def before_mutation(path: str) -> None:
     """Compute every lazy store that would read ``path``, and copy every view
     of it, before it changes."""
-    path = path if "://" in path else os.path.abspath(path)  # (a URL is no file path)
+    path = canonical(path)
     for handle, copy in list(_views.items()):
         if copy.reads(path):
             materialize(handle)
