@@ -179,8 +179,13 @@ def _inputs(desc: Description, args) -> list:
 
 
 def _shallow(desc: Description, inputs: list) -> fusion.Node:
-    return fusion.Node(desc.op, desc.kind, inputs, desc.shape, np.dtype(desc.dtype),
-                       desc.params)
+    params = desc.params
+    if desc.kind == "dot" and isinstance(inputs[0], StoreSpec):
+        base, transposed = views.as_transposed(inputs[0])
+        if transposed:  # X.T @ u: X read in row bands, the product contracted over them
+            inputs = [base, *inputs[1:]]
+            params = {**params, "ta": not params["ta"]}
+    return fusion.Node(desc.op, desc.kind, inputs, desc.shape, np.dtype(desc.dtype), params)
 
 
 def _joins(desc: Description, inputs: list) -> bool:
@@ -189,8 +194,8 @@ def _joins(desc: Description, inputs: list) -> bool:
     if not fusion.fusable(node):
         return False
     if desc.kind == "dot" and any(isinstance(x, StoreSpec) and views.as_transposed(x)[1]
-                                  for x in inputs):
-        return False  # X.T @ ...: its own plan reads X as stored, once (jask.store.views)
+                                  for x in node.inputs):
+        return False  # ... @ X.T: its own plan reads X as stored, once (jask.store.views)
     n = fusion.band_length(node)
     for x in inputs:
         if isinstance(x, Recorded) and x.store is None:
