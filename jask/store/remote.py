@@ -59,7 +59,7 @@ from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata, writes
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
-           "remember", "metadata_text"]
+           "remember", "metadata_text", "metadata_version", "opened_version"]
 
 #: Retries of a transient error after the first attempt, and the first wait
 #: (doubled each time, with jitter, at most BACKOFF_MAX): 0.1+0.2+0.4+0.8+1.6
@@ -278,17 +278,43 @@ def exists(url: str) -> bool:
 
 
 async def _head(url: str, name: str) -> bool:
+    return await _stat(url, name) is not None
+
+
+async def _stat(url: str, name: str) -> tuple | None:
+    """(name, ETag, size) of object ``name`` under ``url`` by one HEAD (None: no such object)."""
     client, key = _client_key(url, name)
 
     async def call():
         try:
-            await obstore.head_async(client, key)
-            return True
+            meta = await obstore.head_async(client, key)
         except FileNotFoundError as err:
             if _no_bucket(err):  # (retried, then an error: never the fill value)
                 raise
-            return False
+            return None
+        return name, meta.get("e_tag"), int(meta["size"])
     return await _retrying("lookup", url, name, call)
+
+
+def metadata_version(url: str, name: str | None = None) -> tuple | None:
+    """What identifies the version of the Zarr array at ``url``: the (name,
+    ETag, size) of its metadata object (``name``, else ``zarr.json`` or
+    ``.zarray``), by HEAD requests (counted); None when there is none. A user's
+    array at a URL carries no version token: another writer replacing it
+    rewrites this object (jask.store.versions compares it before and after).
+
+    Example:
+      >>> put("memory:///doc-version/x.zarr", ".zarray", b"{}")
+      >>> metadata_version("memory:///doc-version/x.zarr")[::2]
+      ('.zarray', 2)
+    """
+    async def version():
+        for each in (name,) if name else _METADATA:
+            found = await _stat(url, each)
+            if found is not None:
+                return found
+        return None
+    return _run(version())
 
 
 def list_prefix(url: str) -> list[str]:
@@ -351,6 +377,10 @@ async def _gather(coros, limit: int = IN_FLIGHT):
 
 _arrays: dict[str, zarr.Array] = {}
 _layouts: dict[str, ChunkLayout | None] = {}
+# (url, shape, dtype, chunks) -> the metadata_version its array had when
+# spec_of opened it: what an op reading it was planned with. Not a cache of
+# the store (forget keeps it): a DiskArray of an older version must still fail.
+_opened: dict[tuple, tuple] = {}
 _indexes: dict[tuple, np.ndarray] = {}
 _lock = threading.Lock()
 #: Stores whose array and layout are kept per process (a worker process sees
@@ -408,12 +438,36 @@ def spec_of(url: str) -> StoreSpec:
       >>> spec = spec_of("memory:///doc-spec/x.zarr"); spec.shape, spec.chunks
       ((3, 5), (2, 2))
     """
+    version = metadata_version(url)  # before the metadata is read: a later change is seen
     try:
         arr = open_array(url)
     except (zarr.errors.NodeTypeValidationError, ValueError, KeyError) as err:
         raise FileNotFoundError(f"{url!r} is not a Zarr array: {err}") from None
     chunks, dtype = check_metadata(url, arr.shape, arr.chunks, arr.dtype)
-    return StoreSpec(url, tuple(arr.shape), dtype, chunks, managed=False)
+    spec = StoreSpec(url, tuple(arr.shape), dtype, chunks, managed=False)
+    if version is not None:
+        with _lock:
+            _bounded(_opened)
+            _opened[_opened_key(spec)] = version
+    return spec
+
+
+def _opened_key(store: StoreSpec) -> tuple:
+    return store.path, tuple(store.shape), str(store.dtype), tuple(store.chunks)
+
+
+def opened_version(store: StoreSpec) -> tuple | None:
+    """The :func:`metadata_version` the array at ``store.path`` had when
+    :func:`spec_of` gave ``store`` (the same URL, shape, dtype and chunks);
+    None when no such store was opened in this process.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.zeros(3)), "memory:///doc-opened/x.zarr")
+      >>> opened_version(spec_of("memory:///doc-opened/x.zarr"))[0]
+      'zarr.json'
+    """
+    return _opened.get(_opened_key(store))
 
 
 def metadata_text(arr: zarr.Array) -> str:
