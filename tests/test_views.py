@@ -101,6 +101,22 @@ def test_power_iteration_reads_x_once_per_step(small_budget, rng, dtype, shape):
             np.testing.assert_allclose(out, a.T @ (a @ u), **_tol(dtype))
             assert t.passes(X) * X.nbytes == pytest.approx(A.nbytes)
             assert t.bytes_written <= out.nbytes
+    # three steps, normalised on disk between them: X @ v reads v whole (computed first)
+
+    def iterate(X, v):
+        for _ in range(3):
+            u = X.T @ (X @ v)
+            v = u / jask.sqrt(jask.sum(u * u))
+        return v
+    ref = v
+    for _ in range(3):
+        ref = x.T @ (x @ ref)
+        ref = ref / np.sqrt(np.sum(ref * ref))
+    for way in (iterate, jax.jit(iterate)):
+        with jask.track() as t:
+            out = np.asarray(way(X, v))
+        np.testing.assert_allclose(out, ref, **_tol(dtype))
+        assert t.passes(X) == 3.0 and t.bytes_written < X.nbytes / 20
 
 
 def test_gram_of_a_wide_x_states_its_passes(small_budget, rng):

@@ -205,6 +205,18 @@ def _joins(desc: Description, inputs: list) -> bool:
     return True
 
 
+def _reads_whole(desc: Description, inputs: list) -> bool:
+    """Whether the op is ``X @ w`` with ``w`` a pending result that a band group reads
+    whole, not by bands (``fusion.whole_inputs``)."""
+    if desc.kind != "dot" or not isinstance(inputs[1], Recorded) or inputs[1].store is not None:
+        return False
+    a, p = inputs[0], desc.params
+    if not isinstance(a, (StoreSpec, Recorded)) or len(a.shape) != 2 or p["vectors"][0]:
+        return False
+    transposed = isinstance(a, StoreSpec) and views.as_transposed(a)[1]  # X.T @ u: by bands
+    return p["ta"] == transposed
+
+
 def record(desc: Description, args, config: Config, work: Callable,
            keep: tuple = ()) -> int | None:
     """Record an op whose output is a store; its handle, or None when the
@@ -214,6 +226,10 @@ def record(desc: Description, args, config: Config, work: Callable,
     if eager and execute.on_a_cluster():
         return None  # run now, on the cluster that is there now (it may be gone when read)
     inputs = _inputs(desc, args)
+    if _reads_whole(desc, inputs):
+        # X @ w with w pending (along another axis): the band group reads w whole, so
+        # compute it now and X @ w still joins the ops that read it by bands
+        inputs[1] = inputs[1].compute()
     if not _joins(desc, inputs):
         return None
     waiting = _pending(inputs)
