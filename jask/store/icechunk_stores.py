@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from jask.store.objects import redact
+from jask.store.objects import check_url, is_url, redact
 
 __all__ = ["PREFIX", "is_icechunk", "name", "open_array", "replace", "describe",
            "refuse_in_place", "Conflict"]
@@ -104,7 +104,7 @@ def name(repo, array: str, branch: str = "main", storage_options: dict | None = 
       'icechunk+s3://bucket/repo?branch=main#X'
     """
     if isinstance(repo, str):
-        key = repo.rstrip("/")
+        key = check_url(repo, "icechunk repository URL") if is_url(repo) else repo.rstrip("/")
         if storage_options:
             _options[key] = dict(storage_options)
     else:
@@ -168,6 +168,7 @@ def repository(where: Where):
 def open_array(path: str):
     """The ``zarr.Array`` behind ``path``: the branch's newest snapshot, read
     only, or during an update the writable session it is written in."""
+    import icechunk
     import zarr
 
     where = parse(path)
@@ -177,13 +178,29 @@ def open_array(path: str):
             raise LookupError(f"the update writing {where.path!r} runs in another process "
                               "(an icechunk update is written from the process that commits)")
         return zarr.open_array(session.store, path=where.array, mode="r+")
-    session = repository(where).readonly_session(branch=where.branch)
+    repo = repository(where)
+    try:
+        session = repo.readonly_session(branch=where.branch)
+    except icechunk.IcechunkError:
+        _check_branch(repo, where)
+        raise
     _read_at[path] = session.snapshot_id
     try:
         return zarr.open_array(session.store, path=where.array, mode="r")
     except (FileNotFoundError, KeyError) as err:
         raise FileNotFoundError(f"no Zarr array {where.array!r} on branch {where.branch!r} of "
                                 f"the icechunk repository {redact(where.repo)!r}") from err
+
+
+def _check_branch(repo, where: Where) -> None:
+    """Raise FileNotFoundError naming the repository if it has no branch ``where.branch``."""
+    branches = sorted(repo.list_branches())
+    if where.branch in branches:
+        return
+    tag = " (a tag: jask reads and commits to a branch)" if where.branch in repo.list_tags() \
+        else ""
+    raise FileNotFoundError(f"no branch {where.branch!r}{tag} in the icechunk repository "
+                            f"{redact(where.repo)!r}; its branches: {', '.join(branches)}")
 
 
 def describe(path: str) -> tuple:
@@ -270,8 +287,6 @@ def refuse_in_place(path: str, op: str) -> None:
       ...
       NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
     """
-    from jask.store.objects import is_url
-
     if is_url(path):
         raise NotImplementedError(
             f"jask.{op}: {redact(path)!r} is a plain Zarr store in object storage, which "

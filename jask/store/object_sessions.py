@@ -23,8 +23,10 @@ objects (the reasons, mechanism by mechanism, are in ``jask/DESIGN.md``):
   without (its removal was cut short) is removed.
 * **Deleting is deleting keys under a proven prefix**: this process deletes
   only under its own session's prefix (``owns``), others' only when proven
-  and expired; the marker goes last, so a removal cut short leaves a prefix
-  that is still proven, and removed later.
+  (a 16-digit hex id matching the prefix's name, a positive finite lease)
+  and expired, and there only the keys jask writes (marker, lease, ``*.zarr``
+  and ``*.grad`` stores); the marker goes last, so a removal cut short
+  leaves a prefix that is still proven, and removed later.
 
 Nothing here knows of JAX or Dask.
 """
@@ -33,7 +35,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import math
 import os
+import re
 import socket
 import threading
 import uuid
@@ -54,6 +58,10 @@ LEASE_SECONDS = 120.0
 #: Heartbeats per lease period (a heartbeat every LEASE_SECONDS / HEARTBEAT).
 HEARTBEAT = 6
 _PROOF_TAG = "jask-object-session 1"
+_TOKEN = re.compile(r"[0-9a-f]{16}")  # a session's random id, as _make writes it
+# What jask puts under a session prefix: its marker and lease, and stores
+# (``<op>-<id>.zarr``, gradients ``.grad``); only these go with another's session.
+_JASK_KEY = re.compile(r"(\.jask-(session|lease)|[^/]+\.(zarr|grad)/.+)")
 _DELETE_BATCH = 1000  # S3's DeleteObjects takes at most 1000 keys
 
 _lock = threading.Lock()
@@ -157,7 +165,16 @@ def _parse(text: str | None) -> dict[str, str] | None:
     if not text or not text.startswith(_PROOF_TAG + "\n"):
         return None
     fields = dict(line.split(" ", 1) for line in text.splitlines()[1:] if " " in line)
-    return fields if {"id", "pid", "start", "host", "lease"} <= fields.keys() else None
+    if not {"id", "pid", "start", "host", "lease"} <= fields.keys():
+        return None
+    try:
+        lease = float(fields["lease"])
+    except ValueError:
+        return None
+    # jask writes a 16-digit hex id and a positive lease: anything else
+    # (a lease of 0, -1 or nan would make any session "expired") is not its
+    ok = _TOKEN.fullmatch(fields["id"]) and math.isfinite(lease) and lease > 0
+    return fields if ok else None
 
 
 def _server_now(session: _Session):
@@ -201,7 +218,7 @@ def remove_dead(scratch_url: str, storage_options: dict | None = None, *, now=No
             continue  # not jask's: never touched
         if not _expired(where, proof, now):
             continue
-        _delete_prefix(where)
+        _delete_prefix(where, only_jask=True)
         removed.append(url)
     return removed
 
@@ -213,20 +230,20 @@ def _expired(where: objects.Location, proof: dict[str, str], now) -> bool:
         beat = obstore.head(where.client, where.key(LEASE))["last_modified"]
     except FileNotFoundError:
         return True  # a proven session without lease: its removal was cut short
-    try:
-        lease = float(proof["lease"])
-    except ValueError:
-        return False  # cannot tell: keep it
-    return (now - beat).total_seconds() > lease
+    return (now - beat).total_seconds() > float(proof["lease"])  # (checked by _parse)
 
 
-def _delete_prefix(where: objects.Location) -> None:
+def _delete_prefix(where: objects.Location, *, only_jask: bool = False) -> None:
     """Delete every key under ``where`` (a whole prefix, never a key that
-    merely starts with its name), the lease and marker last."""
+    merely starts with its name), the lease and marker last; ``only_jask``:
+    only the keys a session of jask's makes (another process's session: an
+    object someone else put there stays, and with it the prefix, unproven)."""
     import obstore
 
-    keys = [obj["path"] for batch in obstore.list(where.client, prefix=where.prefix + "/")
-            for obj in batch]
+    top = where.prefix + "/"
+    keys = [obj["path"] for batch in obstore.list(where.client, prefix=top) for obj in batch]
+    if only_jask:
+        keys = [k for k in keys if _JASK_KEY.fullmatch(k[len(top):])]
     last = {where.key(LEASE), where.key(MARKER)}
     rest = [k for k in keys if k not in last]
     for start in range(0, len(rest), _DELETE_BATCH):

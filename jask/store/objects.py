@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from jask.base.urls import SCHEMES, is_url  # (re-exported: the store layer's name for them)
+from jask.base.urls import SCHEMES, check_url, is_url  # (re-exported: the store layer's names)
 
-__all__ = ["SCHEMES", "is_url", "Location", "location", "redact", "register_options",
-           "options_for", "registered"]
+__all__ = ["SCHEMES", "is_url", "check_url", "Location", "location", "delete", "redact",
+           "register_options", "options_for", "registered"]
 
 
 _SECRET_WORDS = re.compile(r"(secret|token|password|key|credential|session|signature)", re.I)
@@ -171,6 +171,18 @@ def registered() -> dict[str, dict]:
     return {url: dict(opts) for url, opts in _options.items()}
 
 
+def delete(url: str, name: str) -> None:
+    """Delete the object ``name`` under ``url`` (none there: nothing done).
+
+    Example:
+      >>> delete("memory:///nothing-here", "x")
+    """
+    import obstore
+
+    where = location(url)
+    obstore.delete(where.client, where.key(name))
+
+
 def location(url: str, storage_options: dict | None = None) -> Location:
     """The :class:`Location` of ``url``.
 
@@ -180,6 +192,7 @@ def location(url: str, storage_options: dict | None = None) -> Location:
     """
     if not is_url(url):
         raise ValueError(f"{url!r} is not an object-storage URL ({', '.join(SCHEMES)})")
+    url = check_url(url)
     if storage_options is None:
         storage_options = options_for(url)
-    return Location(url.rstrip("/"), tuple(sorted(_obstore_options(storage_options).items())))
+    return Location(url, tuple(sorted(_obstore_options(storage_options).items())))
