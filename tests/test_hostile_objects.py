@@ -88,6 +88,26 @@ def test_save_into_the_scratch_prefix_is_refused(scratch_url):
     np.testing.assert_array_equal(saved.to_numpy(), np.arange(10.0) + 1)
 
 
+def test_a_scratch_prefix_on_a_dead_endpoint_is_named(s3_bucket, jask_scratch, monkeypatch):
+    """Starting a session was three bare requests: the first op failed with
+    obstore's raw error and HTTP dump, with no retry. Now its requests are
+    retried and counted, then a RemoteStoreError names the session's URL."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s.getsockname()[1]}")
+    monkeypatch.setattr(remote, "BACKOFF", 0.01)
+    monkeypatch.setattr(remote, "RETRIES", 2)
+    jask.set_memory_budget("256KB", scratch_dir=f"{s3_bucket}/scratch")
+    with jask.track() as t, pytest.raises(remote.RemoteStoreError,
+                                          match=f"scratch session.*'{s3_bucket}/scratch/session-"
+                                          ".*after 3 attempts") as err:
+        jask.from_numpy(np.ones(3))
+    assert SECRET_KEY not in str(err.value) and t.total.retries == 2
+    assert object_sessions.live_sessions() == []
+
+
 def _marker(token: str, lease: str) -> bytes:
     return f"jask-object-session 1\nid {token}\npid 1\nstart 1\nhost h\nlease {lease}\n".encode()
 

@@ -102,7 +102,12 @@ def session_url(scratch_url: str, storage_options: dict | None = None) -> str:
             objects.register_options(scratch_url, storage_options)
         session = _make(scratch_url, storage_options)
         _sessions[scratch_url] = session
-    remove_dead(scratch_url, storage_options, now=_server_now(session))
+    import obstore
+
+    try:  # housekeeping: an endpoint failing a moment here fails no op (the next sweeps)
+        remove_dead(scratch_url, storage_options, now=_server_now(session))
+    except (OSError, obstore.exceptions.BaseError):
+        pass
     return session.url
 
 
@@ -121,16 +126,20 @@ def _start_time(pid: int) -> str:
 
 
 def _make(scratch_url: str, storage_options: dict | None) -> _Session:
-    import obstore
+    # (jask.store.remote's requests: transient errors retried, then a
+    # RemoteStoreError naming the URL, credentials redacted)
+    from jask.store import remote
 
     token = uuid.uuid4().hex[:16]
     url = f"{scratch_url}/session-{socket.gethostname()}-{os.getpid()}-{token}"
     where = objects.location(url, storage_options)
     proof = _proof(token, LEASE_SECONDS)
     # Lease first, marker second: a proven session always has a lease.
-    obstore.put(where.client, where.key(LEASE), proof.encode())
-    obstore.put(where.client, where.key(MARKER), proof.encode(), mode="create")
-    if _read(where, MARKER) != proof:  # proof of ownership is what reads back
+    remote.put(url, LEASE, proof.encode(), op="start of a scratch session (its lease)")
+    with contextlib.suppress(FileExistsError):  # (a retry of a put that went through)
+        remote.put(url, MARKER, proof.encode(), create_only=True,
+                   op="start of a scratch session (its marker)")
+    if (remote.get(url, MARKER) or b"").decode(errors="replace") != proof:  # proof: what reads back
         raise PermissionError(f"jask could not prove its scratch session at "
                               f"{objects.redact(url)}: its marker reads back otherwise")
     session = _Session(url, where, proof)
