@@ -67,6 +67,19 @@ def test_urls_that_would_show_secrets_or_name_other_objects_are_refused(s3_bucke
     np.testing.assert_array_equal(jask.open(url).to_numpy(), x)
 
 
+def test_bad_storage_options_are_named_with_the_bucket(s3_bucket, small_budget):
+    """obstore's raw error (a misspelt option, a number for a key) or a Rust
+    panic and backtrace (an endpoint with a space) became a ValueError naming
+    the bucket, whatever secrets were given."""
+    url = f"{s3_bucket}/x.zarr"
+    for options, problem in [({"aws_secret": SECRET_KEY}, "'aws_secret' is not valid"),
+                             ({"key": 5, "secret": SECRET_KEY}, "TypeError"),
+                             ({"endpoint_url": "http://a b:1", "secret": SECRET_KEY}, "is no URL")]:
+        with pytest.raises(ValueError, match=f"cannot reach '{s3_bucket}'.*{problem}") as err:
+            jask.open(url, storage_options=options)
+        assert SECRET_KEY not in str(err.value)
+
+
 @pytest.fixture
 def scratch_url(s3_bucket, jask_scratch):
     url = f"{s3_bucket}/scratch"

@@ -70,6 +70,7 @@ def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskAr
     if isinstance(path, str) and objects.is_url(path):
         url = objects.check_url(path)  # (before any message could show its secrets)
         objects.register_options(url, storage_options)
+        objects.location(url).client  # (bad options: a ValueError naming them, not the array)
         remote.forget(url)  # an array written anew at this URL: its own layout
         return DiskArray._from_store(registry.register(remote.spec_of(url), pending=False))
     return DiskArray._from_store(registry.register_external(path))
@@ -148,6 +149,7 @@ def open_group(path: str | os.PathLike,
     if isinstance(path, str) and objects.is_url(path):
         url = objects.check_url(path)
         objects.register_options(url, storage_options)
+        objects.location(url).client
         members, group_attrs = groups.group_members(url)
         return {m.name: (_group_array(m), m.dims, m.attrs) for m in members}, group_attrs
     members, group_attrs = groups.group_members(path)

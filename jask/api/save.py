@@ -117,6 +117,7 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     if isinstance(path, str) and objects.is_url(path):  # object storage: no rename
         url = objects.check_url(path)
         objects.register_options(url, storage_options)
+        objects.location(url).client  # (bad options: a ValueError naming them)
         return _save_url(x, url, chunks, compressor, overwrite, config)
     source = _source(x)
     path = _target(path, source, overwrite, config)

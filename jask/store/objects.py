@@ -134,8 +134,16 @@ def _client(bucket_url: str, options: tuple):
     allow = opts.pop("allow_http", os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true")
     if allow or endpoint.startswith("http://"):
         client["allow_http"] = True
-    return from_url(bucket_url, client_options=client,  # type: ignore[call-overload]
-                    retry_config=_RETRY_OFF, **opts)
+    bad = f"jask cannot reach {redact(bucket_url)!r} with the storage options given"
+    if endpoint and (not urlsplit(endpoint).netloc or any(c.isspace() for c in endpoint)):
+        # (obstore panics on a request to such an endpoint, a Rust backtrace)
+        raise ValueError(f"{bad}: the endpoint {redact(endpoint, dict(options))!r} is no URL")
+    try:
+        return from_url(bucket_url, client_options=client,  # type: ignore[call-overload]
+                        retry_config=_RETRY_OFF, **opts)
+    except Exception as err:  # noqa: BLE001 - obstore's several kinds for a bad option
+        cause = str(err).split("\n\nDebug source:")[0].strip()
+        raise ValueError(redact(f"{bad}: {type(err).__name__}: {cause}", dict(options))) from None
 
 
 # storage_options given to jask.open & co, per URL prefix (a bucket URL
