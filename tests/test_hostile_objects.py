@@ -158,6 +158,9 @@ def test_save_over_a_users_folder_deletes_nothing_of_theirs(s3_bucket, small_bud
     with pytest.raises(FileExistsError, match="never deletes them"):
         jask.save(jask.from_numpy(x), f"{s3_bucket}/data", overwrite=True)
     assert _keys(f"{s3_bucket}/data") == before
+    with pytest.raises(ValueError, match="whole bucket"):  # (it deleted every object in it)
+        jask.save(jask.from_numpy(x), s3_bucket, overwrite=True)
+    assert _keys(f"{s3_bucket}/data") == before
     _put(f"{s3_bucket}/cut", "c/0/0", b"\0" * 8)  # what a save cut short leaves
     with pytest.raises(FileExistsError, match="no Zarr metadata"):
         jask.save(jask.from_numpy(x), f"{s3_bucket}/cut")

@@ -164,6 +164,9 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
     source = _source(x)
     if url == source.path:
         raise ValueError(f"jask.save: {url!r} is the array's own store; save it elsewhere")
+    if not objects.location(url).prefix:  # a failed save deletes what is under its URL
+        raise ValueError(f"jask.save: {url!r} is a whole bucket; save to a prefix in it "
+                         f"({url}/name.zarr)")
     if objects.is_url(config.scratch_dir) and (url + "/").startswith(config.scratch_dir + "/"):
         raise ValueError(f"jask.save: {url!r} is inside jask's scratch prefix "
                          f"{config.scratch_dir!r}, whose sessions are removed when they end")
