@@ -206,8 +206,9 @@ def test_two_saves_racing_to_one_url_make_one_array(s3_bucket, small_budget, mon
     np.testing.assert_array_equal(zarr.open_array(url, mode="r")[:], values[winner])
 
 
-def test_a_branch_that_does_not_exist_is_named(s3_bucket):
-    """It was icechunk's raw 'ref not found' with a Rust backtrace."""
+def test_a_branch_that_does_not_exist_is_named(s3_bucket, small_budget):
+    """It was icechunk's raw 'ref not found' with a Rust backtrace. (And a
+    guard: an update_ of the wrong shape or dtype commits nothing.)"""
     storage = icechunk.s3_storage(bucket=s3_bucket.removeprefix("s3://"), prefix="repo",
                                   endpoint_url=os.environ["AWS_ENDPOINT_URL"], allow_http=True,
                                   force_path_style=True, from_env=True)
@@ -220,6 +221,11 @@ def test_a_branch_that_does_not_exist_is_named(s3_bucket):
         jask.open_icechunk(f"{s3_bucket}/repo", "w", branch="dev")
     with pytest.raises(FileNotFoundError, match=r"'v1' \(a tag"):
         jask.open_icechunk(f"{s3_bucket}/repo", "w", branch="v1")
+    w = jask.open_icechunk(f"{s3_bucket}/repo", "w")
+    for wrong in (np.ones(4, np.float32), np.ones(3, np.float64), np.ones(3, np.int32)):
+        with pytest.raises(ValueError, match="new_value has shape"):
+            w.update_(jask.from_numpy(wrong))
+    assert len(list(repo.ancestry(branch="main"))) == 2  # (the repository's first, and 'w')
 
 
 @pytest.mark.xfail(strict=True, reason="needs the patch to jask/store/remote.py in "
