@@ -121,6 +121,28 @@ def test_a_scratch_prefix_on_a_dead_endpoint_is_named(s3_bucket, jask_scratch, m
     assert object_sessions.live_sessions() == []
 
 
+def test_workers_get_the_scratch_prefixs_options(s3_bucket, jask_scratch):
+    """use_private_scratch before the first op (the natural order) sent the
+    workers no options for the scratch prefix: with credentials given only
+    to set_memory_budget, every task failed (seen on a LocalCluster of
+    processes). Checked here on the plugin a real scheduler holds."""
+    import pickle
+
+    from distributed import Client, LocalCluster
+
+    from jask.engine import cluster
+
+    options = {"key": ACCESS_KEY, "secret": SECRET_KEY}
+    jask.set_memory_budget("1MB", scratch_dir=f"{s3_bucket}/scratch", storage_options=options)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as c, \
+            Client(c) as client:
+        cluster.use_private_scratch(client)
+        plugin = client.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler.worker_plugins["jask-private-scratch"])
+    plugin = pickle.loads(plugin) if isinstance(plugin, bytes) else plugin
+    assert plugin.options[f"{s3_bucket}/scratch"] == options
+
+
 def _marker(token: str, lease: str) -> bytes:
     return f"jask-object-session 1\nid {token}\npid 1\nstart 1\nhost h\nlease {lease}\n".encode()
 
