@@ -110,10 +110,10 @@ def test_a_scratch_prefix_on_a_dead_endpoint_is_named(s3_bucket, jask_scratch, m
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s.getsockname()[1]}")
-    monkeypatch.setattr(remote, "BACKOFF", 0.01)
-    monkeypatch.setattr(remote, "RETRIES", 2)
+    monkeypatch.setattr(object_sessions, "BACKOFF", 0.01)
+    monkeypatch.setattr(object_sessions, "RETRIES", 2)
     jask.set_memory_budget("256KB", scratch_dir=f"{s3_bucket}/scratch")
-    with jask.track() as t, pytest.raises(remote.RemoteStoreError,
+    with jask.track() as t, pytest.raises(objects.RemoteStoreError,
                                           match=f"scratch session.*'{s3_bucket}/scratch/session-"
                                           ".*after 3 attempts") as err:
         jask.from_numpy(np.ones(3))
@@ -261,3 +261,11 @@ def test_a_fill_value_of_the_wrong_type_is_named_with_the_url(s3_bucket):
     _put(f"{s3_bucket}/f.zarr", "zarr.json", json.dumps(meta).encode())
     with pytest.raises(FileNotFoundError, match=f"'{s3_bucket}/f.zarr' is not a Zarr array"):
         jask.open(f"{s3_bucket}/f.zarr")
+
+
+@pytest.mark.xfail(strict=True, reason="needs the patch to jask/store/remote.py in "
+                   "/work/notes/objhostile.md (RemoteStoreError from jask.store.objects)")
+def test_a_session_that_cannot_start_raises_jasks_remote_store_error():
+    """object_sessions cannot import jask.store.remote (a cycle through
+    spec and sessions): the class lives in objects, and remote must re-export it."""
+    assert objects.RemoteStoreError is jask.RemoteStoreError

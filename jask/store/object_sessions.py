@@ -35,14 +35,18 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import itertools
 import math
 import os
+import random
 import re
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 
+from jask.base import counters
 from jask.store import objects
 
 __all__ = ["session_url", "owns", "keep", "holds_jask_stores", "remove", "remove_dead",
@@ -63,6 +67,11 @@ _TOKEN = re.compile(r"[0-9a-f]{16}")  # a session's random id, as _make writes i
 # (``<op>-<id>.zarr``, gradients ``.grad``); only these go with another's session.
 _JASK_KEY = re.compile(r"(\.jask-(session|lease)|[^/]+\.(zarr|grad)/.+)")
 _DELETE_BATCH = 1000  # S3's DeleteObjects takes at most 1000 keys
+#: Retries of a transient error in starting a session, and the first wait
+#: (doubled each time, with jitter, at most BACKOFF_MAX), as jask.store.remote's.
+RETRIES = 5
+BACKOFF = 0.1
+BACKOFF_MAX = 2.0
 
 _lock = threading.Lock()
 _owner_pid = [os.getpid()]
@@ -125,21 +134,44 @@ def _start_time(pid: int) -> str:
         return ""
 
 
+def _request(what: str, url: str, name: str, call):
+    """``call()``, a transient error (no connection, a timeout, 5xx, a bucket
+    not found) retried with backoff and counted; then a RemoteStoreError
+    naming the URL and key, credentials redacted."""
+    import obstore
+
+    for attempt in itertools.count():
+        counters.requested(url)
+        try:
+            return call()
+        except (obstore.exceptions.GenericError, ConnectionError, TimeoutError,
+                FileNotFoundError) as err:
+            if isinstance(err, FileNotFoundError) and "NoSuchBucket" not in str(err):
+                raise  # a missing key is an answer
+            if attempt >= RETRIES:
+                cause = str(err).split("\n\nDebug source:")[0].strip()
+                raise objects.RemoteStoreError(objects.redact(
+                    f"{what} at {url!r} key {name!r} failed (after {attempt + 1} attempts): "
+                    f"{type(err).__name__}: {cause}", objects.secrets_for(url))) from None
+            counters.retried(url)
+            time.sleep(min(BACKOFF_MAX, BACKOFF * 2**attempt) * (0.5 + random.random() / 2))
+
+
 def _make(scratch_url: str, storage_options: dict | None) -> _Session:
-    # (jask.store.remote's requests: transient errors retried, then a
-    # RemoteStoreError naming the URL, credentials redacted)
-    from jask.store import remote
+    import obstore
 
     token = uuid.uuid4().hex[:16]
     url = f"{scratch_url}/session-{socket.gethostname()}-{os.getpid()}-{token}"
     where = objects.location(url, storage_options)
     proof = _proof(token, LEASE_SECONDS)
+    start = "start of a scratch session"
     # Lease first, marker second: a proven session always has a lease.
-    remote.put(url, LEASE, proof.encode(), op="start of a scratch session (its lease)")
-    with contextlib.suppress(FileExistsError):  # (a retry of a put that went through)
-        remote.put(url, MARKER, proof.encode(), create_only=True,
-                   op="start of a scratch session (its marker)")
-    if (remote.get(url, MARKER) or b"").decode(errors="replace") != proof:  # proof: what reads back
+    _request(start, url, LEASE, lambda: obstore.put(where.client, where.key(LEASE),
+                                                    proof.encode()))
+    with contextlib.suppress(obstore.exceptions.AlreadyExistsError):  # (a retry of a put
+        _request(start, url, MARKER, lambda: obstore.put(  # that went through)
+            where.client, where.key(MARKER), proof.encode(), mode="create"))
+    if _request(start, url, MARKER, lambda: _read(where, MARKER)) != proof:  # proof: read back
         raise PermissionError(f"jask could not prove its scratch session at "
                               f"{objects.redact(url)}: its marker reads back otherwise")
     session = _Session(url, where, proof)

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from jask.base.urls import SCHEMES, check_url, is_url  # (re-exported: the store layer's names)
 
 __all__ = ["SCHEMES", "is_url", "check_url", "Location", "location", "delete", "redact",
-           "register_options", "options_for", "registered"]
+           "register_options", "options_for", "registered", "RemoteStoreError", "secrets_for"]
 
 
 _SECRET_WORDS = re.compile(r"(secret|token|password|key|credential|session|signature)", re.I)
@@ -54,6 +54,33 @@ def redact(text: str, options: dict | None = None) -> str:
         if isinstance(value, str) and value and _SECRET_WORDS.search(key):
             text = text.replace(value, "***")
     return text
+
+
+class RemoteStoreError(OSError):
+    """A request to object storage failed (after retries, when transient).
+
+    The message names the op, the store's URL and the key; credentials
+    never appear in it. (Here, below every module that makes requests, so
+    that each can raise it; ``jask.RemoteStoreError``.)
+
+    Example:
+      >>> err = RemoteStoreError("read of 's3://b/x.zarr' key 'c/0': connection refused")
+      >>> isinstance(err, OSError)
+      True
+    """
+
+
+def secrets_for(url: str) -> dict:
+    """The secrets a message about ``url`` must not show: its options' and
+    the environment's credentials (for :func:`redact`).
+
+    Example:
+      >>> "secret_access_key" in secrets_for("s3://b/x")
+      False
+    """
+    env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_"))
+           and _SECRET_WORDS.search(k) and len(v) >= 8}
+    return {**env, **options_for(url)}
 
 
 @dataclass(frozen=True)
