@@ -24,6 +24,10 @@ def is_url(path) -> bool:
     return isinstance(path, str) and urlsplit(path).scheme.lower() in SCHEMES
 
 
+# (Azure's URLs name ``container@account.dfs.core.windows.net``: an '@' without a password)
+_AZURE = ("abfs", "abfss", "az", "azure")
+
+
 def check_url(url: str, what: str = "URL") -> str:
     """``url`` without trailing slashes, if it plainly names a prefix of a
     bucket; a ValueError naming it (its secrets left out) otherwise.
@@ -37,6 +41,8 @@ def check_url(url: str, what: str = "URL") -> str:
     Example:
       >>> check_url("s3://bucket/data/x.zarr/")
       's3://bucket/data/x.zarr'
+      >>> check_url("abfs://container@account.dfs.core.windows.net/x.zarr")
+      'abfs://container@account.dfs.core.windows.net/x.zarr'
       >>> check_url("s3://key:secret@bucket/x.zarr")
       Traceback (most recent call last):
       ...
@@ -49,7 +55,8 @@ def check_url(url: str, what: str = "URL") -> str:
         shown += "?***" if "?" in url else "#***"
         problem = ("has a query or fragment ('?', '#'), which zarr and jask would read as "
                    "different objects: name the prefix alone")
-    elif "@" in parts.netloc:
+    elif "@" in parts.netloc and (":" in parts.netloc.rsplit("@", 1)[0]
+                                  or parts.scheme.lower() not in _AZURE):
         problem = ("holds credentials: pass them in storage_options or the environment "
                    "variables (AWS_ACCESS_KEY_ID, ...), never in the URL")
     elif not host and parts.scheme.lower() != "memory":
