@@ -287,6 +287,16 @@ def refuse_in_place(path: str, op: str) -> None:
       ...
       NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
     """
+    from jask.store import object_sessions
+
+    if is_url(path) and object_sessions.holds_jask_stores(path):
+        raise NotImplementedError(
+            f"jask.{op}: {redact(path)!r} is one of jask's own arrays in a scratch prefix in "
+            "object storage, where it cannot be replaced all at once (there is no rename: a "
+            "failure midway would leave old and new chunks mixed), so jask refuses to write it "
+            "in place; nothing was written. Compute new arrays instead (w = w - lr * g; "
+            "optax.apply_updates, not jask.optim's in-place apply_updates or step), or keep "
+            "scratch_dir on a local disk")
     if is_url(path):
         raise NotImplementedError(
             f"jask.{op}: {redact(path)!r} is a plain Zarr store in object storage, which "
