@@ -236,8 +236,9 @@ def test_two_saves_racing_to_one_url_make_one_array(s3_bucket, small_budget, mon
 
 
 def test_a_branch_that_does_not_exist_is_named(s3_bucket, small_budget):
-    """It was icechunk's raw 'ref not found' with a Rust backtrace. (And a
-    guard: an update_ of the wrong shape or dtype commits nothing.)"""
+    """It was icechunk's raw 'ref not found' with a Rust backtrace; a wrong
+    kind of repository or a group's path gave raw errors too. (And a guard:
+    an update_ of the wrong shape or dtype commits nothing.)"""
     storage = icechunk.s3_storage(bucket=s3_bucket.removeprefix("s3://"), prefix="repo",
                                   endpoint_url=os.environ["AWS_ENDPOINT_URL"], allow_http=True,
                                   force_path_style=True, from_env=True)
@@ -250,6 +251,13 @@ def test_a_branch_that_does_not_exist_is_named(s3_bucket, small_budget):
         jask.open_icechunk(f"{s3_bucket}/repo", "w", branch="dev")
     with pytest.raises(FileNotFoundError, match=r"'v1' \(a tag"):
         jask.open_icechunk(f"{s3_bucket}/repo", "w", branch="v1")
+    # A session (or None) for the repository: AttributeError, or for None "handed
+    # to jask in another process"; a group's path: zarr's NodeTypeValidationError.
+    for wrong in (repo.readonly_session("main"), None):
+        with pytest.raises(TypeError, match="must be an icechunk.Repository or its URL"):
+            jask.open_icechunk(wrong, "w")
+    with pytest.raises(FileNotFoundError, match=r"no Zarr array '' \(a group there\)"):
+        jask.open_icechunk(f"{s3_bucket}/repo", "")
     w = jask.open_icechunk(f"{s3_bucket}/repo", "w")
     for wrong in (np.ones(4, np.float32), np.ones(3, np.float64), np.ones(3, np.int32)):
         with pytest.raises(ValueError, match="new_value has shape"):

@@ -103,11 +103,20 @@ def name(repo, array: str, branch: str = "main", storage_options: dict | None = 
       >>> name("s3://bucket/repo", "/X")
       'icechunk+s3://bucket/repo?branch=main#X'
     """
+    if isinstance(repo, os.PathLike):
+        repo = os.fspath(repo)
     if isinstance(repo, str):
         key = check_url(repo, "icechunk repository URL") if is_url(repo) else repo.rstrip("/")
         if storage_options:
             _options[key] = dict(storage_options)
     else:
+        import icechunk
+
+        if not isinstance(repo, icechunk.Repository):
+            raise TypeError("jask.open_icechunk: repo must be an icechunk.Repository or its URL "
+                            f"(s3://bucket/prefix, a local folder), got {type(repo).__name__}"
+                            + (" (pass the Repository the session came from)"
+                               if type(repo).__name__ in ("Session", "IcechunkStore") else ""))
         with _lock:
             key = next((k for k, r in _repos.items() if r is repo), "")
             if not key:
@@ -187,9 +196,11 @@ def open_array(path: str):
     _read_at[path] = session.snapshot_id
     try:
         return zarr.open_array(session.store, path=where.array, mode="r")
-    except (FileNotFoundError, KeyError) as err:
-        raise FileNotFoundError(f"no Zarr array {where.array!r} on branch {where.branch!r} of "
-                                f"the icechunk repository {redact(where.repo)!r}") from err
+    except (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError) as err:
+        group = " (a group there)" if isinstance(err, zarr.errors.NodeTypeValidationError) else ""
+        raise FileNotFoundError(f"no Zarr array {where.array!r}{group} on branch "
+                                f"{where.branch!r} of the icechunk repository "
+                                f"{redact(where.repo)!r}") from None
 
 
 def _check_branch(repo, where: Where) -> None:
