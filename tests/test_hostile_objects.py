@@ -265,6 +265,17 @@ def test_a_branch_that_does_not_exist_is_named(s3_bucket, small_budget):
     assert len(list(repo.ancestry(branch="main"))) == 2  # (the repository's first, and 'w')
 
 
+def test_a_group_with_a_member_zarr_cannot_read_is_named(s3_bucket, small_budget):
+    """It was zarr's bare TypeError ('Invalid type: zz'), naming nothing."""
+    group = zarr.open_group(f"{s3_bucket}/g.zarr", mode="w")
+    group.create_array("x", shape=(5,), dtype="f4")[:] = 1
+    meta = json.loads(remote.get(f"{s3_bucket}/g.zarr", "x/zarr.json"))
+    _put(f"{s3_bucket}/g.zarr", "x/zarr.json", json.dumps(meta | {"fill_value": "zz"}).encode())
+    with pytest.raises(FileNotFoundError, match=f"group '{s3_bucket}/g.zarr' holds an array "
+                       "whose metadata zarr cannot read: TypeError"):
+        jask.open_group(f"{s3_bucket}/g.zarr")
+
+
 @pytest.mark.xfail(strict=True, reason="needs the patch to jask/store/remote.py in "
                    "/work/notes/objhostile.md (spec_of: TypeError too)")
 def test_a_fill_value_of_the_wrong_type_is_named_with_the_url(s3_bucket):
