@@ -276,8 +276,6 @@ def test_a_group_with_a_member_zarr_cannot_read_is_named(s3_bucket, small_budget
         jask.open_group(f"{s3_bucket}/g.zarr")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the patch to jask/store/remote.py in "
-                   "/work/notes/objhostile.md (spec_of: TypeError too)")
 def test_a_fill_value_of_the_wrong_type_is_named_with_the_url(s3_bucket):
     """zarr raises TypeError for it; a local store says 'is not a Zarr array', naming it."""
     meta = {"zarr_format": 3, "node_type": "array", "shape": [10], "data_type": "int32",
@@ -289,8 +287,6 @@ def test_a_fill_value_of_the_wrong_type_is_named_with_the_url(s3_bucket):
         jask.open(f"{s3_bucket}/f.zarr")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the patch to jask/store/remote.py in "
-                   "/work/notes/objhostile.md (RemoteStoreError from jask.store.objects)")
 def test_a_session_that_cannot_start_raises_jasks_remote_store_error():
     """object_sessions cannot import jask.store.remote (a cycle through
     spec and sessions): the class lives in objects, and remote must re-export it."""

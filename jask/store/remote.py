@@ -55,6 +55,7 @@ from jask.store.chunk_layout import (
     layout_of,
     overlap,
 )
+from jask.store.objects import RemoteStoreError  # (object_sessions raises it too)
 from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata, writes_every_chunk
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
@@ -90,19 +91,6 @@ IN_FLIGHT = 16
 IN_FLIGHT_BYTES = 2**20
 
 _METADATA = ("zarr.json", ".zarray")
-
-class RemoteStoreError(OSError):
-    """A request to object storage failed (after retries, when transient).
-
-    The message names the op, the store's URL and the key; credentials
-    never appear in it.
-
-    Example:
-      >>> err = RemoteStoreError("read of 's3://b/x.zarr' key 'c/0': connection refused")
-      >>> isinstance(err, OSError)
-      True
-    """
-
 
 def _secrets(url: str) -> dict:
     """The secrets a message about ``url`` must not show: its options' and
@@ -441,7 +429,7 @@ def spec_of(url: str) -> StoreSpec:
     version = metadata_version(url)  # before the metadata is read: a later change is seen
     try:
         arr = open_array(url)
-    except (zarr.errors.NodeTypeValidationError, ValueError, KeyError) as err:
+    except (zarr.errors.NodeTypeValidationError, ValueError, KeyError, TypeError) as err:
         raise FileNotFoundError(f"{url!r} is not a Zarr array: {err}") from None
     chunks, dtype = check_metadata(url, arr.shape, arr.chunks, arr.dtype)
     spec = StoreSpec(url, tuple(arr.shape), dtype, chunks, managed=False)
