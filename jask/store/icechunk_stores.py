@@ -301,13 +301,7 @@ def refuse_in_place(path: str, op: str) -> None:
     from jask.store import object_sessions
 
     if is_url(path) and object_sessions.holds_jask_stores(path):
-        raise NotImplementedError(
-            f"jask.{op}: {redact(path)!r} is one of jask's own arrays in a scratch prefix in "
-            "object storage, where it cannot be replaced all at once (there is no rename: a "
-            "failure midway would leave old and new chunks mixed), so jask refuses to write it "
-            "in place; nothing was written. Compute new arrays instead (w = w - lr * g; "
-            "optax.apply_updates, not jask.optim's in-place apply_updates or step), or keep "
-            "scratch_dir on a local disk")
+        return  # jask's own array: replaced by a new version (jask.engine.work.replace_store)
     if is_url(path):
         raise NotImplementedError(
             f"jask.{op}: {redact(path)!r} is a plain Zarr store in object storage, which "
