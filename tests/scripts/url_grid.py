@@ -68,6 +68,23 @@ def upload_cell(folder: str, bucket_url: str, names=("a.zarr", "b.zarr", "X.zarr
     return upload(folder, f"{bucket_url.rstrip('/')}/{cell_key(folder)}", set(names))
 
 
+def measure(data: str, budget: int, folder: str, bucket_url: str, env: dict, phase: str = "",
+            ops: str | None = None) -> dict:
+    """``bounded_memory.py``'s report on the cell in ``folder`` (under ``data``),
+    its inputs read from ``bucket_url`` (or the folder itself when that is
+    ""), in a fresh process: ``phase`` and ``ops`` as ``JASK_GRID_PHASE`` and
+    ``JASK_GRID_OPS``."""
+    extra = {**env, "JASK_GRID_URL": bucket_url, "JASK_GRID_PHASE": phase}
+    if ops:
+        extra["JASK_GRID_OPS"] = ops
+    out = subprocess.run([sys.executable, os.path.join(HERE, "bounded_memory.py"), data,
+                          str(budget), os.path.basename(folder)], capture_output=True, text=True,
+                         timeout=900, env={**os.environ, **extra})
+    if out.returncode != 0:
+        raise RuntimeError(f"{folder} {phase}: {out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run_cells(data: str, budget: int, side: int, bucket_url: str, env: dict, names,
               phases=("", "lazy", "views"), ops: str | None = None) -> dict:
     """Every cell in ``names`` written, uploaded and measured from its URLs,
@@ -87,16 +104,7 @@ def run_cells(data: str, budget: int, side: int, bucket_url: str, env: dict, nam
             os.makedirs(folder)
         cell = report["cells"].setdefault(name, {})
         for phase in phases:
-            extra = {**env, "JASK_GRID_URL": bucket_url, "JASK_GRID_PHASE": phase}
-            if ops:
-                extra["JASK_GRID_OPS"] = ops
-            out = subprocess.run([sys.executable, os.path.join(HERE, "bounded_memory.py"), data,
-                                  str(budget), os.path.basename(folder)],
-                                 capture_output=True, text=True, timeout=900,
-                                 env={**os.environ, **extra})
-            if out.returncode != 0:
-                raise RuntimeError(f"{name} {phase}: {out.stderr[-3000:]}")
-            result = json.loads(out.stdout.strip().splitlines()[-1])
+            result = measure(data, budget, folder, bucket_url, env, phase, ops)
             report["budget"], report["baseline"] = result["budget"], result["baseline"]
             cell.update(result["cells"][os.path.basename(folder)])
     return report
