@@ -32,6 +32,8 @@ pytestmark = pytest.mark.xdist_group("measured")
 CASES = {
     "zstd B/8": ("abXy", [("lazy", "lazy chain,lazy chain to store"),
                          ("views", "gram,slice sum")]),
+    # 8 MB uncompressed chunks: ranged GETs of row bands, up to 16 in flight per task
+    "B/2": ("abXy", [("", "sum,add,dot,jit(grad) step")]),
 }
 
 #: Ops allowed over the budget from URLs in some cells (none measured over).
