@@ -226,6 +226,9 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
       >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=2, path="s3://b/x"),
       ...           (256, 1024))
       (12582912, 4.0)
+      >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=1, path="s3://b/x"),
+      ...           (256, 1024))
+      (4194304, 4.0)
     """
     tile = tuple(max(1, min(t, s)) for t, s in zip(tile, model.shape))
     if not tile:
@@ -251,7 +254,8 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
     # a tile of several groups is read group by group, each copied into it
     copies = model.copies + (1 if math.prod(counts) > model.group else 0)
     held = at_once * model.unit_bytes * copies
-    if is_url(model.path):  # whole objects: each body copied as bytes too
+    if is_url(model.path) and model.copies > 1:  # whole objects: each body copied as bytes too
+        # (copies 1: a view of an uncompressed store, read by ranges through one buffer)
         held += FETCHED_EXTRA_COPIES * model.unit_bytes
     return held, max(1.0, decoded / size)
 
