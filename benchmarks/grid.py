@@ -10,6 +10,8 @@ every op of ``tests/scripts/bounded_memory.py`` in one fresh process per
 cell, dask.array the same ops (``from_zarr`` -> op -> ``to_zarr``, threaded
 scheduler) in another. Peaks are above each process's warmed-up baseline,
 after returning freed heap pages (``malloc_trim``) before every op.
+``--urls``: jask reads the cells' inputs from s3:// URLs on a local moto
+server (``tests/s3server.py``; ``tests/scripts/url_grid.py`` uploads them), no dask columns.
 """
 from __future__ import annotations
 
@@ -77,9 +79,10 @@ def dask_cell(folder: str) -> dict:
     return results
 
 
-def _run(args: list[str], timeout: int = 1800) -> dict:
+def _run(args: list[str], timeout: int = 1800, env: dict | None = None) -> dict:
     out = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                         timeout=timeout, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
+                         timeout=timeout, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE),
+                                               **(env or {})})
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -92,6 +95,8 @@ def main(argv=None) -> int:
     p.add_argument("--cells", help="comma-separated cell names (default: all)")
     p.add_argument("--data-dir", default=os.path.join(os.path.dirname(HERE), ".bench_data", "grid"))
     p.add_argument("--dask-cell", help=argparse.SUPPRESS)
+    p.add_argument("--urls", action="store_true",
+                   help="read the inputs from s3:// URLs on a local moto server (no dask)")
     args = p.parse_args(argv)
     if args.dask_cell:
         print(json.dumps(dask_cell(args.dask_cell)))
@@ -104,12 +109,26 @@ def main(argv=None) -> int:
           "(per task x tasks at once + fixed), the largest of the op's graphs")
     print(f"{'cell':>12} {'chunks':>12} {'op':>15} {'jask s':>7} {'jask MB':>8} {'model MB':>8} "
           f"{'meas/model':>10} {'dask s':>7} {'dask MB':>8}")
+    server, bucket = None, ""
+    if args.urls:  # a moto S3 server process on 127.0.0.1, stopped at exit
+        import atexit
+
+        import url_grid
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+        from s3server import S3Server
+        server = S3Server().start()
+        atexit.register(server.stop)
+        os.environ.update(server.env)
+        bucket = server.make_bucket()
     for name in names:
         folder = os.path.join(args.data_dir, name.replace("/", "_"))
         chunk_grid.write_cell(folder, grid[name], args.side)
+        if server:
+            url_grid.upload_cell(folder, bucket)
         jask = _run([os.path.join(SCRIPTS, "bounded_memory.py"), args.data_dir, str(budget),
-                     name.replace("/", "_")])["cells"][name.replace("/", "_")]
-        dask = _run(["-m", "benchmarks.grid", "--dask-cell", folder])
+                     name.replace("/", "_")], env={"JASK_GRID_URL": bucket}
+                    )["cells"][name.replace("/", "_")]
+        dask = {} if server else _run(["-m", "benchmarks.grid", "--dask-cell", folder])
         chunks = "x".join(map(str, grid[name]["a"]["chunks"]))
         for op, r in jask.items():
             d = dask.get(op, {})

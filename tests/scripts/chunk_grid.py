@@ -40,14 +40,15 @@ def cells(budget: int, side: int) -> dict:
     return grid
 
 
-def write_cell(folder: str, spec: dict, side: int, seed: int = 0) -> None:
-    """Write a cell's four arrays, a band of chunk rows at a time."""
+def write_cell(folder: str, spec: dict, side: int, seed: int = 0, names=None) -> None:
+    """Write a cell's four arrays (or only those in ``names``), a band of chunk
+    rows at a time."""
     shapes = {"a": (side, side), "b": (side, side), "X": (side * side // 128, 128),
               "y": (side * side // 128, 1)}
     rng = np.random.default_rng(seed)
     for name, shape in shapes.items():
         path = os.path.join(folder, f"{name}.zarr")
-        if os.path.exists(path):
+        if os.path.exists(path) or names is not None and name not in names:
             continue
         z = zarr.create_array(store=path, shape=shape, dtype="float32", **spec[name])
         band = (z.shards or z.chunks)[0]
