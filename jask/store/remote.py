@@ -185,7 +185,9 @@ def _client_key(url: str, name: str):
     return loc.client, loc.key(name)
 
 
-async def _get(url: str, name: str, op: str = "read") -> bytes | None:
+async def _get(url: str, name: str, op: str = "read", copy: bool = True):
+    """The object's bytes (None if missing); ``copy=False``: a view of the
+    response body, decoded from directly (one encoded copy less per read)."""
     client, key = _client_key(url, name)
 
     async def call():
@@ -197,7 +199,9 @@ async def _get(url: str, name: str, op: str = "read") -> bytes | None:
             return None
         return await result.bytes_async()
     found = await _retrying(op, url, name, call)
-    return None if found is None else bytes(found)
+    if found is None:
+        return None
+    return bytes(found) if copy else memoryview(found)
 
 
 def get(url: str, name: str) -> bytes | None:
@@ -637,7 +641,7 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
 
 async def _read_chunk(layout, out: np.ndarray, index: tuple, src: tuple, dst: tuple) -> None:
     """One whole compressed chunk, decoded, into ``out[dst]``."""
-    data = await _get(layout.root, layout.encode_key(index))
+    data = await _get(layout.root, layout.encode_key(index), copy=False)
     if data is None:
         _check_may_be_missing(layout, index)
     _place(layout, out, index, src, dst, data)
@@ -693,7 +697,7 @@ async def _read_inner(layout, out, client, name: str, entry, job) -> None:
         result = await obstore.get_async(client, key,
                                          options={"range": (offset, offset + nbytes)})
         return await result.bytes_async()
-    data = bytes(await _retrying("read", layout.root, name, call))
+    data = memoryview(await _retrying("read", layout.root, name, call))
     if len(data) != nbytes:
         raise layout.damaged(job[0], f"its shard object {name!r} ended early")
     index, src, dst = job
