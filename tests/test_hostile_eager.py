@@ -38,3 +38,18 @@ def test_a_refused_view_names_the_op_called_and_the_chunks_stored(small_budget, 
         msg = str(err.value)
         assert msg.startswith(op) and "chunks of shape (333, 23)" in msg, msg
         assert "(23, 333)" not in msg and ", 23))" in msg, msg  # a rechunking of the stored axes
+
+
+def test_an_op_on_a_pending_result_is_refused_at_its_call(small_budget, rng, tmp_path):
+    """BudgetError at the call, also when an input is a pending eager result:
+    ``Y + Big`` with Y pending and Big's chunks too large for the budget
+    returned at once and raised only where Y + Big was first read."""
+    x = rng.standard_normal((130, 130)).astype(np.float32)
+    Big = user_store(tmp_path / "big.zarr", x, chunks=(130, 130),
+                     compressors=zarr.codecs.ZstdCodec())
+    Y = jask.from_numpy(x) * 2.0
+    with pytest.raises(jask.BudgetError, match="big.zarr"):
+        Y + Big
+    with pytest.raises(jask.BudgetError, match="big.zarr"):
+        jask.sum(Y * Big, axis=0)
+    np.testing.assert_array_equal(to_numpy(Y), x * 2)  # the pending result is intact

@@ -151,6 +151,17 @@ class Recorded(registry.Deferred):
             self._fulfil(self.work(stores, values, self.config))
 
 
+def _stand_in(x, config: Config) -> StoreSpec:
+    """A store, or for a pending one a store as jask will make it (raw chunk
+    files, default chunks), for planning before it exists."""
+    if not isinstance(x, Recorded):
+        return x
+    if x.store is not None:
+        return x.store
+    chunks = memory.default_chunks(x.shape, x.dtype, config.max_memory, config.workers)
+    return StoreSpec("", tuple(x.shape), np.dtype(x.dtype), tuple(chunks))
+
+
 def _leaves(inputs: list) -> frozenset:
     return frozenset(x.path for x in inputs if isinstance(x, StoreSpec)).union(
         *(x.leaves for x in _pending(inputs)))
@@ -213,10 +224,15 @@ def record(desc: Description, args, config: Config, work: Callable,
         return None
     waiting = _pending(inputs)
     planned = None
-    if not waiting and eager and hasattr(work, "plan"):
-        # eagerly, refuse now what the op alone cannot run (BudgetError names it)
-        planned = work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
-                            [x for x, d in zip(inputs, desc.on_disk) if not d], config)
+    if eager and hasattr(work, "plan"):
+        # eagerly, refuse now what the op alone cannot run (BudgetError names it): a
+        # pending input as the store it will be (a chunk of a user's store it reads
+        # with it may not fit, and the group would then run it alone)
+        stores = [_stand_in(x, config) for x, d in zip(inputs, desc.on_disk) if d]
+        planned = work.plan(stores, [x for x, d in zip(inputs, desc.on_disk) if not d],
+                            config)
+        if waiting:
+            planned = None  # (its output's chunks are the group's)
     if eager:  # and an output the scratch disk cannot hold (DiskFullError names the folder)
         chunks = (planned.chunks if planned is not None and planned.chunks is not None
                   else tuple(max(s, 1) for s in desc.shape))
