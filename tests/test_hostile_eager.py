@@ -53,3 +53,53 @@ def test_an_op_on_a_pending_result_is_refused_at_its_call(small_budget, rng, tmp
     with pytest.raises(jask.BudgetError, match="big.zarr"):
         jask.sum(Y * Big, axis=0)
     np.testing.assert_array_equal(to_numpy(Y), x * 2)  # the pending result is intact
+
+
+@pytest.mark.parametrize("how", ["zarr overwrite", "removed"])
+def test_a_pending_result_of_a_store_replaced_since_its_call_is_refused(small_budget, rng,
+                                                                          tmp_path, how):
+    """``Y = Z * 2`` on a user's store, then another writer replaces the store
+    (zarr's ``overwrite=True``) or deletes it before Y is read: Y silently held
+    the new values (or the fill value, all zeros) instead of the values Z had
+    at the call. Now reading Y raises StoreChangedError naming the store;
+    jask's own update_ of Z still computes Y first (the values at the call)."""
+    import shutil
+
+    x = rng.standard_normal((133, 23)).astype(np.float32)
+    path = tmp_path / "z.zarr"
+    Z = user_store(path, x, chunks=(40, 7), compressors=zarr.codecs.ZstdCodec())
+    Y, S = Z * 2.0, Z.T[2:9] - Z.T[3:10]  # (on views of Z too)
+    if how == "removed":
+        shutil.rmtree(path)
+    else:
+        zarr.create_array(str(path), shape=x.shape, dtype=x.dtype, chunks=(40, 7),
+                          overwrite=True)[...] = x + 1
+    for pending in (Y, S):
+        with pytest.raises(jask.StoreChangedError, match="z.zarr"):
+            to_numpy(pending)
+    if how == "removed":
+        return
+    Y = Z * 2.0
+    Z.update_(Z * 0.0)  # jask's own writer: Y is computed first
+    np.testing.assert_array_equal(to_numpy(Y), (x + 1) * 2)
+    np.testing.assert_array_equal(to_numpy(Z), np.zeros_like(x))
+
+
+def test_a_damaged_store_with_a_pending_reader_can_be_repaired(small_budget, rng, tmp_path):
+    """``Y = Z * 2`` on a store with a damaged chunk returns at once (eager ops
+    are lazy); ``Z.update_(good values)`` then computed Y first, raised
+    DamagedStoreError and refused to repair Z for as long as Y lived. Now the
+    repair goes ahead and Y raises the damage (naming store and chunk) when read."""
+    x = rng.standard_normal((133, 23)).astype(np.float32)
+    path = tmp_path / "d.zarr"
+    Z = user_store(path, x, chunks=(40, 7), compressors=zarr.codecs.ZstdCodec())
+    chunk = path / "c" / "1" / "1"
+    chunk.write_bytes(chunk.read_bytes()[:20])
+    Y, V = Z * 2.0, Z.T[1:] + 1.0
+    Z.update_(jask.from_numpy(x))
+    np.testing.assert_array_equal(to_numpy(Z), x)
+    np.testing.assert_array_equal(zarr.open_array(str(path))[...], x)
+    for pending in (Y, V, Y):
+        with pytest.raises(jask.DamagedStoreError, match=r"'c/1/1'.*d\.zarr"):
+            to_numpy(pending)
+    np.testing.assert_allclose(to_numpy(Z * 2.0), x * 2)

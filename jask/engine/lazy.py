@@ -40,11 +40,12 @@ import numpy as np
 
 from jask.base import counters, memory
 from jask.base.config import Config
+from jask.base.urls import is_url
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
 from jask.engine.work import room
-from jask.store import chunkio, registry, space, views
-from jask.store.spec import StoreSpec
+from jask.store import chunkio, registry, space, versions, views
+from jask.store.spec import DamagedStoreError, StoreSpec
 
 __all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
 
@@ -97,8 +98,14 @@ class Recorded(registry.Deferred):
         self.forgotten = False  # nothing reads it any more: never computed
         self.keep = keep      # eagerly: the inputs' Owners, alive while this is pending
         self.owned_lazily = not registry.in_callback()  # an eager op's
+        self.failed: Exception | None = None  # what computing it raised, for good
         self.upstream = frozenset().union(*(x.upstream for x in _pending(inputs))) | {id(self)}
         self.leaves = _leaves(inputs)  # the stores computing it reads (and keeps)
+        # eagerly, the version of each user's store it reads: jask computes pending
+        # readers before its own writers replace one, but another writer may too
+        self.stamps = [(p, _version(p)) for p in dict.fromkeys(
+            os.path.abspath(x.path) for x in inputs if isinstance(x, StoreSpec)
+            and not views.base_of(x).managed and not is_url(x.path))] if self.owned_lazily else []
 
     def _fulfil(self, store: StoreSpec) -> None:
         self.store = registry.fulfil(self.handle, store)
@@ -116,6 +123,8 @@ class Recorded(registry.Deferred):
         if self.forgotten:
             raise RuntimeError(f"jask: internal error, {self.desc.op}'s result was needed "
                                "after the program said nothing reads it")
+        if self.failed is not None:
+            raise self.failed
         with _running:
             try:
                 if self.store is None and self.owned_lazily and not _pending(self.inputs):
@@ -132,6 +141,15 @@ class Recorded(registry.Deferred):
             assert self.store is not None
             return self.store
 
+    def before_change(self) -> None:
+        try:
+            self.compute()
+        except (space.StoreChangedError, DamagedStoreError) as err:
+            # its inputs can never give it again: reading it raises this, and the
+            # change (an update_ repairing a damaged store, say) goes ahead
+            self.failed = err.with_traceback(None)  # (its frames hold the update_'s arrays)
+            self.inputs, self.keep = [], ()  # (and the views of the store it held)
+
     def reads(self, path: str) -> bool:
         if self.forgotten:
             return False
@@ -140,8 +158,22 @@ class Recorded(registry.Deferred):
                                                     else x.reads(path))
                    for x in self.inputs)
 
+    def check_unchanged(self) -> None:
+        """Refuse to compute from a user's store replaced (or removed) since the
+        call: the result would hold values the program never gave it."""
+        for path, before in self.stamps:
+            if _version(path) != before:
+                chunkio.forget(path)
+                raise space.StoreChangedError(
+                    f"jask.{self.desc.op}: the store {path!r} was replaced or removed by "
+                    "another writer after this op was called and before its result was "
+                    "computed (eager ops are lazy: jask.set_memory_budget(..., lazy=False) "
+                    "runs each at its call); its result would hold the new values, so it "
+                    "is refused. Call the op again.")
+
     def run_alone(self) -> None:
         """Compute this store with the op's own work (its inputs first)."""
+        self.check_unchanged()
         stores = [x.compute() if isinstance(x, Recorded) else x
                   for x, d in zip(self.inputs, self.desc.on_disk) if d]
         values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
@@ -149,6 +181,18 @@ class Recorded(registry.Deferred):
         with space.snapshot(stores, f"jask ({self.desc.op})"), \
                 counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
             self._fulfil(self.work(stores, values, self.config))
+
+
+def _version(path: str) -> tuple:
+    """A user's store as jask last saw it: its version (a folder swapped in
+    replaces it) and when its metadata was written (zarr's ``overwrite=True``
+    writes it anew in the same folder; chunks written in place go unseen)."""
+    def written(name: str):
+        try:
+            return os.stat(os.path.join(path, name)).st_mtime_ns
+        except OSError:
+            return None
+    return versions.identity(path), written("zarr.json"), written(".zarray")
 
 
 def _stand_in(x, config: Config) -> StoreSpec:
@@ -344,6 +388,8 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     budget, the recorded stores are computed op by op and the values are
     None (their ops then run alone)."""
     group = _build(roots, value_roots)
+    for p in group.recorded_of.values():
+        p.check_unchanged()
     n = fusion.band_length(group.order[-1])
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
