@@ -103,3 +103,24 @@ def test_a_damaged_store_with_a_pending_reader_can_be_repaired(small_budget, rng
         with pytest.raises(jask.DamagedStoreError, match=r"'c/1/1'.*d\.zarr"):
             to_numpy(pending)
     np.testing.assert_allclose(to_numpy(Z * 2.0), x * 2)
+
+
+def test_a_deep_copy_keeps_its_values(small_budget, rng):
+    """``best = copy.deepcopy(params)`` (early stopping) shared the store:
+    the next ``params.update_`` changed ``best`` too, and a copy of a view
+    changed with the view's update_. A copy is now a view of its own (free
+    until either side is written)."""
+    import copy
+
+    x = rng.standard_normal((133, 23)).astype(np.float32)
+    X = jask.from_numpy(x)
+    best, shallow, V = copy.deepcopy({"w": X})["w"], copy.copy(X), X[3:-2].T
+    of_view = copy.deepcopy(V)
+    X.update_(X + 1.0)
+    V.update_(V * 0.0)
+    np.testing.assert_array_equal(to_numpy(best), x)
+    np.testing.assert_array_equal(to_numpy(shallow), x)
+    np.testing.assert_array_equal(to_numpy(of_view), x[3:-2].T)
+    best.update_(best * 2.0)  # and writing the copy leaves the original alone
+    np.testing.assert_array_equal(to_numpy(X), x + 1)
+    np.testing.assert_array_equal(to_numpy(best), x * 2)
