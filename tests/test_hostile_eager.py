@@ -8,7 +8,7 @@ import pytest
 import zarr
 
 import jask
-from helpers import to_numpy, tolerance, user_store
+from helpers import SMALL_BUDGET, tmpfs_mount, to_numpy, tolerance, user_store
 
 
 @pytest.mark.parametrize("shape", [(303, 9), (9, 301)])
@@ -124,3 +124,30 @@ def test_a_deep_copy_keeps_its_values(small_budget, rng):
     best.update_(best * 2.0)  # and writing the copy leaves the original alone
     np.testing.assert_array_equal(to_numpy(X), x + 1)
     np.testing.assert_array_equal(to_numpy(best), x * 2)
+
+
+def test_pending_results_count_against_the_scratch_disk_at_the_call(small_budget, rng,
+                                                                     tmp_path):
+    """DiskFullError at the call: with room for one more output, ``Y = X * 2``
+    then ``Z = X * 3`` both returned (each output alone fits) and the disk
+    filled when they were read; eagerly Z was refused at its call. The
+    outputs of pending results still held now count at each call."""
+    import gc
+    import os
+
+    with tmpfs_mount(tmp_path / "small", "3m") as mount:
+        jask.set_memory_budget(SMALL_BUDGET, scratch_dir=str(mount), allow_tmpfs=True)
+        x = rng.standard_normal((1000, 230)).astype(np.float32)
+        X = jask.from_numpy(x)
+        X.filename  # (written)
+        with open(mount / "ballast", "wb") as f:  # room for 1.5 outputs
+            stat = os.statvfs(mount)
+            os.posix_fallocate(f.fileno(), 0, stat.f_bavail * stat.f_frsize - 3 * x.nbytes // 2)
+        Y = X * 2.0
+        with pytest.raises(jask.DiskFullError) as err:
+            X * 3.0
+        assert str(mount) in str(err.value) and "pending" in " ".join(err.value.__notes__)
+        np.testing.assert_array_equal(to_numpy(Y), x * 2)
+        del X, Y, err
+        gc.collect()
+        jask.collect()

@@ -40,6 +40,7 @@ import numpy as np
 
 from jask.base import counters, memory
 from jask.base.config import Config
+from jask.base.sizes import exact_bytes
 from jask.base.urls import is_url
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
@@ -280,7 +281,7 @@ def record(desc: Description, args, config: Config, work: Callable,
     if eager:  # and an output the scratch disk cannot hold (DiskFullError names the folder)
         chunks = (planned.chunks if planned is not None and planned.chunks is not None
                   else tuple(max(s, 1) for s in desc.shape))
-        room(config, desc.op, desc.shape, desc.dtype, chunks)
+        _room_after_pending(config, desc, chunks)
     def too_long() -> bool:
         return (len(frozenset().union(*(x.upstream for x in _pending(inputs)))) >= MAX_PENDING
                 or bool(keep) and len(_leaves(inputs)) > MAX_HELD)  # (a program holds them anyway)
@@ -295,6 +296,24 @@ def record(desc: Description, args, config: Config, work: Callable,
     recorded = Recorded(desc, inputs, config, work, keep)
     recorded.handle = registry.register_deferred(recorded)
     return recorded.handle
+
+
+def _room_after_pending(config: Config, desc: Description, chunks: tuple) -> None:
+    """Refuse an output the scratch disk cannot hold once the pending results
+    still held are written too (each op at its call, as if it ran there)."""
+    room(config, desc.op, desc.shape, desc.dtype, chunks)
+    promised = [p for p in registry.owned_deferred() if isinstance(p, Recorded)
+                and p.store is None and p.owned_lazily and p.failed is None
+                and p.config.scratch_dir == config.scratch_dir]
+    if not promised:
+        return
+    extra = sum(memory.nbytes(p.shape, p.dtype) for p in promised)
+    try:
+        room(config, desc.op, desc.shape, desc.dtype, chunks, extra=extra)
+    except space.DiskFullError as err:
+        err.add_note(f"(counting the pending eager results still held ({len(promised)}), "
+                     f"{exact_bytes(extra)}, written when they are read)")
+        raise
 
 
 def forget(handles) -> None:

@@ -75,12 +75,13 @@ def _produce(config: Config, op: str, shape, dtype, planned: Plan, build, *, gra
     return out
 
 
-def room(config: Config, op: str, shape, dtype, chunks):
+def room(config: Config, op: str, shape, dtype, chunks, *, extra: int = 0):
     """Refuse an output the scratch disk cannot hold, before writing it; the
-    context it returns names the folder and sizes if the disk fills anyway."""
+    context it returns names the folder and sizes if the disk fills anyway.
+    ``extra``: bytes promised to other outputs, to be written first."""
     folder = sessions.session_dir(config.scratch_dir)
     needed = stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dtype),
-                                                     tuple(chunks)))
+                                                     tuple(chunks))) + extra
     space.check_space(folder, needed, op)
     return space.space_errors(folder, needed, op)
 
