@@ -311,8 +311,9 @@ def _room_after_pending(config: Config, desc: Description, chunks: tuple) -> Non
     try:
         room(config, desc.op, desc.shape, desc.dtype, chunks, extra=extra)
     except space.DiskFullError as err:
-        err.add_note(f"(counting the pending eager results still held ({len(promised)}), "
-                     f"{exact_bytes(extra)}, written when they are read)")
+        getattr(err, "add_note")(
+            f"(counting the pending eager results still held ({len(promised)}), "
+            f"{exact_bytes(extra)}, written when they are read)")
         raise
 
 

@@ -258,18 +258,6 @@ def deferred(handle) -> Deferred | None:
     return _deferred.get(int(handle))
 
 
-def owned_deferred() -> list:
-    """The lazy stores not computed yet that a DiskArray holds (each will be
-    written if it is read).
-
-    Example:
-      >>> isinstance(owned_deferred(), list)
-      True
-    """
-    with _lock:
-        return [d for h, d in _deferred.items() if h in _owners]
-
-
 def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
     """Give a lazy handle the store its computation wrote. One nothing owns
     (computed as another one's input, its DiskArray gone) is pending for
