@@ -159,3 +159,57 @@ def test_a_failed_op_leaves_no_keys_in_the_scratch_prefix(scratch_url, s3_bucket
         (a * 2.0).block_until_ready()  # lazy: the error comes where the result is read
     jask.collect()
     assert [k.rsplit("/", 1)[-1] for k in _keys(session)] == [".jask-lease", ".jask-session"]
+
+
+def test_jasks_own_arrays_in_a_bucket_are_updated_by_new_versions(
+        scratch_url, s3_bucket, jask_scratch):
+    """Object storage has no rename: update_ and jask.optim's in-place steps
+    write a new store and hand it the array's handle in one step. Values
+    match numpy and optax; a view keeps the old values; the old version is
+    deleted; a failed update leaves the array as it was and no new keys."""
+    import jax
+    import numpy as np
+    import optax
+    import zarr
+
+    import jask
+
+    jask.set_memory_budget("256KB", scratch_dir=scratch_url)
+    session = sessions.session_dir(scratch_url)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((301, 37)).astype(np.float32)
+    w = jask.from_numpy(x)
+    old, view = w.filename, w[5:9]
+    assert old.startswith(session)
+    w.update_(w * 2.0 + 1.0)
+    np.testing.assert_allclose(w.to_numpy(), x * 2 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(view.to_numpy(), x[5:9])
+    assert w.filename != old and w.filename.startswith(session)
+    del view
+    jask.collect()
+    assert not [k for k in _keys(session) if old.rsplit("/", 1)[1] in k]
+
+    # a source with a damaged chunk: the update fails, w is as it was, nothing is left
+    zarr.create_array(f"{s3_bucket}/data/s.zarr", shape=x.shape, chunks=(64, 37),
+                      dtype=x.dtype, compressors=None)[...] = x
+    _put(f"{s3_bucket}/data/s.zarr/c/2/0", b"\0" * 10)
+    before = _keys(session)
+    with pytest.raises(jask.DamagedStoreError, match="s.zarr"):
+        w.update_(jask.open(f"{s3_bucket}/data/s.zarr"))
+    jask.collect()
+    assert _keys(session) == before
+    np.testing.assert_allclose(w.to_numpy(), x * 2 + 1, rtol=1e-6)
+
+    # adam, jitted, in place: against optax on the same numbers
+    g0 = rng.standard_normal(x.shape).astype(np.float32)
+    p, g = jask.from_numpy(x), jask.from_numpy(g0)
+    adam = jask.optim.adam(1e-2)
+    state = adam.init(p)
+    step = jax.jit(lambda p, s, g: jask.optim.step(adam, g, s, p))
+    ref, ref_state, tx = x, None, optax.adam(1e-2)
+    ref_state = tx.init(ref)
+    for _ in range(2):
+        p, state = step(p, state, g)
+        updates, ref_state = tx.update(g0, ref_state, ref)
+        ref = optax.apply_updates(ref, updates)
+    np.testing.assert_allclose(p.to_numpy(), np.asarray(ref), rtol=1e-5, atol=1e-6)

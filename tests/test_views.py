@@ -61,7 +61,7 @@ def test_gram_and_friends_read_x_once(small_budget, rng, dtype, shape):
              (lambda: jask.matmul(jask.matrix_transpose(X), X), x.T @ x, X)]
     for f, ref, b in cases:
         with jask.track() as t:
-            out = f()
+            out = f().block_until_ready()  # eager ops are lazy: run it inside the block
         np.testing.assert_allclose(out.to_numpy(), ref, **_tol(dtype))
         assert t.passes(X) == 1.0
         assert t.bytes_written == out.nbytes  # no copy of X, no scratch
@@ -71,7 +71,7 @@ def test_gram_and_friends_read_x_once(small_budget, rng, dtype, shape):
     # a slice of X: its Gram matrix reads the slice's bytes once
     H = X[7:shape[0] - 5]
     with jask.track() as t:
-        G = H.T @ H
+        G = (H.T @ H).block_until_ready()
     np.testing.assert_allclose(G.to_numpy(), x[7:-5].T @ x[7:-5], **_tol(dtype))
     # (the passes its plan states: once, unless the output tiles must be narrower than X)
     planned = _planned_passes(small_budget, H, H)
@@ -84,13 +84,48 @@ def test_gram_and_friends_read_x_once(small_budget, rng, dtype, shape):
     assert t.passes(X) == 1.0 and t.bytes_written == out.nbytes
 
 
+@pytest.mark.parametrize("shape", [(2000, 30), (777, 13)])
+def test_power_iteration_reads_x_once_per_step(small_budget, rng, dtype, shape):
+    """``X.T @ (X @ v)`` (a power iteration step): ``X @ v`` and the product
+    with the transposed view run in one band group, eagerly and under jit,
+    so X is read once and ``X @ v`` never written; on a slice of X too."""
+    x, X = _make(rng, shape, dtype)
+    v = rng.standard_normal(shape[1]).astype(dtype)
+    V = rng.standard_normal((shape[1], 2)).astype(dtype)
+    H, h = X[7:shape[0] - 5], x[7:-5]
+    step = jax.jit(lambda X, v: X.T @ (X @ v))
+    for way in (lambda X, v: X.T @ (X @ v), step, lambda X, v: jask.matrix_transpose(X) @ (X @ v)):
+        for A, a, u in ((X, x, v), (X, x, V), (H, h, v)):
+            with jask.track() as t:
+                out = np.asarray(way(A, u))
+            np.testing.assert_allclose(out, a.T @ (a @ u), **_tol(dtype))
+            assert t.passes(X) * X.nbytes == pytest.approx(A.nbytes)
+            assert t.bytes_written <= out.nbytes
+    # three steps, normalised on disk between them: X @ v reads v whole (computed first)
+
+    def iterate(X, v):
+        for _ in range(3):
+            u = X.T @ (X @ v)
+            v = u / jask.sqrt(jask.sum(u * u))
+        return v
+    ref = v
+    for _ in range(3):
+        ref = x.T @ (x @ ref)
+        ref = ref / np.sqrt(np.sum(ref * ref))
+    for way in (iterate, jax.jit(iterate)):
+        with jask.track() as t:
+            out = np.asarray(way(X, v))
+        np.testing.assert_allclose(out, ref, **_tol(dtype))
+        assert t.passes(X) == 3.0 and t.bytes_written < X.nbytes / 20
+
+
 def test_gram_of_a_wide_x_states_its_passes(small_budget, rng):
     """An output too large for the budget goes in column blocks: as many
     passes over X as the plan says."""
     x, X = _make(rng, (1500, 150), np.float32)
     step = jask.visualize(lambda X: X.T @ X, X).steps[-1]
     with jask.track() as t:
-        G = X.T @ X
+        G = (X.T @ X).block_until_ready()
     np.testing.assert_allclose(G.to_numpy(), x.T @ x, rtol=1e-4, atol=1e-3)
     assert t.passes(X) == _planned_passes(small_budget, X, X) > 1
     assert t.bytes_written == G.nbytes
@@ -149,7 +184,7 @@ def test_user_stores_read_through_views(small_budget, rng, tmp_path):
         arr[...] = x
         X = jask.open(path)
         with jask.track() as t:
-            G = X.T @ X
+            G = (X.T @ X).block_until_ready()
         np.testing.assert_allclose(G.to_numpy(), x.T @ x, rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose((X[7:190, 3:50].T + 0).to_numpy(), x[7:190, 3:50].T)
         np.testing.assert_allclose(np.asarray(jask.sum(X.T[:, 11], axis=0)), x[11].sum(),

@@ -54,6 +54,8 @@ def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskAr
     Raises:
       FileNotFoundError: if there is no Zarr array at ``path``.
       jask.RemoteStoreError: object storage failed (after retries).
+      ValueError: a URL with credentials, a query or fragment, or an empty,
+        ``.`` or ``..`` segment (named with its secrets left out).
 
     Example:
       >>> import numpy as np, zarr, jask
@@ -66,8 +68,9 @@ def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskAr
     if isinstance(path, str) and path.startswith("file://"):
         path = objects.local_path(path)
     if isinstance(path, str) and objects.is_url(path):
-        objects.register_options(path, storage_options)
-        url = path.rstrip("/")
+        url = objects.check_url(path)  # (before any message could show its secrets)
+        objects.register_options(url, storage_options)
+        objects.location(url).client  # (bad options: a ValueError naming them, not the array)
         remote.forget(url)  # an array written anew at this URL: its own layout
         return DiskArray._from_store(registry.register(remote.spec_of(url), pending=False))
     return DiskArray._from_store(registry.register_external(path))
@@ -144,8 +147,10 @@ def open_group(path: str | os.PathLike,
     if isinstance(path, str) and path.startswith("file://"):
         path = objects.local_path(path)
     if isinstance(path, str) and objects.is_url(path):
-        objects.register_options(path, storage_options)
-        members, group_attrs = groups.group_members(path.rstrip("/"))
+        url = objects.check_url(path)
+        objects.register_options(url, storage_options)
+        objects.location(url).client
+        members, group_attrs = groups.group_members(url)
         return {m.name: (_group_array(m), m.dims, m.attrs) for m in members}, group_attrs
     members, group_attrs = groups.group_members(path)
     arrays = {m.name: (_group_array(m), m.dims, m.attrs) for m in members}

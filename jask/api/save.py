@@ -12,7 +12,9 @@ leaves a half-written array, nor no array, at ``path``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 
 import numcodecs
 import numpy as np
@@ -74,7 +76,10 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
         was opened with: open the path again. At a URL (object storage,
         which cannot rename), an existing array is never replaced, even
         with ``overwrite=True`` (save to a new URL instead); ``overwrite``
-        there only clears the objects of a save that failed midway.
+        there only clears the objects of a save that failed midway (chunk
+        objects; any other object there is refused, never deleted). Two
+        saves to one URL at once: the second is refused (the first claims
+        the URL by a conditional put before writing a chunk).
       config: a :class:`~jask.Config` to use instead of the active one.
       storage_options: for a URL, as for :func:`jask.open` (by default the
         environment variables, or the options given for its bucket before).
@@ -110,8 +115,10 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     if isinstance(path, str) and path.startswith("file://"):
         path = objects.local_path(path)
     if isinstance(path, str) and objects.is_url(path):  # object storage: no rename
-        objects.register_options(path.rstrip("/"), storage_options)
-        return _save_url(x, path.rstrip("/"), chunks, compressor, overwrite, config)
+        url = objects.check_url(path)
+        objects.register_options(url, storage_options)
+        objects.location(url).client  # (bad options: a ValueError naming them)
+        return _save_url(x, url, chunks, compressor, overwrite, config)
     source = _source(x)
     path = _target(path, source, overwrite, config)
     codecs = _compressors(compressor)
@@ -145,12 +152,24 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     return creation.open(path)
 
 
+#: The object a save to a URL claims it by, and every key such a save writes
+#: (chunks, default "/" key encoding): what ``overwrite=True`` may clear.
+_CLAIM = ".jask-save"
+_SAVE_KEY = re.compile(r"c(/[0-9]+)*|\.jask-save")
+
+
 def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) -> DiskArray:
     """``save`` to object storage: whole chunks put by the tasks, the
     metadata object last; on failure what was put is deleted."""
     source = _source(x)
     if url == source.path:
         raise ValueError(f"jask.save: {url!r} is the array's own store; save it elsewhere")
+    if not objects.location(url).prefix:  # a failed save deletes what is under its URL
+        raise ValueError(f"jask.save: {url!r} is a whole bucket; save to a prefix in it "
+                         f"({url}/name.zarr)")
+    if objects.is_url(config.scratch_dir) and (url + "/").startswith(config.scratch_dir + "/"):
+        raise ValueError(f"jask.save: {url!r} is inside jask's scratch prefix "
+                         f"{config.scratch_dir!r}, whose sessions are removed when they end")
     codecs = _compressors(compressor)
     planned = planner.save(source, _chunks(chunks, source), bool(codecs), config)
     out_chunks, cost = planned.tile, planned.cost  # one whole chunk per task
@@ -162,10 +181,17 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
             "replace it in one step (a failure midway would leave neither array), so jask "
             "does not overwrite it, even with overwrite=True: save to a new URL (and delete "
             "the old prefix yourself), or keep the array in an icechunk repository")
+    foreign = [k for k in debris if not _SAVE_KEY.fullmatch(k)]
+    if foreign:  # not a jask save's: the user's (an array below, their files)
+        raise FileExistsError(
+            f"jask.save: {url!r} holds {len(debris)} objects, {foreign[0]!r} among them, "
+            "that no save of jask's writes; jask never deletes them, even with "
+            "overwrite=True: save to a new URL")
     if debris and not overwrite:
         raise FileExistsError(
             f"jask.save: {url!r} holds {len(debris)} objects but no Zarr metadata (left by "
-            "a save that failed?); pass overwrite=True to delete them and save there")
+            "a save that failed, or one under way); pass overwrite=True to delete them and "
+            "save there")
     collect_if_idle()
     if debris:
         remote.delete_prefix(url)
@@ -176,6 +202,14 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
     name = builders.key_name("save", url, source.path)
     graph = {(name, i): (_copy_chunk_to_url, out, text, region, source)
              for i, region in enumerate(builders.regions(out.shape, out.chunks))}
+    # Claimed by a conditional put before any chunk: of two saves to one URL
+    # at once, the second is refused with nothing written (else their chunks
+    # would mix, and its cleanup would delete the first's array).
+    try:
+        remote.put(url, _CLAIM, b"jask.save", create_only=True, op="claim")
+    except FileExistsError:
+        raise FileExistsError(f"jask.save: another save to {url!r} is under way (or was cut "
+                              "short: pass overwrite=True to clear its objects)") from None
     try:
         with space.snapshot([source], "jask.save"):
             execute.run(graph, list(graph), config.workers, cost)
@@ -190,6 +224,8 @@ def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) 
         raise
     finally:
         chunkio.forget(url)
+    with contextlib.suppress(Exception):  # (left behind, it is harmless beside the metadata)
+        objects.delete(url, _CLAIM)
     return creation.open(url)
 
 

@@ -14,8 +14,9 @@ __all__ = ["update_", "check_in_place"]
 
 def check_in_place(x, op: str) -> None:
     """Refuse, before anything runs, to write ``x``'s store in place when it is
-    a plain Zarr store in object storage (no rename, so no atomic replace;
-    an array in an icechunk repository is replaced by one commit). A traced
+    a user's plain Zarr store in object storage (no rename, so no atomic
+    replace; an array in an icechunk repository is replaced by one commit, one
+    of jask's own arrays there by a new version). A traced
     ``x`` is checked when the compiled call runs.
 
     Example:
@@ -49,9 +50,11 @@ def update_(target, new_value, *, config: Config | None = None):
 
     In object storage, an array in an icechunk repository
     (:func:`jask.open_icechunk`) is updated by one commit: readers see the
-    old snapshot or the new one. A plain Zarr store at a URL cannot be
-    replaced atomically, and ``update_`` of it raises NotImplementedError,
-    naming the URL, before anything runs.
+    old snapshot or the new one. jask's own arrays in a scratch prefix in
+    object storage get a new version: a new store, handed the array's handle
+    in one step (its ``filename`` changes). A user's plain Zarr store at a URL
+    cannot be replaced atomically, and ``update_`` of it raises
+    NotImplementedError, naming the URL, before anything runs.
     """
     t = _require(target, "update_", "the array to update")
     n = _require(new_value, "update_", "new_value")

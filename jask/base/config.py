@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import dask.utils
 import psutil
 
-from jask.base.urls import is_url
+from jask.base.urls import check_url, is_url
 
 __all__ = ["Config", "set_memory_budget", "get_config", "parse_budget"]
 
@@ -148,7 +148,7 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
     options = tuple(sorted((storage_options or {}).items()))
     if scratch_dir is not None and is_url(scratch_dir):  # object storage: no disk to check
         return Config(max_memory=effective, requested_memory=requested,
-                      scratch_dir=scratch_dir.rstrip("/"), allow_tmpfs=allow_tmpfs,
+                      scratch_dir=check_url(scratch_dir, "scratch_dir"), allow_tmpfs=allow_tmpfs,
                       workers=workers or (os.cpu_count() or 1), storage_options=options,
                       lazy=bool(lazy))
     if options:

@@ -235,8 +235,13 @@ def _inputs(desc: Description, args) -> list:
 
 
 def _shallow(desc: Description, inputs: list) -> fusion.Node:
-    return fusion.Node(desc.op, desc.kind, inputs, desc.shape, np.dtype(desc.dtype),
-                       desc.params)
+    params = desc.params
+    if desc.kind == "dot" and isinstance(inputs[0], StoreSpec):
+        base, transposed = views.as_transposed(inputs[0])
+        if transposed:  # X.T @ u: X read in row bands, the product contracted over them
+            inputs = [base, *inputs[1:]]
+            params = {**params, "ta": not params["ta"]}
+    return fusion.Node(desc.op, desc.kind, inputs, desc.shape, np.dtype(desc.dtype), params)
 
 
 def _joins(desc: Description, inputs: list) -> bool:
@@ -245,8 +250,8 @@ def _joins(desc: Description, inputs: list) -> bool:
     if not fusion.fusable(node):
         return False
     if desc.kind == "dot" and any(isinstance(x, StoreSpec) and views.as_transposed(x)[1]
-                                  for x in inputs):
-        return False  # X.T @ ...: its own plan reads X as stored, once (jask.store.views)
+                                  for x in node.inputs):
+        return False  # ... @ X.T: its own plan reads X as stored, once (jask.store.views)
     n = fusion.band_length(node)
     for x in inputs:
         if isinstance(x, Recorded) and x.store is None:
@@ -254,6 +259,18 @@ def _joins(desc: Description, inputs: list) -> bool:
             if not inner.rows or fusion.band_length(inner) != n:
                 return False
     return True
+
+
+def _reads_whole(desc: Description, inputs: list) -> bool:
+    """Whether the op is ``X @ w`` with ``w`` a pending result that a band group reads
+    whole, not by bands (``fusion.whole_inputs``)."""
+    if desc.kind != "dot" or not isinstance(inputs[1], Recorded) or inputs[1].store is not None:
+        return False
+    a, p = inputs[0], desc.params
+    if not isinstance(a, (StoreSpec, Recorded)) or len(a.shape) != 2 or p["vectors"][0]:
+        return False
+    transposed = isinstance(a, StoreSpec) and views.as_transposed(a)[1]  # X.T @ u: by bands
+    return p["ta"] == transposed
 
 
 def record(desc: Description, args, config: Config, work: Callable,
@@ -265,6 +282,10 @@ def record(desc: Description, args, config: Config, work: Callable,
     if eager and execute.on_a_cluster():
         return None  # run now, on the cluster that is there now (it may be gone when read)
     inputs = _inputs(desc, args)
+    if _reads_whole(desc, inputs):
+        # X @ w with w pending (along another axis): the band group reads w whole, so
+        # compute it now and X @ w still joins the ops that read it by bands
+        inputs[1] = inputs[1].compute()
     if not _joins(desc, inputs):
         return None
     waiting = _pending(inputs)

@@ -22,6 +22,7 @@ import numpy as np
 from jask.base import counters
 from jask.base.config import Config
 from jask.base.memory import BudgetError
+from jask.base.urls import is_url
 from jask.engine import blockwise as bw
 from jask.engine import builders, execute, scan, tasks
 from jask.engine import gather as gathers
@@ -502,8 +503,7 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
         finally:
             chunkio.forget(path)
 
-    replace_store(target, make_staging, fill, config)
-    return target
+    return replace_store(target, make_staging, fill, config)
 
 
 update = Work("update_", _update,
@@ -515,19 +515,41 @@ def _transactional(target: StoreSpec | None) -> bool:
     return target is not None and icechunk_stores.is_icechunk(target.path)
 
 
-def replace_store(target: StoreSpec, make_staging, fill, config: Config) -> None:
+def replace_store(target: StoreSpec, make_staging, fill, config: Config) -> StoreSpec:
     """Replace ``target``'s data atomically (:func:`jask.store.durability.replace`,
-    or one icechunk commit), after computing the deferred results that read its
-    old values."""
+    one icechunk commit, or for jask's own array in object storage a new
+    version), after computing the deferred results that read its old values;
+    return the store now behind ``target``'s handle."""
     registry.before_mutation(target.path)
     if _transactional(target):
         _commit(target, fill)
-        return
+        return target
+    if is_url(target.path):
+        if not target.managed:  # (refused before: icechunk_stores.refuse_in_place)
+            raise NotImplementedError(f"jask: cannot replace {target.path!r} in place")
+        return _new_version(target, fill, config)
     journal = None if target.managed else sessions.journal_dir(  # a session goes whole
         sessions.session_dir(config.scratch_dir))
     with saves.copies_of(target.path, journal) as note:  # a killed one's: cleaned later
         durability.replace(target.path, note(make_staging), fill, durable=not target.managed)
     chunkio.forget(target.path)
+    return target
+
+
+def _new_version(target: StoreSpec, fill, config: Config) -> StoreSpec:
+    """jask's own array in a bucket: object storage has no rename, so the new
+    values go to a new store of the same layout, which then takes the array's
+    handle in one step (the old one is deleted at the next safe point). A
+    failure midway leaves the array as it was."""
+    name = os.path.basename(target.path).split("-")[0] or "update_"
+    new = registry.create(config.scratch_dir, name, target.shape, target.dtype,
+                          target.chunks, grad=target.path.endswith(GRAD_SUFFIX))
+    try:
+        fill(new.path)
+    except BaseException:
+        registry.discard(new)
+        raise
+    return registry.repoint(target.handle, new)
 
 
 def _commit(target: StoreSpec, fill) -> None:
@@ -600,7 +622,7 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
             if target is None:
                 fill(None)
             else:  # the first output replaces target's data, atomically (as update_)
-                replace_store(target, layout.maker_like(target), fill, config)
+                target = replace_store(target, layout.maker_like(target), fill, config)
         except BaseException as err:
             for out in outs:
                 registry.discard(out)

@@ -18,6 +18,9 @@ Chunk files written here are laid out as Zarr lays them out, so every Zarr
 reader opens them (Zarr itself may skip chunks that hold only the fill
 value; such missing files read as the fill value here too).
 
+What a chunk is (its layout, its codec, its checked decoding) is in
+:mod:`jask.store.chunk_layout`, which :mod:`jask.store.remote` shares.
+
 :func:`read_model` tells the memory model (:mod:`jask.base.memory`) which of
 these paths a store takes and what a read of it holds.
 """
@@ -27,21 +30,25 @@ import itertools
 import math
 import os
 import struct
-import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import cast
 
 import google_crc32c  # what Zarr checks shard indexes with
-import numcodecs
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec, ShardingCodec
 from zarr.storage import LocalStore
 
 from jask.base import counters, memory
 from jask.store import buffers, icechunk_stores, remote, views
+from jask.store.chunk_layout import (
+    DECODE_ERRORS,
+    ChunkLayout,
+    chunk_ranges,
+    decode_into,
+    layout_of,
+    overlap,
+)
 from jask.store.objects import is_url
 from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
 
@@ -51,84 +58,42 @@ __all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "r
 ZARR_GROUP_BYTES = 2**20
 
 
-class ChunkCodec(Protocol):
-    """What jask uses of a numcodecs codec (``numcodecs.abc.Codec``)."""
-
-    def encode(self, buf: Any) -> Any: ...
-
-    def decode(self, buf: Any, out: Any = None) -> Any: ...
+def _chunk_file(layout: ChunkLayout, index: tuple) -> str:
+    """The path of chunk ``index``'s file (or of the shard file holding it)."""
+    return os.path.join(layout.root, *layout.encode_key(index).split("/"))
 
 
-@dataclass(frozen=True)
-class RawLayout:
-    """Where each chunk of a local Zarr array whose chunks are single files
-    lives, and how a file's bytes become the chunk."""
-
-    root: str
-    shape: tuple
-    chunks: tuple
-    dtype: np.dtype
-    fill_value: object
-    encode_key: Callable[[tuple], str]  # (chunk index) -> "c/0/1"
-    decoder: ChunkCodec | None = None  # for compressed chunks; None: plain bytes
-    order: Literal["C", "F"] = "C"
-    encodes: bool = True  # whether write() may encode chunks as Zarr would here
-    # (shard shape, inner chunk shape, index at the end, index has a crc32c)
-    shard: tuple | None = None
-
-    @property
-    def plain(self) -> bool:
-        """Chunk files hold the chunk's bytes in C order: byte ranges work."""
-        return self.decoder is None and self.order == "C" and self.shard is None
-
-    def path(self, index: tuple) -> str:
-        return os.path.join(self.root, *self.encode_key(index).split("/"))
-
-    def key(self, index: tuple) -> str:
-        """The chunk's key (``c/1/2``), or for an inner chunk of a shard the
-        shard's key and the inner chunk's index in it."""
-        if self.shard is None:
-            return self.encode_key(index)
-        per = tuple(s // c for s, c in zip(self.shard[0], self.shard[1]))
-        where = tuple(i // p for i, p in zip(index, per))
-        return f"{self.encode_key(where)} (inner chunk {tuple(i % p for i, p in zip(index, per))})"
-
-    def damaged(self, index: tuple, what: str) -> DamagedStoreError:
-        """The error for chunk ``index`` whose bytes are not the chunk."""
-        return DamagedStoreError(f"chunk {self.key(index)!r} of the Zarr store {self.root!r} is "
-                                 f"damaged: {what}")
-
-    def chunk_data(self, index: tuple) -> bytes | memoryview | None:
-        """The encoded bytes of chunk ``index`` (None: not written); a view of
-        a buffer this thread reuses for the next chunk (:mod:`jask.store.buffers`)."""
-        if self.shard is None:
-            try:
-                fd = os.open(self.path(index), os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            try:
-                return _pread_all(fd, os.fstat(fd).st_size, 0)
-            finally:
-                os.close(fd)
-        shards, inner, _, _ = self.shard
-        per = tuple(s // c for s, c in zip(shards, inner))
-        where = tuple(i // p for i, p in zip(index, per))
-        slot = int(np.ravel_multi_index(tuple(i % p for i, p in zip(index, per)), per))
+def _chunk_data(layout: ChunkLayout, index: tuple) -> bytes | memoryview | None:
+    """The encoded bytes of chunk ``index`` (None: not written); a view of
+    a buffer this thread reuses for the next chunk (:mod:`jask.store.buffers`)."""
+    if layout.shard is None:
         try:
-            fd = os.open(self.path(where), os.O_RDONLY)
+            fd = os.open(_chunk_file(layout, index), os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
-            offset, nbytes = (int(v) for v in _index_of_shard(self, fd, where)[slot])
-            if offset == 2**64 - 1:  # an inner chunk never written
-                return None
-            data = _pread_all(fd, nbytes, offset)
-            if len(data) != nbytes:
-                raise self.damaged(index, f"its shard file {self.path(where)!r} ended early "
-                                   f"(was it cut short while being read?)")
-            return data
+            return _pread_all(fd, os.fstat(fd).st_size, 0)
         finally:
             os.close(fd)
+    shards, inner, _, _ = layout.shard
+    per = tuple(s // c for s, c in zip(shards, inner))
+    where = tuple(i // p for i, p in zip(index, per))
+    slot = int(np.ravel_multi_index(tuple(i % p for i, p in zip(index, per)), per))
+    try:
+        fd = os.open(_chunk_file(layout, where), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        offset, nbytes = (int(v) for v in _index_of_shard(layout, fd, where)[slot])
+        if offset == 2**64 - 1:  # an inner chunk never written
+            return None
+        data = _pread_all(fd, nbytes, offset)
+        if len(data) != nbytes:
+            raise layout.damaged(index, f"its shard file {_chunk_file(layout, where)!r} ended "
+                                 f"early (was it cut short while being read?)")
+        return data
+    finally:
+        os.close(fd)
 
 
 def _pread_all(fd: int, nbytes: int, offset: int) -> memoryview:
@@ -149,7 +114,7 @@ _indexes: dict[tuple, np.ndarray] = {}
 _MAX_CACHED_INDEXES = 64
 
 
-def _index_of_shard(layout: RawLayout, fd: int, where: tuple) -> np.ndarray:
+def _index_of_shard(layout: ChunkLayout, fd: int, where: tuple) -> np.ndarray:
     """The index of the shard file ``fd`` (shard ``where``): the (offset,
     bytes) of each inner chunk, checked as Zarr checks it (its crc32c) and
     against the file's size, so that no read goes past the file or into the
@@ -158,7 +123,7 @@ def _index_of_shard(layout: RawLayout, fd: int, where: tuple) -> np.ndarray:
     shards, inner, at_end, crc = cast(tuple, layout.shard)
     per = tuple(s // c for s, c in zip(shards, inner))
     stat = os.fstat(fd)
-    key = (layout.path(where), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    key = (_chunk_file(layout, where), stat.st_ino, stat.st_size, stat.st_mtime_ns)
     found = _indexes.get(key)
     if found is not None:
         return found
@@ -192,7 +157,7 @@ def _index_of_shard(layout: RawLayout, fd: int, where: tuple) -> np.ndarray:
 # What is known of each store, per process (also on Dask workers): its
 # zarr.Array, its file layout and its read models. forget() drops all three.
 _arrays: dict[str, zarr.Array] = {}
-_layouts: dict[str, RawLayout | None] = {}
+_layouts: dict[str, ChunkLayout | None] = {}
 _lock = threading.Lock()
 _MAX_CACHED_ARRAYS = 256
 
@@ -225,55 +190,7 @@ def open_view(path: str) -> zarr.Array:
     return zarr.open_array(path, mode="r+")
 
 
-def _decoder(arr) -> dict | None:
-    """How jask itself reads a local store's chunk files: the RawLayout
-    fields (``decoder``, ``order``, ``encodes``, ``shard``) when each chunk
-    is one file (or one byte range of a shard file) that a single codec
-    decodes to the chunk's little-endian bytes; else None."""
-    meta = arr.metadata
-    if meta.zarr_format == 2:
-        if meta.filters or not np.dtype(arr.dtype).isnative:
-            return None
-        return dict(decoder=meta.compressor, order=meta.order)
-    codecs = meta.codecs
-    if getattr(meta, "storage_transformers", ()) or not codecs:
-        return None
-    shard = None
-    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
-        sharding = codecs[0]
-        index_types = [type(c).__name__ for c in sharding.index_codecs]
-        if index_types not in (["BytesCodec"], ["BytesCodec", "Crc32cCodec"]):
-            return None
-        shard = (tuple(arr.shards), tuple(sharding.chunk_shape),
-                 sharding.index_location.value == "end", len(index_types) == 2)
-        codecs = sharding.codecs
-    found = _single_codec(codecs)
-    if found is None:
-        return None
-    decoder, encodes = found
-    return dict(decoder=decoder, encodes=encodes and shard is None, shard=shard)
-
-
-def _single_codec(codecs) -> tuple | None:
-    """(numcodecs codec or None, whether jask may encode) for [bytes, codec?]."""
-    if (not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2
-            or codecs[0].endian is not None and codecs[0].endian.value != "little"):
-        return None
-    if len(codecs) == 1:
-        return None, True
-    codec = codecs[1]
-    if isinstance(codec, zarr.codecs.ZstdCodec):
-        return numcodecs.Zstd(level=codec.level, checksum=codec.checksum), True
-    if isinstance(codec, zarr.codecs.BloscCodec):
-        # blosc frames describe themselves: any Blosc decodes them, but
-        # writing is left to Zarr, which knows the store's settings
-        return numcodecs.Blosc(), False
-    if isinstance(codec, zarr.codecs.GzipCodec):
-        return numcodecs.GZip(level=codec.level), True
-    return None
-
-
-def _raw_layout(path: str) -> RawLayout | None:
+def _raw_layout(path: str) -> ChunkLayout | None:
     """The file layout of a store, or None when Zarr's own pipeline is
     needed (sharded, filters, other codecs, remote stores, big-endian)."""
     try:
@@ -283,13 +200,9 @@ def _raw_layout(path: str) -> RawLayout | None:
     arr = open_array(path)
     layout = None
     store = arr.store
-    if (isinstance(store, LocalStore) and (found := _decoder(arr)) is not None
-            and np.dtype(arr.dtype).isnative and np.little_endian
-            and arr.shape and all(c > 0 for c in arr.chunks)):
+    if isinstance(store, LocalStore):
         root = os.fspath(store.root / arr.path) if arr.path else os.fspath(store.root)
-        fill = arr.fill_value if arr.fill_value is not None else 0
-        layout = RawLayout(root, tuple(arr.shape), tuple(arr.chunks), np.dtype(arr.dtype),
-                           fill, arr.metadata.encode_chunk_key, **found)
+        layout = layout_of(arr, root)
     with _lock:
         _layouts[path] = layout
     return layout
@@ -302,8 +215,8 @@ def _default_key(index: tuple) -> str:
 def remember_plain(path: str, shape: tuple, dtype: np.dtype, chunks: tuple) -> None:
     """The layout of a store jask just wrote the metadata of (layout.create_at):
     uncompressed C-order v3, default keys with "/", fill value 0."""
-    layout = RawLayout(path, tuple(shape), tuple(chunks), np.dtype(dtype), np.dtype(dtype).type(0),
-                       _default_key)
+    layout = ChunkLayout(path, tuple(shape), tuple(chunks), np.dtype(dtype),
+                         np.dtype(dtype).type(0), _default_key)
     with _lock:
         _layouts[path] = layout
 
@@ -392,11 +305,7 @@ def _group(unit: tuple, itemsize: int) -> int:
     return max(1, min(ZARR_GROUP_BYTES // per, int(zarr.config.get("async.concurrency") or 1)))
 
 
-def _chunk_ranges(region: tuple, chunks: tuple):
-    return [range(s.start // c, (s.stop - 1) // c + 1) for s, c in zip(region, chunks)]
-
-
-def _check_may_be_missing(layout: RawLayout, index: tuple, path: str) -> None:
+def _check_may_be_missing(layout: ChunkLayout, index: tuple, path: str) -> None:
     """Zarr leaves chunks of only the fill value unwritten, but jask writes
     every chunk of its own stores: there a missing file is damage."""
     if not os.path.isdir(layout.root) or writes_every_chunk(layout.root):
@@ -405,13 +314,13 @@ def _check_may_be_missing(layout: RawLayout, index: tuple, path: str) -> None:
             f"missing (no file {path!r}): the store is damaged or was removed")
 
 
-def _read_rows(layout: RawLayout, index: tuple, rows: slice,
+def _read_rows(layout: ChunkLayout, index: tuple, rows: slice,
                dest: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray | None:
     """Fill ``dest`` (or the array it makes, once the file is found) with
     rows ``rows`` of chunk ``index`` (all its other axes, full chunk width);
     return it. None when the chunk file does not exist."""
     row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
-    path = layout.path(index)
+    path = _chunk_file(layout, index)
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
@@ -437,13 +346,13 @@ def _read_rows(layout: RawLayout, index: tuple, rows: slice,
     return dest
 
 
-def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
+def _read_raw(layout: ChunkLayout, region: tuple) -> np.ndarray:
     """A tile of an uncompressed C-order store, reading only the chunk rows
     it needs; straight into the tile where those rows are contiguous in it."""
     out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
     buffer = None
-    for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
-        src, dst = _overlap(index, region, layout.chunks)
+    for index in itertools.product(*chunk_ranges(region, layout.chunks)):
+        src, dst = overlap(index, region, layout.chunks)
         direct = (all(s.start == 0 and s.stop == c for s, c in zip(src[1:], layout.chunks[1:]))
                   and all(d.start == 0 and d.stop == n for d, n in zip(dst[1:], out.shape[1:])))
         if direct:
@@ -465,7 +374,7 @@ def _read_raw(layout: RawLayout, region: tuple) -> np.ndarray:
     return out
 
 
-def _load_decoded(layout: RawLayout, index: tuple,
+def _load_decoded(layout: ChunkLayout, index: tuple,
                   into: np.ndarray | None = None) -> np.ndarray | None:
     """One whole compressed chunk (or inner chunk of a shard), decoded in
     this thread (numcodecs releases the GIL while decoding: the task threads
@@ -474,7 +383,7 @@ def _load_decoded(layout: RawLayout, index: tuple,
     (C-contiguous, the chunk's shape: a part of the tile) or a buffer this
     thread reuses. None when it was never written (Zarr leaves chunks of
     only fill_value unwritten)."""
-    data = layout.chunk_data(index)
+    data = _chunk_data(layout, index)
     if data is None:
         return None
     if into is None:
@@ -483,85 +392,17 @@ def _load_decoded(layout: RawLayout, index: tuple,
         if layout.order == "F":
             into = into.T
     counters.stored_read(layout.root, len(data))
-    _decode_into(layout, index, data, into.reshape(-1, order="A").view(np.uint8))
+    decode_into(layout, index, data, into.reshape(-1, order="A").view(np.uint8))
     return into
 
 
-def _decode_into(layout: RawLayout, index: tuple, data: bytes | memoryview,
-                 out: np.ndarray) -> None:
-    """Decode chunk ``index`` into all of ``out``, or raise DamagedStoreError.
-
-    numcodecs decodes a frame shorter than ``out`` into its start and says
-    nothing, leaving the rest as it was: the decoded size is checked first
-    (blosc and zstd frames state it) or after (gzip).
-    """
-    codec = layout.decoder
-    name = "uncompressed" if codec is None else f"{type(codec).__name__.lower()}-compressed"
-    got: int | None
-    try:
-        if codec is None:
-            got = len(data)
-        elif isinstance(codec, numcodecs.Blosc):
-            got = _blosc_content_size(data)
-        elif isinstance(codec, numcodecs.Zstd):
-            got = _zstd_content_size(data)
-        else:
-            got = None
-        if got is not None and got < 0:
-            raise layout.damaged(index, f"its {len(data)} bytes are no whole {name} chunk")
-        if got is not None and got != out.nbytes:
-            raise layout.damaged(index, f"its {len(data)} bytes, a {name} chunk, decode to "
-                                 f"{got} bytes, not {out.nbytes}")
-        if codec is None:
-            out[:] = np.frombuffer(data, np.uint8)
-        elif got is not None:
-            codec.decode(data, out=out)
-        else:
-            decoded = np.frombuffer(memoryview(codec.decode(data)).cast("B"), np.uint8)
-            if decoded.nbytes != out.nbytes:
-                raise layout.damaged(index, f"its {len(data)} bytes, a {name} chunk, decode "
-                                     f"to {decoded.nbytes} bytes, not {out.nbytes}")
-            out[:] = decoded
-    except DamagedStoreError:
-        raise
-    except (ValueError, RuntimeError, EOFError, OSError, TypeError) as err:
-        # each codec has its own way of saying its input is no frame of it
-        raise layout.damaged(index, f"its {len(data)} bytes are not a {name} chunk "
-                                    f"({type(err).__name__}: {err})") from err
-
-
-def _blosc_content_size(frame: bytes | memoryview) -> int:
-    """The decoded size a blosc frame header states (-1: no whole blosc frame)."""
-    if len(frame) < 16:
-        return -1
-    nbytes, _, cbytes = struct.unpack_from("<III", frame, 4)
-    return nbytes if cbytes == len(frame) else -1
-
-
-def _zstd_content_size(frame: bytes | memoryview) -> int | None:
-    """The decoded size a zstd frame header states (-1: no zstd frame;
-    None: not stated, as in a frame written by a stream)."""
-    if len(frame) < 5 or frame[:4] != b"\x28\xb5\x2f\xfd":
-        return -1
-    flags = frame[4]
-    single = flags >> 5 & 1
-    size_bytes = (1 if single else 0, 2, 4, 8)[flags >> 6]
-    start = 5 + (0 if single else 1) + (0, 1, 2, 4)[flags & 3]
-    if size_bytes == 0:
-        return None
-    if len(frame) < start + size_bytes:
-        return -1
-    size = int.from_bytes(frame[start:start + size_bytes], "little")
-    return size + 256 if size_bytes == 2 else size
-
-
-def _read_decoded(layout: RawLayout, region: tuple) -> np.ndarray:
+def _read_decoded(layout: ChunkLayout, region: tuple) -> np.ndarray:
     """A tile of a store whose chunk files must be decoded whole: a chunk
     the tile holds whole, in one contiguous run (C order), is decoded
     straight into the tile; any other into a reused chunk buffer and copied."""
     out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
-    for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
-        src, dst = _overlap(index, region, layout.chunks)
+    for index in itertools.product(*chunk_ranges(region, layout.chunks)):
+        src, dst = overlap(index, region, layout.chunks)
         part = out[dst]
         whole = layout.order == "C" and all(
             s.start == 0 and s.stop == c for s, c in zip(src, layout.chunks))
@@ -583,7 +424,7 @@ def _split(region: tuple, unit: tuple, most: int) -> list[tuple]:
       >>> [tuple((s.start, s.stop) for s in r) for r in pieces]
       [((0, 2), (0, 6)), ((2, 4), (0, 6))]
     """
-    counts = [len(r) for r in _chunk_ranges(region, unit)]
+    counts = [len(r) for r in chunk_ranges(region, unit)]
     if math.prod(counts) <= most:
         return [region]
     axis = next(i for i, n in enumerate(counts) if n > 1)
@@ -620,22 +461,18 @@ def _zarr_piece(arr: zarr.Array, store: StoreSpec, piece: tuple) -> np.ndarray:
     DamagedStoreError naming the store and that chunk."""
     try:  # zarr types any selection as array or scalar: slices give an array
         return cast(np.ndarray, arr[piece])
-    except _DECODE_ERRORS as err:
+    except DECODE_ERRORS as err:
         grid = tuple(getattr(arr, "shards", None) or arr.chunks)
-        for index in itertools.product(*_chunk_ranges(piece, grid)):  # which chunk it was
+        for index in itertools.product(*chunk_ranges(piece, grid)):  # which chunk it was
             try:
                 arr[tuple(slice(max(s.start, i * c), min(s.stop, (i + 1) * c))
                           for i, s, c in zip(index, piece, grid))]
-            except _DECODE_ERRORS as one:
+            except DECODE_ERRORS as one:
                 key = arr.metadata.encode_chunk_key(index)
                 raise DamagedStoreError(
                     f"chunk {key!r} of the Zarr store {store.path!r} is damaged: Zarr could "
                     f"not decode it ({type(one).__name__}: {one})") from err
         raise
-
-
-#: What numcodecs and Zarr raise for bytes that are no chunk.
-_DECODE_ERRORS = (ValueError, RuntimeError, EOFError, ArithmeticError, TypeError)
 
 
 def read(store: StoreSpec, region: tuple) -> np.ndarray:
@@ -667,16 +504,6 @@ def _empty(region: tuple) -> bool:
     return any(s.stop <= s.start for s in region)
 
 
-def _overlap(index: tuple, region: tuple, chunks: tuple) -> tuple[tuple, tuple]:
-    """Where chunk ``index`` and ``region`` meet: (slices in the chunk, in the region)."""
-    src, dst = [], []
-    for i, s, c in zip(index, region, chunks):
-        lo, hi = max(s.start, i * c), min(s.stop, (i + 1) * c)
-        src.append(slice(lo - i * c, hi - i * c))
-        dst.append(slice(lo - s.start, hi - s.start))
-    return tuple(src), tuple(dst)
-
-
 def prefetch(store: StoreSpec, region: tuple) -> None:
     """Ask the kernel to start reading the chunk files of a tile now.
 
@@ -691,9 +518,9 @@ def prefetch(store: StoreSpec, region: tuple) -> None:
     layout = _raw_layout(store.path)
     if layout is None or layout.shard is not None or not hasattr(os, "posix_fadvise"):
         return
-    for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
+    for index in itertools.product(*chunk_ranges(region, layout.chunks)):
         try:
-            fd = os.open(layout.path(index), os.O_RDONLY)
+            fd = os.open(_chunk_file(layout, index), os.O_RDONLY)
         except FileNotFoundError:
             continue
         try:
@@ -729,7 +556,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         counters.stored_written(store.path, counters.region_bytes(store, region))  # as decoded
         return
     block = np.asarray(block, dtype=layout.dtype)
-    for index in itertools.product(*_chunk_ranges(region, layout.chunks)):
+    for index in itertools.product(*chunk_ranges(region, layout.chunks)):
         src = tuple(slice(i * c - s.start, min((i + 1) * c, n) - s.start)
                     for i, c, s, n in zip(index, layout.chunks, region, layout.shape))
         part = block[src]
@@ -746,7 +573,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
             view = data.data.cast("B")
         else:  # compressed here, in the task's thread
             view = memoryview(layout.decoder.encode(data.view(np.uint8))).cast("B")
-        path = layout.path(index)
+        path = _chunk_file(layout, index)
         if path.count(os.sep) > layout.root.count(os.sep) + 1:  # keys with "/": c/0/1
             os.makedirs(os.path.dirname(path), exist_ok=True)
         counters.stored_written(layout.root, view.nbytes)
@@ -763,5 +590,3 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         finally:
             os.close(fd)
 
-
-remote.bind_local_layer(sys.modules[__name__])  # URLs: the same decoders

@@ -56,8 +56,13 @@ def group_members(path) -> tuple[list[Member], dict]:
         group = zarr.open_group(_store(path), mode="r")
     except Exception as err:  # zarr raises several kinds for a folder that is no group
         raise FileNotFoundError(f"{path!r} is not a Zarr group: {err}") from None
+    try:
+        arrays = sorted(group.arrays())
+    except Exception as err:  # noqa: BLE001 - zarr's several kinds for a member's bad metadata
+        raise FileNotFoundError(f"the Zarr group {path!r} holds an array whose metadata zarr "
+                                f"cannot read: {type(err).__name__}: {err}") from None
     members = []
-    for name, array in sorted(group.arrays()):
+    for name, array in arrays:
         attrs = {k: v for k, v in array.attrs.items() if k != _DIMS_ATTR}
         members.append(Member(name, f"{path}/{name}" if url else os.path.join(path, name),
                               _dims(name, array), attrs,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from jask.store.objects import redact
+from jask.store.objects import check_url, is_url, redact
 
 __all__ = ["PREFIX", "is_icechunk", "name", "open_array", "replace", "describe",
            "refuse_in_place", "Conflict"]
@@ -103,11 +103,20 @@ def name(repo, array: str, branch: str = "main", storage_options: dict | None = 
       >>> name("s3://bucket/repo", "/X")
       'icechunk+s3://bucket/repo?branch=main#X'
     """
+    if isinstance(repo, os.PathLike):
+        repo = os.fspath(repo)
     if isinstance(repo, str):
-        key = repo.rstrip("/")
+        key = check_url(repo, "icechunk repository URL") if is_url(repo) else repo.rstrip("/")
         if storage_options:
             _options[key] = dict(storage_options)
     else:
+        import icechunk
+
+        if not isinstance(repo, icechunk.Repository):
+            raise TypeError("jask.open_icechunk: repo must be an icechunk.Repository or its URL "
+                            f"(s3://bucket/prefix, a local folder), got {type(repo).__name__}"
+                            + (" (pass the Repository the session came from)"
+                               if type(repo).__name__ in ("Session", "IcechunkStore") else ""))
         with _lock:
             key = next((k for k, r in _repos.items() if r is repo), "")
             if not key:
@@ -168,6 +177,7 @@ def repository(where: Where):
 def open_array(path: str):
     """The ``zarr.Array`` behind ``path``: the branch's newest snapshot, read
     only, or during an update the writable session it is written in."""
+    import icechunk
     import zarr
 
     where = parse(path)
@@ -177,13 +187,31 @@ def open_array(path: str):
             raise LookupError(f"the update writing {where.path!r} runs in another process "
                               "(an icechunk update is written from the process that commits)")
         return zarr.open_array(session.store, path=where.array, mode="r+")
-    session = repository(where).readonly_session(branch=where.branch)
+    repo = repository(where)
+    try:
+        session = repo.readonly_session(branch=where.branch)
+    except icechunk.IcechunkError:
+        _check_branch(repo, where)
+        raise
     _read_at[path] = session.snapshot_id
     try:
         return zarr.open_array(session.store, path=where.array, mode="r")
-    except (FileNotFoundError, KeyError) as err:
-        raise FileNotFoundError(f"no Zarr array {where.array!r} on branch {where.branch!r} of "
-                                f"the icechunk repository {redact(where.repo)!r}") from err
+    except (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError) as err:
+        group = " (a group there)" if isinstance(err, zarr.errors.NodeTypeValidationError) else ""
+        raise FileNotFoundError(f"no Zarr array {where.array!r}{group} on branch "
+                                f"{where.branch!r} of the icechunk repository "
+                                f"{redact(where.repo)!r}") from None
+
+
+def _check_branch(repo, where: Where) -> None:
+    """Raise FileNotFoundError naming the repository if it has no branch ``where.branch``."""
+    branches = sorted(repo.list_branches())
+    if where.branch in branches:
+        return
+    tag = " (a tag: jask reads and commits to a branch)" if where.branch in repo.list_tags() \
+        else ""
+    raise FileNotFoundError(f"no branch {where.branch!r}{tag} in the icechunk repository "
+                            f"{redact(where.repo)!r}; its branches: {', '.join(branches)}")
 
 
 def describe(path: str) -> tuple:
@@ -270,8 +298,10 @@ def refuse_in_place(path: str, op: str) -> None:
       ...
       NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
     """
-    from jask.store.objects import is_url
+    from jask.store import object_sessions
 
+    if is_url(path) and object_sessions.holds_jask_stores(path):
+        return  # jask's own array: replaced by a new version (jask.engine.work.replace_store)
     if is_url(path):
         raise NotImplementedError(
             f"jask.{op}: {redact(path)!r} is a plain Zarr store in object storage, which "

@@ -23,8 +23,10 @@ objects (the reasons, mechanism by mechanism, are in ``jask/DESIGN.md``):
   without (its removal was cut short) is removed.
 * **Deleting is deleting keys under a proven prefix**: this process deletes
   only under its own session's prefix (``owns``), others' only when proven
-  and expired; the marker goes last, so a removal cut short leaves a prefix
-  that is still proven, and removed later.
+  (a 16-digit hex id matching the prefix's name, a positive finite lease)
+  and expired, and there only the keys jask writes (marker, lease, ``*.zarr``
+  and ``*.grad`` stores); the marker goes last, so a removal cut short
+  leaves a prefix that is still proven, and removed later.
 
 Nothing here knows of JAX or Dask.
 """
@@ -33,12 +35,18 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import itertools
+import math
 import os
+import random
+import re
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 
+from jask.base import counters
 from jask.store import objects
 
 __all__ = ["session_url", "owns", "keep", "holds_jask_stores", "remove", "remove_dead",
@@ -54,7 +62,16 @@ LEASE_SECONDS = 120.0
 #: Heartbeats per lease period (a heartbeat every LEASE_SECONDS / HEARTBEAT).
 HEARTBEAT = 6
 _PROOF_TAG = "jask-object-session 1"
+_TOKEN = re.compile(r"[0-9a-f]{16}")  # a session's random id, as _make writes it
+# What jask puts under a session prefix: its marker and lease, and stores
+# (``<op>-<id>.zarr``, gradients ``.grad``); only these go with another's session.
+_JASK_KEY = re.compile(r"(\.jask-(session|lease)|[^/]+\.(zarr|grad)/.+)")
 _DELETE_BATCH = 1000  # S3's DeleteObjects takes at most 1000 keys
+#: Retries of a transient error in starting a session, and the first wait
+#: (doubled each time, with jitter, at most BACKOFF_MAX), as jask.store.remote's.
+RETRIES = 5
+BACKOFF = 0.1
+BACKOFF_MAX = 2.0
 
 _lock = threading.Lock()
 _owner_pid = [os.getpid()]
@@ -94,7 +111,12 @@ def session_url(scratch_url: str, storage_options: dict | None = None) -> str:
             objects.register_options(scratch_url, storage_options)
         session = _make(scratch_url, storage_options)
         _sessions[scratch_url] = session
-    remove_dead(scratch_url, storage_options, now=_server_now(session))
+    import obstore
+
+    try:  # housekeeping: an endpoint failing a moment here fails no op (the next sweeps)
+        remove_dead(scratch_url, storage_options, now=_server_now(session))
+    except (OSError, obstore.exceptions.BaseError):
+        pass
     return session.url
 
 
@@ -112,6 +134,29 @@ def _start_time(pid: int) -> str:
         return ""
 
 
+def _request(what: str, url: str, name: str, call):
+    """``call()``, a transient error (no connection, a timeout, 5xx, a bucket
+    not found) retried with backoff and counted; then a RemoteStoreError
+    naming the URL and key, credentials redacted."""
+    import obstore
+
+    for attempt in itertools.count():
+        counters.requested(url)
+        try:
+            return call()
+        except (obstore.exceptions.GenericError, ConnectionError, TimeoutError,
+                FileNotFoundError) as err:
+            if isinstance(err, FileNotFoundError) and "NoSuchBucket" not in str(err):
+                raise  # a missing key is an answer
+            if attempt >= RETRIES:
+                cause = str(err).split("\n\nDebug source:")[0].strip()
+                raise objects.RemoteStoreError(objects.redact(
+                    f"{what} at {url!r} key {name!r} failed (after {attempt + 1} attempts): "
+                    f"{type(err).__name__}: {cause}", objects.secrets_for(url))) from None
+            counters.retried(url)
+            time.sleep(min(BACKOFF_MAX, BACKOFF * 2**attempt) * (0.5 + random.random() / 2))
+
+
 def _make(scratch_url: str, storage_options: dict | None) -> _Session:
     import obstore
 
@@ -119,10 +164,14 @@ def _make(scratch_url: str, storage_options: dict | None) -> _Session:
     url = f"{scratch_url}/session-{socket.gethostname()}-{os.getpid()}-{token}"
     where = objects.location(url, storage_options)
     proof = _proof(token, LEASE_SECONDS)
+    start = "start of a scratch session"
     # Lease first, marker second: a proven session always has a lease.
-    obstore.put(where.client, where.key(LEASE), proof.encode())
-    obstore.put(where.client, where.key(MARKER), proof.encode(), mode="create")
-    if _read(where, MARKER) != proof:  # proof of ownership is what reads back
+    _request(start, url, LEASE, lambda: obstore.put(where.client, where.key(LEASE),
+                                                    proof.encode()))
+    with contextlib.suppress(obstore.exceptions.AlreadyExistsError):  # (a retry of a put
+        _request(start, url, MARKER, lambda: obstore.put(  # that went through)
+            where.client, where.key(MARKER), proof.encode(), mode="create"))
+    if _request(start, url, MARKER, lambda: _read(where, MARKER)) != proof:  # proof: read back
         raise PermissionError(f"jask could not prove its scratch session at "
                               f"{objects.redact(url)}: its marker reads back otherwise")
     session = _Session(url, where, proof)
@@ -157,7 +206,16 @@ def _parse(text: str | None) -> dict[str, str] | None:
     if not text or not text.startswith(_PROOF_TAG + "\n"):
         return None
     fields = dict(line.split(" ", 1) for line in text.splitlines()[1:] if " " in line)
-    return fields if {"id", "pid", "start", "host", "lease"} <= fields.keys() else None
+    if not {"id", "pid", "start", "host", "lease"} <= fields.keys():
+        return None
+    try:
+        lease = float(fields["lease"])
+    except ValueError:
+        return None
+    # jask writes a 16-digit hex id and a positive lease: anything else
+    # (a lease of 0, -1 or nan would make any session "expired") is not its
+    ok = _TOKEN.fullmatch(fields["id"]) and math.isfinite(lease) and lease > 0
+    return fields if ok else None
 
 
 def _server_now(session: _Session):
@@ -201,7 +259,7 @@ def remove_dead(scratch_url: str, storage_options: dict | None = None, *, now=No
             continue  # not jask's: never touched
         if not _expired(where, proof, now):
             continue
-        _delete_prefix(where)
+        _delete_prefix(where, only_jask=True)
         removed.append(url)
     return removed
 
@@ -213,20 +271,20 @@ def _expired(where: objects.Location, proof: dict[str, str], now) -> bool:
         beat = obstore.head(where.client, where.key(LEASE))["last_modified"]
     except FileNotFoundError:
         return True  # a proven session without lease: its removal was cut short
-    try:
-        lease = float(proof["lease"])
-    except ValueError:
-        return False  # cannot tell: keep it
-    return (now - beat).total_seconds() > lease
+    return (now - beat).total_seconds() > float(proof["lease"])  # (checked by _parse)
 
 
-def _delete_prefix(where: objects.Location) -> None:
+def _delete_prefix(where: objects.Location, *, only_jask: bool = False) -> None:
     """Delete every key under ``where`` (a whole prefix, never a key that
-    merely starts with its name), the lease and marker last."""
+    merely starts with its name), the lease and marker last; ``only_jask``:
+    only the keys a session of jask's makes (another process's session: an
+    object someone else put there stays, and with it the prefix, unproven)."""
     import obstore
 
-    keys = [obj["path"] for batch in obstore.list(where.client, prefix=where.prefix + "/")
-            for obj in batch]
+    top = where.prefix + "/"
+    keys = [obj["path"] for batch in obstore.list(where.client, prefix=top) for obj in batch]
+    if only_jask:
+        keys = [k for k in keys if _JASK_KEY.fullmatch(k[len(top):])]
     last = {where.key(LEASE), where.key(MARKER)}
     rest = [k for k in keys if k not in last]
     for start in range(0, len(rest), _DELETE_BATCH):

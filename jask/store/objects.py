@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from jask.base.urls import SCHEMES, is_url  # (re-exported: the store layer's name for them)
+from jask.base.urls import SCHEMES, check_url, is_url  # (re-exported: the store layer's names)
 
-__all__ = ["SCHEMES", "is_url", "Location", "location", "redact", "register_options",
-           "options_for", "registered"]
+__all__ = ["SCHEMES", "is_url", "check_url", "Location", "location", "delete", "redact",
+           "register_options", "options_for", "registered", "RemoteStoreError", "secrets_for"]
 
 
 _SECRET_WORDS = re.compile(r"(secret|token|password|key|credential|session|signature)", re.I)
@@ -54,6 +54,33 @@ def redact(text: str, options: dict | None = None) -> str:
         if isinstance(value, str) and value and _SECRET_WORDS.search(key):
             text = text.replace(value, "***")
     return text
+
+
+class RemoteStoreError(OSError):
+    """A request to object storage failed (after retries, when transient).
+
+    The message names the op, the store's URL and the key; credentials
+    never appear in it. (Here, below every module that makes requests, so
+    that each can raise it; ``jask.RemoteStoreError``.)
+
+    Example:
+      >>> err = RemoteStoreError("read of 's3://b/x.zarr' key 'c/0': connection refused")
+      >>> isinstance(err, OSError)
+      True
+    """
+
+
+def secrets_for(url: str) -> dict:
+    """The secrets a message about ``url`` must not show: its options' and
+    the environment's credentials (for :func:`redact`).
+
+    Example:
+      >>> "secret_access_key" in secrets_for("s3://b/x")
+      False
+    """
+    env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_"))
+           and _SECRET_WORDS.search(k) and len(v) >= 8}
+    return {**env, **options_for(url)}
 
 
 @dataclass(frozen=True)
@@ -134,8 +161,16 @@ def _client(bucket_url: str, options: tuple):
     allow = opts.pop("allow_http", os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true")
     if allow or endpoint.startswith("http://"):
         client["allow_http"] = True
-    return from_url(bucket_url, client_options=client,  # type: ignore[call-overload]
-                    retry_config=_RETRY_OFF, **opts)
+    bad = f"jask cannot reach {redact(bucket_url)!r} with the storage options given"
+    if endpoint and (not urlsplit(endpoint).netloc or any(c.isspace() for c in endpoint)):
+        # (obstore panics on a request to such an endpoint, a Rust backtrace)
+        raise ValueError(f"{bad}: the endpoint {redact(endpoint, dict(options))!r} is no URL")
+    try:
+        return from_url(bucket_url, client_options=client,  # type: ignore[call-overload]
+                        retry_config=_RETRY_OFF, **opts)
+    except Exception as err:  # noqa: BLE001 - obstore's several kinds for a bad option
+        cause = str(err).split("\n\nDebug source:")[0].strip()
+        raise ValueError(redact(f"{bad}: {type(err).__name__}: {cause}", dict(options))) from None
 
 
 # storage_options given to jask.open & co, per URL prefix (a bucket URL
@@ -171,6 +206,18 @@ def registered() -> dict[str, dict]:
     return {url: dict(opts) for url, opts in _options.items()}
 
 
+def delete(url: str, name: str) -> None:
+    """Delete the object ``name`` under ``url`` (none there: nothing done).
+
+    Example:
+      >>> delete("memory:///nothing-here", "x")
+    """
+    import obstore
+
+    where = location(url)
+    obstore.delete(where.client, where.key(name))
+
+
 def location(url: str, storage_options: dict | None = None) -> Location:
     """The :class:`Location` of ``url``.
 
@@ -180,6 +227,7 @@ def location(url: str, storage_options: dict | None = None) -> Location:
     """
     if not is_url(url):
         raise ValueError(f"{url!r} is not an object-storage URL ({', '.join(SCHEMES)})")
+    url = check_url(url)
     if storage_options is None:
         storage_options = options_for(url)
-    return Location(url.rstrip("/"), tuple(sorted(_obstore_options(storage_options).items())))
+    return Location(url, tuple(sorted(_obstore_options(storage_options).items())))

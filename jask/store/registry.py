@@ -275,6 +275,30 @@ def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
         return store
 
 
+def repoint(handle: int, store: StoreSpec) -> StoreSpec:
+    """Make ``store`` (complete, never registered) the store behind ``handle``,
+    in one step; the store it replaces goes to the trash (deleted at the next
+    safe point). How jask's own arrays in object storage are updated in place:
+    a new version, as storage without a rename allows.
+
+    Example:
+      >>> import numpy as np, jask, tempfile
+      >>> from jask.store import registry
+      >>> x = jask.from_numpy(np.zeros(3))
+      >>> old = registry.spec(x._handle)
+      >>> new = create(tempfile.mkdtemp(), "v", (3,), np.float64, (3,))
+      >>> registry.repoint(x._handle, new).path == x.filename != old.path
+      True
+    """
+    with _lock:
+        old = _specs[int(handle)]
+        new = StoreSpec(store.path, old.shape, old.dtype, store.chunks, int(handle), True)
+        _specs[int(handle)] = new
+        _unclaimed.pop(store.path, None)
+        _trash.append(old)
+        return new
+
+
 def owned_deferred() -> list:
     """The computations of lazy stores something still owns (not run yet)."""
     with _lock:

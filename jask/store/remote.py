@@ -15,9 +15,10 @@ asyncio gather:
   over zarr's ``ObjectStore`` on the same client.
 
 Every object is checked as chunkio checks files (docs/promises.rst, checked
-reads): a chunk object of the wrong size, or one that does not decode to
-the chunk, is a :class:`~jask.store.spec.DamagedStoreError` naming the URL and
-the key; a missing chunk object reads as the fill value, as in Zarr.
+reads; the same layout record and decoder, :mod:`jask.store.chunk_layout`):
+a chunk object of the wrong size, or one that does not decode to the chunk,
+is a :class:`~jask.store.spec.DamagedStoreError` naming the URL and the key;
+a missing chunk object reads as the fill value, as in Zarr.
 
 Transient errors (a dropped connection, a dead endpoint, 5xx, throttling)
 are retried with exponential backoff and jitter, each retry counted
@@ -39,7 +40,6 @@ import random
 import struct
 import threading
 import time
-from types import ModuleType
 
 import google_crc32c
 import numpy as np
@@ -47,11 +47,20 @@ import zarr
 
 from jask.base import counters, memory
 from jask.store import buffers, objects
+from jask.store.chunk_layout import (
+    DECODE_ERRORS,
+    ChunkLayout,
+    chunk_ranges,
+    decode_into,
+    layout_of,
+    overlap,
+)
+from jask.store.objects import RemoteStoreError  # (object_sessions raises it too)
 from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata, writes_every_chunk
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
-           "remember", "metadata_text", "bind_local_layer"]
+           "remember", "metadata_text", "metadata_version", "opened_version"]
 
 #: Retries of a transient error after the first attempt, and the first wait
 #: (doubled each time, with jitter, at most BACKOFF_MAX): 0.1+0.2+0.4+0.8+1.6
@@ -82,43 +91,6 @@ IN_FLIGHT = 16
 IN_FLIGHT_BYTES = 2**20
 
 _METADATA = ("zarr.json", ".zarray")
-
-# The local file layer (jask.store.chunkio: its layout record, Zarr codec
-# lookup and checked decoding), which sits above this module and hands
-# itself down when imported (it dispatches URLs here): one decoder for both.
-_chunkio: ModuleType | None = None
-
-
-def bind_local_layer(module: ModuleType) -> None:
-    """Called once by :mod:`jask.store.chunkio`: its decoders, used here too.
-
-    Example:
-      >>> import jask.store.chunkio
-      >>> _local_layer() is jask.store.chunkio
-      True
-    """
-    global _chunkio
-    _chunkio = module
-
-
-def _local_layer():
-    if _chunkio is None:  # (any path to a tile goes through chunkio, which binds itself)
-        raise RuntimeError("jask.store.remote needs jask.store.chunkio imported")
-    return _chunkio
-
-
-class RemoteStoreError(OSError):
-    """A request to object storage failed (after retries, when transient).
-
-    The message names the op, the store's URL and the key; credentials
-    never appear in it.
-
-    Example:
-      >>> err = RemoteStoreError("read of 's3://b/x.zarr' key 'c/0': connection refused")
-      >>> isinstance(err, OSError)
-      True
-    """
-
 
 def _secrets(url: str) -> dict:
     """The secrets a message about ``url`` must not show: its options' and
@@ -294,17 +266,43 @@ def exists(url: str) -> bool:
 
 
 async def _head(url: str, name: str) -> bool:
+    return await _stat(url, name) is not None
+
+
+async def _stat(url: str, name: str) -> tuple | None:
+    """(name, ETag, size) of object ``name`` under ``url`` by one HEAD (None: no such object)."""
     client, key = _client_key(url, name)
 
     async def call():
         try:
-            await obstore.head_async(client, key)
-            return True
+            meta = await obstore.head_async(client, key)
         except FileNotFoundError as err:
             if _no_bucket(err):  # (retried, then an error: never the fill value)
                 raise
-            return False
+            return None
+        return name, meta.get("e_tag"), int(meta["size"])
     return await _retrying("lookup", url, name, call)
+
+
+def metadata_version(url: str, name: str | None = None) -> tuple | None:
+    """What identifies the version of the Zarr array at ``url``: the (name,
+    ETag, size) of its metadata object (``name``, else ``zarr.json`` or
+    ``.zarray``), by HEAD requests (counted); None when there is none. A user's
+    array at a URL carries no version token: another writer replacing it
+    rewrites this object (jask.store.versions compares it before and after).
+
+    Example:
+      >>> put("memory:///doc-version/x.zarr", ".zarray", b"{}")
+      >>> metadata_version("memory:///doc-version/x.zarr")[::2]
+      ('.zarray', 2)
+    """
+    async def version():
+        for each in (name,) if name else _METADATA:
+            found = await _stat(url, each)
+            if found is not None:
+                return found
+        return None
+    return _run(version())
 
 
 def list_prefix(url: str) -> list[str]:
@@ -366,7 +364,11 @@ async def _gather(coros, limit: int = IN_FLIGHT):
 # --- what a store at a URL is ----------------------------------------------------
 
 _arrays: dict[str, zarr.Array] = {}
-_layouts: dict[str, object] = {}
+_layouts: dict[str, ChunkLayout | None] = {}
+# (url, shape, dtype, chunks) -> the metadata_version its array had when
+# spec_of opened it: what an op reading it was planned with. Not a cache of
+# the store (forget keeps it): a DiskArray of an older version must still fail.
+_opened: dict[tuple, tuple] = {}
 _indexes: dict[tuple, np.ndarray] = {}
 _lock = threading.Lock()
 #: Stores whose array and layout are kept per process (a worker process sees
@@ -424,12 +426,36 @@ def spec_of(url: str) -> StoreSpec:
       >>> spec = spec_of("memory:///doc-spec/x.zarr"); spec.shape, spec.chunks
       ((3, 5), (2, 2))
     """
+    version = metadata_version(url)  # before the metadata is read: a later change is seen
     try:
         arr = open_array(url)
-    except (zarr.errors.NodeTypeValidationError, ValueError, KeyError) as err:
+    except (zarr.errors.NodeTypeValidationError, ValueError, KeyError, TypeError) as err:
         raise FileNotFoundError(f"{url!r} is not a Zarr array: {err}") from None
     chunks, dtype = check_metadata(url, arr.shape, arr.chunks, arr.dtype)
-    return StoreSpec(url, tuple(arr.shape), dtype, chunks, managed=False)
+    spec = StoreSpec(url, tuple(arr.shape), dtype, chunks, managed=False)
+    if version is not None:
+        with _lock:
+            _bounded(_opened)
+            _opened[_opened_key(spec)] = version
+    return spec
+
+
+def _opened_key(store: StoreSpec) -> tuple:
+    return store.path, tuple(store.shape), str(store.dtype), tuple(store.chunks)
+
+
+def opened_version(store: StoreSpec) -> tuple | None:
+    """The :func:`metadata_version` the array at ``store.path`` had when
+    :func:`spec_of` gave ``store`` (the same URL, shape, dtype and chunks);
+    None when no such store was opened in this process.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> _ = jask.save(jask.from_numpy(np.zeros(3)), "memory:///doc-opened/x.zarr")
+      >>> opened_version(spec_of("memory:///doc-opened/x.zarr"))[0]
+      'zarr.json'
+    """
+    return _opened.get(_opened_key(store))
 
 
 def metadata_text(arr: zarr.Array) -> str:
@@ -463,8 +489,8 @@ def _array_from_text(url: str, text: str) -> zarr.Array:
     return zarr.Array(AsyncArray(metadata=meta, store_path=StorePath(store, loc.prefix)))
 
 
-def _layout(url: str):
-    """The RawLayout of the array at ``url`` (root: the URL), or None when
+def _layout(url: str) -> ChunkLayout | None:
+    """The ChunkLayout of the array at ``url`` (root: the URL), or None when
     zarr-python's pipeline is needed."""
     try:
         return _layouts[url]
@@ -472,16 +498,8 @@ def _layout(url: str):
         return _layout_from(url, open_array(url))
 
 
-def _layout_from(url: str, arr: zarr.Array):
-    chunkio = _local_layer()
-    found = chunkio._decoder(arr)
-    layout = None
-    if (found is not None and np.dtype(arr.dtype).isnative and np.little_endian
-            and arr.shape and all(c > 0 for c in arr.chunks)):
-        fill = arr.fill_value if arr.fill_value is not None else 0
-        layout = chunkio.RawLayout(url, tuple(arr.shape), tuple(arr.chunks),
-                                   np.dtype(arr.dtype), fill, arr.metadata.encode_chunk_key,
-                                   **found)
+def _layout_from(url: str, arr: zarr.Array) -> ChunkLayout | None:
+    layout = layout_of(arr, url)
     with _lock:
         _bounded(_layouts)
         _layouts[url] = layout
@@ -560,15 +578,14 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
       >>> read(spec_of("memory:///doc-read/x.zarr"), (slice(3, 6),))
       array([3., 4., 5.])
     """
-    chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
     shape = tuple(s.stop - s.start for s in region)
     if layout is None:
         return _read_zarr(store, region)
     out = buffers.empty(shape, layout.dtype) if layout.plain else np.empty(shape, layout.dtype)
-    jobs = [(index,) + chunkio._overlap(index, region, layout.chunks)
-            for index in itertools.product(*chunkio._chunk_ranges(region, layout.chunks))]
+    jobs = [(index,) + overlap(index, region, layout.chunks)
+            for index in itertools.product(*chunk_ranges(region, layout.chunks))]
     if layout.plain:
         row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
         most = max(1, IN_FLIGHT_BYTES // max(1, row * max(s[0].stop - s[0].start
@@ -636,13 +653,12 @@ def _check_may_be_missing(layout, index: tuple) -> None:
 
 
 def _place(layout, out, index, src, dst, data) -> None:
-    chunkio = _local_layer()
     if data is None:
         out[dst] = layout.fill_value
         return
     counters.stored_read(layout.root, len(data))
     chunk = np.empty(layout.chunks, dtype=layout.dtype, order=layout.order)
-    chunkio._decode_into(layout, index, data, chunk.reshape(-1, order="A").view(np.uint8))
+    decode_into(layout, index, data, chunk.reshape(-1, order="A").view(np.uint8))
     out[dst] = chunk[src]
 
 
@@ -730,9 +746,6 @@ async def _shard_index(layout, where: tuple) -> np.ndarray | None:
     return index
 
 
-_DECODE_ERRORS = (ValueError, RuntimeError, EOFError, ArithmeticError, TypeError)
-
-
 def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
     """A tile through zarr-python (filters, other codecs, big-endian)."""
     arr = open_array(store.path)
@@ -741,7 +754,7 @@ def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
         return np.asarray(arr[region]).astype(store.dtype, copy=False)
     except obstore.exceptions.BaseError as err:
         raise _error("read", store.path, None, err) from None
-    except _DECODE_ERRORS as err:
+    except DECODE_ERRORS as err:
         raise DamagedStoreError(f"a chunk of the Zarr store {store.path!r} in the region "
                                 f"{region} is damaged: Zarr could not decode it "
                                 f"({type(err).__name__}: {err})") from err
@@ -754,7 +767,6 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
     edge) of the array at ``store.path``: one PUT per chunk, encoded here for
     uncompressed, zstd and gzip chunks, through Zarr otherwise. Its metadata
     must be known (:func:`remember`) or in place (example: :func:`write_metadata`)."""
-    chunkio = _local_layer()
     url = store.path
     layout = _layout(url)
     if layout is None or not (layout.encodes and all(
@@ -771,7 +783,7 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         return
     block = np.asarray(block, dtype=layout.dtype)
     puts = []
-    for index in itertools.product(*chunkio._chunk_ranges(region, layout.chunks)):
+    for index in itertools.product(*chunk_ranges(region, layout.chunks)):
         src = tuple(slice(i * c - s.start, min((i + 1) * c, n) - s.start)
                     for i, c, s, n in zip(index, layout.chunks, region, layout.shape))
         part = block[src]

@@ -27,9 +27,18 @@ new one. Two mechanisms stop that:
   :data:`READ_WAIT`: past that (a wait nobody foresaw) it goes on, and the
   token check still refuses a mixed read.
 
+* **A user's array at a URL** carries no token and has no folder to
+  replace: another writer replaces it by rewriting its metadata object
+  (``zarr.json``, or ``.zarray``). Its ETag and size, taken when the array
+  was opened (:func:`jask.store.remote.spec_of`, before its metadata is
+  read), are the version an op was planned with; one HEAD after the op's
+  reads compares them, and a change raises :class:`StoreChangedError`
+  naming the URL before anything is published.
+
 What is not covered: writes that do not replace the folder (a ``zarr``
 writer or ``to_memmap`` view writing chunks in place) carry no token; they
-are seen as they land.
+are seen as they land. At a URL, chunk objects rewritten under unchanged
+metadata are not seen either.
 """
 from __future__ import annotations
 
@@ -40,7 +49,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from jask.store import chunkio
+from jask.store import chunkio, remote
+from jask.store.objects import is_url
 
 __all__ = ["StoreChangedError", "VERSION_FILE", "write_token", "identity", "stamp",
            "check_unchanged", "snapshot", "check_open", "swapping", "SWAP_WAIT"]
@@ -98,16 +108,45 @@ def identity(path: str) -> tuple:
         return inode, ""
 
 
+def _local_paths(stores) -> list:
+    return list(dict.fromkeys(os.path.abspath(s.path) for s in stores
+                              if s.path and not is_url(s.path)))
+
+
+def _url_stamps(stores) -> list:
+    """[(url, metadata version)] of the users' arrays at URLs among ``stores``
+    (jask's own stores there are replaced by nobody): the version each had
+    when it was opened, which the op was planned with; else its version now."""
+    found: dict = {}
+    for store in stores:
+        view = getattr(store, "view", None)
+        base = view.base if view is not None else store
+        if is_url(base.path) and not getattr(base, "managed", True) and base.path not in found:
+            opened = remote.opened_version(base)
+            found[base.path] = opened if opened is not None else \
+                remote.metadata_version(base.path)
+    return list(found.items())
+
+
 def stamp(stores) -> list:
-    """What identifies the current version of each of ``stores``: [(path, identity)]."""
-    paths = dict.fromkeys(os.path.abspath(s.path) for s in stores if s.path)
-    return [(p, identity(p)) for p in paths]
+    """What identifies the current version of each of ``stores``: [(path, identity)]
+    (for a user's array at a URL, its metadata object's version)."""
+    return [(p, identity(p)) for p in _local_paths(stores)] + _url_stamps(stores)
 
 
 def check_unchanged(stamps: list, op: str) -> None:
     """Raise :class:`StoreChangedError` if a stamped store was replaced."""
     for path, before in stamps:
-        if identity(path) != before:
+        if is_url(path):
+            if remote.metadata_version(path, before and before[0]) != before:
+                chunkio.forget(path)
+                raise StoreChangedError(
+                    f"{op}: the Zarr array at {path!r} was replaced by another writer (its "
+                    f"metadata object {before[0] if before else 'zarr.json'!r} changed) since "
+                    "it was opened or while this op read it, so the result could mix old and "
+                    "new values; it was discarded and nothing was written. Open it again "
+                    "(jask.open) and run the op again.")
+        elif identity(path) != before:
             chunkio.forget(path)
             raise StoreChangedError(
                 f"{op}: the store {path!r} was replaced by another writer while this op "
@@ -227,15 +266,33 @@ def snapshot(stores, op: str):
       ...
       jask.store.versions.StoreChangedError: example: the store ...
     """
-    paths = list(dict.fromkeys(os.path.abspath(s.path) for s in stores if s.path))
+    paths = _local_paths(stores)
     with _holding(paths):
-        snap = _Snapshot(op, [(p, identity(p)) for p in paths])
+        snap = _Snapshot(op, [(p, identity(p)) for p in paths] + _url_stamps(stores))
         _open().append(snap)
         try:
             yield snap
+        except Exception as err:
+            _refuse_if_url_replaced(snap, err)
+            raise
         finally:
             _open().remove(snap)
         snap.check()
+
+
+def _refuse_if_url_replaced(snap: _Snapshot, err: Exception) -> None:
+    """An op failed while reading a user's array at a URL: if another writer
+    replaced it meanwhile (chunk objects of a new layout read as the old one
+    look damaged), say that instead. A failed check keeps the op's own error."""
+    urls = [s for s in snap.stamps if is_url(s[0])]
+    if not urls or snap.sealed or isinstance(err, StoreChangedError):
+        return
+    try:
+        check_unchanged(urls, snap.op)
+    except StoreChangedError as changed:
+        raise changed from err
+    except Exception:
+        return
 
 
 def check_open(target: str) -> None:

@@ -159,6 +159,11 @@ def run_cell(folder: str) -> dict:
     only = os.environ.get("JASK_GRID_OPS")  # a comma-separated subset, to study one op
     phase = {"lazy": lambda: lazy_ops(a, b), "views": lambda: view_ops(a, b, X)}.get(
         os.environ.get("JASK_GRID_PHASE", ""), lambda: ops(a, b, v, X, y, w))()
+    # inputs prepared (the adam step's parameter, gradient and moments are concatenated
+    # copies, 2-3 MB left in the heap): the baseline of the ops is the process from here
+    global baseline
+    _release()
+    baseline = max(baseline, current_rss())
     for name, op in phase.items():
         if only and name not in only.split(",") or not only and name in ON_REQUEST and (
                 os.path.basename(os.path.normpath(folder)) not in BY_DEFAULT_IN.get(name, ())):
