@@ -163,7 +163,10 @@ class Recorded(registry.Deferred):
         """Refuse to compute from a user's store replaced (or removed) since the
         call: the result would hold values the program never gave it."""
         for path, before in self.stamps:
-            if _version(path) != before:
+            now = _version(path)
+            if now != before and not versions.written_here(now[0][1]):
+                # (a swap by this process's jask, in another thread, is a writer racing this
+                # op, whose values are either version's, as when it ran at the call)
                 chunkio.forget(path)
                 raise space.StoreChangedError(
                     f"jask.{self.desc.op}: the store {path!r} was replaced or removed by "

@@ -91,7 +91,24 @@ def write_token(folder: str) -> str:
     token = uuid.uuid4().hex
     with open(os.path.join(folder, VERSION_FILE), "w") as f:
         f.write(token)
+    _written_here.add(token)
     return token
+
+
+#: The tokens this process wrote: its own writers' versions (jask.engine.lazy).
+_written_here: set = set()
+
+
+def written_here(token: str) -> bool:
+    """Whether this process's jask wrote the version ``token`` (an update_ or save
+    here, in program order with this process's ops, not another writer's).
+
+    Example:
+      >>> import tempfile
+      >>> written_here(write_token(tempfile.mkdtemp())), written_here("")
+      (True, False)
+    """
+    return token in _written_here
 
 
 def identity(path: str) -> tuple:
