@@ -91,12 +91,18 @@ def write_token(folder: str) -> str:
     token = uuid.uuid4().hex
     with open(os.path.join(folder, VERSION_FILE), "w") as f:
         f.write(token)
-    _written_here.add(token)
+    with _written_lock:
+        _written_here[token] = None
+        if len(_written_here) > WRITTEN_KEPT:  # bounded: a session may run for days
+            del _written_here[next(iter(_written_here))]
     return token
 
 
-#: The tokens this process wrote: its own writers' versions (jask.engine.lazy).
-_written_here: set = set()
+#: The latest tokens this process wrote: its own writers' versions (jask.engine.lazy).
+_written_here: dict = {}
+_written_lock = threading.Lock()
+#: How many: enough for the swaps racing one op's computation.
+WRITTEN_KEPT = 1024
 
 
 def written_here(token: str) -> bool:
