@@ -151,3 +151,24 @@ def test_pending_results_count_against_the_scratch_disk_at_the_call(small_budget
         del X, Y, err
         gc.collect()
         jask.collect()
+
+
+def test_a_product_decodes_once_only_where_its_output_still_fits(small_budget, rng, tmp_path):
+    """A @ B of zstd stores decodes each into a scratch copy first; with a
+    scratch disk that holds the output but not the copies too, the first copy
+    was kept while the second was refused, and the product then found no room
+    for its output (DiskFullError). The copies now leave room for the output,
+    and those made before a refusal are let go."""
+    import gc
+
+    a = rng.standard_normal((600, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 200)).astype(np.float32)
+    zstd = dict(chunks=(64, 64), compressors=zarr.codecs.ZstdCodec())
+    A, B = user_store(tmp_path / "a.zarr", a, **zstd), user_store(tmp_path / "b.zarr", b, **zstd)
+    with tmpfs_mount(tmp_path / "small", "1m") as mount:
+        jask.set_memory_budget("256KB", scratch_dir=str(mount), allow_tmpfs=True)
+        R = A @ B
+        np.testing.assert_allclose(to_numpy(R), a @ b, **tolerance(np.float32))
+        del R
+        gc.collect()
+        jask.collect()
