@@ -112,7 +112,9 @@ def _check_transpose_copy_and_dot(stores, shape, dtype, budget, workers):
             chunks, tk, splits, cost = result
             assert cost.total <= budget and 1 <= cost.tasks_at_once <= workers
             tasks = cost.tasks // splits * math.ceil(shape[1] / tk)
-            assert tasks <= memory.task_bound(2 * data, budget) or tuple(chunks) == (shape[0],) * 2
+            out = shape[0] ** 2 * np.dtype(dtype).itemsize  # (the result counts too)
+            assert (tasks <= memory.task_bound(2 * data + out, budget)
+                    or tuple(chunks) == (shape[0],) * 2)
 
 
 def test_the_runaway_of_issue_8_is_gone():

@@ -161,6 +161,23 @@ def transpose_all(self) -> DiskArray:
 def matrix_transpose(self) -> DiskArray:
     """The last two axes swapped (``x.mT``), as a new DiskArray."""
     return linalg.matrix_transpose(self)
+def _copy(self, memo=None):
+    """``copy.copy(x)`` and ``copy.deepcopy(x)``: a DiskArray of its own, whose
+    values no later ``update_`` of ``x`` changes (nor its ``update_``, ``x``'s):
+    a view of the same store until one of them is written (jask.store.views),
+    so a copy costs nothing until then. (A pickle still names the store.)
+
+    Example:
+      >>> import copy, numpy as np, jask
+      >>> x = jask.from_numpy(np.ones(3, np.float32))
+      >>> best = copy.deepcopy(x)
+      >>> _ = x.update_(x * 2)
+      >>> best.to_numpy(), x.to_numpy()
+      (array([1., 1., 1.], dtype=float32), array([2., 2., 2.], dtype=float32))
+    """
+    return linalg.transpose(self, tuple(range(self.ndim)))
+
+
 def _jax_array(self):
     """Inside a ``jax.numpy`` function (``jnp.mean(x)``), refuse a DiskArray
     naming the jask function to use: jax.numpy accepts any value with
@@ -212,7 +229,7 @@ def install() -> None:
     setattr(DiskArray, "__jax_array__", _jax_array)
     for name, attr in {"T": property(transpose_all), "from_numpy": classmethod(from_numpy),
                        "to_dask": to_dask, "to_zarr": to_zarr,
-                       "_repr_html_": _repr_html_,
+                       "_repr_html_": _repr_html_, "__copy__": _copy, "__deepcopy__": _copy,
                        "__array_function__": nan_functions.array_function}.items():
         setattr(DiskArray, name, attr)
     defer_scalar_operators_to(DiskArrayType, BINARY, COMPARE)

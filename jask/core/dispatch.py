@@ -48,10 +48,14 @@ def _through_views(work, stores, values, config: Config):
     its views instead (each view's own store from then on: jask.store.views)."""
     try:
         return work(stores, values, config)
-    except BudgetError:
+    except BudgetError as err:
         if not any(s.view is not None for s in stores):
             raise
-    stores = [registry.materialize(s.handle) if s.view is not None else s for s in stores]
+        refusal = err
+    try:
+        stores = [registry.materialize(s.handle) if s.view is not None else s for s in stores]
+    except BudgetError:
+        raise refusal from None  # the op the user called, not the copy it tried instead
     return work(stores, values, config)
 
 

@@ -40,11 +40,13 @@ import numpy as np
 
 from jask.base import counters, memory
 from jask.base.config import Config
+from jask.base.sizes import exact_bytes
+from jask.base.urls import is_url
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
 from jask.engine.work import room
-from jask.store import chunkio, registry, space, views
-from jask.store.spec import StoreSpec
+from jask.store import chunkio, registry, space, versions, views
+from jask.store.spec import DamagedStoreError, StoreSpec
 
 __all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
 
@@ -97,8 +99,14 @@ class Recorded(registry.Deferred):
         self.forgotten = False  # nothing reads it any more: never computed
         self.keep = keep      # eagerly: the inputs' Owners, alive while this is pending
         self.owned_lazily = not registry.in_callback()  # an eager op's
+        self.failed: Exception | None = None  # what computing it raised, for good
         self.upstream = frozenset().union(*(x.upstream for x in _pending(inputs))) | {id(self)}
         self.leaves = _leaves(inputs)  # the stores computing it reads (and keeps)
+        # eagerly, the version of each user's store it reads: jask computes pending
+        # readers before its own writers replace one, but another writer may too
+        self.stamps = [(p, _version(p)) for p in dict.fromkeys(
+            os.path.abspath(x.path) for x in inputs if isinstance(x, StoreSpec)
+            and not views.base_of(x).managed and not is_url(x.path))] if self.owned_lazily else []
 
     def _fulfil(self, store: StoreSpec) -> None:
         self.store = registry.fulfil(self.handle, store)
@@ -116,6 +124,8 @@ class Recorded(registry.Deferred):
         if self.forgotten:
             raise RuntimeError(f"jask: internal error, {self.desc.op}'s result was needed "
                                "after the program said nothing reads it")
+        if self.failed is not None:
+            raise self.failed
         with _running:
             try:
                 if self.store is None and self.owned_lazily and not _pending(self.inputs):
@@ -132,6 +142,15 @@ class Recorded(registry.Deferred):
             assert self.store is not None
             return self.store
 
+    def before_change(self) -> None:
+        try:
+            self.compute()
+        except (space.StoreChangedError, DamagedStoreError) as err:
+            # its inputs can never give it again: reading it raises this, and the
+            # change (an update_ repairing a damaged store, say) goes ahead
+            self.failed = err.with_traceback(None)  # (its frames hold the update_'s arrays)
+            self.inputs, self.keep = [], ()  # (and the views of the store it held)
+
     def reads(self, path: str) -> bool:
         if self.forgotten:
             return False
@@ -140,8 +159,25 @@ class Recorded(registry.Deferred):
                                                     else x.reads(path))
                    for x in self.inputs)
 
+    def check_unchanged(self) -> None:
+        """Refuse to compute from a user's store replaced (or removed) since the
+        call: the result would hold values the program never gave it."""
+        for path, before in self.stamps:
+            now = _version(path)
+            if now != before and not versions.written_here(now[0][1]):
+                # (a swap by this process's jask, in another thread, is a writer racing this
+                # op, whose values are either version's, as when it ran at the call)
+                chunkio.forget(path)
+                raise space.StoreChangedError(
+                    f"jask.{self.desc.op}: the store {path!r} was replaced or removed by "
+                    "another writer after this op was called and before its result was "
+                    "computed (eager ops are lazy: jask.set_memory_budget(..., lazy=False) "
+                    "runs each at its call); its result would hold the new values, so it "
+                    "is refused. Call the op again.")
+
     def run_alone(self) -> None:
         """Compute this store with the op's own work (its inputs first)."""
+        self.check_unchanged()
         stores = [x.compute() if isinstance(x, Recorded) else x
                   for x, d in zip(self.inputs, self.desc.on_disk) if d]
         values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
@@ -149,6 +185,29 @@ class Recorded(registry.Deferred):
         with space.snapshot(stores, f"jask ({self.desc.op})"), \
                 counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
             self._fulfil(self.work(stores, values, self.config))
+
+
+def _version(path: str) -> tuple:
+    """A user's store as jask last saw it: its version (a folder swapped in
+    replaces it) and when its metadata was written (zarr's ``overwrite=True``
+    writes it anew in the same folder; chunks written in place go unseen)."""
+    def written(name: str):
+        try:
+            return os.stat(os.path.join(path, name)).st_mtime_ns
+        except OSError:
+            return None
+    return versions.identity(path), written("zarr.json"), written(".zarray")
+
+
+def _stand_in(x, config: Config) -> StoreSpec:
+    """A store, or for a pending one a store as jask will make it (raw chunk
+    files, default chunks), for planning before it exists."""
+    if not isinstance(x, Recorded):
+        return x
+    if x.store is not None:
+        return x.store
+    chunks = memory.default_chunks(x.shape, x.dtype, config.max_memory, config.workers)
+    return StoreSpec("", tuple(x.shape), np.dtype(x.dtype), tuple(chunks))
 
 
 def _leaves(inputs: list) -> frozenset:
@@ -234,14 +293,19 @@ def record(desc: Description, args, config: Config, work: Callable,
         return None
     waiting = _pending(inputs)
     planned = None
-    if not waiting and eager and hasattr(work, "plan"):
-        # eagerly, refuse now what the op alone cannot run (BudgetError names it)
-        planned = work.plan([x for x, d in zip(inputs, desc.on_disk) if d],
-                            [x for x, d in zip(inputs, desc.on_disk) if not d], config)
+    if eager and hasattr(work, "plan"):
+        # eagerly, refuse now what the op alone cannot run (BudgetError names it): a
+        # pending input as the store it will be (a chunk of a user's store it reads
+        # with it may not fit, and the group would then run it alone)
+        stores = [_stand_in(x, config) for x, d in zip(inputs, desc.on_disk) if d]
+        planned = work.plan(stores, [x for x, d in zip(inputs, desc.on_disk) if not d],
+                            config)
+        if waiting:
+            planned = None  # (its output's chunks are the group's)
     if eager:  # and an output the scratch disk cannot hold (DiskFullError names the folder)
         chunks = (planned.chunks if planned is not None and planned.chunks is not None
                   else tuple(max(s, 1) for s in desc.shape))
-        room(config, desc.op, desc.shape, desc.dtype, chunks)
+        _room_after_pending(config, desc, chunks)
     def too_long() -> bool:
         return (len(frozenset().union(*(x.upstream for x in _pending(inputs)))) >= MAX_PENDING
                 or bool(keep) and len(_leaves(inputs)) > MAX_HELD)  # (a program holds them anyway)
@@ -256,6 +320,25 @@ def record(desc: Description, args, config: Config, work: Callable,
     recorded = Recorded(desc, inputs, config, work, keep)
     recorded.handle = registry.register_deferred(recorded)
     return recorded.handle
+
+
+def _room_after_pending(config: Config, desc: Description, chunks: tuple) -> None:
+    """Refuse an output the scratch disk cannot hold once the pending results
+    still held are written too (each op at its call, as if it ran there)."""
+    room(config, desc.op, desc.shape, desc.dtype, chunks)
+    promised = [p for p in registry.owned_deferred() if isinstance(p, Recorded)
+                and p.store is None and p.owned_lazily and p.failed is None
+                and p.config.scratch_dir == config.scratch_dir]
+    if not promised:
+        return
+    extra = sum(memory.nbytes(p.shape, p.dtype) for p in promised)
+    try:
+        room(config, desc.op, desc.shape, desc.dtype, chunks, extra=extra)
+    except space.DiskFullError as err:
+        getattr(err, "add_note")(
+            f"(counting the pending eager results still held ({len(promised)}), "
+            f"{exact_bytes(extra)}, written when they are read)")
+        raise
 
 
 def forget(handles) -> None:
@@ -349,6 +432,8 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     budget, the recorded stores are computed op by op and the values are
     None (their ops then run alone)."""
     group = _build(roots, value_roots)
+    for p in group.recorded_of.values():
+        p.check_unchanged()
     n = fusion.band_length(group.order[-1])
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}

@@ -76,12 +76,13 @@ def _produce(config: Config, op: str, shape, dtype, planned: Plan, build, *, gra
     return out
 
 
-def room(config: Config, op: str, shape, dtype, chunks):
+def room(config: Config, op: str, shape, dtype, chunks, *, extra: int = 0):
     """Refuse an output the scratch disk cannot hold, before writing it; the
-    context it returns names the folder and sizes if the disk fills anyway."""
+    context it returns names the folder and sizes if the disk fills anyway.
+    ``extra``: bytes promised to other outputs, to be written first."""
     folder = sessions.session_dir(config.scratch_dir)
     needed = stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dtype),
-                                                     tuple(chunks)))
+                                                     tuple(chunks))) + extra
     space.check_space(folder, needed, op)
     return space.space_errors(folder, needed, op)
 
@@ -231,7 +232,14 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
         values = [np.asarray(v) for v in values]
         planned = plan_of(stores, values, config)
         if planned.decoded:  # compressed operands decoded once, first (plan.ops.dot)
-            with _decoded(stores, values, on_disk, planned.decoded, config) as (stores, fits):
+            reserve = 0  # the copies leave room for the product's output
+            if not to_memory and planned.chunks is not None:
+                a, ta_, b, tb_ = operands(stores, values)
+                shape = planner.dot_geometry(a, b, ta_, tb_, vectors)[2]
+                reserve = stored_nbytes(StoreSpec("", shape, np.dtype(dtype),
+                                                  tuple(planned.chunks)))
+            with _decoded(stores, values, on_disk, planned.decoded, config,
+                          reserve=reserve) as (stores, fits):
                 if not fits:  # no room for the copies: decode as the product reads
                     a, ta_, b, tb_ = operands(stores, values)
                     planned = planner.dot(a, b, ta_, tb_, on_disk, vectors, dtype,
@@ -258,13 +266,15 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
 
 
 @contextlib.contextmanager
-def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: str = "dot"):
+def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: str = "dot",
+             *, reserve: int = 0):
     """``stores`` with the operands ``which`` (indexes among the op's operands)
     replaced by uncompressed scratch copies, each chunk decoded once, by
     tiles of whole chunks spread over the task threads; removed after the
     block. Yields (stores, False) unchanged when the scratch disk has no room."""
     order = [i for i, disk in enumerate(on_disk) if disk]  # operand index of each store
-    stores, copies = list(stores), []
+    original, stores = list(stores), list(stores)
+    copies: list = []
     try:
         done: dict = {}  # one copy per store or view (a @ a, concatenate([a, a]))
         for i in which:
@@ -277,9 +287,12 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: s
                 tile, cost = planner.transpose_chunks(
                     source, tuple(range(len(source.shape))), config.max_memory, config.workers,
                     op=op, out_unit=unit)
-                errors = room(config, op, source.shape, source.dtype, unit)
+                errors = room(config, op, source.shape, source.dtype, unit, extra=reserve)
             except (space.DiskFullError, BudgetError):  # no room for the copy, or for whole
-                yield stores, False                       # chunks of it: decode as it reads
+                for copy in copies:                       # chunks of it: decode as it reads,
+                    registry.discard(copy, later=True)    # the copies made so far let go
+                copies = []
+                yield original, False
                 return
             with errors, registry.new_store(config.scratch_dir, "decoded", source.shape,
                                             source.dtype, unit) as copy:

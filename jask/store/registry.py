@@ -238,6 +238,10 @@ class Deferred:
         """Whether computing it would read the store at ``path``."""
         raise NotImplementedError
 
+    def before_change(self) -> None:
+        """Compute it: a store it reads is about to change (:func:`before_mutation`)."""
+        self.compute()
+
 
 def register_deferred(deferred: Deferred) -> int:
     """A handle for a store to be computed when first needed; pending (a
@@ -321,14 +325,20 @@ def before_mutation(path: str) -> None:
     """Compute every lazy store that would read ``path``, and copy every view
     of it, before it changes."""
     path = canonical(path)
-    for handle, copy in list(_views.items()):
-        if copy.reads(path):
-            materialize(handle)
-    if not _deferred:
-        return
+    # the lazy stores first: one that can never be computed lets go of the views it holds
     for handle, waiting in list(_deferred.items()):
         if handle in _deferred and waiting.reads(path):
-            waiting.compute()
+            waiting.before_change()
+    for handle, copy in list(_views.items()):
+        if copy.reads(path) and not (handle in _doomed and handle not in _owners):
+            try:  # (a view nothing holds any more is not copied: the next sweep drops it)
+                materialize(handle)
+            except Exception as err:
+                if hasattr(err, "add_note"):
+                    getattr(err, "add_note")(
+                        f"(raised copying a view of {path!r} before it changes: a view keeps "
+                        "its values; delete the views of it to change it)")
+                raise
 
 
 def spec(handle) -> StoreSpec:

@@ -91,7 +91,30 @@ def write_token(folder: str) -> str:
     token = uuid.uuid4().hex
     with open(os.path.join(folder, VERSION_FILE), "w") as f:
         f.write(token)
+    with _written_lock:
+        _written_here[token] = None
+        if len(_written_here) > WRITTEN_KEPT:  # bounded: a session may run for days
+            del _written_here[next(iter(_written_here))]
     return token
+
+
+#: The latest tokens this process wrote: its own writers' versions (jask.engine.lazy).
+_written_here: dict = {}
+_written_lock = threading.Lock()
+#: How many: enough for the swaps racing one op's computation.
+WRITTEN_KEPT = 1024
+
+
+def written_here(token: str) -> bool:
+    """Whether this process's jask wrote the version ``token`` (an update_ or save
+    here, in program order with this process's ops, not another writer's).
+
+    Example:
+      >>> import tempfile
+      >>> written_here(write_token(tempfile.mkdtemp())), written_here("")
+      (True, False)
+    """
+    return token in _written_here
 
 
 def identity(path: str) -> tuple:

@@ -405,7 +405,8 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     ones = (1,) * len(batch)
     itemsize = np.dtype(out_dtype).itemsize
     smallest = memory.min_tile_bytes(budget)
-    bound = memory.task_bound(math.prod(batch) * (m * k + k * n) * itemsize, budget)
+    # the output counts too: an outer product (small k) writes far more than it reads
+    bound = memory.task_bound(math.prod(batch) * (m * k + k * n + m * n) * itemsize, budget)
     k_chunk = min(_matrix(a, ta)[3], _matrix(b, tb)[2])
     cost = None
     for tm, tn, tk in _dot_tiles(a, b, ta, tb, itemsize, budget, workers):

@@ -296,6 +296,9 @@ def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape
     worst = max(zip(operands, models),
                 key=lambda om: memory.read_cost(om[1], operand_tile(om[0][1], tile))[0])
     (store, axes), model = worst
+    if store.view is not None:  # what to rechunk is the stored array, not the view of it
+        store = store.view.base
+        model = chunkio.read_model(store)
     if held * 2 > task:  # reading the input's chunks is what does not fit
         size = memory.chunk_bytes(budget, workers)
         suggestion = memory.chunk_shape(tuple(store.shape), model.itemsize, size)
