@@ -7,9 +7,10 @@ of :mod:`jask.base.memory`).
 Each cell of ``tests/scripts/chunk_grid.py`` (chunks of budget/64 to
 budget/2, zstd, sharded, v2 F-order, two grids) is written once; jask runs
 every op of ``tests/scripts/bounded_memory.py`` in one fresh process per
-cell, dask.array the same ops (``from_zarr`` -> op -> ``to_zarr``, threaded
-scheduler) in another. Peaks are above each process's warmed-up baseline,
-after returning freed heap pages (``malloc_trim``) before every op.
+cell and group of ops (as tests/test_memory_bound.py), dask.array the same
+ops (``from_zarr`` -> op -> ``to_zarr``, threaded scheduler) in another.
+Peaks are above each process's warmed-up baseline, after returning freed
+heap pages (``malloc_trim``) before every op.
 ``--urls``: jask reads the cells' inputs from s3:// URLs on a local moto
 server (``tests/s3server.py``; ``tests/scripts/url_grid.py`` uploads them), no dask columns.
 """
@@ -125,9 +126,12 @@ def main(argv=None) -> int:
         chunk_grid.write_cell(folder, grid[name], args.side)
         if server:
             url_grid.upload_cell(folder, bucket)
-        jask = _run([os.path.join(SCRIPTS, "bounded_memory.py"), args.data_dir, str(budget),
-                     name.replace("/", "_")], env={"JASK_GRID_URL": bucket}
-                    )["cells"][name.replace("/", "_")]
+        jask: dict = {}
+        for phase in ("", "lazy", "views", "step"):  # each in a fresh process, as the test
+            jask.update(_run([os.path.join(SCRIPTS, "bounded_memory.py"), args.data_dir,
+                              str(budget), name.replace("/", "_")],
+                             env={"JASK_GRID_URL": bucket, "JASK_GRID_PHASE": phase}
+                             )["cells"][name.replace("/", "_")])
         dask = {} if server else _run(["-m", "benchmarks.grid", "--dask-cell", folder])
         chunks = "x".join(map(str, grid[name]["a"]["chunks"]))
         for op, r in jask.items():

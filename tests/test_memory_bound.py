@@ -67,7 +67,7 @@ def run_grid(data: str, budget: int, side: int, names=None) -> dict:
         cell = run_script("bounded_memory.py", data, budget, folder, timeout=900)
         report["budget"], report["baseline"] = cell["budget"], cell["baseline"]
         report["cells"][name] = cell["cells"][folder]
-        for phase in ("lazy", "views"):  # each in a process of its own
+        for phase in ("lazy", "views", "step"):  # each in a process of its own
             more = run_script("bounded_memory.py", data, budget, folder, timeout=900,
                               env={"JASK_GRID_PHASE": phase})
             report["cells"][name].update(more["cells"][folder])

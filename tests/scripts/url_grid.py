@@ -86,7 +86,7 @@ def measure(data: str, budget: int, folder: str, bucket_url: str, env: dict, pha
 
 
 def run_cells(data: str, budget: int, side: int, bucket_url: str, env: dict, names,
-              phases=("", "lazy", "views"), ops: str | None = None) -> dict:
+              phases=("", "lazy", "views", "step"), ops: str | None = None) -> dict:
     """Every cell in ``names`` written, uploaded and measured from its URLs,
     each phase in a fresh process (as tests/test_memory_bound.run_grid);
     ``bucket_url=""``: from the local folders, for comparison."""
