@@ -407,7 +407,9 @@ def _sweep_once() -> tuple:
         for h in dead:
             _specs.pop(h, None)
         dropped = [_deferred.pop(h) for h in dead if h in _deferred]  # never computed
-        _doomed.intersection_update(kept)  # doomed still, once their views are gone
+        # only those deleted: a finalizer run by a collection inside this sweep (the lock is
+        # reentrant) dooms a store after 'dead' was taken, and it must stay doomed
+        _doomed.difference_update(dead)  # (views' bases stay doomed until their views go)
         for h in dead:
             _pending.pop(h, None)
         for key in dead | abandoned:
