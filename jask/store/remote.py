@@ -185,19 +185,25 @@ def _client_key(url: str, name: str):
     return loc.client, loc.key(name)
 
 
+async def _missing_as_none(request):
+    """``await request`` (an obstore GET or HEAD), or None for a missing object;
+    a missing bucket raises (retried, then an error: never the fill value)."""
+    try:
+        return await request
+    except FileNotFoundError as err:
+        if _no_bucket(err):
+            raise
+        return None
+
+
 async def _get(url: str, name: str, op: str = "read", copy: bool = True):
     """The object's bytes (None if missing); ``copy=False``: a view of the
     response body, decoded from directly (one encoded copy less per read)."""
     client, key = _client_key(url, name)
 
     async def call():
-        try:
-            result = await obstore.get_async(client, key)
-        except FileNotFoundError as err:
-            if _no_bucket(err):  # (retried, then an error: never the fill value)
-                raise
-            return None
-        return await result.bytes_async()
+        result = await _missing_as_none(obstore.get_async(client, key))
+        return None if result is None else await result.bytes_async()
     found = await _retrying(op, url, name, call)
     if found is None:
         return None
@@ -278,13 +284,8 @@ async def _stat(url: str, name: str) -> tuple | None:
     client, key = _client_key(url, name)
 
     async def call():
-        try:
-            meta = await obstore.head_async(client, key)
-        except FileNotFoundError as err:
-            if _no_bucket(err):  # (retried, then an error: never the fill value)
-                raise
-            return None
-        return name, meta.get("e_tag"), int(meta["size"])
+        meta = await _missing_as_none(obstore.head_async(client, key))
+        return None if meta is None else (name, meta.get("e_tag"), int(meta["size"]))
     return await _retrying("lookup", url, name, call)
 
 
@@ -614,17 +615,13 @@ async def _read_rows(layout, out: np.ndarray, index: tuple, src: tuple, dst: tup
 
     async def call():
         try:
-            result = await obstore.get_async(
-                client, key, options={"range": (rows.start * row, rows.stop * row)})
-        except FileNotFoundError as err:
-            if _no_bucket(err):  # (retried, then an error: never the fill value)
-                raise
-            return None
+            result = await _missing_as_none(obstore.get_async(
+                client, key, options={"range": (rows.start * row, rows.stop * row)}))
         except obstore.exceptions.GenericError as err:
             if not _bad_range(err):
                 raise
             return (await obstore.head_async(client, key))["size"], b""  # shorter than asked
-        return result.meta["size"], await result.bytes_async()
+        return None if result is None else (result.meta["size"], await result.bytes_async())
     found = await _retrying("read", url, name, call)
     if found is None:
         _check_may_be_missing(layout, index)
@@ -713,14 +710,9 @@ async def _shard_index(layout, where: tuple) -> np.ndarray | None:
     client, key = _client_key(url, name)
 
     async def call():
-        try:
-            result = await obstore.get_async(
-                client, key, options={"range": {"suffix": size} if at_end else (0, size)})
-        except FileNotFoundError as err:
-            if _no_bucket(err):  # (retried, then an error: never the fill value)
-                raise
-            return None
-        return result.meta, await result.bytes_async()
+        result = await _missing_as_none(obstore.get_async(
+            client, key, options={"range": {"suffix": size} if at_end else (0, size)}))
+        return None if result is None else (result.meta, await result.bytes_async())
     found = await _retrying("read", url, name, call)
     if found is None:
         return None
