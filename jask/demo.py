@@ -100,6 +100,8 @@ def warm_up(step, opt, features: int, x_path: str, y_path: str) -> None:
     accuracy(params, *empty)
     del empty
     jask.collect()
+    for path in (x_path, y_path):  # nothing left beside the data (--dir is the user's)
+        shutil.rmtree(os.path.join(folder, "empty-" + os.path.basename(path)))
 
 
 def main(argv=None) -> int:

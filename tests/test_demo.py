@@ -24,3 +24,5 @@ def test_demo_trains_on_data_larger_than_the_budget(tmp_path):
     assert re.search(r"throughput\s+[\d.]+ [kMG]iB/s of X read", out), out
     assert float(re.search(r"training accuracy\s+([\d.]+)", out).group(1)) > 0.7, out
     assert "peak RSS over baseline" in out
+    # the warm-up's empty look-alikes of X and y are gone: the folder holds the data only
+    assert sorted(os.listdir(tmp_path)) == ["X.zarr", "y.zarr"], os.listdir(tmp_path)
