@@ -41,7 +41,6 @@ import numpy as np
 from jask.base import counters, memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
-from jask.base.urls import is_url
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
 from jask.engine.work import room
@@ -102,11 +101,12 @@ class Recorded(registry.Deferred):
         self.failed: Exception | None = None  # what computing it raised, for good
         self.upstream = frozenset().union(*(x.upstream for x in _pending(inputs))) | {id(self)}
         self.leaves = _leaves(inputs)  # the stores computing it reads (and keeps)
-        # eagerly, the version of each user's store it reads: jask computes pending
+        # eagerly, the version of each user's local store it reads (one at a URL is
+        # checked by its metadata's ETag when read): jask computes pending
         # readers before its own writers replace one, but another writer may too
         self.stamps = [(p, _version(p)) for p in dict.fromkeys(
             os.path.abspath(x.path) for x in inputs if isinstance(x, StoreSpec)
-            and not views.base_of(x).managed and not is_url(x.path))] if self.owned_lazily else []
+            and not views.base_of(x).managed and "://" not in x.path)] if self.owned_lazily else []
 
     def _fulfil(self, store: StoreSpec) -> None:
         self.store = registry.fulfil(self.handle, store)
