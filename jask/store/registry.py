@@ -282,11 +282,11 @@ def repoint(handle: int, store: StoreSpec) -> StoreSpec:
     a new version, as storage without a rename allows.
 
     Example:
-      >>> import numpy as np, jask, tempfile
+      >>> import numpy as np, jask
       >>> from jask.store import registry
       >>> x = jask.from_numpy(np.zeros(3))
       >>> old = registry.spec(x._handle)
-      >>> new = create(tempfile.mkdtemp(), "v", (3,), np.float64, (3,))
+      >>> new = create(jask.get_config().scratch_dir, "v", (3,), np.float64, (3,))
       >>> registry.repoint(x._handle, new).path == x.filename != old.path
       True
     """
