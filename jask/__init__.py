@@ -108,7 +108,7 @@ from jask.api.indexing import (
     take,
     take_along_axis,
 )
-from jask.api.interop import from_dask, materialize, to_dask
+from jask.api.interop import from_dask, materialize, to_dask, zarr_store
 from jask.api.linalg import dot, matmul, matrix_transpose, tensordot, transpose, vecdot
 from jask.api.manipulation import (
     broadcast_arrays,
@@ -177,7 +177,7 @@ __all__ = [
     "power", "progress_bars",
     "progress_enabled", "reset_stats", "reshape", "save", "set_memory_budget", "show_progress",
     "sqrt", "square", "stack", "stats", "Stats", "track",
-    "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var",
+    "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var", "zarr_store",
     "visualize", "where",
     "all", "any", "count_nonzero", "prod", "matrix_transpose",
     "argsort", "sort", "searchsorted", "cumprod", "cumulative_prod", "cumulative_sum",

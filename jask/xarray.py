@@ -95,11 +95,13 @@ def to_zarr(dataset: xr.Dataset, path: str | os.PathLike, **kwargs):
     writer streams it chunk by chunk, one chunk at a time (Dask's
     synchronous scheduler: memory of about one chunk, as a jask store's
     chunks are sized from the budget). Those reads are plain Zarr's: jask's
-    damaged-chunk and version checks do not apply to them.
+    damaged-chunk and version checks do not apply to them. A URL is written
+    through zarr's ``ObjectStore`` on jask's client (:func:`jask.zarr_store`),
+    with jask's options and credentials; no fsspec filesystem is needed.
 
     Args:
       dataset: the Dataset (or a DataArray, written as its ``.to_dataset()``).
-      path: the Zarr group to write.
+      path: the Zarr group to write: a folder or a URL.
       **kwargs: passed to ``Dataset.to_zarr`` (``mode``, ``encoding``, ...).
 
     Example:
@@ -118,7 +120,7 @@ def to_zarr(dataset: xr.Dataset, path: str | os.PathLike, **kwargs):
     template = dataset.assign_coords({k: v for k, v in on_dask.items() if k in dataset.coords})
     template = template.assign({k: v for k, v in on_dask.items() if k not in dataset.coords})
     with dask.config.set(scheduler="synchronous"):  # one chunk in memory at a time
-        return template.to_zarr(path, **kwargs)
+        return template.to_zarr(jask.zarr_store(path, read_only=False), **kwargs)
 
 
 class ChunkManager(ChunkManagerEntrypoint):

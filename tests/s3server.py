@@ -1,16 +1,20 @@
 """A real S3-compatible server for the tests: moto's server mode, a separate process.
 
 Nothing is mocked: the server is ``python -m moto.server`` listening on a
-free port of 127.0.0.1, and clients (zarr over s3fs, obstore, icechunk,
-boto3) reach it over HTTP exactly as they reach a cloud endpoint, through the
-standard environment variables only. Each pytest-xdist worker starts its own
-server; each test gets a bucket of its own.
+free port of 127.0.0.1, and clients (zarr over its own ``ObjectStore`` on
+obstore, obstore, icechunk, boto3) reach it over HTTP exactly as they reach a
+cloud endpoint, through the standard environment variables only. Each
+pytest-xdist worker starts its own server; each test gets a bucket of its own.
 
 Fixtures:
 
 * ``s3_server``: the running :class:`S3Server` (session scope);
 * ``s3_bucket``: a fresh bucket's URL (``s3://jask-test-N``), with the
   server's environment variables set for the test.
+
+:func:`zarr_store` is how another tool (plain zarr, xarray, dask) reaches a URL
+in these tests: zarr-python's ``ObjectStore`` on an obstore client of its own,
+configured by the environment alone, never through jask.
 
 A test may :meth:`S3Server.kill` the server mid-op and :meth:`S3Server.start`
 it again on the same port (the data it held is lost, as moto keeps it in
@@ -31,6 +35,23 @@ import pytest
 #: test can check they never show in errors, reprs or logs.
 ACCESS_KEY = "AKIAJASKTESTACCESSKEY"
 SECRET_KEY = "jask-test-secret-key-never-shown"
+
+
+def zarr_store(url: str, *, read_only: bool = False):
+    """zarr-python's own store for ``url`` (``s3://bucket/key``): its
+    ``ObjectStore`` over obstore, configured by the standard environment
+    variables, as a user without jask reaches the bucket."""
+    from urllib.parse import quote
+
+    import zarr
+    from obstore.store import from_url
+
+    # rooted at the key, as a URL is for zarr (a StorePath on the bucket makes
+    # zarr write parent groups' metadata above it); obstore decodes a URL's
+    # path, and keys are literal
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    root = f"s3://{bucket}/{quote(key.strip('/'), safe='/')}"
+    return zarr.storage.ObjectStore(from_url(root), read_only=read_only)
 
 
 def _free_port() -> int:

@@ -15,7 +15,7 @@ import optax
 import pytest
 import zarr
 from distributed import Client, LocalCluster, get_task_stream
-from s3server import SECRET_KEY
+from s3server import SECRET_KEY, zarr_store
 
 import jask
 from jask.engine import cluster as jask_cluster
@@ -62,8 +62,8 @@ def test_a_cluster_with_no_shared_disk_trains_on_object_storage(
     x = rng.normal(size=(n, d)).astype(np.float32)
     y = (x @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0).astype(np.float32)
     for name, value, chunks in (("X", x, (3000, d)), ("y", y, (3000,))):
-        zarr.create_array(f"{s3_bucket}/data/{name}.zarr", shape=value.shape, chunks=chunks,
-                          dtype=value.dtype)[...] = value
+        zarr.create_array(zarr_store(f"{s3_bucket}/data/{name}.zarr"), shape=value.shape,
+                          chunks=chunks, dtype=value.dtype)[...] = value
     scratch_url = f"{s3_bucket}/scratch"
     jask.set_memory_budget(BUDGET, scratch_dir=scratch_url)
     workers_root = tmp_path / "workers"
@@ -97,7 +97,7 @@ def test_a_cluster_with_no_shared_disk_trains_on_object_storage(
     want, want_losses = _train(jnp.asarray(x), jnp.asarray(y), params0, STEPS)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
     np.testing.assert_allclose(params[0], want[0], rtol=1e-3, atol=1e-5)
-    saved = zarr.open_array(f"{s3_bucket}/results/w.zarr", mode="r")[...]  # plain zarr
+    saved = zarr.open_array(zarr_store(f"{s3_bucket}/results/w.zarr"), mode="r")[...]  # plain zarr
     np.testing.assert_array_equal(saved, np.asarray(params[0]))
     z = x @ np.asarray(want[0]) + float(want[1])
     assert accuracy == pytest.approx(np.mean((z > 0) == (y > 0.5)), abs=5 / n)

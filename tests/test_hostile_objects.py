@@ -2,7 +2,7 @@
 
 Every store lives on a real S3-compatible server (moto's server mode, a
 separate process: tests/s3server.py), checked from outside with plain zarr
-(over s3fs), icechunk and obstore listings: URLs that carry secrets or name
+(over its ObjectStore), icechunk and obstore listings: URLs that carry secrets or name
 other objects than zarr would, forged session markers and other people's
 objects in a scratch prefix, saves into scratch, over a user's folder and
 racing each other, an icechunk branch that does not exist.
@@ -18,7 +18,7 @@ import numpy as np
 import obstore
 import pytest
 import zarr
-from s3server import ACCESS_KEY, SECRET_KEY
+from s3server import ACCESS_KEY, SECRET_KEY, zarr_store
 
 import jask
 from jask.store import object_sessions, objects, remote, sessions
@@ -43,7 +43,7 @@ def test_urls_that_would_show_secrets_or_name_other_objects_are_refused(s3_bucke
     jask, which read and wrote another object; '//', '.' and '..' segments
     name no key. Each is refused before any request, its secrets not shown."""
     x = np.arange(12.0).reshape(3, 4)
-    zarr.create_array(store=f"{s3_bucket}/x.zarr", data=x, chunks=(2, 2))
+    zarr.create_array(store=zarr_store(f"{s3_bucket}/x.zarr"), data=x, chunks=(2, 2))
     bucket = s3_bucket.removeprefix("s3://")
     bad = [f"s3://{ACCESS_KEY}:{SECRET_KEY}@{bucket}/x.zarr",
            f"{s3_bucket}/x.zarr?X-Amz-Signature={SECRET_KEY}",
@@ -63,7 +63,7 @@ def test_urls_that_would_show_secrets_or_name_other_objects_are_refused(s3_bucke
     # Spaces, unicode and '%' are keys like any other: the same objects as zarr's.
     url = f"{s3_bucket}/my data/ü%20+.zarr"
     jask.save(jask.from_numpy(x), url, chunks=(2, 3))
-    np.testing.assert_array_equal(zarr.open_array(url, mode="r")[:], x)
+    np.testing.assert_array_equal(zarr.open_array(zarr_store(url), mode="r")[:], x)
     np.testing.assert_array_equal(jask.open(url).to_numpy(), x)
 
 
@@ -178,7 +178,7 @@ def test_save_over_a_users_folder_deletes_nothing_of_theirs(s3_bucket, small_bud
     """overwrite=True at a URL clears what a failed save left (chunk objects),
     never a user's objects: it deleted a whole folder with arrays in it."""
     x = np.arange(20.0).reshape(4, 5)
-    zarr.create_array(store=f"{s3_bucket}/data/x.zarr", data=x, chunks=(2, 5))
+    zarr.create_array(store=zarr_store(f"{s3_bucket}/data/x.zarr"), data=x, chunks=(2, 5))
     _put(f"{s3_bucket}/data", "readme.txt")
     before = _keys(f"{s3_bucket}/data")
     with pytest.raises(FileExistsError, match="never deletes them"):
@@ -191,7 +191,7 @@ def test_save_over_a_users_folder_deletes_nothing_of_theirs(s3_bucket, small_bud
     with pytest.raises(FileExistsError, match="no Zarr metadata"):
         jask.save(jask.from_numpy(x), f"{s3_bucket}/cut")
     jask.save(jask.from_numpy(x), f"{s3_bucket}/cut", overwrite=True)
-    np.testing.assert_array_equal(zarr.open_array(f"{s3_bucket}/cut", mode="r")[:], x)
+    np.testing.assert_array_equal(zarr.open_array(zarr_store(f"{s3_bucket}/cut"), mode="r")[:], x)
     assert ".jask-save" not in _keys(f"{s3_bucket}/cut")
 
 
@@ -229,7 +229,7 @@ def test_two_saves_racing_to_one_url_make_one_array(s3_bucket, small_budget, mon
     assert len(failed) == 1 and isinstance(failed[0], FileExistsError), outcome
     assert "under way" in str(failed[0])
     winner = outcome.index(None)
-    np.testing.assert_array_equal(zarr.open_array(url, mode="r")[:], values[winner])
+    np.testing.assert_array_equal(zarr.open_array(zarr_store(url), mode="r")[:], values[winner])
 
 
 def test_a_branch_that_does_not_exist_is_named(s3_bucket, small_budget):
@@ -264,7 +264,7 @@ def test_a_branch_that_does_not_exist_is_named(s3_bucket, small_budget):
 
 def test_a_group_with_a_member_zarr_cannot_read_is_named(s3_bucket, small_budget):
     """It was zarr's bare TypeError ('Invalid type: zz'), naming nothing."""
-    group = zarr.open_group(f"{s3_bucket}/g.zarr", mode="w")
+    group = zarr.open_group(zarr_store(f"{s3_bucket}/g.zarr"), mode="w")
     group.create_array("x", shape=(5,), dtype="f4")[:] = 1
     meta = json.loads(remote.get(f"{s3_bucket}/g.zarr", "x/zarr.json"))
     _put(f"{s3_bucket}/g.zarr", "x/zarr.json", json.dumps(meta | {"fill_value": "zz"}).encode())

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
+from s3server import zarr_store
 
 import jask
 
@@ -22,8 +23,8 @@ ROWS, FEATURES, CHUNK = 4800, 16, 600  # 8 chunk objects of X (38 kB each), 8 of
 
 
 def _write(url, values, chunks, **layout):
-    z = zarr.create_array(store=url, shape=values.shape, dtype=values.dtype, chunks=chunks,
-                          **layout)
+    z = zarr.create_array(store=zarr_store(url), shape=values.shape, dtype=values.dtype,
+                          chunks=chunks, **layout)
     z[...] = values
     return z.nchunks
 

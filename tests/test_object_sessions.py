@@ -10,7 +10,7 @@ import time
 
 import obstore
 import pytest
-from s3server import environment_for
+from s3server import environment_for, zarr_store
 
 from jask.store import object_sessions, objects, sessions, trash
 
@@ -149,7 +149,7 @@ def test_a_failed_op_leaves_no_keys_in_the_scratch_prefix(scratch_url, s3_bucket
     import jask
 
     x = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
-    zarr.create_array(f"{s3_bucket}/data/x.zarr", shape=x.shape, chunks=(8, 30),
+    zarr.create_array(zarr_store(f"{s3_bucket}/data/x.zarr"), shape=x.shape, chunks=(8, 30),
                       dtype=x.dtype, compressors=None)[...] = x
     _put(f"{s3_bucket}/data/x.zarr/c/4/0", b"\0" * 10)  # the last chunk: damaged
     jask.set_memory_budget("256KB", scratch_dir=scratch_url)
@@ -190,7 +190,7 @@ def test_jasks_own_arrays_in_a_bucket_are_updated_by_new_versions(
     assert not [k for k in _keys(session) if old.rsplit("/", 1)[1] in k]
 
     # a source with a damaged chunk: the update fails, w is as it was, nothing is left
-    zarr.create_array(f"{s3_bucket}/data/s.zarr", shape=x.shape, chunks=(64, 37),
+    zarr.create_array(zarr_store(f"{s3_bucket}/data/s.zarr"), shape=x.shape, chunks=(64, 37),
                       dtype=x.dtype, compressors=None)[...] = x
     _put(f"{s3_bucket}/data/s.zarr/c/2/0", b"\0" * 10)
     before = _keys(session)

@@ -3,7 +3,7 @@
 Every store here lives on a real S3-compatible server (moto's server mode,
 a separate process on 127.0.0.1: tests/s3server.py), reached through the
 standard environment variables only. Inputs are written by plain zarr (over
-s3fs) with other tools' chunkings; results are checked against numpy and
+zarr's own ObjectStore) with other tools' chunkings; results are checked against numpy and
 jax.numpy; faults are the server process killed mid-op.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
-from s3server import ACCESS_KEY, SECRET_KEY
+from s3server import ACCESS_KEY, SECRET_KEY, zarr_store
 
 import jask
 from jask.store import objects, remote
@@ -33,8 +33,8 @@ LAYOUTS = {
 
 
 def _write_with_zarr(url: str, values: np.ndarray, **layout) -> None:
-    """A store as zarr-python writes it to S3 (through s3fs), not through jask."""
-    z = zarr.create_array(store=url, shape=values.shape, dtype=values.dtype, **layout)
+    """A store as zarr-python writes it to S3 (its ObjectStore), not through jask."""
+    z = zarr.create_array(store=zarr_store(url), shape=values.shape, dtype=values.dtype, **layout)
     z[:] = values
 
 
@@ -97,7 +97,7 @@ def test_save_to_a_url_and_to_a_local_path(s3_bucket, small_budget, tmp_path):
         url = f"{s3_bucket}/out-{compressor}.zarr"
         saved = jask.save(a * 3, url, chunks=(8, 10), compressor=compressor)
         assert saved.filename == url
-        np.testing.assert_allclose(zarr.open_array(url, mode="r")[:], x * 3, rtol=1e-6)
+        np.testing.assert_allclose(zarr.open_array(zarr_store(url), mode="r")[:], x * 3, rtol=1e-6)
     local = a.to_zarr(str(tmp_path / "local.zarr"))
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "local.zarr"))[:], x)
     np.testing.assert_array_equal(local.to_numpy(), x)
@@ -108,7 +108,7 @@ def test_save_to_a_url_and_to_a_local_path(s3_bucket, small_budget, tmp_path):
 
 
 def test_open_group_at_a_url(s3_bucket, small_budget):
-    g = zarr.open_group(f"{s3_bucket}/g.zarr", mode="w")
+    g = zarr.open_group(zarr_store(f"{s3_bucket}/g.zarr"), mode="w")
     g.create_array("t", shape=(5,), dtype="i8", dimension_names=["t"])[:] = np.arange(5)
     g.create_array("v", shape=(5, 3), dtype="f8", dimension_names=["t", "c"])[:] = 1.5
     arrays, _ = jask.open_group(f"{s3_bucket}/g.zarr/")
@@ -189,7 +189,8 @@ def test_server_killed_mid_op_then_back(s3_bucket, s3_server, small_budget, monk
     finally:
         thread.join()
     assert t.total.retries > 0
-    np.testing.assert_array_equal(zarr.open_array(f"{s3_bucket}/after.zarr")[:], np.arange(50.0))
+    after = zarr.open_array(zarr_store(f"{s3_bucket}/after.zarr"))[:]
+    np.testing.assert_array_equal(after, np.arange(50.0))
     np.testing.assert_array_equal(saved.to_numpy(), np.arange(50.0))
 
 
@@ -217,11 +218,12 @@ def test_xarray_datasets_at_urls(s3_bucket, small_budget):
 
     values = np.arange(12.0).reshape(4, 3)
     xr.Dataset({"v": (("t", "c"), values)}, coords={"t": np.arange(4)}).to_zarr(
-        f"{s3_bucket}/ds.zarr", mode="w", consolidated=False)
+        zarr_store(f"{s3_bucket}/ds.zarr"), mode="w", consolidated=False)
     ds = jask.xarray.open_dataset(f"{s3_bucket}/ds.zarr")
     assert isinstance(ds.v.data, jask.DiskArray)
     jask.xarray.to_zarr(ds * 2, f"{s3_bucket}/ds2.zarr", mode="w")
-    np.testing.assert_array_equal(xr.open_zarr(f"{s3_bucket}/ds2.zarr").v.values, 2 * values)
+    written = xr.open_zarr(zarr_store(f"{s3_bucket}/ds2.zarr"), consolidated=False)
+    np.testing.assert_array_equal(written.v.values, 2 * values)
 
 
 def test_a_missing_chunk_object_reads_as_the_fill_value(s3_bucket, small_budget):
@@ -239,7 +241,7 @@ def test_a_missing_chunk_object_reads_as_the_fill_value(s3_bucket, small_budget)
     want = np.arange(16.0).reshape(4, 4)
     want[2:] = -1.0
     np.testing.assert_array_equal(jask.open(url).to_numpy(), want)
-    np.testing.assert_array_equal(zarr.open_array(url, mode="r")[:], want)
+    np.testing.assert_array_equal(zarr.open_array(zarr_store(url), mode="r")[:], want)
 
 
 def test_ops_reading_pieces_many_times_copy_a_url_input_to_local_scratch(s3_bucket,
@@ -262,3 +264,32 @@ def test_ops_reading_pieces_many_times_copy_a_url_input_to_local_scratch(s3_buck
             out = f().block_until_ready()
         np.testing.assert_allclose(out.to_numpy(), ref, rtol=1e-5, atol=1e-5)
         assert t.requests <= chunks + 2, t.requests
+
+
+def test_plain_zarr_dask_and_xarray_reach_urls_through_jask_zarr_store(s3_bucket, small_budget):
+    """``jask.zarr_store``, ``to_dask`` and ``jask.xarray.to_zarr`` reach a URL
+    with zarr's own ObjectStore on jask's client: no fsspec filesystem (the
+    cloud extra has none), and nothing written above the path (zarr on a
+    StorePath of the bucket wrote parent groups' ``zarr.json`` there)."""
+    import importlib.util
+
+    import xarray as xr
+
+    import jask.xarray
+
+    assert importlib.util.find_spec("s3fs") is None  # what the cloud extra installs
+    values = np.arange(24.0).reshape(6, 4)
+    url = f"{s3_bucket}/deep/x.zarr"
+    jask.save(jask.from_numpy(values), url, chunks=(2, 4))
+    X = jask.open(url)
+    np.testing.assert_array_equal(jask.to_dask(X).compute(), values)
+    np.testing.assert_array_equal(zarr.open_array(jask.zarr_store(url), mode="r")[1:3], values[1:3])
+    jask.xarray.to_zarr(xr.Dataset({"v": (("t", "c"), X)}) * 2, f"{s3_bucket}/deep/ds.zarr",
+                        mode="w")
+    written = xr.open_zarr(jask.zarr_store(f"{s3_bucket}/deep/ds.zarr"), consolidated=False)
+    np.testing.assert_array_equal(written.v.values, 2 * values)
+    keys = remote.list_prefix(s3_bucket)
+    assert all(k.startswith(("deep/x.zarr/", "deep/ds.zarr/")) for k in keys), keys
+    with pytest.raises(Exception):  # read-only unless asked
+        zarr.open_array(jask.zarr_store(url), mode="r+")[0, 0] = 5.0
+    np.testing.assert_array_equal(jask.open(url).to_numpy(), values)

@@ -38,3 +38,14 @@ def test_readme_lists_no_op_jask_lacks():
     listed = re.search(r"\*\*The op table\.\*\*(.*?)\n- \*\*Mixed", README, re.S).group(1)
     names = set(re.findall(r"`([a-z_0-9]+)`", listed)) - {"f", "jask"}
     assert not sorted(n for n in names if not hasattr(jask, n) and not hasattr(jask.nn, n))
+
+
+def test_ci_runs_the_readmes_test_command_in_a_fresh_environment():
+    """CI fails exactly when a new machine would: .ci/run makes its own virtual
+    environment and runs the README's test line as written."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    ci = (root / ".ci" / "run").read_text()
+    test_line = next(line for line in README.splitlines()
+                     if line.startswith('python -m pip install -e ".[test]"'))
+    assert test_line.split("#")[0].strip() in ci.splitlines()
+    assert "python3 -m venv" in ci and 'source "$venv/bin/activate"' in ci

@@ -3,7 +3,7 @@
 Arrays at URLs carry no version token; jask records the ETag and size of
 the array's metadata object (zarr.json, .zarray for v2) when it is opened
 and compares them by one HEAD after an op's reads (jask.store.versions).
-Here another writer (plain zarr over s3fs, on a real S3 server process:
+Here another writer (plain zarr over its ObjectStore, on a real S3 server process:
 tests/s3server.py) rewrites the metadata before an op and in the middle of
 one; the op raises StoreChangedError naming the URL, and nothing it would
 have written exists.
@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 import zarr
+from s3server import zarr_store
 
 import jask
 from jask.store import remote
@@ -24,7 +25,7 @@ SHAPE, CHUNKS = (37, 23), (8, 6)  # 5 x 4 chunk objects; tiles do not divide the
 
 
 def _write_with_zarr(url: str, values: np.ndarray, **layout) -> None:
-    z = zarr.create_array(store=url, shape=values.shape, dtype=values.dtype, **layout)
+    z = zarr.create_array(store=zarr_store(url), shape=values.shape, dtype=values.dtype, **layout)
     z[:] = values
 
 
@@ -60,7 +61,7 @@ def test_metadata_rewritten_mid_op_is_refused(s3_bucket, small_budget):
     def other_writer():  # runs inside the first tile's kernel, after that tile's read
         if not rewritten.is_set():
             rewritten.set()
-            zarr.open_array(url, mode="r+").resize((SHAPE[0] + 8, SHAPE[1]))
+            zarr.open_array(zarr_store(url), mode="r+").resize((SHAPE[0] + 8, SHAPE[1]))
 
     def f(t):
         jax.debug.callback(other_writer)

@@ -9,6 +9,8 @@ store tile by tile under the memory budget.
 """
 from __future__ import annotations
 
+import os
+
 import dask.array as da
 import jax
 import jax.numpy as jnp
@@ -20,10 +22,10 @@ from jask.core import primitives
 from jask.core.array import DiskArray, disk_type
 from jask.core.lifetime import collect_if_idle
 from jask.engine import execute
-from jask.store import chunkio, registry
+from jask.store import chunkio, groups, objects, registry
 from jask.store.spec import StoreSpec
 
-__all__ = ["to_dask", "from_dask", "materialize"]
+__all__ = ["to_dask", "from_dask", "materialize", "zarr_store"]
 
 
 def to_dask(x: DiskArray) -> da.Array:
@@ -38,7 +40,10 @@ def to_dask(x: DiskArray) -> da.Array:
       x: a concrete (not traced) DiskArray.
 
     Returns:
-      ``dask.array.from_zarr(x.filename)``, with ``x``'s chunks.
+      ``dask.array.from_zarr`` of the ``zarr.Array`` at ``x.filename``, with
+      ``x``'s chunks; at a URL, that array is on zarr's ``ObjectStore`` over
+      jask's own client (:func:`jask.zarr_store`), so no fsspec filesystem is
+      needed and the same credentials apply.
 
     Example:
       >>> import numpy as np, jask
@@ -51,7 +56,39 @@ def to_dask(x: DiskArray) -> da.Array:
     """
     if not isinstance(x, DiskArray):
         raise TypeError(f"jask.to_dask: expected a DiskArray, got {type(x).__name__}")
-    return da.from_zarr(x.filename)
+    return da.from_zarr(groups.open_array(x.filename))
+
+
+def zarr_store(path: str | os.PathLike, *, read_only: bool = True,
+               storage_options: dict | None = None):
+    """A store that zarr, xarray and dask open, for a folder or a URL jask reads.
+
+    For a URL (``s3://``, ``gs://``, ``az://``) it is zarr's own
+    ``zarr.storage.ObjectStore`` over the obstore client jask uses, with the
+    same options and credentials (the standard environment variables, or
+    ``storage_options`` as for :func:`jask.open`): plain Zarr access to the
+    same data with no fsspec filesystem (s3fs, gcsfs, adlfs) installed. For a
+    folder it is the path itself.
+
+    Args:
+      path: a folder or a URL, of an array or a group.
+      read_only: ``False`` for a store zarr may write to (``xr.Dataset.to_zarr``).
+      storage_options: as for :func:`jask.open`, registered for this URL's prefix.
+
+    Returns:
+      What ``zarr.open_array(store)``, ``zarr.open_group(store)``,
+      ``xr.open_zarr(store)`` and ``dask.array.from_zarr(store)`` take.
+
+    Example:
+      >>> import numpy as np, zarr, jask
+      >>> x = jask.from_numpy(np.arange(4.0))
+      >>> zarr.open_array(jask.zarr_store(x.filename), mode="r")[1:3]
+      array([1., 2.])
+    """
+    path = os.fspath(path)
+    if objects.is_url(path):
+        objects.register_options(path, storage_options)
+    return groups.zarr_store(path, read_only=read_only)
 
 
 def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:

@@ -14,7 +14,7 @@ import zarr
 
 from jask.store import objects
 
-__all__ = ["Member", "group_members", "read_values"]
+__all__ = ["Member", "group_members", "read_values", "open_array", "zarr_store"]
 
 _DIMS_ATTR = "_ARRAY_DIMENSIONS"  # xarray's name for dimension names in Zarr v2
 
@@ -53,7 +53,7 @@ def group_members(path) -> tuple[list[Member], dict]:
     if not url and not os.path.isdir(path):
         raise FileNotFoundError(f"no Zarr group at {path!r} (no such folder)")
     try:
-        group = zarr.open_group(_store(path), mode="r")
+        group = zarr.open_group(zarr_store(path), mode="r")
     except Exception as err:  # zarr raises several kinds for a folder that is no group
         raise FileNotFoundError(f"{path!r} is not a Zarr group: {err}") from None
     try:
@@ -73,14 +73,20 @@ def group_members(path) -> tuple[list[Member], dict]:
 def read_values(path) -> np.ndarray:
     """The whole array at ``path`` in memory, through Zarr (labels, dates: small arrays of
     types jask does not compute on)."""
-    return np.asarray(zarr.open_array(_store(os.fspath(path)), mode="r")[...])
+    return np.asarray(zarr.open_array(zarr_store(os.fspath(path)), mode="r")[...])
 
 
-def _store(path: str):
-    """What zarr opens for ``path``: the folder, or for a URL zarr's
-    ``ObjectStore`` on jask's client (the same options and credentials)."""
+def open_array(path: str, *, read_only: bool = True) -> zarr.Array:
+    """The ``zarr.Array`` at ``path`` (a folder or a URL) on :func:`zarr_store`."""
+    return zarr.open_array(zarr_store(path, read_only=read_only), mode="r" if read_only else "r+")
+
+
+def zarr_store(path: str, *, read_only: bool = True):
+    """What zarr (and xarray and dask through it) opens for ``path``: the folder
+    itself, or for a URL zarr's own ``ObjectStore`` on jask's obstore client
+    (the options and credentials jask reads it with), so no fsspec
+    filesystem (s3fs, gcsfs, adlfs) is needed."""
     if not objects.is_url(path):
         return path
-    loc = objects.location(path)
-    return zarr.storage.StorePath(zarr.storage.ObjectStore(loc.client, read_only=True),
-                                  loc.prefix)
+    client = objects.location(path).rooted_client
+    return zarr.storage.ObjectStore(client, read_only=read_only)

@@ -19,7 +19,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from jask.base.urls import SCHEMES, check_url, is_url  # (re-exported: the store layer's names)
 
@@ -105,6 +105,16 @@ class Location:
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
+
+    @property
+    def rooted_client(self):
+        """A client whose keys start at this prefix, for zarr's ``ObjectStore``:
+        on the bucket's client at a ``StorePath``, zarr writes parent groups'
+        metadata above the array. (The prefix is quoted because obstore
+        decodes a URL's path; keys are taken literally, as zarr takes them.)"""
+        if not self.prefix:
+            return self.client
+        return _client(f"{_bucket_url(self.url)}/{quote(self.prefix, safe='/')}", self.options)
 
 
 def _bucket_url(url: str) -> str:
