@@ -1,8 +1,11 @@
-"""Run every notebook in notebooks/ on small sizes, as a reader would.
+"""Run every notebook in notebooks/ as a reader would: on small sizes, and
+once at its own default sizes (marked slow).
 
 Notebooks are committed without outputs; each is executed here with nbclient
 in a fresh kernel, with sizes passed through JASK_NB_* environment variables,
-and the executed copy (with its plots) is saved to the test's tmp dir.
+and the executed copy (with its plots) is saved to the test's tmp dir. What a
+notebook's text states about what it measures (passes over X, requests per
+chunk object) is checked against the figure the run prints (``CLAIMS``).
 
 Each notebook documents its install (``pip install "jask[notebook]"``) in its
 first cell, and runs here as if that were all that is installed: the
@@ -44,6 +47,20 @@ SIZES = {
                              "JASK_NB_STEPS": "3", "JASK_NB_FEATURES": "16"},
 }
 
+#: What each notebook's text states, and the figure its run prints for it:
+#: (notebook, words of its markdown, regex of the printed figure, the figure stated).
+CLAIMS = [
+    ("quickstart.ipynb", "Each jitted step reads `X` once", r"one step read X ([\d.]+) times", 1.0),
+    ("dashboard.ipynb", "ops a jitted step runs together in one\npass",
+     r"one step read X ([\d.]+) times", 1.0),
+    ("explore.ipynb", "the forward `Z @ w` and the backward `Z.T @ g` share each tile",
+     r"one step read Z ([\d.]+) times", 1.0),
+    ("object_storage.ipynb", "each step is one pass over `X`",
+     r"per step: ([\d.]+) passes over X", 1.0),
+    ("object_storage.ipynb", "and one per array for its metadata",
+     r"one per chunk object \(\d+\) and (\d+) for the arrays' metadata", 2.0),
+]
+
 #: The install line each notebook's first cell documents.
 INSTALL_LINE = re.compile(r'pip install "([^"]+)"')
 
@@ -73,8 +90,11 @@ KEEP_WORKDIR = {"dashboard.ipynb"}
 RUNAWAY = 300
 
 
-def _execute(name, tmp_path, monkeypatch):
-    for key, value in SIZES[name].items():
+def _execute(name, tmp_path, monkeypatch, sizes=None):
+    sizes = SIZES[name] if sizes is None else sizes
+    for key in SIZES[name]:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in sizes.items():
         monkeypatch.setenv(key, value)
     if name in KEEP_WORKDIR:
         monkeypatch.setenv("JASK_NB_WORKDIR", str(tmp_path / "work"))
@@ -92,7 +112,21 @@ def _execute(name, tmp_path, monkeypatch):
     elapsed = time.perf_counter() - start
     nbformat.write(nb, tmp_path / name)
     _assert_nothing_left(tmp_path)
+    _assert_claims_hold(name, nb)
     return nb, elapsed
+
+
+def _assert_claims_hold(name, nb):
+    """Every figure the notebook's text states is the one its run printed."""
+    markdown = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    text = _text(nb)
+    for notebook, words, printed, stated in CLAIMS:
+        if notebook != name:
+            continue
+        assert words in markdown, f"{name} no longer says {words!r}: update CLAIMS"
+        found = re.search(printed, text)
+        assert found, f"{name} states {words!r} but prints no {printed!r}"
+        assert abs(float(found.group(1)) - stated) < 0.005, (name, words, found.group(0))
 
 
 def _assert_nothing_left(tmp_path):
@@ -133,7 +167,6 @@ def test_every_notebook_is_tested():
 def test_quickstart(tmp_path, monkeypatch):
     nb, elapsed = _execute("quickstart.ipynb", tmp_path, monkeypatch)
     text = _text(nb)
-    assert "parameters stayed in their store: True" in text
     assert "x the budget" in text and "between them" in text
     pngs = _pngs(nbformat.read(tmp_path / "quickstart.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
@@ -176,6 +209,21 @@ def test_dashboard(tmp_path, monkeypatch):
     assert text.count("= baseline +") == 2
     pngs = _pngs(nbformat.read(tmp_path / "dashboard.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
+    assert elapsed < RUNAWAY, elapsed
+
+
+def test_every_claim_names_a_notebook():
+    assert {c[0] for c in CLAIMS} <= set(SIZES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_at_its_default_sizes(name, tmp_path, monkeypatch, request):
+    """As committed, with none of the sizes set: within its own budget, every
+    stated figure printed, nothing left behind."""
+    if name == "object_storage.ipynb":  # its bucket: a real S3 server's
+        monkeypatch.setenv("JASK_NB_BUCKET", request.getfixturevalue("s3_bucket"))
+    nb, elapsed = _execute(name, tmp_path, monkeypatch, sizes={})  # (a cell's error raises)
     assert elapsed < RUNAWAY, elapsed
 
 

@@ -128,6 +128,21 @@ def test_distributed_client_counts_output_tiles(tiled):
     bars = _bars(out.getvalue())
     n = _tiles(b)  # one task per tile of the output
     assert bars and bars[0].startswith("jask-add") and f"{n}/{n}" in bars[0]
+    assert "(output tiles; " in bars[0]
+
+
+def test_distributed_bar_names_the_dashboard(tiled):
+    """On a cluster the bar counts output tiles (a sum has one) and says where
+    every task shows, never a bar that silently stays at 0 until the end."""
+    distributed = pytest.importorskip("distributed")
+    out = io.StringIO()
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2,
+                            dashboard_address="127.0.0.1:0") as client, \
+            jask.progress_bars(min_tasks=2, file=out):
+        assert float(jask.sum(tiled * 2.0)) == 2e6
+        link = client.dashboard_link
+    bars = _bars(out.getvalue())
+    assert bars and f"(output tiles; every task: {link})" in bars[-1] and "1/1" in bars[-1]
 
 
 def test_invalid_min_tasks():

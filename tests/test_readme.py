@@ -49,3 +49,33 @@ def test_ci_runs_the_readmes_test_command_in_a_fresh_environment():
                      if line.startswith('python -m pip install -e ".[test]"'))
     assert test_line.split("#")[0].strip() in ci.splitlines()
     assert "python3 -m venv" in ci and 'source "$venv/bin/activate"' in ci
+
+
+def _layout_section() -> str:
+    return re.search(r"\n## Layout\n(.*?)(?:\n## |\Z)", README, re.S).group(1)
+
+
+def test_layout_names_every_module_of_the_package():
+    """README's Layout is checked against the package: a new module is named
+    there under its layer (its stem, in the layer's paragraph)."""
+    layout = _layout_section()
+    package = pathlib.Path(jask.__file__).resolve().parent
+    blocks = re.split(r"\njask/", "\n" + layout.split("```")[1])
+    named = {}
+    for block in blocks[1:]:
+        head = block.split()[0].rstrip("/,")
+        named[head] = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", block))
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.name == "__init__.py" or "_build" in rel.parts:
+            continue
+        if len(rel.parts) == 1:  # a leaf module: named on a line of its own
+            if rel.stem not in set().union(*named.values()):
+                missing.append(str(rel))
+            continue
+        layer = rel.parts[0]
+        words = named.get(layer, set())
+        if rel.stem not in words and rel.parts[1] not in words:
+            missing.append(str(rel))
+    assert not missing, f"README's Layout does not name: {missing}"

@@ -13,8 +13,8 @@ terminal, a widget in a notebook when ``ipywidgets`` is installed (text
 otherwise). Under ``jax.jit`` an op's tiles run inside a JAX callback on one
 of XLA's threads, so the switch is process-wide, not per thread: a bar
 appears whichever thread runs the op. With a ``dask.distributed`` client
-the bar counts the op's output tiles as they complete (reductions have one);
-the client's dashboard shows every task.
+the bar counts the op's output tiles as they complete (a reduction has one)
+and names the client's dashboard, which shows every task as it runs.
 """
 from __future__ import annotations
 
@@ -224,8 +224,16 @@ def local_callbacks(progress_bar) -> list:
 
 
 def run_distributed(progress_bar, client, graph: dict, keys: list) -> list:
-    """Submit to a distributed client and count output tiles as they finish."""
+    """Submit to a distributed client and count output tiles as they finish.
+
+    The scheduler, not this process, sees the other tasks finish, so the bar
+    says where they show: the dashboard's address (or that it is off).
+    """
     from distributed import as_completed
+    link = getattr(client, "dashboard_link", None) if client.scheduler_info().get(
+        "services", {}).get("dashboard") else None
+    where = f"every task: {link}" if link else "no dashboard to show every task"
+    progress_bar.set_description(f"{progress_bar.desc} (output tiles; {where})", refresh=False)
     progress_bar.reset(total=len(keys))
     futures = client.get(graph, keys, sync=False)
     for _ in as_completed(futures):
