@@ -293,3 +293,27 @@ def test_plain_zarr_dask_and_xarray_reach_urls_through_jask_zarr_store(s3_bucket
     with pytest.raises(Exception):  # read-only unless asked
         zarr.open_array(jask.zarr_store(url), mode="r+")[0, 0] = 5.0
     np.testing.assert_array_equal(jask.open(url).to_numpy(), values)
+
+
+def test_zarr_store_writes_at_keys_with_spaces_unicode_and_percent(s3_bucket, small_budget):
+    """A writable store is rooted at the path by its URL, which obstore
+    decodes: the key must be quoted, or '%20' would become a space."""
+    values = np.arange(6.0).reshape(2, 3)
+    url = f"{s3_bucket}/my data/ü%20+.zarr"
+    zarr.create_array(jask.zarr_store(url, read_only=False), data=values, chunks=(1, 3))
+    assert all(k.startswith("my data/ü%20+.zarr/") for k in remote.list_prefix(s3_bucket))
+    np.testing.assert_array_equal(jask.open(url).to_numpy(), values)
+
+
+def test_zarr_store_of_a_memory_url_reaches_jasks_objects():
+    """``memory://`` clients are stores of their own: one rooted at the path
+    would be empty, so zarr reads and writes there through the bucket's."""
+    url = "memory:///zarr-store-test/x.zarr"
+    jask.save(jask.from_numpy(np.arange(4.0)), url)
+    np.testing.assert_array_equal(zarr.open_array(jask.zarr_store(url), mode="r")[:],
+                                  np.arange(4.0))
+    np.testing.assert_array_equal(jask.to_dask(jask.open(url)).compute(), np.arange(4.0))
+    zarr.create_array(jask.zarr_store("memory:///zarr-store-test/y.zarr", read_only=False),
+                      data=np.ones(3))
+    np.testing.assert_array_equal(jask.open("memory:///zarr-store-test/y.zarr").to_numpy(),
+                                  np.ones(3))

@@ -88,5 +88,10 @@ def zarr_store(path: str, *, read_only: bool = True):
     filesystem (s3fs, gcsfs, adlfs) is needed."""
     if not objects.is_url(path):
         return path
-    client = objects.location(path).rooted_client
-    return zarr.storage.ObjectStore(client, read_only=read_only)
+    loc = objects.location(path)
+    if read_only or not loc.rootable:  # reading writes nothing above the path
+        return zarr.storage.StorePath(zarr.storage.ObjectStore(loc.client, read_only=read_only),
+                                      loc.prefix)
+    # zarr writing at a StorePath of the bucket writes parent groups' zarr.json
+    # above the path: a writer gets a client rooted at it
+    return zarr.storage.ObjectStore(loc.rooted_client, read_only=False)

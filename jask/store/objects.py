@@ -107,11 +107,16 @@ class Location:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     @property
+    def rootable(self) -> bool:
+        """Whether :attr:`rooted_client` reaches the same objects: not for
+        ``memory://``, where each client is a store of its own."""
+        return not self.url.startswith("memory:")
+
+    @property
     def rooted_client(self):
-        """A client whose keys start at this prefix, for zarr's ``ObjectStore``:
-        on the bucket's client at a ``StorePath``, zarr writes parent groups'
-        metadata above the array. (The prefix is quoted because obstore
-        decodes a URL's path; keys are taken literally, as zarr takes them.)"""
+        """A client whose keys start at this prefix (the bucket's client when
+        there is none). The prefix is quoted because obstore decodes a URL's
+        path; keys are taken literally, as zarr takes them."""
         if not self.prefix:
             return self.client
         return _client(f"{_bucket_url(self.url)}/{quote(self.prefix, safe='/')}", self.options)
