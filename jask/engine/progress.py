@@ -230,9 +230,9 @@ def run_distributed(progress_bar, client, graph: dict, keys: list) -> list:
     says where they show: the dashboard's address (or that it is off).
     """
     from distributed import as_completed
-    link = getattr(client, "dashboard_link", None) if client.scheduler_info().get(
-        "services", {}).get("dashboard") else None
-    where = f"every task: {link}" if link else "no dashboard to show every task"
+    # (dashboard_link is made from the config's template even with no dashboard running)
+    running = "dashboard" in client.scheduler_info().get("services", {})
+    where = f"every task: {client.dashboard_link}" if running else "no dashboard to show every task"
     progress_bar.set_description(f"{progress_bar.desc} (output tiles; {where})", refresh=False)
     progress_bar.reset(total=len(keys))
     futures = client.get(graph, keys, sync=False)

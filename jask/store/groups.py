@@ -76,9 +76,9 @@ def read_values(path) -> np.ndarray:
     return np.asarray(zarr.open_array(zarr_store(os.fspath(path)), mode="r")[...])
 
 
-def open_array(path: str, *, read_only: bool = True) -> zarr.Array:
-    """The ``zarr.Array`` at ``path`` (a folder or a URL) on :func:`zarr_store`."""
-    return zarr.open_array(zarr_store(path, read_only=read_only), mode="r" if read_only else "r+")
+def open_array(path: str) -> zarr.Array:
+    """The ``zarr.Array`` at ``path`` (a folder or a URL), read-only, on :func:`zarr_store`."""
+    return zarr.open_array(zarr_store(path), mode="r")
 
 
 def zarr_store(path: str, *, read_only: bool = True):
