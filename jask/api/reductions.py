@@ -298,9 +298,13 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = N
     _, out_axes, _ = _layout("logsumexp", x, axis, keepdims)
     dtype = _result_dtype(jnp.exp, x)
     m = max(x, axis=axis, keepdims=keepdims, config=config)
-    s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", dtype,
-                config, accumulation_dtype(dtype))
-    return elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
+    # the sum kept as it accumulates (float32 for float16: 250,000 rows of
+    # exp(0) overflow float16, and jax.numpy's logsumexp gives inf there)
+    compute = accumulation_dtype(dtype)
+    s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", compute,
+                config, compute)
+    result = elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
+    return result if compute == dtype else elementwise.astype(result, dtype, config=config)
 
 
 def argmax(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
