@@ -35,9 +35,12 @@ COLUMNS = 4
 #: Rows of the repeated block of a data set that is not constant.
 PERIOD = 1000
 DTYPES = (np.float16, np.float32)
-#: Sizes in elements, quick and slow (the slow ones: ``@pytest.mark.slow``).
+#: Sizes in elements: quick; slow (``@pytest.mark.slow``, about 0.5 s a case);
+#: huge (about 50 s a case, 70 minutes in all: run with ``JASK_ACCURACY_HUGE=1``
+#: or by the benchmark).
 SIZES = (10**3, 10**5)
-SLOW_SIZES = (10**6, 10**8)
+SLOW_SIZES = (10**6,)
+HUGE_SIZES = (10**8,)
 BUDGETS = ("8MB", "64MB")
 #: A jask error is allowed this many ulps beyond jax.numpy's (a result
 #: rounded once from float64 is within half an ulp; std rounds its variance

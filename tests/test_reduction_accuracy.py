@@ -10,6 +10,8 @@ was hundreds of ulps off, and the error moved with the tiles.
 """
 from __future__ import annotations
 
+import os
+
 import accuracy_table as table
 import numpy as np
 import pytest
@@ -24,9 +26,15 @@ def _id(row, dtype, size, data) -> str:
     return f"{row.name}-{np.dtype(dtype).name}-{size:.0e}-{data}".replace("+0", "")
 
 
+_HUGE = pytest.mark.skipif(os.environ.get("JASK_ACCURACY_HUGE") != "1",
+                           reason="10^8 elements a case, 70 minutes in all "
+                                  "(set JASK_ACCURACY_HUGE=1)")
+
 CASES = ([pytest.param(*case, id=_id(*case)) for case in table.cases(table.SIZES)]
          + [pytest.param(*case, id=_id(*case), marks=pytest.mark.slow)
-            for case in table.cases(table.SLOW_SIZES)])
+            for case in table.cases(table.SLOW_SIZES)]
+         + [pytest.param(*case, id=_id(*case), marks=[pytest.mark.slow, _HUGE])
+            for case in table.cases(table.HUGE_SIZES)])
 
 _measured: dict = {}
 
