@@ -10,6 +10,7 @@ rather than loading ``X``.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -36,6 +37,22 @@ def _filled(x, value):
     return ew.where(_is_nan(x), value, x) if _floating(x) else x
 
 
+def _in_float32(reduction: Callable) -> Callable:
+    """``reduction`` of a 16-bit float ``x`` computed in float32 and cast
+    back, as jax.numpy computes it: in float16 the count of non-NaN elements
+    is inexact beyond 2048 and infinite beyond 65504 (a nanvar of 250,000
+    rows came out 0), and so is the sum of their deviations."""
+    @functools.wraps(reduction)
+    def reduce(x, *args, **kwargs):
+        dtype = np.dtype(x.dtype)
+        if dtype.kind != "f" or dtype.itemsize >= 4:
+            return reduction(x, *args, **kwargs)
+        config = kwargs.get("config")
+        result = reduction(ew.astype(x, np.float32, config=config), *args, **kwargs)
+        return ew.astype(result, dtype, config=config)
+    return reduce
+
+
 def _count(x, axis, keepdims, config):
     """How many elements along ``axis`` are not NaN, in ``x``'s float dtype."""
     return reductions.sum(ew.astype(ew.equal(x, x), x.dtype), axis, keepdims, config=config)
@@ -53,6 +70,7 @@ def nansum(x, axis=None, keepdims: bool = False, *, config: Config | None = None
     return reductions.sum(_filled(x, 0), axis, keepdims, config=config)
 
 
+@_in_float32
 def nanmean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
     """Mean over ``axis`` of the elements that are not NaN (``jnp.nanmean``);
     NaN where all are.
@@ -69,6 +87,7 @@ def nanmean(x, axis=None, keepdims: bool = False, *, config: Config | None = Non
                      _count(x, axis, keepdims, config))
 
 
+@_in_float32
 def nanvar(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
            config: Config | None = None):
     """Variance over ``axis`` of the elements that are not NaN (``jnp.nanvar``),
@@ -87,6 +106,7 @@ def nanvar(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
     return ew.divide(squares, ew.subtract(_count(x, axis, keepdims, config), ddof))
 
 
+@_in_float32
 def nanstd(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
            config: Config | None = None):
     """Standard deviation over ``axis`` ignoring NaNs (``jnp.nanstd``).

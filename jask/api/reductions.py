@@ -25,7 +25,7 @@ from jask.api import elementwise
 from jask.base.config import Config, get_config
 from jask.core import primitives, ufuncs
 from jask.core.array import disk_type
-from jask.engine.blockwise import variance
+from jask.engine.blockwise import mean_of, variance
 
 __all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "argmax", "argmin",
            "IN_MEMORY_SHARE"]
@@ -180,15 +180,12 @@ def mean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
 
 
 def _mean(x, axis, keepdims, dtype, compute, config):
-    """The mean of a DiskArray computed in ``compute``, stored as ``dtype``."""
+    """The mean of a DiskArray, summed from ``compute`` tiles into float64
+    partials and divided once, stored as ``dtype``."""
     aval = _disk(x)
     count = math.prod(aval.shape[d] for d in _axes("mean", axis, aval.ndim, aval.shape))
-    scale = _scalar(1.0 / count if count else np.nan, compute)  # an empty mean is NaN, as jnp
-    result = _reduce("mean", ufuncs.MUL, x, [(scale, ())], axis, keepdims, "sum", dtype, config,
-                     compute)
-    if count == 0 and disk_type(result) is None:  # a sum of nothing is 0 before the scale
-        result = jnp.full_like(result, np.nan)
-    return result
+    return _reduce("mean", ufuncs.IDENTITY, x, [], axis, keepdims, mean_of(count),
+                   dtype, config, compute)
 
 
 def max(x, axis=None, keepdims: bool = False, *, config: Config | None = None):  # noqa: A001
@@ -301,9 +298,13 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = N
     _, out_axes, _ = _layout("logsumexp", x, axis, keepdims)
     dtype = _result_dtype(jnp.exp, x)
     m = max(x, axis=axis, keepdims=keepdims, config=config)
-    s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", dtype,
-                config, accumulation_dtype(dtype))
-    return elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
+    # the sum kept as it accumulates (float32 for float16: 250,000 rows of
+    # exp(0) overflow float16, and jax.numpy's logsumexp gives inf there)
+    compute = accumulation_dtype(dtype)
+    s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", compute,
+                config, compute)
+    result = elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
+    return result if compute == dtype else elementwise.astype(result, dtype, config=config)
 
 
 def argmax(x, axis=None, keepdims: bool = False, *, config: Config | None = None):

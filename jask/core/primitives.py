@@ -215,6 +215,9 @@ class Blockwise(DiskPrimitive):
         if self.reducer is not None and REDUCERS[self.reducer].ddof is not None:
             _accum(accums[0], lambda: _var_vjp(self, args[0], g))
             return
+        if self.reducer is not None and REDUCERS[self.reducer].mean_count is not None:
+            _accum(accums[0], lambda: _mean_vjp(self, args[0], g))
+            return
         if self.ufunc.vjps is None:
             super().backward(res, g, *accums)
         for j, accum in enumerate(accums):
@@ -291,6 +294,19 @@ def _prod_vjp(prim, x, g):
     return Blockwise(ufuncs.PROD_VJP, (_aval(g), x_aval) + tuple(_aval(p) for p in parts),
                      (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
                      dtype, grad=True, config=prim.config)(g, x, *parts)
+
+
+def _mean_vjp(prim, x, g):
+    """d mean: the cotangent divided by the count, broadcast back to ``x``:
+    the cotangent of the sum of ``x * (1 / count)``, whose rule it is."""
+    x_aval = prim.in_avals[0]
+    count = REDUCERS[prim.reducer].mean_count
+    inverse = jax.numpy.asarray(1.0 / count if count else np.nan, prim.dtypes[0])
+    scaled = Blockwise(ufuncs.MUL, (x_aval, _aval(inverse)), (prim.axes[0], ()),
+                       (prim.dtypes[0],) * 2, prim.shape, prim.out_axes, prim.out_aval.dtype,
+                       reducer="sum", to_memory=not _on_disk(prim.out_aval),
+                       config=prim.config, name=prim.op)
+    return scaled._cotangent(0, ufuncs.MUL.vjps[0], (x, inverse), g)
 
 
 def _var_vjp(prim, x, g):

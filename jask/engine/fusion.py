@@ -38,6 +38,7 @@ import numpy as np
 
 from jask.engine.blockwise import REDUCERS, is_positional
 from jask.engine.builders import FAN_IN, key_name
+from jask.engine.tasks import strip_product
 from jask.store import chunkio, views
 from jask.store.spec import StoreSpec
 
@@ -198,10 +199,12 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
             b = values[key]
         w = b.T if p["tb"] else b
         return np.asarray(_band_of(a, values, rows) @ w).astype(node.dtype, copy=False)
+    # a.T @ b over the band's rows (a row vector a: a @ b), the partial kept in
+    # float64 as a reduction's partials are
     ab, bb = _band_of(a, values, rows), _band_of(b, values, rows)
-    if p["ta"]:
-        return ab.T @ bb
-    return ab @ bb  # a is a row vector band
+    n = rows.stop - rows.start
+    partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows)
+    return partial.reshape(ab.shape[1:] + bb.shape[1:])
 
 
 def _compute(node: Node, values: dict, rows: slice, read_only: bool = False):

@@ -24,6 +24,7 @@ from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
+from jask.engine.tasks import partial_dtype
 from jask.store import chunkio, views
 from jask.store.spec import StoreSpec
 
@@ -404,6 +405,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     batch = a.shape[:-2]
     ones = (1,) * len(batch)
     itemsize = np.dtype(out_dtype).itemsize
+    wide = partial_dtype(out_dtype).itemsize  # the running sum's (float64 for float32)
     smallest = memory.min_tile_bytes(budget)
     # the output counts too: an outer product (small k) writes far more than it reads
     bound = memory.task_bound(math.prod(batch) * (m * k + k * n + m * n) * itemsize, budget)
@@ -414,6 +416,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         a_tile = ones + ((tk, tm) if ta else (tm, tk))
         b_tile = ones + ((tn, tk) if tb else (tk, tn))
         out_bytes = tm * tn * itemsize
+        sum_bytes = tm * tn * wide
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
         # tiles too small to be worth a read, or graphs too large: never planned
         whole = (tm, tn, tk) == (m, n, k)
@@ -423,11 +426,12 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         splits = 1
         if n_out < 2 * workers:
             splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
-        # accumulator, product of the current pair, encoded output
         reads = [(chunkio.read_model(a), a_tile), (chunkio.read_model(b), b_tile)]
         if _gram(a, b, ta, tb) and tm >= m:  # b's tile is part of a's band, read once
             reads = reads[:1]
-        cost = memory.task_cost("dot", (tm, tn, tk), reads, out_bytes, 3, 1)
+        # the running sum, the product of the current pair, the output cast and encoded
+        cost = memory.task_cost("dot", (tm, tn, tk), reads, out_bytes, 2, 1)
+        cost = dataclasses.replace(cost, task_bytes=cost.task_bytes + sum_bytes)
         # both raw operands' row buffers, not the larger: the thread's buffer cache
         # (jask.store.buffers) keeps a's while b is read, and the next tiles take
         # them (measured on the mixed-grids cell: 10.5 MB of buffers for 6.9 modelled)
@@ -437,7 +441,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         cost = dataclasses.replace(cost, chunk_read_bytes=cost.chunk_read_bytes + extra,
                                    task_bytes=cost.task_bytes + extra + panels)
         # partial sums waiting for their combine task, and the op's own overhead
-        waiting = (FAN_IN * out_bytes if splits > 1 else 0) + memory.op_overhead(budget)
+        waiting = (FAN_IN * sum_bytes if splits > 1 else 0) + memory.op_overhead(budget)
         at_once = min(workers, (budget - waiting) // max(cost.task_bytes, 1))
         banded = ta and not tb and not batch and tm == m
         if at_once < 1 and splits > 1 and banded and tk <= k_chunk:  # no partials waiting
@@ -450,7 +454,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
     assert cost is not None, "dot_plan: no tile planned"
     memory.check_fits(cost, budget - waiting)
     raise memory.BudgetError(
-        f"jask.dot: partial sums of {FAN_IN} x {exact_bytes(out_bytes)} do not fit the budget "
+        f"jask.dot: partial sums of {FAN_IN} x {exact_bytes(sum_bytes)} do not fit the budget "
         f"of {exact_bytes(budget)}")
 
 
