@@ -49,7 +49,11 @@ def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskAr
         every store under this URL in this process.
 
     Returns:
-      A DiskArray whose ``filename`` is ``path`` (the URL for object storage).
+      A DiskArray whose ``filename`` is ``path`` resolved (absolute, symlinks
+      followed: through a link and its target it is one store; the URL for
+      object storage). It reads that store with the layout it had when
+      opened: rewritten since with another dtype, shape, chunks or codecs, it
+      raises :class:`jask.StoreChangedError` (open it again).
 
     Raises:
       FileNotFoundError: if there is no Zarr array at ``path``.

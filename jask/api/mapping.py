@@ -69,7 +69,8 @@ def _row(f, nin: int) -> Ufunc:
     if nin not in rows:
         name = getattr(f, "__name__", "map").replace("<lambda>", "lambda")
         rows[nin] = Ufunc(f"map-{name}", _Kernel(f), f,
-                          tuple(_Cotangent(f, j) for j in range(nin)), public=False)
+                          tuple(_Cotangent(f, j) for j in range(nin)), public=False,
+                          at_call=True)
     return rows[nin]
 
 
@@ -80,6 +81,11 @@ def map(f, *arrays, config: Config | None = None):  # noqa: A001 - jask.map, lik
     input elements at the same position, after broadcasting); it receives
     tiles, not whole arrays. Differentiable through ``jax.vjp`` of ``f``
     on each tile. With no DiskArray operand this is ``f(*arrays)``.
+
+    Eagerly it runs at the call (other eager ops wait until their result is
+    read): ``f`` may read values from outside (a closure, a global) that the
+    caller changes afterwards, and the result holds what ``f`` gave at the
+    call.
 
     Example:
       >>> import numpy as np, jax.numpy as jnp, jask

@@ -148,6 +148,7 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     registry.before_mutation(path)  # pending results reading what path holds: computed first
     with space.space_errors(folder, needed, "save"):
         saves.put(path, write, overwrite=overwrite, journal=journal)
+    versions.replaced(path)  # this process's version (jask.store.versions.written_here)
     chunkio.forget(path)
     return creation.open(path)
 
@@ -261,7 +262,9 @@ def _source(x) -> StoreSpec:
 
 
 def _target(path, source: StoreSpec, overwrite: bool, config: Config) -> str:
-    path = os.path.abspath(os.fspath(path))
+    # symlinks followed: a save over a link writes the store it points to, as a
+    # file written through a link is, and the array's own store is found by any path
+    path = versions.resolved(os.fspath(path))  # (never abspath first: link/.. is not '.')
     if path == source.path:
         raise ValueError(f"jask.save: {path!r} is the array's own store; save it elsewhere")
     scratch = os.path.join(config.scratch_dir, "")

@@ -154,7 +154,8 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
     if options:
         raise ValueError("storage_options apply to a scratch_dir in object storage "
                          f"(s3://bucket/prefix), not to the local folder {scratch_dir!r}")
-    scratch = os.path.abspath(scratch_dir if scratch_dir is not None else DEFAULT_SCRATCH_DIR)
+    # symlinks followed: a scratch store opened through a link is then known as itself
+    scratch = os.path.realpath(scratch_dir if scratch_dir is not None else DEFAULT_SCRATCH_DIR)
     fstype = filesystem_type(scratch)
     if fstype is not None and not allow_tmpfs:
         raise RuntimeError(

@@ -18,7 +18,7 @@ from jask.base.config import get_config
 from jask.base.sizes import exact_bytes
 from jask.core._jax_internals import is_tracer
 from jask.core.lifetime import collect_if_idle
-from jask.store import chunkio, registry, space
+from jask.store import chunkio, memmaps, registry, space
 from jask.store.spec import StoreSpec
 
 __all__ = ["DiskArray", "DiskArrayType", "check_storable"]
@@ -304,13 +304,17 @@ class DiskArray:
         """A read/write view of this array's store that touches tiles on access.
 
         A chunked Zarr store has no single file to memory-map, so this
-        returns the ``zarr.Array`` itself: indexing it reads only the chunks
+        returns the store's ``zarr.Array``: indexing it reads only the chunks
         the index covers, assigning to it writes them, and
-        ``np.asarray(view)`` reads the whole array. Writing through the view
-        bypasses jask (it is seen by every DiskArray of this store).
+        ``np.asarray(view)`` reads the whole array. A write through it is
+        seen by every DiskArray of this store, but not by results already
+        called: before each write, jask computes the pending results that
+        read this store and copies its views (``x[:2]``, ``x.T``), so they
+        keep the values their call saw, as numpy results do.
 
         Returns:
-          A ``zarr.Array`` of this array's shape and dtype.
+          A ``zarr.Array`` (:class:`jask.store.memmaps.WritableView`) of this
+          array's shape and dtype.
 
         Example:
           >>> import numpy as np
@@ -321,8 +325,7 @@ class DiskArray:
           array(5., dtype=float32)
         """
         collect_if_idle()
-        registry.before_mutation(self.filename)  # the view may write to it
-        return chunkio.open_view(self.filename)
+        return memmaps.open_writable(self.filename)
 
     def to_numpy(self) -> np.ndarray:
         """Read the whole array into a numpy array (small arrays only).

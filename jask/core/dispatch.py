@@ -164,6 +164,17 @@ def _register_outputs(work, args, n: int, config: Config | None, pending: bool) 
             for out in outs]
 
 
+def _as_called(value):
+    """An in-memory operand as the call gave it, for an op that runs later:
+    a jax.Array as it is (nothing changes one), anything else (a numpy array
+    its caller may write into after the call) copied, read-only."""
+    if isinstance(value, jax.Array):
+        return value
+    value = np.array(value)  # a copy nobody else holds
+    value.flags.writeable = False
+    return value
+
+
 def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
              out_aval: DiskArrayType, config: Config | None,
              fuse: lazy.Description | None = None) -> DiskArray:
@@ -176,7 +187,9 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
 
     def run(*args, pending: bool):
         cfg = config or get_config()
-        if fuse is not None and (pending or cfg.lazy):
+        if fuse is not None and (pending or cfg.lazy and not fuse.at_call):
+            if not pending:  # an op run later must see its operands as they are now
+                args = (*args[:n], *(_as_called(v) for v in args[n:]))
             handle = lazy.record(fuse, args, cfg, work, () if pending else keep)
             if handle is not None:
                 return handle

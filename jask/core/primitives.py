@@ -136,11 +136,12 @@ class DiskPrimitive(VJPHiPrimitive):
         return (work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
                 self.params.get("config"), fuse)
 
-    def _describe(self, kind: str, **params) -> lazy.Description:
+    def _describe(self, kind: str, *, at_call: bool = False, **params) -> lazy.Description:
         out = self.out_aval
         return lazy.Description(str(self.params["op"]), kind,
                                 tuple(_on_disk(a) for a in self.in_avals), tuple(out.shape),
-                                np.dtype(out.dtype), params, bool(self.params.get("grad")))
+                                np.dtype(out.dtype), params, bool(self.params.get("grad")),
+                                at_call)
 
     # Equal primitives must agree on types too, not only on params.
     def __hash__(self):
@@ -190,7 +191,8 @@ class Blockwise(DiskPrimitive):
 
     def fusion(self):
         return (self.disk_work(),
-                self._describe("map", kernel=self.ufunc.numpy, axes=self.axes, dtypes=self.dtypes,
+                self._describe("map", at_call=self.ufunc.at_call, kernel=self.ufunc.numpy,
+                               axes=self.axes, dtypes=self.dtypes,
                                full_shape=self.shape, out_axes=self.out_axes,
                                reducer=self.reducer))
 
@@ -255,6 +257,7 @@ class VJP:
         self.ufunc, self.j = ufunc, j
         self.name = f"{ufunc.name}_vjp"
         self.vjps = None  # jask computes first derivatives only
+        self.at_call = ufunc.at_call  # (a user's function runs in its cotangent too)
 
     def numpy(self, g, *blocks):
         return self.ufunc.vjps[self.j](g, *blocks)

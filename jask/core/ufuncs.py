@@ -62,6 +62,9 @@ class Ufunc:
     #: the doc example of a public row: (arguments, expected ``.to_numpy()``),
     #: with ``x = jask.from_numpy(np.array([0.0, 1.0, 2.0], np.float32))``
     example: tuple[str, str] | None = field(default=None, repr=False)
+    #: eagerly, run at the call, never deferred: the kernel calls a user's
+    #: function, whose closure the caller may change after the call (jask.map)
+    at_call: bool = False
 
     @property
     def nin(self) -> int:

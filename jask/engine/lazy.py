@@ -82,6 +82,9 @@ class Description:
     dtype: np.dtype
     params: dict = field(default_factory=dict)
     grad: bool = False
+    #: eagerly, run at the call, never recorded: its kernel is a user's function
+    #: (``jask.map``), which may read values its caller changes after the call
+    at_call: bool = False
 
 
 class Recorded(registry.Deferred):
@@ -104,9 +107,7 @@ class Recorded(registry.Deferred):
         # eagerly, the version of each user's local store it reads (one at a URL is
         # checked by its metadata's ETag when read): jask computes pending
         # readers before its own writers replace one, but another writer may too
-        self.stamps = [(p, _version(p)) for p in dict.fromkeys(
-            os.path.abspath(x.path) for x in inputs if isinstance(x, StoreSpec)
-            and not views.base_of(x).managed and "://" not in x.path)] if self.owned_lazily else []
+        self.stamps = _stamps(inputs, desc.op) if self.owned_lazily else []
 
     def _fulfil(self, store: StoreSpec) -> None:
         self.store = registry.fulfil(self.handle, store)
@@ -163,8 +164,8 @@ class Recorded(registry.Deferred):
         """Refuse to compute from a user's store replaced (or removed) since the
         call: the result would hold values the program never gave it."""
         for path, before in self.stamps:
-            now = _version(path)
-            if now != before and not versions.written_here(now[0][1]):
+            now = versions.identity(path)
+            if now != before and not versions.written_here(now):
                 # (a swap by this process's jask, in another thread, is a writer racing this
                 # op, whose values are either version's, as when it ran at the call)
                 chunkio.forget(path)
@@ -187,16 +188,14 @@ class Recorded(registry.Deferred):
             self._fulfil(self.work(stores, values, self.config))
 
 
-def _version(path: str) -> tuple:
-    """A user's store as jask last saw it: its version (a folder swapped in
-    replaces it) and when its metadata was written (zarr's ``overwrite=True``
-    writes it anew in the same folder; chunks written in place go unseen)."""
-    def written(name: str):
-        try:
-            return os.stat(os.path.join(path, name)).st_mtime_ns
-        except OSError:
-            return None
-    return versions.identity(path), written("zarr.json"), written(".zarray")
+def _stamps(inputs: list, op: str) -> list:
+    """[(path, version)] of the users' local stores among ``inputs``, as the
+    call sees them (a store rewritten since it was opened is refused now)."""
+    users = [x for x in inputs if isinstance(x, StoreSpec) and not views.base_of(x).managed
+             and "://" not in x.path]
+    versions.check_layouts(users, f"jask.{op}")
+    return [(p, versions.identity(p)) for p in dict.fromkeys(
+        versions.resolved(x.path) for x in users)]
 
 
 def _stand_in(x, config: Config) -> StoreSpec:
@@ -233,7 +232,7 @@ def _inputs(desc: Description, args) -> list:
                 recorded = None  # an eager result passed to a jitted call: computed now, once
             out.append(recorded if recorded is not None else registry.spec(handle))
         else:
-            out.append(np.asarray(next(values)))
+            out.append(np.asarray(next(values)))  # immutable: see dispatch.to_store
     return out
 
 

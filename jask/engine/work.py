@@ -167,7 +167,8 @@ class _ViewCopy(registry.Deferred):
         return registry.canonical(self.view.path) == registry.canonical(path)
 
     def compute(self) -> StoreSpec:
-        return copy_of(self.view, self.config)
+        with space.snapshot([self.view], "jask (a view's copy)"):  # one version, as opened
+            return copy_of(self.view, self.config)
 
 
 def copy_of(source: StoreSpec, config: Config, op: str = "view_copy") -> StoreSpec:

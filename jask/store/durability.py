@@ -76,7 +76,7 @@ def _step(name: str) -> None:
 
 
 def _sibling(target: str, kind: str, tag: str | None = None) -> str:
-    folder, name = os.path.split(os.path.abspath(target))
+    folder, name = os.path.split(versions.resolved(target))
     tail = "" if kind == _LOCK else f"-{tag or uuid.uuid4().hex[:12]}"
     return os.path.join(folder, f".{name}.{kind}{tail}")
 
@@ -124,7 +124,7 @@ def store_lock(target: str, *, blocking: bool = True):
 
 def _leftovers(target: str) -> dict[str, list[str]]:
     """What update_s of ``target`` left beside it, by kind (one listing)."""
-    folder, name = os.path.split(os.path.abspath(target))
+    folder, name = os.path.split(versions.resolved(target))
     found: dict[str, list[str]] = {_STAGING: [], _READY: [], _OLD: []}
     try:
         names = sorted(os.listdir(folder))
@@ -183,7 +183,9 @@ def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
     folder is removed. ``durable`` syncs the new store to disk first (jask's
     own scratch stores skip it: they do not outlive the process anyway).
     Deferred results that read the old values must be computed first
-    (:func:`jask.store.registry.before_mutation`): the caller's part.
+    (:func:`jask.store.registry.before_mutation`): the caller's part. A
+    ``target`` reached through a symlink replaces the store the link points
+    to; the link stays.
 
     Example:
       >>> import os, tempfile
@@ -192,7 +194,7 @@ def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
       >>> sorted(os.listdir(t)), sorted(os.listdir(d))
       (['.jask-version', 'v'], ['s'])
     """
-    target = os.path.abspath(target)
+    target = versions.resolved(target)  # the store itself, never a link to it
     with store_lock(target):
         _finish_swaps(target)
         staging = _sibling(target, _STAGING)
@@ -211,7 +213,7 @@ def replace(target: str, make_staging, fill, *, durable: bool = True) -> None:
         _step("swap")
         with versions.swapping(target):  # no reader of this process is mid-read
             _swap(staging, target, durable)
-        versions.replaced(target)
+            versions.replaced(target)  # (before a waiting reader looks at its version)
         _step("cleanup")
         shutil.rmtree(staging, ignore_errors=True)  # it holds the old store now
 

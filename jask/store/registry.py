@@ -32,7 +32,7 @@ import weakref
 import numpy as np
 import zarr
 
-from jask.store import chunkio, durability, recycle, sessions, trash
+from jask.store import chunkio, durability, recycle, sessions, trash, versions
 from jask.store.layout import create_at
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, check_metadata, plain_v3_metadata, stored_nbytes
 
@@ -206,20 +206,25 @@ def materialize(handle) -> StoreSpec:
 def register_external(path) -> StoreSpec:
     """Register an existing Zarr array that jask must never delete.
 
+    The store is known by its resolved path (symlinks followed): opened
+    through a link and through its real path it is one store, and the layout
+    it was opened with is remembered (:func:`jask.store.versions.opened`).
     Raises FileNotFoundError, naming the path, when there is no Zarr array.
     """
-    path = os.fspath(path)
+    path = versions.resolved(os.fspath(path))
     sessions.keep(path)  # even a scratch store: a DiskArray of the user's reads it now
     durability.recover(path)  # finish an update_ a killed process left
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
+    layout = versions.layout(path)  # before zarr reads the metadata: a later change is seen
     try:
         arr = zarr.open_array(path, mode="r")
     except Exception as err:  # zarr raises several kinds for a folder that is no array
         raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
     chunks, dtype = check_metadata(path, arr.shape, arr.chunks, arr.dtype)  # before any planning
-    chunkio.forget(os.path.abspath(path))  # a store written anew in this folder: its own layout
-    store = StoreSpec(os.path.abspath(path), tuple(arr.shape), dtype, chunks, managed=False)
+    chunkio.forget(path)  # a store written anew in this folder: its own layout
+    store = StoreSpec(path, tuple(arr.shape), dtype, chunks, managed=False)
+    versions.opened(store, layout)
     return register(store, pending=False)
 
 
@@ -311,32 +316,57 @@ def has_deferred() -> bool:
 
 
 def canonical(path: str) -> str:
-    """How a store's path is compared: absolute, or a URL (object storage,
-    an icechunk array's ``icechunk+s3://...``) as it is.
+    """How a store's path is compared: absolute with symlinks followed
+    (:func:`jask.store.versions.resolved`), or a URL (object storage, an
+    icechunk array's ``icechunk+s3://...``) as it is.
 
     Example:
       >>> canonical("icechunk+s3://bucket/repo?branch=main#w"), canonical("/data/./x.zarr")
       ('icechunk+s3://bucket/repo?branch=main#w', '/data/x.zarr')
     """
-    return path if "://" in path else os.path.abspath(path)
+    return versions.resolved(path)
+
+
+def _same_folder(path: str) -> list:
+    """``path`` and the paths of the registered user stores that name its
+    folder another way, which resolving links cannot see (a bind mount)."""
+    try:
+        here = os.stat(path)
+    except OSError:
+        return [path]
+    with _lock:
+        others = {s.path for s in _specs.values()
+                  if not s.managed and s.path != path and "://" not in s.path}
+    found = [path]
+    for other in sorted(others):
+        try:
+            there = os.stat(other)
+        except OSError:
+            continue
+        if (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino):
+            found.append(other)
+    return found
 
 
 def before_mutation(path: str) -> None:
     """Compute every lazy store that would read ``path``, and copy every view
-    of it, before it changes."""
-    path = canonical(path)
+    of it, before it changes (through whichever path they read it)."""
+    if not _deferred and not _views:
+        return  # (nothing to look for: a loop of update_s pays nothing)
+    paths = _same_folder(canonical(path))
     # the lazy stores first: one that can never be computed lets go of the views it holds
     for handle, waiting in list(_deferred.items()):
-        if handle in _deferred and waiting.reads(path):
+        if handle in _deferred and any(waiting.reads(p) for p in paths):
             waiting.before_change()
     for handle, copy in list(_views.items()):
-        if copy.reads(path) and not (handle in _doomed and handle not in _owners):
+        if any(copy.reads(p) for p in paths) and not (handle in _doomed
+                                                     and handle not in _owners):
             try:  # (a view nothing holds any more is not copied: the next sweep drops it)
                 materialize(handle)
             except Exception as err:
                 if hasattr(err, "add_note"):
                     getattr(err, "add_note")(
-                        f"(raised copying a view of {path!r} before it changes: a view keeps "
+                        f"(raised copying a view of {paths[0]!r} before it changes: a view keeps "
                         "its values; delete the views of it to change it)")
                 raise
 

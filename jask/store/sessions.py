@@ -310,7 +310,7 @@ def keep(path: str) -> None:
     if objects.is_url(path):
         object_sessions.keep(path)
         return
-    _kept.add(os.path.abspath(path))
+    _kept.add(os.path.realpath(path))  # as jask.store.versions.resolved keys it
 
 
 def holds_jask_stores(path: str) -> bool:

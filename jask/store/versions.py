@@ -27,6 +27,22 @@ new one. Two mechanisms stop that:
   :data:`READ_WAIT`: past that (a wait nobody foresaw) it goes on, and the
   token check still refuses a mixed read.
 
+* **A stamp no copy imitates.** A store's version (:func:`identity`) is
+  its token together with the device, inode number and change time
+  (``ctime``) of its folder and of its metadata document. Inode numbers come
+  back (a folder removed and restored with ``cp -a`` often gets its old
+  number), and ``cp -a`` or ``touch -d`` restore modification times, but
+  nothing but the system clock sets a change time: a folder put in place, a
+  metadata document rewritten, entries added to or removed from the folder
+  all give a new one.
+
+* **The layout a user's array was opened with.** :func:`opened` records the
+  metadata (less its attributes) of a user's local array when it is opened;
+  every read checks it first (:func:`check_layouts`): an array rewritten
+  since with another dtype, shape, chunking or codec would be read as the old
+  layout (garbage numbers, no error), so the read raises
+  :class:`StoreChangedError` instead, as at a URL.
+
 * **A user's array at a URL** carries no token and has no folder to
   replace: another writer replaces it by rewriting its metadata object
   (``zarr.json``, or ``.zarray``). Its ETag and size, taken when the array
@@ -35,25 +51,30 @@ new one. Two mechanisms stop that:
   reads compares them, and a change raises :class:`StoreChangedError`
   naming the URL before anything is published.
 
-What is not covered: writes that do not replace the folder (a ``zarr``
-writer or ``to_memmap`` view writing chunks in place) carry no token; they
-are seen as they land. At a URL, chunk objects rewritten under unchanged
+What is not covered: writes that do not replace the folder or its metadata
+(a ``zarr`` writer writing chunks in place under ``c/``) carry no token;
+they are seen as they land (a ``to_memmap`` view first computes what reads
+the store: :mod:`jask.store.memmaps`). At a URL, chunk objects rewritten under unchanged
 metadata are not seen either.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from jask.store import chunkio, remote
 from jask.store.objects import is_url
 
-__all__ = ["StoreChangedError", "VERSION_FILE", "write_token", "identity", "stamp",
-           "check_unchanged", "snapshot", "check_open", "swapping", "SWAP_WAIT"]
+__all__ = ["StoreChangedError", "VERSION_FILE", "Version", "write_token", "identity",
+           "resolved", "opened", "check_layouts", "stamp", "check_unchanged", "snapshot",
+           "check_open", "swapping", "SWAP_WAIT"]
 
 #: The file, inside a store, holding the random token of its version.
 VERSION_FILE = ".jask-version"
@@ -79,60 +100,172 @@ class StoreChangedError(RuntimeError):
     """
 
 
+def resolved(path: str) -> str:
+    """How a store's path is compared and keyed: absolute, symlinks followed
+    (a store reached through a link and through its real path is one store),
+    or a URL as it is.
+
+    Example:
+      >>> resolved("s3://bucket/x.zarr"), resolved("/data/./x.zarr")
+      ('s3://bucket/x.zarr', '/data/x.zarr')
+    """
+    return path if "://" in path else os.path.realpath(path)
+
+
+class Version(NamedTuple):
+    """What identifies one version of a local store (see :func:`identity`)."""
+
+    folder: tuple      # (device, inode, change time in ns) of the store's folder
+    metadata: tuple    # (name, inode, size, change time in ns) of its zarr.json or .zarray
+    token: str         # its .jask-version, "" for a store jask never replaced
+
+
 def write_token(folder: str) -> str:
     """Give the store in ``folder`` a new version token (before it is swapped in).
 
     Example:
       >>> import tempfile
       >>> d = tempfile.mkdtemp()
-      >>> write_token(d) == identity(d)[1]
+      >>> write_token(d) == identity(d).token
       True
     """
     token = uuid.uuid4().hex
     with open(os.path.join(folder, VERSION_FILE), "w") as f:
         f.write(token)
     with _written_lock:
-        _written_here[token] = None
+        _written_here[token] = None  # its folder's version once it is swapped in
         if len(_written_here) > WRITTEN_KEPT:  # bounded: a session may run for days
             del _written_here[next(iter(_written_here))]
     return token
 
 
-#: The latest tokens this process wrote: its own writers' versions (jask.engine.lazy).
+#: The latest versions this process's jask swapped in, by token (jask.engine.lazy).
 _written_here: dict = {}
 _written_lock = threading.Lock()
 #: How many: enough for the swaps racing one op's computation.
 WRITTEN_KEPT = 1024
 
 
-def written_here(token: str) -> bool:
-    """Whether this process's jask wrote the version ``token`` (an update_ or save
-    here, in program order with this process's ops, not another writer's).
+def written_here(version: Version | None) -> bool:
+    """Whether ``version`` is a store this process's jask swapped in (an update_
+    or save here, in program order with this process's ops, not another
+    writer's, nor a copy of one carrying its token).
 
     Example:
       >>> import tempfile
-      >>> written_here(write_token(tempfile.mkdtemp())), written_here("")
+      >>> d = tempfile.mkdtemp(); _ = write_token(d); replaced(d)
+      >>> written_here(identity(d)), written_here(None)
       (True, False)
     """
-    return token in _written_here
+    return version is not None and bool(version.token) and \
+        _written_here.get(version.token) == version
 
 
-def identity(path: str) -> tuple:
-    """(inode, token) of the store at ``path``: ``None`` when there is no store,
-    an empty token for a store jask never replaced."""
+_METADATA = ("zarr.json", ".zarray")
+
+
+def identity(path: str) -> Version | None:
+    """The version of the store at ``path`` (see the module's notes), or
+    ``None`` when there is no store."""
     try:
-        inode = os.stat(path).st_ino
-    except FileNotFoundError:
-        return None, ""
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    folder = (info.st_dev, info.st_ino, info.st_ctime_ns)
+    metadata: tuple = ()
+    for name in _METADATA:
+        try:
+            doc = os.stat(os.path.join(path, name))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        metadata = (name, doc.st_ino, doc.st_size, doc.st_ctime_ns)
+        break
     try:
         with open(os.path.join(path, VERSION_FILE)) as f:
-            return inode, f.read()
+            token = f.read()
     except (FileNotFoundError, NotADirectoryError):
-        return inode, ""
+        token = ""
+    return Version(folder, metadata, token)
+
+
+# --- the layout a user's local array was opened with --------------------------------
+
+_layouts: dict[str, tuple] = {}    # path -> (its metadata document's stat, layout digest)
+_opened: dict[tuple, str | None] = {}  # (path, shape, dtype, chunks) -> layout digest at open
+_layout_lock = threading.Lock()
+#: User's arrays whose layout is remembered per process (the oldest go first).
+LAYOUTS_KEPT = 4096
+
+
+def layout(path: str) -> str | None:
+    """A digest of the Zarr metadata of the array at ``path`` less its
+    attributes (what decides how its chunks read as numbers), None when it
+    has none. Read again only when the metadata file's stat changed."""
+    for name in _METADATA:
+        doc = os.path.join(path, name)
+        try:
+            info = os.stat(doc)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        key = (name, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        cached = _layouts.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            with open(doc, "rb") as f:
+                text = f.read()
+            meta = json.loads(text)
+        except (OSError, ValueError):
+            return f"unreadable {key}"  # (open refuses it; a later read names the change)
+        if isinstance(meta, dict):
+            meta.pop("attributes", None)  # v3 attributes (v2 keeps them in .zattrs)
+        digest = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()
+        with _layout_lock:
+            _layouts.pop(path, None)
+            while len(_layouts) >= LAYOUTS_KEPT:
+                del _layouts[next(iter(_layouts))]
+            _layouts[path] = (key, digest)
+        return digest
+    return None
+
+
+def _opened_key(store) -> tuple:
+    return store.path, tuple(store.shape), str(store.dtype), tuple(store.chunks)
+
+
+def opened(store, digest: str | None) -> None:
+    """Remember that the user's local array ``store`` was opened with the
+    layout ``digest`` (taken before its metadata was read: a change after it
+    is seen)."""
+    with _layout_lock:
+        _opened.pop(_opened_key(store), None)
+        while len(_opened) >= LAYOUTS_KEPT:
+            del _opened[next(iter(_opened))]
+        _opened[_opened_key(store)] = digest
+
+
+def check_layouts(stores, op: str) -> None:
+    """Raise :class:`StoreChangedError` if a user's local array among
+    ``stores`` (or the base of a view) no longer has the layout it was opened
+    with: its chunks would be read as numbers of another dtype, or at other
+    places. Before any read, so no such number is ever returned."""
+    for store in stores:
+        view = getattr(store, "view", None)
+        base = view.base if view is not None else store
+        if base.managed or not base.path or is_url(base.path):
+            continue
+        key = _opened_key(base)
+        if key in _opened and layout(base.path) != _opened[key]:
+            chunkio.forget(base.path)
+            raise StoreChangedError(
+                f"{op}: the Zarr array at {base.path!r} was rewritten (its metadata: dtype, "
+                "shape, chunks or codecs) since it was opened, so its chunks would be read "
+                "as the old layout; nothing was read or written. Open it again (jask.open) "
+                "and run the op again.")
 
 
 def _local_paths(stores) -> list:
-    return list(dict.fromkeys(os.path.abspath(s.path) for s in stores
+    return list(dict.fromkeys(resolved(s.path) for s in stores
                               if s.path and not is_url(s.path)))
 
 
@@ -151,9 +284,11 @@ def _url_stamps(stores) -> list:
     return list(found.items())
 
 
-def stamp(stores) -> list:
+def stamp(stores, op: str = "jask") -> list:
     """What identifies the current version of each of ``stores``: [(path, identity)]
-    (for a user's array at a URL, its metadata object's version)."""
+    (for a user's array at a URL, its metadata object's version); first, a
+    user's array rewritten since it was opened is refused (:func:`check_layouts`)."""
+    check_layouts(stores, op)
     return [(p, identity(p)) for p in _local_paths(stores)] + _url_stamps(stores)
 
 
@@ -225,7 +360,7 @@ def _holding(paths: list):
 def swapping(target: str):
     """Hold ``target`` for the swap that replaces it: wait until no other
     thread of this process holds it for reading (see :data:`SWAP_WAIT`)."""
-    target, me = os.path.abspath(target), threading.get_ident()
+    target, me = resolved(target), threading.get_ident()
     with _cond:
         _writers[target] = _writers.get(target, 0) + 1
         _swapping.add(me)
@@ -289,6 +424,7 @@ def snapshot(stores, op: str):
       ...
       jask.store.versions.StoreChangedError: example: the store ...
     """
+    check_layouts(stores, op)
     paths = _local_paths(stores)
     with _holding(paths):
         snap = _Snapshot(op, [(p, identity(p)) for p in paths] + _url_stamps(stores))
@@ -324,7 +460,7 @@ def check_open(target: str) -> None:
     whose writers are serialized by the lock the caller holds. They are then
     sealed: a swap is the last step of the op that reads them, and a change
     after it no longer matters (nor must it fail the op that published)."""
-    target = os.path.abspath(target)
+    target = resolved(target)
     for snap in _open():
         snap.check(exclude=target)
     for snap in _open():
@@ -332,7 +468,14 @@ def check_open(target: str) -> None:
 
 
 def replaced(target: str) -> None:
-    """This thread just swapped ``target``: its own write, not another's."""
-    target = os.path.abspath(target)
+    """This thread just swapped ``target``: its own write, not another's; the
+    version now there is one this process wrote (:func:`written_here`)."""
+    target = resolved(target)
     for snap in _open():
         snap.replaced.add(target)
+    if is_url(target):
+        return
+    now = identity(target)
+    with _written_lock:
+        if now is not None and now.token in _written_here:
+            _written_here[now.token] = now

@@ -1,0 +1,83 @@
+"""What ``DiskArray.to_memmap`` hands out: the store's ``zarr.Array``, whose
+writes first compute what reads the store's current values.
+
+An eager op's result may still be pending (:mod:`jask.engine.lazy`) and a
+view (``x[:2]``, ``x.T``) reads its base's store: both promise the values
+their call saw. A write through the array handed out therefore first
+computes the pending results that read the store and copies its views
+(:func:`jask.store.registry.before_mutation`), each time, since ops called
+after ``to_memmap`` may read the store too. Every writing method of
+``zarr.Array`` goes through one of the methods below (``__setitem__``,
+``oindex``, ``vindex`` and ``blocks`` call them); ``attrs`` through
+``update_attributes``.
+"""
+from __future__ import annotations
+
+import zarr
+
+from jask.store import chunkio, registry
+
+__all__ = ["open_writable"]
+
+
+class WritableView(zarr.Array):
+    """A ``zarr.Array`` of a jask store whose writes keep jask's pending
+    results and views at the values their calls saw."""
+
+    _jask_path: str = ""
+
+    def _before_write(self) -> None:
+        registry.before_mutation(self._jask_path)
+
+    def set_basic_selection(self, *args, **kwargs):
+        self._before_write()
+        return super().set_basic_selection(*args, **kwargs)
+
+    def set_orthogonal_selection(self, *args, **kwargs):
+        self._before_write()
+        return super().set_orthogonal_selection(*args, **kwargs)
+
+    def set_mask_selection(self, *args, **kwargs):
+        self._before_write()
+        return super().set_mask_selection(*args, **kwargs)
+
+    def set_coordinate_selection(self, *args, **kwargs):
+        self._before_write()
+        return super().set_coordinate_selection(*args, **kwargs)
+
+    def set_block_selection(self, *args, **kwargs):
+        self._before_write()
+        return super().set_block_selection(*args, **kwargs)
+
+    def resize(self, *args, **kwargs):
+        self._before_write()
+        return super().resize(*args, **kwargs)
+
+    def append(self, *args, **kwargs):
+        self._before_write()
+        return super().append(*args, **kwargs)
+
+    def update_attributes(self, *args, **kwargs):
+        self._before_write()
+        return _watched(super().update_attributes(*args, **kwargs), self._jask_path)
+
+
+def _watched(arr: zarr.Array, path: str) -> WritableView:
+    view = WritableView(arr._async_array)
+    view._jask_path = path
+    return view
+
+
+def open_writable(path: str) -> WritableView:
+    """The read/write ``zarr.Array`` of the store at ``path`` for a user
+    (see the module's notes).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.zeros(3, np.float32))
+      >>> b = a + 1                     # pending: computed when read
+      >>> open_writable(a.filename)[:] = 5
+      >>> b.to_numpy()                  # what the call saw
+      array([1., 1., 1.], dtype=float32)
+    """
+    return _watched(chunkio.open_view(path), path)
