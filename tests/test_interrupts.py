@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import jask
-
 from helpers import last_json, run_script, script_command
 
 #: Measured in child processes: run one after another on one xdist worker

@@ -101,7 +101,12 @@ class _OwnerRef(weakref.ref):
     is doomed later, at a safe point (:func:`_doom_dead_owners`)."""
 
     __slots__ = ("handle",)
-    handle: int
+
+    def __new__(cls, owner: Owner):
+        return super().__new__(cls, owner, _dead_owners.append)  # (the callback is taken here)
+
+    def __init__(self, owner: Owner):
+        self.handle = owner.handle  # set before the reference is stored anywhere
 
 
 #: _OwnerRefs whose Owner died, not yet doomed: appended by the garbage
@@ -118,11 +123,12 @@ def _owner(handle: int) -> Owner | None:
 def _doom_dead_owners() -> None:
     """Doom the stores whose Owner died since the last call (caller holds ``_lock``)."""
     while _dead_owners:
-        ref = _dead_owners.popleft()
+        ref = _dead_owners[0]  # taken off only once done: a Ctrl-C here leaves it to the next call
         if _owners.get(ref.handle) is ref:  # not owned again since
-            del _owners[ref.handle]
             if ref.handle in _specs or ref.handle in _deferred:
                 _doomed.add(ref.handle)
+            del _owners[ref.handle]
+        _dead_owners.popleft()
 
 
 def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = False) -> StoreSpec:
@@ -398,8 +404,7 @@ def claim(handle: int) -> Owner:
         owner = _owner(handle)
         if owner is None:
             owner = Owner(handle)
-            ref = _owners[handle] = _OwnerRef(owner, _dead_owners.append)
-            ref.handle = handle
+            _owners[handle] = _OwnerRef(owner)
         _pending.pop(handle, None)
         _doomed.discard(handle)
         _unclaimed.pop(handle, None)
