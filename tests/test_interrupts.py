@@ -4,13 +4,18 @@ partial output in scratch, and the session goes on working.
 A real child process loops a long op; this process sends it SIGINT (what
 Ctrl-C and a notebook's "interrupt kernel" send) and reads its report.
 """
+import json
+import random
 import select
 import signal
 import subprocess
+import sys
 import time
 
+import numpy as np
 import pytest
 
+import jask
 from helpers import last_json, run_script, script_command
 
 #: Measured in child processes: run one after another on one xdist worker
@@ -58,3 +63,73 @@ def test_ctrl_c_at_any_line_of_the_store_bookkeeping_leaves_nothing(tmp_path):
     assert report["lines"] > 50  # it did reach the code (create, register, sweep)
     assert report["leaks"] == []
     assert report["next_ok"]
+
+
+def _press_once_per_round(mode: str, scratch, rounds: int, seed: str) -> dict:
+    """Run ``rounds`` rounds of interrupt_rounds.py's long op, each stopped by
+    ONE SIGINT at a random moment; count the presses lost (no report within
+    MAX_LATENCY: the interrupt was dropped and the op went on) and collect
+    the rounds that ended wrongly."""
+    rng = random.Random(seed)  # the same moments every run
+    proc = subprocess.Popen(script_command("interrupt_rounds.py", mode, scratch),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        lost, wrong, latencies = 0, [], []
+        for _ in range(rounds):
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "running"
+            time.sleep(rng.uniform(0.0, 0.6))
+            sent = time.time()
+            proc.send_signal(signal.SIGINT)
+            if not select.select([proc.stdout], [], [], MAX_LATENCY)[0]:
+                lost += 1
+                while not select.select([proc.stdout], [], [], 0.5)[0]:
+                    proc.send_signal(signal.SIGINT)  # end the round all the same
+            report = json.loads(proc.stdout.readline())
+            latencies.append(report["caught"] - sent)
+            if (report["type"] != "KeyboardInterrupt" or report["left"] or report["leaked"]
+                    or not report["next_ok"]):
+                wrong.append(report)
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    return {"lost": lost, "wrong": wrong, "slowest": max(latencies)}
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit", "drops"])
+def test_one_ctrl_c_always_stops_the_op(tmp_path, mode):
+    """One press, never more: an interrupt landing in a finalizer or a gc
+    callback used to be dropped, and the op ran on."""
+    got = _press_once_per_round(mode, tmp_path / "scratch", rounds=5, seed=mode)
+    print(f"{mode}: 5 rounds, {got['lost']} lost, slowest {got['slowest'] * 1000:.0f} ms")
+    assert got["lost"] == 0 and got["wrong"] == []
+    assert got["slowest"] < MAX_LATENCY
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["eager", "jit", "drops"])
+def test_one_ctrl_c_always_stops_the_op_100_times(tmp_path, mode):
+    got = _press_once_per_round(mode, tmp_path / "scratch", rounds=100, seed=mode)
+    print(f"{mode}: 100 rounds, {got['lost']} lost, slowest {got['slowest'] * 1000:.0f} ms")
+    assert got["lost"] == 0 and got["wrong"] == []
+    assert got["slowest"] < MAX_LATENCY
+
+
+def test_dropping_the_last_array_of_a_store_runs_no_python(small_budget):
+    """A Ctrl-C lands between two lines of Python, and Python drops one that
+    lands in a finalizer ("Exception ignored in: <finalize object ...>"): so
+    when the last DiskArray of a store goes, no Python runs at all. The store
+    is doomed at the next safe point."""
+    x = jask.from_numpy(np.ones(3, np.float32))
+    ran = []
+    sys.setprofile(lambda frame, event, arg: ran.append(frame.f_code.co_qualname)
+                   if event == "call" else None)
+    try:
+        del x
+    finally:
+        sys.setprofile(None)
+    assert ran == []
+    assert jask.collect() == 1

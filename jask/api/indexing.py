@@ -69,11 +69,7 @@ def _entry(i, n: int, axis: int, shape) -> tuple:
         start, stop, step = i.indices(n)
         if step <= 0:
             raise IndexError(f"{_SUPPORTED}; got step {i.step} on axis {axis}")
-        size = len(range(start, stop, step))
-        if size == 0:
-            raise IndexError(f"the slice {i!r} of axis {axis} of shape {shape} is empty; "
-                             "jask does not make empty DiskArrays")
-        return start, (size, step)
+        return start, (len(range(start, stop, step)), step)
     if isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
         i = int(i)
         if not -n <= i < n:
@@ -117,9 +113,6 @@ def _by_array(x, aval, axis: int, index, config):
     flat = x if mask.ndim == 1 else reshape(
         x, aval.shape[:axis] + (-1,) + aval.shape[axis + mask.ndim:], config=config)
     where = np.flatnonzero(mask)
-    if not len(where):
-        raise IndexError(f"the boolean index selects nothing from a DiskArray of shape "
-                         f"{aval.shape}; jask does not make empty DiskArrays")
     return take(flat, where, axis=axis, config=config)
 
 
@@ -244,6 +237,9 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise TypeError(f"jask.take: indices must be integers, got {indices.dtype}")
     n = aval.shape[axis]
+    if n == 0 and indices.size:
+        raise IndexError(f"jask.take: cannot take {indices.size} elements from axis {axis} of "
+                         f"length 0 (shape {aval.shape}), as jax.numpy.take cannot")
     if mode in (None, "fill", "promise_in_bounds"):
         fill = _fill(aval.dtype) if fill_value is None else fill_value
     elif mode == "clip":
@@ -252,8 +248,6 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
         indices, fill = indices % n, None
     else:
         raise ValueError(f"jask.take: mode {mode!r} is not one of 'fill', 'clip', 'wrap'")
-    if indices.size == 0:
-        raise ValueError("jask.take: no indices (jask does not make empty DiskArrays)")
     taken = primitives.gather(x, [indices.reshape(-1)], (axis,), fill, config=config,
                               name="take")
     shape = aval.shape[:axis] + tuple(indices.shape) + aval.shape[axis + 1:]
@@ -474,9 +468,12 @@ def reshape(x, *shape, config: Config | None = None):
     known = [int(n) for n in shape if int(n) != -1]
     if sum(int(n) == -1 for n in shape) > 1 or any(n < 0 for n in known):
         raise ValueError(f"jask.reshape: cannot reshape {aval.shape} into {tuple(shape)}")
+    if -1 in shape and 0 in known:  # numpy's refusal: any length would do
+        raise ValueError(f"jask.reshape: cannot reshape an array of shape {aval.shape} into "
+                         f"{tuple(shape)}: the length of -1 is not determined")
     rest = size // max(int(np.prod(known, dtype=np.int64)), 1)
     new = tuple(rest if int(n) == -1 else int(n) for n in shape)
-    if int(np.prod(new, dtype=np.int64)) != size or not new or 0 in new:
+    if int(np.prod(new, dtype=np.int64)) != size or not new:
         raise ValueError(f"jask.reshape: cannot reshape an array of shape {aval.shape} "
                          f"({size} elements) into {tuple(shape)}")
     if new == aval.shape:

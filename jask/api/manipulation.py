@@ -121,7 +121,7 @@ def roll(x, shift, axis=None, *, config: Config | None = None):
     total: dict = {}
     for s, d in zip(shifts.reshape(-1), axes_b.reshape(-1)):
         total[int(d)] = total.get(int(d), 0) + int(s)
-    moved = [d for d in sorted(total) if total[d] % aval.shape[d]]
+    moved = [d for d in sorted(total) if aval.shape[d] and total[d] % aval.shape[d]]
     if not moved:
         return x
     index = [(np.arange(aval.shape[d]) - total[d]) % aval.shape[d] for d in moved]
@@ -294,9 +294,8 @@ def repeat(x, repeats, axis=None, *, config: Config | None = None):
     except (ValueError, TypeError) as e:  # a traced repeats (JAX's errors are TypeErrors)
         raise ValueError(f"jask.repeat: repeats must be an int or {n} ints known outside jit "
                          f"(the result's length depends on them); got {repeats!r}") from e
-    if np.any(counts < 0) or counts.sum() == 0:
-        raise ValueError(f"jask.repeat: repeats {repeats!r} must be non-negative and not all "
-                         "zero (jask does not make empty DiskArrays)")
+    if np.any(counts < 0):
+        raise ValueError(f"jask.repeat: repeats {repeats!r} must be non-negative")
     if np.all(counts == 1):
         return x
     index = np.repeat(np.arange(n), counts)
@@ -397,9 +396,8 @@ def diff(x, n: int = 1, axis: int = -1, prepend=None, append=None, *,
     if len(parts) > 1:
         x = indexing.concatenate(parts, axis, config=config)
     length = (disk_type(x) or jnp.asarray(x)).shape[axis]
-    if n >= length:
-        raise ValueError(f"jask.diff: the {n}-th difference along axis {axis} of length "
-                         f"{length} is empty (jask does not make empty DiskArrays)")
+    if n >= length:  # no differences left: an empty result, as numpy's
+        return indexing.getitem(x, (slice(None),) * axis + (slice(0, 0),), config=config)
     before, after = (slice(None),) * axis + (slice(None, -1),), (slice(None),) * axis + (
         slice(1, None),)
     for _ in range(n):

@@ -95,8 +95,10 @@ def _cached_dtype(reference, shape, dtype, x64, kwargs):
 
 
 def _traced_dtype(reference, aval, **kwargs):
+    # the dtype never depends on the lengths; a max of no elements would raise here
+    shape = tuple(int(n) or 1 for n in aval.shape)  # (this module defines its own max)
     return np.dtype(jax.eval_shape(lambda v: reference(v, **kwargs),
-                                   jax.ShapeDtypeStruct(aval.shape, aval.dtype)).dtype)
+                                   jax.ShapeDtypeStruct(shape, aval.dtype)).dtype)
 
 
 def accumulation_dtype(dtype) -> np.dtype:
@@ -293,8 +295,12 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = N
       >>> jask.logsumexp(x, axis=1)
       Array([1.3862944, 1.3862944], dtype=float32)
     """
-    if disk_type(x) is None:
+    aval = disk_type(x)
+    if aval is None:
         return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims)
+    if 0 in aval.shape:  # no elements, no max to subtract: log(0) = -inf
+        return elementwise.log(sum(elementwise.exp(x, config=config), axis=axis,
+                                   keepdims=keepdims, config=config), config=config)
     _, out_axes, _ = _layout("logsumexp", x, axis, keepdims)
     dtype = _result_dtype(jnp.exp, x)
     m = max(x, axis=axis, keepdims=keepdims, config=config)

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 from jax.experimental import io_callback
 
+from jask.base import interrupts
 from jask.base.config import Config, get_config
 from jask.base.memory import BudgetError
 from jask.core._jax_internals import is_eager
@@ -124,7 +125,8 @@ def _callback_body(body: Callable):
     compiled call as KeyboardInterrupt (JAX wraps whatever a callback raises)."""
     with registry.callback_scope():
         try:
-            return body()
+            with interrupts.deferred():  # a Ctrl-C stops it between tasks, or at its end
+                return body()
         except KeyboardInterrupt:
             execute.interrupt_caller()
             raise
@@ -133,8 +135,9 @@ def _callback_body(body: Callable):
 def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalars: Sequence):
     """``run(*handles, *scalars, pending=...)`` now, or staged as an ordered callback."""
     if is_eager():
-        collect_if_idle()
-        return run(*[x._handle for x in arrays], *scalars, pending=False)
+        with interrupts.deferred():  # a Ctrl-C stops it between tasks, or at its end
+            collect_if_idle()
+            return run(*[x._handle for x in arrays], *scalars, pending=False)
     operands, received = _staged_operands(arrays, scalars)
 
     def callback(*args):

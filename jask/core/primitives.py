@@ -13,6 +13,8 @@ primitive, :class:`Blockwise`, parameterised by a kernel from the op table
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax
 import numpy as np
 from jax.dtypes import canonicalize_dtype
@@ -23,7 +25,7 @@ from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.engine import lazy, work
-from jask.engine.blockwise import REDUCERS
+from jask.engine.blockwise import REDUCERS, Operand, reduce_partial
 from jask.engine.plan import Plan
 
 
@@ -90,11 +92,24 @@ class DiskPrimitive(VJPHiPrimitive):
 
     def _run(self, work_fn, args, fuse: lazy.Description | None = None):
         """Run ``work_fn`` on the disk and in-memory operands of ``args``
-        (``fuse``: how the op joins a band group inside a compiled program)."""
+        (``fuse``: how the op joins a band group inside a compiled program).
+
+        Arrays with no elements are answered here, for every op, from shapes
+        alone: tiles, chunks and bands are planned from extents, and none of
+        that can be asked of a length-0 axis."""
         disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
         mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
         out = self.out_aval
         config: Config | None = self.params.get("config")  # type: ignore[assignment]
+        outs = out if isinstance(out, tuple) else (out,)
+        if not self.mutates() and all(_no_elements(o) for o in outs):
+            made = tuple(_nothing(o, str(self.params.get("op", "empty")), config) for o in outs)
+            return made if isinstance(out, tuple) else made[0]
+        if any(_no_elements(a) for a in self.in_avals):
+            fuse = None  # no band group: its bands are rows of the inputs
+            value = self.of_nothing()
+            if value is not None:
+                return _filled(value, out, config)
         if isinstance(out, tuple):
             return dispatch.to_stores(work_fn, disk, mem, out, config)
         if _on_disk(out):
@@ -106,6 +121,13 @@ class DiskPrimitive(VJPHiPrimitive):
         """Whether the op writes into an existing store (``update_``): other
         ops are never moved across it."""
         return False
+
+    def of_nothing(self):
+        """The op's result, the same scalar everywhere, when an operand has no
+        elements but the result has some (a sum over a length-0 axis is 0, a
+        product with a length-0 contraction is zeros); None for an op whose
+        result still depends on its other operands."""
+        return None
 
     def fusion(self):
         """(work, fusion description) for ops that can join a band group."""
@@ -150,6 +172,42 @@ class DiskPrimitive(VJPHiPrimitive):
     def __eq__(self, other):
         return (type(self) is type(other) and self.in_avals == other.in_avals
                 and self.out_aval == other.out_aval and self.params == other.params)
+
+
+def _no_elements(aval) -> bool:
+    return 0 in tuple(aval.shape)
+
+
+def _nothing(out, op: str, config: Config | None):
+    """A result with no elements: nothing to read, plan or run."""
+    if not _on_disk(out):
+        return jax.numpy.zeros(out.shape, out.dtype)
+    return dispatch.to_store(work.empty(op, tuple(out.shape), out.dtype), [], [], out, config)
+
+
+@dataclass(frozen=True)
+class _Fill:
+    """The kernel of a store holding one value everywhere (it ignores its
+    placeholder operand); hashable, as a compiled call keys on it."""
+
+    value: object
+    dtype: str
+
+    def __call__(self, _):
+        return np.asarray(self.value, self.dtype)
+
+
+def _filled(value, out, config: Config | None):
+    """``value`` everywhere in ``out``'s shape: in memory, or a new store
+    written tile by tile."""
+    dtype = np.dtype(out.dtype)
+    if not _on_disk(out):
+        return jax.numpy.full(out.shape, value, dtype)
+    fill = ufuncs.Ufunc("fill", _Fill(np.asarray(value, dtype).item(), dtype.name),
+                        lambda _: None, (ufuncs.PASS,), public=False)
+    placeholder = jax.numpy.zeros((), jax.numpy.int32)
+    return Blockwise(fill, (ShapedArray((), placeholder.dtype),), ((),), (None,), tuple(out.shape),
+                     tuple(range(len(out.shape))), dtype, config=config)(placeholder)
 
 
 # --- blockwise: elementwise ops, broadcasts and reductions --------------------------
@@ -199,6 +257,26 @@ class Blockwise(DiskPrimitive):
     def expand(self, *args):
         work_fn, fuse = self.fusion()
         return self._run(work_fn, args, fuse)
+
+    def of_nothing(self):
+        """A reduction of no elements: the reducer's own answer (0 for a sum,
+        1 for a product, NaN for a variance; ValueError for a max, as numpy
+        and jax.numpy raise), from the kernel on one element per kept axis."""
+        if self.reducer is None:
+            return None
+        small = tuple(min(n, 1) for n in self.shape)
+        operands = tuple(
+            Operand(np.zeros(tuple(1 if a is None else small[a] for a in axes), dt or aval.dtype),
+                    axes, dt)
+            for axes, dt, aval in zip(self.axes, self.dtypes, self.in_avals))
+        kept = {a for a in self.out_axes if a is not None}
+        reduced = tuple(d for d in range(len(small)) if d not in kept)
+        region = tuple(slice(0, n) for n in small)
+        partial = reduce_partial(self.ufunc.numpy, self.reducer, operands, reduced, (region,),
+                                 small)
+        finish = REDUCERS[self.reducer].finish
+        value = partial if finish is None else finish(partial)
+        return np.asarray(value).astype(self.out_aval.dtype).reshape(-1)[0]
 
     def vjp_fwd(self, nzs_in, *args):
         self.check_first_order()
@@ -616,6 +694,9 @@ class Search(DiskPrimitive):
     def expand(self, v, a):
         return self._run(self.disk_work(), [v, a])
 
+    def of_nothing(self):
+        return 0  # every value goes before the first element of an empty array
+
 
 class Update(DiskPrimitive):
     """target.update_(new): new's data written into target's own store.
@@ -685,6 +766,9 @@ class Dot(DiskPrimitive):
     def expand(self, a, b):
         work_fn, fuse = self.fusion()
         return self._run(work_fn, [a, b], fuse)
+
+    def of_nothing(self):
+        return 0  # the contraction has length 0: a sum of no products
 
     def backward(self, res, g, ca, cb):
         # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.

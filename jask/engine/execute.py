@@ -5,9 +5,11 @@ A ``dask.distributed.Client`` that is the default client runs jask's graphs
 ``dask.config.set(scheduler=...)``; otherwise Dask's threaded scheduler with
 as many threads as the memory model assumed.
 
-Interrupts. Ctrl-C raises ``KeyboardInterrupt`` in the main thread, which
-waits for the graph: tasks not started are dropped, tasks running finish
-(a tile takes milliseconds), and the caller removes the partial output.
+Interrupts. A graph runs with Ctrl-C deferred (:mod:`jask.base.interrupts`):
+the main thread, which waits for the graph, raises ``KeyboardInterrupt`` at
+the next task that ends (never inside a finalizer, where Python would drop
+it); tasks not started are dropped, tasks running finish (a tile takes
+milliseconds), and the caller removes the partial output.
 Inside a compiled call on CPU the callback runs in the main thread too, so
 it stops the same way; but JAX turns every exception a callback raises into
 a ``JaxRuntimeError``, so the callback (``jask.core.dispatch``) calls
@@ -27,7 +29,7 @@ import dask.threaded
 from dask.base import get_scheduler
 from threadpoolctl import ThreadpoolController
 
-from jask.base import counters
+from jask.base import counters, interrupts
 from jask.base.memory import TileCost
 from jask.engine import cluster, progress
 from jask.store import buffers
@@ -145,11 +147,12 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     # Tasks already run in parallel, one per worker thread; BLAS threads on
     # top of them only contend (a tile's matvec ran 100x slower with two).
     try:
-        with _blas.limit(limits=1, user_api="blas"):
+        with interrupts.deferred(), _blas.limit(limits=1, user_api="blas"):
             if client is not None:
-                if bar is not None:
-                    return progress.run_distributed(bar, client, graph, keys)
-                return list(client.get(graph, keys))
+                with interrupts.immediate():  # the client's wait has no stops of ours
+                    if bar is not None:
+                        return progress.run_distributed(bar, client, graph, keys)
+                    return list(client.get(graph, keys))
             try:
                 with buffers.scope():  # tiles reused from task to task (jask.store.buffers)
                     return _run_local(scheduler, graph, keys, workers, at_once,
@@ -202,13 +205,18 @@ def _run_local(scheduler, graph, keys, workers, at_once, callbacks) -> list:
         pool = _TrackedPool(_pool(workers), at_once)
         try:
             return list(dask.threaded.get(graph, keys, num_workers=at_once, pool=pool,
-                                          callbacks=callbacks))
+                                          callbacks=[*(callbacks or ()), _STOP_AFTER_TASK]))
         except BaseException:
             pool.wait()
             raise
     if callbacks is not None and getattr(scheduler, "__module__", "").startswith("dask."):
         return list(scheduler(graph, keys, callbacks=callbacks))
     return list(scheduler(graph, keys))
+
+
+#: Dask callbacks (start, start_state, pretask, posttask, finish): a Ctrl-C
+#: stops the run when a task ends (posttask runs in the waiting main thread).
+_STOP_AFTER_TASK = (None, None, None, lambda *_: interrupts.check(), None)
 
 
 def _is_key(arg, graph: dict) -> bool:
@@ -260,6 +268,7 @@ def _run_inline(graph: dict, order: list, keys: list) -> list:
     wanted = set(keys)
     values: dict = {}
     for key in order:
+        interrupts.check()
         func, *args = graph[key]
         inputs = [values[a] if _is_key(a, graph) else a for a in args]
         for a in args:

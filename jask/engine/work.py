@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from jask.base import counters
+from jask.base import counters, memory
 from jask.base.config import Config
 from jask.base.memory import BudgetError
 from jask.base.urls import is_url
@@ -74,6 +74,15 @@ def _produce(config: Config, op: str, shape, dtype, planned: Plan, build, *, gra
         dsk, keys = build(out)
         execute.run(dsk, keys, config.workers, cost)
     return out
+
+
+def empty(op: str, shape: tuple, dtype) -> Work:
+    """Work making a store of ``shape`` with no elements: nothing to plan,
+    read or run, whatever the op (its chunks are a valid Zarr grid, none 0)."""
+    def work(stores, values, config: Config) -> StoreSpec:
+        chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
+        return registry.create(config.scratch_dir, op, shape, dtype, chunks)
+    return Work(op, work)
 
 
 def room(config: Config, op: str, shape, dtype, chunks, *, extra: int = 0):

@@ -22,6 +22,7 @@ while a program may still read them.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -46,11 +47,10 @@ class Owner:
     An eager op's deferred result is owned before it is computed: its
     ``spec`` computes it (an observation, see :mod:`jask.engine.lazy`)."""
 
-    __slots__ = ("handle", "_finalizer", "__weakref__")
+    __slots__ = ("handle", "__weakref__")
 
     def __init__(self, handle: int):
         self.handle = int(handle)
-        self._finalizer = weakref.finalize(self, _doom, self.handle)
 
     @property
     def spec(self) -> StoreSpec:
@@ -65,7 +65,7 @@ class Owner:
 _lock = threading.RLock()
 _handles = itertools.count(1)
 _specs: dict[int, StoreSpec] = {}           # every store not yet deleted
-_owners: "weakref.WeakValueDictionary[int, Owner]" = weakref.WeakValueDictionary()
+_owners: dict[int, "_OwnerRef"] = {}       # handle -> its Owner, weakly
 _pending: dict[int, int] = {}               # made in a program, not claimed yet -> thread
 _doomed: set[int] = set()                   # no owner left
 _unclaimed: dict = {}                       # handle or path -> thread made it, not owned yet
@@ -92,10 +92,43 @@ class callback_scope:
         _local.depth -= 1
 
 
-def _doom(handle: int) -> None:
-    with _lock:
-        if handle in _specs or handle in _deferred:
-            _doomed.add(handle)
+class _OwnerRef(weakref.ref):
+    """A weak reference to a store's Owner that remembers the store's handle.
+
+    When the Owner dies its callback is a deque's ``append``: C code, so no
+    Python runs there and no Ctrl-C can land in it (Python drops an exception
+    raised in a finalizer, and the interrupted op ran to its end). The handle
+    is doomed later, at a safe point (:func:`_doom_dead_owners`)."""
+
+    __slots__ = ("handle",)
+
+    def __new__(cls, owner: Owner):
+        return super().__new__(cls, owner, _dead_owners.append)  # (the callback is taken here)
+
+    def __init__(self, owner: Owner):
+        self.handle = owner.handle  # set before the reference is stored anywhere
+
+
+#: _OwnerRefs whose Owner died, not yet doomed: appended by the garbage
+#: collector from any thread, emptied under ``_lock`` at safe points.
+_dead_owners: "collections.deque[_OwnerRef]" = collections.deque()
+
+
+def _owner(handle: int) -> Owner | None:
+    """The live Owner of a store, if it has one."""
+    ref = _owners.get(handle)
+    return ref() if ref is not None else None
+
+
+def _doom_dead_owners() -> None:
+    """Doom the stores whose Owner died since the last call (caller holds ``_lock``)."""
+    while _dead_owners:
+        ref = _dead_owners[0]  # taken off only once done: a Ctrl-C here leaves it to the next call
+        if _owners.get(ref.handle) is ref:  # not owned again since
+            if ref.handle in _specs or ref.handle in _deferred:
+                _doomed.add(ref.handle)
+            del _owners[ref.handle]
+        _dead_owners.popleft()
 
 
 def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = False) -> StoreSpec:
@@ -274,7 +307,8 @@ def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
         _specs[handle] = store
         _unclaimed.pop(store.path, None)
         _deferred.pop(handle, None)
-        if handle not in _owners:
+        _doom_dead_owners()
+        if _owner(handle) is None:
             _doomed.discard(handle)
             _pending[handle] = threading.get_ident()
         return store
@@ -307,6 +341,7 @@ def repoint(handle: int, store: StoreSpec) -> StoreSpec:
 def owned_deferred() -> list:
     """The computations of lazy stores something still owns (not run yet)."""
     with _lock:
+        _doom_dead_owners()
         return [d for h, d in _deferred.items() if h in _owners]
 
 
@@ -358,6 +393,8 @@ def before_mutation(path: str) -> None:
     for handle, waiting in list(_deferred.items()):
         if handle in _deferred and any(waiting.reads(p) for p in paths):
             waiting.before_change()
+    with _lock:
+        _doom_dead_owners()
     for handle, copy in list(_views.items()):
         if any(copy.reads(p) for p in paths) and not (handle in _doomed
                                                      and handle not in _owners):
@@ -394,10 +431,10 @@ def claim(handle: int) -> Owner:
     if waiting is None or not waiting.owned_lazily:
         spec(handle)  # a lazy store is computed here, outside the lock
     with _lock:
-        owner = _owners.get(handle)
+        owner = _owner(handle)
         if owner is None:
             owner = Owner(handle)
-            _owners[handle] = owner
+            _owners[handle] = _OwnerRef(owner)
         _pending.pop(handle, None)
         _doomed.discard(handle)
         _unclaimed.pop(handle, None)
@@ -423,6 +460,7 @@ def _sweep_once() -> tuple:
     """One round of :func:`sweep`: (how many stores went, the computations
     dropped, to be let go of outside the lock)."""
     with _lock:
+        _doom_dead_owners()
         abandoned = _abandoned()
         abandoned_handles = {h for h in abandoned if isinstance(h, int)}
         dead = (_doomed | _unclaimed_pending() | abandoned_handles) - set(_owners.keys())
@@ -494,6 +532,7 @@ def _abandoned() -> set:
 def has_garbage() -> bool:
     """Whether :func:`sweep` has anything to do."""
     with _lock:
+        _doom_dead_owners()
         return bool(_doomed or _trash or (_pending and _unclaimed_pending())
                     or (_unclaimed and _abandoned()))
 
