@@ -8,17 +8,28 @@ the op as interrupted; the op raises ``KeyboardInterrupt`` itself at its
 next stop (:func:`check`, between tasks) or when it ends. A second Ctrl-C
 before that raises at once, as Python would: the user insists.
 
-Only the main thread receives signals, and only Python's own handler is
-replaced: a program that installed its own SIGINT handler (or ignores
-SIGINT) keeps it.
+Inside a compiled call, JAX turns whatever a callback raises into a
+``JaxRuntimeError``, a Ctrl-C included. :func:`raise_at_caller` makes the
+call raise ``KeyboardInterrupt`` where it returns to its caller instead:
+jask's callbacks call it when they stop, and so does jask's SIGINT handler
+when the press lands in JAX's own code around a callback (its trampoline,
+before jask's body starts), where nothing of jask's is running to defer it.
+That handler is Python's own otherwise; :func:`install` puts it in place of
+Python's (never of a program's own, or of ``SIG_IGN``), at import and at
+each op, since a notebook kernel puts Python's back for each cell.
+
+Only the main thread receives signals.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 import signal
+import sys
 import threading
 
-__all__ = ["deferred", "check", "immediate"]
+__all__ = ["deferred", "check", "immediate", "install", "raise_at_caller", "clear_caller_hook"]
 
 _pressed = False  # a Ctrl-C came during the op and has not been raised yet
 _depth = 0        # nested deferred() blocks of the main thread
@@ -28,8 +39,26 @@ def _note(signum, frame) -> None:
     global _pressed
     if _pressed:
         _pressed = False
+        raise_at_caller(frame)
         raise KeyboardInterrupt
     _pressed = True
+
+
+def _python_handler(signum, frame) -> None:
+    """Python's own SIGINT handler, raising at the caller of a compiled call
+    as well (see the module's notes)."""
+    raise_at_caller(frame)
+    raise KeyboardInterrupt
+
+
+def _pythons(handler) -> bool:
+    return handler is signal.default_int_handler or handler is _python_handler
+
+
+def install() -> None:
+    """Put jask's SIGINT handler in place of Python's own, in the main thread."""
+    if _main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _python_handler)
 
 
 def _main_thread() -> bool:
@@ -53,16 +82,20 @@ def deferred():
       raised at its end
     """
     global _depth, _pressed
-    pythons = signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if _depth or not _main_thread() or not pythons:
-        yield  # nested, another thread, or a handler that is not Python's: as it is
+    if _depth or not _main_thread():
+        yield  # nested, or another thread: as it is
+        return
+    install()
+    before = signal.getsignal(signal.SIGINT)
+    if not _pythons(before):
+        yield  # a program's own handler: as it is
         return
     _depth, _pressed = 1, False
     signal.signal(signal.SIGINT, _note)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, before)
         _depth = 0
         if _pressed:
             _pressed = False
@@ -86,8 +119,60 @@ def immediate():
         yield
         return
     check()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _python_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, _note)
+
+
+# --- KeyboardInterrupt, not JAX's wrapper of it -----------------------------------------
+
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "\0"
+
+
+_API_DIRS = tuple(_package_dir(n) for n in ("jax", "jaxlib", "jask"))
+_hook: list = []
+
+
+def raise_at_caller(frame=None) -> None:
+    """Make the compiled call running ``frame`` (default: the caller's)
+    raise KeyboardInterrupt, not the JaxRuntimeError JAX makes of it.
+
+    The call goes through JAX's Python API (programs with ordered effects
+    skip JAX's C++ fast path). A one-shot profile hook waits for the
+    exception to leave the outermost frame of that API, the one the user's
+    code called, and replaces it there, as an exception raised by a profile
+    hook does. Nothing is installed outside JAX's and jask's code, or when a
+    profiler is already running; the hook is removed at jask's next op if
+    the call never returns through it (:func:`clear_caller_hook`).
+    """
+    boundary = _api_boundary(sys._getframe(1) if frame is None else frame)
+    if boundary is None or sys.getprofile() is not None:
+        return
+
+    def hook(frame, event, arg):
+        if frame is boundary and event == "return":
+            clear_caller_hook()
+            raise KeyboardInterrupt
+    _hook[:] = [hook]
+    sys.setprofile(hook)
+
+
+def _api_boundary(frame):
+    """The innermost JAX (or jask) frame called by code that is neither."""
+    while frame is not None and frame.f_back is not None:
+        if (frame.f_code.co_filename.startswith(_API_DIRS)
+                and not frame.f_back.f_code.co_filename.startswith(_API_DIRS)):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def clear_caller_hook() -> None:
+    """Remove the hook :func:`raise_at_caller` set, if it is still there."""
+    if _hook and sys.getprofile() is _hook[0]:
+        sys.setprofile(None)
+    _hook.clear()

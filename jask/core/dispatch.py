@@ -22,7 +22,7 @@ from jask.base.memory import BudgetError
 from jask.core._jax_internals import is_eager
 from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.core.lifetime import collect_if_idle
-from jask.engine import execute, lazy
+from jask.engine import lazy
 from jask.store import registry, space
 from jask.store.spec import StoreSpec
 
@@ -30,6 +30,8 @@ from jask.store.spec import StoreSpec
 StoreWork = Callable[[Sequence[StoreSpec], Sequence[np.ndarray], Config], StoreSpec]
 #: work(input stores, scalar operands as numpy, config) -> numpy value
 ValueWork = Callable[[Sequence[StoreSpec], Sequence[np.ndarray], Config], np.ndarray]
+
+interrupts.install()  # Ctrl-C in JAX's code around a callback: see jask.base.interrupts
 
 
 def _handles(arrays: Sequence[DiskArray]) -> list:
@@ -128,7 +130,7 @@ def _callback_body(body: Callable):
             with interrupts.deferred():  # a Ctrl-C stops it between tasks, or at its end
                 return body()
         except KeyboardInterrupt:
-            execute.interrupt_caller()
+            interrupts.raise_at_caller()
             raise
 
 

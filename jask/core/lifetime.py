@@ -12,7 +12,7 @@ import gc
 
 import jax
 
-from jask.engine.execute import clear_interrupt_hook
+from jask.base.interrupts import clear_caller_hook
 from jask.store import recycle, registry, trash
 
 __all__ = ["collect", "collect_if_idle"]
@@ -22,7 +22,7 @@ def collect_if_idle() -> int:
     """Delete unreachable stores unless called from inside a running program."""
     if registry.in_callback():
         return 0
-    clear_interrupt_hook()  # an interrupted compiled call is over by now
+    clear_caller_hook()  # an interrupted compiled call is over by now
     if not registry.has_garbage():
         return 0
     jax.effects_barrier()

@@ -12,13 +12,12 @@ it); tasks not started are dropped, tasks running finish (a tile takes
 milliseconds), and the caller removes the partial output.
 Inside a compiled call on CPU the callback runs in the main thread too, so
 it stops the same way; but JAX turns every exception a callback raises into
-a ``JaxRuntimeError``, so the callback (``jask.core.dispatch``) calls
-:func:`interrupt_caller`, which raises the ``KeyboardInterrupt`` again where
-the compiled call returns to its caller.
+a ``JaxRuntimeError``, so the callback (``jask.core.dispatch``) has the
+compiled call raise ``KeyboardInterrupt`` where it returns to its caller
+(``interrupts.raise_at_caller``).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import threading
@@ -48,7 +47,6 @@ def _fix_mmap_threshold() -> None:
     at 1.4-2.3x the budget. Pinning the threshold stops the drift.
     """
     import ctypes
-    import os
     threshold = int(os.environ.get("JASK_MMAP_THRESHOLD", 1 << 20))
     if threshold <= 0:
         return
@@ -279,54 +277,3 @@ def _run_inline(graph: dict, order: list, keys: list) -> list:
         values[key] = func(*inputs)
         del inputs
     return [values[k] for k in keys]
-
-
-def _package_dir(name: str) -> str:
-    spec = importlib.util.find_spec(name)
-    return os.path.dirname(spec.origin) + os.sep if spec and spec.origin else "\0"
-
-
-_JAX_DIRS = tuple(_package_dir(n) for n in ("jax", "jaxlib", "jask"))
-
-
-def interrupt_caller() -> None:
-    """Make the compiled call that this callback belongs to raise
-    KeyboardInterrupt, not the JaxRuntimeError JAX makes of it.
-
-    The call goes through JAX's Python API (programs with ordered effects
-    skip JAX's C++ fast path). A one-shot profile hook waits for the
-    exception to leave the outermost frame of that API, the one the user's
-    code called, and replaces it there, as an exception raised by a profile
-    hook does. It is not installed when a profiler is already running, and
-    is removed at jask's next op if the call never returns through it.
-    """
-    boundary = _api_boundary(sys._getframe())
-    if boundary is None or sys.getprofile() is not None:
-        return
-
-    def hook(frame, event, arg):
-        if frame is boundary and event == "return":
-            clear_interrupt_hook()
-            raise KeyboardInterrupt
-    _hook[:] = [hook]
-    sys.setprofile(hook)
-
-
-def _api_boundary(frame):
-    """The innermost JAX (or jask) frame called by code that is neither."""
-    while frame is not None and frame.f_back is not None:
-        if (frame.f_code.co_filename.startswith(_JAX_DIRS)
-                and not frame.f_back.f_code.co_filename.startswith(_JAX_DIRS)):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-_hook: list = []
-
-
-def clear_interrupt_hook() -> None:
-    """Remove the hook :func:`interrupt_caller` set, if it is still there."""
-    if _hook and sys.getprofile() is _hook[0]:
-        sys.setprofile(None)
-    _hook.clear()
