@@ -69,3 +69,15 @@ def test_value_does_not_depend_on_chunks_budget_or_mode(row, dtype, size, data, 
     assert m.spread <= SPREAD_ULPS.get(row.name, 1.0), (
         f"{row.name} of {size} {m.dtype} elements ({data}): runs {sorted(m.jask)} differ "
         f"by {m.spread:.1f} ulps")
+
+
+def test_a_worker_process_knows_a_mean_or_variance_by_its_name_alone():
+    """A graph carries a reducer's name; a Dask worker in another process
+    never called ``mean_of`` (a LocalCluster's mean raised KeyError)."""
+    import subprocess
+    import sys
+    code = ("from jask.engine.blockwise import REDUCERS as R; "
+            "print(R['mean(count=20000)'].mean_count, R['var(ddof=1)'].ddof)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["20000", "1"]

@@ -23,6 +23,7 @@ positions into indices of the whole array. A kernel may also return a pair
 """
 from __future__ import annotations
 
+import ast
 import functools
 import math
 from dataclasses import dataclass
@@ -274,14 +275,28 @@ def _arg_reducer(pick: Callable, better: Callable) -> Reducer:
     return Reducer(reduce, combine, finish=_index, pair=True)
 
 
+class _Reducers(dict):
+    """Reducers by name. A parameterised one (``mean(count=N)``,
+    ``var(ddof=D)``) is made from its name wherever it is first looked up:
+    a graph carries only the name, and a Dask worker in another process
+    never ran the :func:`mean_of` or :func:`variance` call that named it."""
+
+    def __missing__(self, name: str) -> Reducer:
+        for prefix, make in (("mean(count=", mean_of), ("var(ddof=", variance)):
+            if name.startswith(prefix) and name.endswith(")"):
+                make(ast.literal_eval(name[len(prefix):-1]))
+                return dict.__getitem__(self, name)
+        raise KeyError(name)
+
+
 #: reducer name -> :class:`Reducer` (``REDUCERS[name][0]`` reduces, ``[1]`` combines)
-REDUCERS: dict[str, Reducer] = {
+REDUCERS: dict[str, Reducer] = _Reducers({
     "sum": Reducer(_wide_sum, np.add),
     "max": Reducer(_max, np.maximum),
     "min": Reducer(_min, np.minimum),
     "argmax": _arg_reducer(np.argmax, np.greater),
     "argmin": _arg_reducer(np.argmin, np.less),
-}
+})
 
 
 def _wide_prod(block, axis):
@@ -324,7 +339,7 @@ def mean_of(count: int) -> str:
       0.10000000149011612
     """
     name = f"mean(count={count!r})"
-    if name not in REDUCERS:
+    if dict.get(REDUCERS, name) is None:
         REDUCERS[name] = Reducer(_wide_sum, np.add, functools.partial(_divided, count),
                                  mean_count=count)
     return name
@@ -379,7 +394,7 @@ def variance(ddof: float = 0) -> str:
       array([[2., 8.]])
     """
     name = f"var(ddof={ddof!r})"
-    if name not in REDUCERS:
+    if dict.get(REDUCERS, name) is None:
         REDUCERS[name] = Reducer(_moments, _chan, functools.partial(_variance_of, ddof),
                                  arrays=2, ddof=ddof)
     return name
