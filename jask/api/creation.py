@@ -224,13 +224,11 @@ class _Rule:
     :func:`jask.engine.blockwise.positional`), in ``dtype``. Its one operand
     is a placeholder scalar that it ignores."""
 
-    kind: str        # "full", "arange", "linspace", "eye" or "tri"
+    kind: str        # "arange", "linspace", "eye" or "tri"
     params: tuple    # the rule's numbers (hashable: a compiled call keys on them)
     dtype: str
 
     def __call__(self, _, *, region, shape):
-        if self.kind == "full":
-            return np.asarray(self.params[0], self.dtype)
         if self.kind == "arange":
             start, step = self.params
             i = np.arange(region[0].start, region[0].stop)
@@ -302,8 +300,7 @@ def full(shape, fill_value, dtype, *, config: Config | None = None) -> DiskArray
         if not info.min <= int(fill_value) <= info.max:
             raise OverflowError(f"jask.full: fill value {fill_value} is out of the range of "
                                 f"{dtype.name} ({info.min} to {info.max})")
-    value = np.asarray(fill_value).astype(dtype).item()
-    return _write(_Rule("full", (value,), dtype.name), _shape("full", shape), dtype, config)
+    return primitives.full(_shape("full", shape), fill_value, dtype, config)
 
 
 def arange(start, stop, step, dtype, *, config: Config | None = None) -> DiskArray:

@@ -13,6 +13,7 @@ primitive, :class:`Blockwise`, parameterised by a kernel from the op table
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -197,17 +198,30 @@ class _Fill:
         return np.asarray(self.value, self.dtype)
 
 
-def _filled(value, out, config: Config | None):
-    """``value`` everywhere in ``out``'s shape: in memory, or a new store
-    written tile by tile."""
-    dtype = np.dtype(out.dtype)
-    if not _on_disk(out):
-        return jax.numpy.full(out.shape, value, dtype)
-    fill = ufuncs.Ufunc("fill", _Fill(np.asarray(value, dtype).item(), dtype.name),
-                        lambda _: None, (ufuncs.PASS,), public=False)
+@functools.lru_cache(maxsize=256)
+def _fill_row(fill: _Fill) -> ufuncs.Ufunc:
+    # reads nothing, so nothing to differentiate (PASS: its placeholder is a constant)
+    return ufuncs.Ufunc("full", fill, lambda _: None, (ufuncs.PASS,), public=False)
+
+
+def full(shape: tuple, value, dtype, config: Config | None = None):
+    """A new store of ``shape`` holding ``value`` everywhere, written tile by
+    tile (``jask.full``, and an op's result from operands with no elements);
+    a 0-d one is an in-memory ``jax.Array`` (jask makes no 0-d store)."""
+    dtype = np.dtype(dtype)
+    if tuple(shape) == ():
+        return jax.numpy.asarray(value, dtype)
+    fill = _fill_row(_Fill(np.asarray(value).astype(dtype).item(), dtype.name))
     placeholder = jax.numpy.zeros((), jax.numpy.int32)
-    return Blockwise(fill, (ShapedArray((), placeholder.dtype),), ((),), (None,), tuple(out.shape),
-                     tuple(range(len(out.shape))), dtype, config=config)(placeholder)
+    return Blockwise(fill, (ShapedArray((), placeholder.dtype),), ((),), (None,), tuple(shape),
+                     tuple(range(len(shape))), dtype, config=config)(placeholder)
+
+
+def _filled(value, out, config: Config | None):
+    """``value`` everywhere in ``out``'s shape, in memory or on disk as ``out`` is."""
+    if not _on_disk(out):
+        return jax.numpy.full(out.shape, value, out.dtype)
+    return full(tuple(out.shape), value, out.dtype, config)
 
 
 # --- blockwise: elementwise ops, broadcasts and reductions --------------------------
