@@ -13,6 +13,8 @@ after ``to_memmap`` may read the store too. Every writing method of
 """
 from __future__ import annotations
 
+import functools
+
 import zarr
 
 from jask.store import chunkio, registry
@@ -26,40 +28,26 @@ class WritableView(zarr.Array):
 
     _jask_path: str = ""
 
-    def _before_write(self) -> None:
-        registry.before_mutation(self._jask_path)
-
-    def set_basic_selection(self, *args, **kwargs):
-        self._before_write()
-        return super().set_basic_selection(*args, **kwargs)
-
-    def set_orthogonal_selection(self, *args, **kwargs):
-        self._before_write()
-        return super().set_orthogonal_selection(*args, **kwargs)
-
-    def set_mask_selection(self, *args, **kwargs):
-        self._before_write()
-        return super().set_mask_selection(*args, **kwargs)
-
-    def set_coordinate_selection(self, *args, **kwargs):
-        self._before_write()
-        return super().set_coordinate_selection(*args, **kwargs)
-
-    def set_block_selection(self, *args, **kwargs):
-        self._before_write()
-        return super().set_block_selection(*args, **kwargs)
-
-    def resize(self, *args, **kwargs):
-        self._before_write()
-        return super().resize(*args, **kwargs)
-
-    def append(self, *args, **kwargs):
-        self._before_write()
-        return super().append(*args, **kwargs)
-
     def update_attributes(self, *args, **kwargs):
-        self._before_write()
+        registry.before_mutation(self._jask_path)
         return _watched(super().update_attributes(*args, **kwargs), self._jask_path)
+
+
+def _computing_first(name: str):
+    write = getattr(zarr.Array, name)
+
+    @functools.wraps(write)
+    def computing_first(self, *args, **kwargs):
+        registry.before_mutation(self._jask_path)
+        return write(self, *args, **kwargs)
+    return computing_first
+
+
+#: Every other method of ``zarr.Array`` that writes the store.
+_WRITES = ("set_basic_selection", "set_orthogonal_selection", "set_mask_selection",
+           "set_coordinate_selection", "set_block_selection", "resize", "append")
+for _name in _WRITES:
+    setattr(WritableView, _name, _computing_first(_name))
 
 
 def _watched(arr: zarr.Array, path: str) -> WritableView:
