@@ -203,7 +203,7 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     # float64 as a reduction's partials are
     ab, bb = _band_of(a, values, rows), _band_of(b, values, rows)
     n = rows.stop - rows.start
-    partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows)
+    partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows, a.shape[0])
     return partial.reshape(ab.shape[1:] + bb.shape[1:])
 
 
