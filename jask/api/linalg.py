@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api.elementwise import astype, check_in_memory
+from jask.base import memory
 from jask.base.config import Config, get_config
 from jask.core import primitives
 from jask.core.array import DiskArrayType, disk_type
@@ -271,7 +272,6 @@ def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
       >>> jask.vecdot(x, np.array([1.0, 1.0], np.float32))
       Array([3., 7.], dtype=float32)
     """
-    from jask.api.reductions import _in_memory
     from jask.core import ufuncs
     from jask.engine.blockwise import broadcast_axes
 
@@ -307,4 +307,5 @@ def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
     return primitives.reduce("vecdot", ufuncs.MUL, operands,
                              [broadcast_axes(s, shape) for s in (s1, s2)], [dtype, dtype],
                              shape, out_axes, dtype, reducer="sum",
-                             to_memory=_in_memory(ax, out_shape, dtype, config), config=config)
+                             to_memory=memory.fits_in_memory(out_shape, dtype, config),
+                             config=config)
