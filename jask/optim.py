@@ -94,16 +94,34 @@ def fused(kernel, *operands, **kwargs):
     return _fused(kernel, *operands, temporaries=2, **kwargs)
 
 
-def _transformation(init, run) -> optax.GradientTransformation:
-    """An optax transformation whose ``update`` is ``run(..., apply=False)``;
-    :func:`step` reads ``run(..., apply=True)`` from it (update and apply in
-    one pass)."""
-    def update(updates, state, params=None):
-        return run(updates, state, params, False)
+class FusedUpdate:
+    """The ``update`` of this module's :func:`sgd`, :func:`adam` and
+    :func:`adamw`: called as optax calls an ``update``, it returns the
+    updates and the new state; :meth:`step` instead applies them in the same
+    pass, returning the new parameters and state. :func:`step` fuses a
+    transformation exactly when its ``update`` is one of these.
 
-    update.fused_step = (  # type: ignore[attr-defined]
-        lambda grads, state, params: run(grads, state, params, True))
-    return optax.GradientTransformation(init, update)
+    ``run(updates, state, params, apply)`` computes both: the updates with
+    ``apply`` false, the new parameters with it true.
+    """
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run):
+        self._run = run
+
+    def __call__(self, updates, state, params=None):
+        return self._run(updates, state, params, False)
+
+    def step(self, grads, state, params):
+        return self._run(grads, state, params, True)
+
+
+def _transformation(init, run) -> optax.GradientTransformation:
+    """An optax transformation whose ``update`` is ``run(..., apply=False)``
+    and which :func:`step` runs as ``run(..., apply=True)`` (update and apply
+    in one pass): see :class:`FusedUpdate`."""
+    return optax.GradientTransformation(init, FusedUpdate(run))
 
 
 def _dtype(*arrays) -> np.dtype:
@@ -537,13 +555,7 @@ def sgd(learning_rate, momentum: float | None = None, nesterov: bool = False,
             return _replace(optax.apply_updates(_mem(params), new_updates), out), new_state
         return _replace(new_updates, out), new_state
 
-    def update(updates, state, params=None):
-        return run(updates, state, params, False)
-
-    # read by step(): update and apply in one pass
-    update.fused_step = (  # type: ignore[attr-defined]
-        lambda grads, state, params: run(grads, state, params, True))
-    return optax.GradientTransformation(lambda params: ref.init(_mem(params)), update)
+    return _transformation(lambda params: ref.init(_mem(params)), run)
 
 
 # --- stateless transformations ----------------------------------------------------
@@ -683,9 +695,8 @@ def step(tx: optax.GradientTransformation, grads, state, params):
     """
     for p in jax.tree.leaves(params):  # before any state is computed
         check_in_place(p, "optim.step")
-    fused_step = getattr(tx.update, "fused_step", None)
-    if fused_step is not None:
-        return fused_step(grads, state, params)
+    if isinstance(tx.update, FusedUpdate):
+        return tx.update.step(grads, state, params)
     updates, state = tx.update(grads, state, params)
     return apply_updates(params, updates), state
 

@@ -55,27 +55,56 @@ def _layout_section() -> str:
     return re.search(r"\n## Layout\n(.*?)(?:\n## |\Z)", README, re.S).group(1)
 
 
-def test_layout_names_every_module_of_the_package():
-    """README's Layout is checked against the package: a new module is named
-    there under its layer (its stem, in the layer's paragraph)."""
-    layout = _layout_section()
+def _layout_blocks() -> dict[str, set[str]]:
+    """Layout's paragraphs by what they describe (``"api"`` for ``jask/api/``,
+    ``""`` for the top-level modules), each with the modules it names:
+    ``name.py`` for a module, ``name/ (its modules)`` for a subpackage."""
+    blocks: dict[str, set[str]] = {}
+    for block in re.split(r"\njask/", "\n" + _layout_section().split("```")[1])[1:]:
+        head, _, body = block.partition(" ")
+        if head.endswith("/"):
+            where, names = head.rstrip("/"), set()
+        else:  # top-level modules: "nn.py, optim.py"
+            where, names = "", {head.rstrip(",")}
+            while body.lstrip().split(" ", 1)[0].endswith((".py", ".py,")):
+                first, _, body = body.lstrip().partition(" ")
+                names.add(first.rstrip(","))
+        names |= {m + ".py" for m in re.findall(r"\b([A-Za-z_][A-Za-z_0-9]*)\.py\b", body)}
+        names |= {m + "/" for m in re.findall(r"(?<![\w/])([a-z_][a-z_0-9]*)/ \(", body)}
+        blocks[where] = blocks.get(where, set()) | names
+    return blocks
+
+
+def _package_modules() -> dict[str, set[str]]:
+    """The same map read from the package: a layer's modules, those of its
+    subpackages and the subpackages themselves (``__init__.py`` files aside)."""
     package = pathlib.Path(jask.__file__).resolve().parent
-    blocks = re.split(r"\njask/", "\n" + layout.split("```")[1])
-    named = {}
-    for block in blocks[1:]:
-        head = block.split()[0].rstrip("/,")
-        named[head] = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", block))
-    missing = []
+    found: dict[str, set[str]] = {}
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package)
-        if rel.name == "__init__.py" or "_build" in rel.parts:
+        if "_build" in rel.parts:
             continue
-        if len(rel.parts) == 1:  # a leaf module: named on a line of its own
-            if rel.stem not in set().union(*named.values()):
-                missing.append(str(rel))
+        if len(rel.parts) == 1:
+            found.setdefault("", set()).add(rel.name)
             continue
-        layer = rel.parts[0]
-        words = named.get(layer, set())
-        if rel.stem not in words and rel.parts[1] not in words:
-            missing.append(str(rel))
+        layer = found.setdefault(rel.parts[0], set())
+        layer.update(part + "/" for part in rel.parts[1:-1])
+        if rel.name != "__init__.py":
+            layer.add(rel.name)
+    return found
+
+
+def test_layout_names_every_module_of_the_package():
+    """README's Layout is checked against the package: a new module is named
+    there under its layer (as ``name.py``, in the layer's paragraph)."""
+    named, found = _layout_blocks(), _package_modules()
+    missing = sorted(f"{layer}/{m}".lstrip("/") for layer, modules in found.items()
+                     for m in modules - named.get(layer, set()))
     assert not missing, f"README's Layout does not name: {missing}"
+
+
+def test_layout_names_no_module_the_package_lacks():
+    named, found = _layout_blocks(), _package_modules()
+    extra = sorted(f"{layer}/{m}".lstrip("/") for layer, modules in named.items()
+                   for m in modules - found.get(layer, set()))
+    assert not extra, f"README's Layout names modules jask does not have: {extra}"

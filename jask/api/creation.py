@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 
+from jask.base import memory
 from jask.base.config import Config, get_config
 from jask.base.sizes import exact_bytes
 from jask.core import primitives
@@ -164,7 +165,7 @@ def open_group(path: str | os.PathLike,
 def _group_array(member: groups.Member):
     if member.dtype.kind in "biuf":
         return open(member.path)
-    if member.nbytes > get_config().max_memory // 8:
+    if member.nbytes > memory.in_memory_limit():
         raise TypeError(f"the Zarr array {member.path!r} holds {member.dtype} values, which jask "
                         f"does not compute on, and at {exact_bytes(member.nbytes)} is too large "
                         "to read into memory under the budget")

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api import elementwise
-from jask.api.reductions import IN_MEMORY_SHARE
-from jask.base.config import Config, get_config
+from jask.base import memory
+from jask.base.config import Config
 from jask.base.sizes import exact_bytes
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
@@ -165,8 +165,7 @@ def getitem(x, index, *, config: Config | None = None):
 
 def _small(aval, config: Config | None) -> bool:
     """Whether a result goes to memory, by the rule reductions use."""
-    budget = (config or get_config()).max_memory
-    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize <= budget * IN_MEMORY_SHARE
+    return memory.fits_in_memory(aval.shape, aval.dtype, config)
 
 
 def setitem(x, index, value):
@@ -321,12 +320,11 @@ def nonzero(x, *, size: int | None = None, fill_value=None, config: Config | Non
     aval = disk_type(x)
     if aval is None:
         return jnp.nonzero(x, size=size, fill_value=fill_value)
-    budget = (config or get_config()).max_memory
-    nbytes = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
-    if nbytes > budget * IN_MEMORY_SHARE:
+    if not memory.fits_in_memory(aval.shape, aval.dtype, config):
+        nbytes = memory.nbytes(aval.shape, aval.dtype)
         raise MemoryError(
             f"jask.nonzero: a DiskArray of shape {aval.shape} ({exact_bytes(nbytes)}) is over "
-            f"the in-memory share of the budget ({exact_bytes(int(budget * IN_MEMORY_SHARE))}), "
+            f"the in-memory share of the budget ({exact_bytes(memory.in_memory_limit(config))}), "
             "and the number of non-zeros depends on its values; use jask.where(x != 0, ...) (same "
             "shape), or count them with jask.sum(x != 0)")
     return jnp.nonzero(primitives.materialize(x, config=config), size=size,

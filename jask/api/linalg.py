@@ -9,9 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api.elementwise import astype, check_in_memory
+from jask.api.indexing import reshape
+from jask.base import memory
 from jask.base.config import Config, get_config
-from jask.core import primitives
+from jask.core import primitives, ufuncs
 from jask.core.array import DiskArrayType, disk_type
+from jask.engine.blockwise import broadcast_axes
 
 __all__ = ["transpose", "dot", "matmul"]
 
@@ -208,8 +211,6 @@ def _contracted(op: str, axes, sa: tuple, sb: tuple) -> tuple[tuple, tuple]:
 
 def _arranged(x, perm: tuple, shape: tuple, config):
     """``x`` with its axes permuted then reshaped (skipping what changes nothing)."""
-    from jask.api.indexing import reshape
-
     on_disk = disk_type(x) is not None
     if perm != tuple(range(len(perm))):
         x = transpose(x, perm, config=config) if on_disk else jnp.transpose(x, perm)
@@ -252,7 +253,6 @@ def tensordot(a, b, axes=2, *, config: Config | None = None):
     right = _arranged(b, pb + free_b, (k, n) if free_b else (k,), config)
     out = dot(left, right, config=config)
     if tuple(out.shape) != out_shape:
-        from jask.api.indexing import reshape
         out = reshape(out, out_shape, config=config)
     return out
 
@@ -271,10 +271,6 @@ def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
       >>> jask.vecdot(x, np.array([1.0, 1.0], np.float32))
       Array([3., 7.], dtype=float32)
     """
-    from jask.api.reductions import _in_memory
-    from jask.core import ufuncs
-    from jask.engine.blockwise import broadcast_axes
-
     t1, t2 = disk_type(x1), disk_type(x2)
     if t1 is None and t2 is None:
         return jnp.vecdot(x1, x2, axis=axis)
@@ -307,4 +303,5 @@ def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
     return primitives.reduce("vecdot", ufuncs.MUL, operands,
                              [broadcast_axes(s, shape) for s in (s1, s2)], [dtype, dtype],
                              shape, out_axes, dtype, reducer="sum",
-                             to_memory=_in_memory(ax, out_shape, dtype, config), config=config)
+                             to_memory=memory.fits_in_memory(out_shape, dtype, config),
+                             config=config)

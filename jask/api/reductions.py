@@ -22,7 +22,8 @@ import numpy as np
 from jax import dtypes as jax_dtypes
 
 from jask.api import elementwise
-from jask.base.config import Config, get_config
+from jask.base import memory
+from jask.base.config import Config
 from jask.core import primitives, ufuncs
 from jask.core.array import disk_type
 from jask.engine.blockwise import mean_of, variance
@@ -31,8 +32,8 @@ __all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "argmax", "ar
            "IN_MEMORY_SHARE"]
 
 #: A reduction over some axes stays in memory when its result takes at most
-#: this share of the memory budget.
-IN_MEMORY_SHARE = 1 / 8
+#: this share of the memory budget (the rule is :func:`jask.base.memory.fits_in_memory`).
+IN_MEMORY_SHARE = memory.IN_MEMORY_SHARE
 
 
 def _axes(op: str, axis, ndim: int, shape) -> tuple:
@@ -73,8 +74,7 @@ def _layout(op, x, axis, keepdims):
 def _in_memory(axis, out_shape, dtype, config: Config | None) -> bool:
     if axis is None:
         return True
-    budget = (config or get_config()).max_memory
-    return math.prod(out_shape) * np.dtype(dtype).itemsize <= budget * IN_MEMORY_SHARE
+    return memory.fits_in_memory(out_shape, dtype, config)
 
 
 def _result_dtype(reference, x, **kwargs):

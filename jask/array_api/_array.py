@@ -14,6 +14,7 @@ from jax.experimental.hijax import aval_method, aval_property
 
 from jask.api import DiskArray, DiskArrayType
 from jask.array_api._dtypes import DISK
+from jask.array_api._functions import matrix_transpose as _matrix_transpose
 
 __all__ = ["install", "API_VERSIONS"]
 
@@ -60,9 +61,7 @@ def to_device(self, device, /, *, stream=None):
 
 def matrix_transpose(self):
     """The array with its last two axes swapped (the standard's ``x.mT``)."""
-    from jask.array_api._functions import matrix_transpose as transpose
-
-    return transpose(self)
+    return _matrix_transpose(self)
 
 
 def _one_element(self, what: str):

@@ -18,7 +18,7 @@ from jask.api.elementwise import where
 from jask.array_api._dtypes import DISK, check_dtype, default_float, default_int
 
 __all__ = ["asarray", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
-           "empty_like", "full_like", "arange", "linspace", "eye", "tril", "triu", "meshgrid",
+           "empty_like", "full_like", "arange", "linspace", "eye", "tril", "triu",
            "from_dlpack", "check_device", "own"]
 
 
@@ -297,35 +297,6 @@ def triu(x, /, *, k=0):
              [0, 1, 1]], dtype=int8)
     """
     return _triangle("triu", x, k, False)
-
-
-def meshgrid(*arrays, indexing="xy"):
-    """Coordinate grids from 1-D arrays (``indexing`` "xy" or "ij"), each a
-    DiskArray broadcast from its (reshaped) input.
-
-    Example:
-      >>> import jask.array_api as xp
-      >>> [g.shape for g in xp.meshgrid(xp.arange(3), xp.arange(2))]
-      [(2, 3), (2, 3)]
-    """
-    from jask.array_api._functions import broadcast_to, reshape
-
-    if indexing not in ("xy", "ij"):
-        raise ValueError(f"jask.array_api.meshgrid: indexing must be 'xy' or 'ij', got "
-                         f"{indexing!r}")
-    if any(len(a.shape) != 1 for a in arrays):
-        raise ValueError("jask.array_api.meshgrid: every array must be 1-D, got shapes "
-                         f"{[tuple(a.shape) for a in arrays]}")
-    sizes = [a.shape[0] for a in arrays]
-    if indexing == "xy" and len(arrays) > 1:
-        sizes[0], sizes[1] = sizes[1], sizes[0]
-    grids = []
-    for i, a in enumerate(arrays):
-        axis = {0: 1, 1: 0}.get(i, i) if indexing == "xy" and len(arrays) > 1 else i
-        view = [1] * len(arrays)
-        view[axis] = a.shape[0]
-        grids.append(broadcast_to(reshape(a, tuple(view)), tuple(sizes)))
-    return grids
 
 
 def from_dlpack(x, /, *, device=None, copy=None):

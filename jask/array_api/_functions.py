@@ -2,10 +2,11 @@
 
 Elementwise functions are one row each in :data:`ELEMENTWISE`: the
 standard's name, its number of operands, and the jask function(s) it calls
-(jax.numpy's names; the first that exists is used). The others are short
-functions with the standard's signature below. Every jask function is looked
-up by name in :mod:`jask.api` when first called, so a name jask does not have
-yet raises a ``NotImplementedError`` naming it, and works once it lands.
+(jax.numpy's names; the first that :data:`jask.api.elementwise.FUNCTIONS`
+has is used, looked up when first called, so a name jask does not have yet
+raises a ``NotImplementedError`` naming it). The others are short functions
+with the standard's signature below, each calling its jask function through
+the imports at the top of this module.
 
 Results are returned as :func:`~jask.array_api._creation.own` says:
 DiskArrays, except 0-d values, which stay in memory.
@@ -13,44 +14,55 @@ DiskArrays, except 0-d values, which stay in memory.
 from __future__ import annotations
 
 import builtins
-import functools
-import importlib
 import math
-import pkgutil
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import jask.api
-from jask.api import elementwise, indexing, linalg, reductions, scans
+from jask.api import (
+    DiskArray,
+    elementwise,
+    indexing,
+    interop,
+    linalg,
+    manipulation,
+    reductions,
+    scans,
+    sorting,
+    truth,
+)
 from jask.array_api._creation import check_device, full, own
 from jask.array_api._dtypes import check_dtype
 
 __all__ = ["ELEMENTWISE", "jask_function"]
 
-#: modules of jask.api that hold no array functions
-_NOT_FUNCTIONS = {"methods", "visualize", "display", "stats", "save", "update", "fused",
-                  "interop"}
+#: Besides the elementwise table, the jask functions :func:`jask_function`
+#: answers by name (the ones this namespace is built on).
+_NAMED: dict[str, Callable] = {
+    "all": truth.all, "any": truth.any, "count_nonzero": truth.count_nonzero,
+    "argsort": sorting.argsort, "searchsorted": sorting.searchsorted, "sort": sorting.sort,
+    "broadcast_arrays": manipulation.broadcast_arrays,
+    "broadcast_to": manipulation.broadcast_to, "diff": manipulation.diff,
+    "expand_dims": manipulation.expand_dims, "flip": manipulation.flip,
+    "repeat": manipulation.repeat, "roll": manipulation.roll, "squeeze": manipulation.squeeze,
+    "tile": manipulation.tile, "unstack": manipulation.unstack,
+    "nonzero": indexing.nonzero, "take": indexing.take,
+    "take_along_axis": indexing.take_along_axis,
+    "tensordot": linalg.tensordot, "transpose": linalg.transpose, "vecdot": linalg.vecdot,
+    "cumprod": scans.cumprod, "cumsum": scans.cumsum, "prod": reductions.prod,
+}
 
 
-@functools.lru_cache(maxsize=None)
 def _find(name: str) -> Callable | None:
-    if name in elementwise.FUNCTIONS:
-        return elementwise.FUNCTIONS[name]
-    for module in sorted(m.name for m in pkgutil.iter_modules(jask.api.__path__)):
-        if module in _NOT_FUNCTIONS:
-            continue
-        f = getattr(importlib.import_module(f"jask.api.{module}"), name, None)
-        if callable(f) and getattr(f, "__module__", "").startswith("jask"):
-            return f
-    return None
+    return elementwise.FUNCTIONS.get(name) or _NAMED.get(name)
 
 
 def jask_function(standard: str, *names: str) -> Callable:
     """The jask function behind the standard's ``standard``: the first of
-    ``names`` that :mod:`jask.api` has, else a ``NotImplementedError`` naming it.
+    ``names`` in :data:`jask.api.elementwise.FUNCTIONS` or among the functions
+    this namespace imports, else a ``NotImplementedError`` naming it.
 
     Example:
       >>> from jask.array_api import jask_function
@@ -217,7 +229,7 @@ def prod(x, /, *, axis=None, dtype=None, keepdims=False):
       >>> float(xp.prod(xp.full((3,), 2.0)))
       8.0
     """
-    return own(jask_function("prod", "prod")(_cast(x, dtype), axis=axis, keepdims=keepdims))
+    return own(reductions.prod(_cast(x, dtype), axis=axis, keepdims=keepdims))
 
 
 def mean(x, /, *, axis=None, keepdims=False):
@@ -329,7 +341,7 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
     """
     axis = _scan_axis("cumulative_prod", x, axis)
     dtype = _accumulation_dtype(x, axis, dtype)
-    out = own(jask_function("cumulative_prod", "cumprod")(x, axis=axis, dtype=dtype))
+    out = own(scans.cumprod(x, axis=axis, dtype=dtype))
     return _with_initial(out, axis % len(x.shape), 1) if include_initial else out
 
 
@@ -377,7 +389,7 @@ def count_nonzero(x, /, *, axis=None, keepdims=False):
       >>> int(xp.count_nonzero(xp.asarray([0, 3, 4])))
       2
     """
-    return own(jask_function("count_nonzero", "count_nonzero")(x, axis=axis, keepdims=keepdims))
+    return own(truth.count_nonzero(x, axis=axis, keepdims=keepdims))
 
 
 def searchsorted(x1, x2, /, *, side="left", sorter=None):
@@ -389,7 +401,7 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None):
       array([1, 2], dtype=int32)
     """
     extra = {} if sorter is None else {"sorter": sorter}
-    return own(jask_function("searchsorted", "searchsorted")(x1, x2, side=side, **extra))
+    return own(sorting.searchsorted(x1, x2, side=side, **extra))
 
 
 def all(x, /, *, axis=None, keepdims=False):  # noqa: A001
@@ -400,7 +412,7 @@ def all(x, /, *, axis=None, keepdims=False):  # noqa: A001
       >>> bool(xp.all(xp.asarray([True, False])))
       False
     """
-    return own(jask_function("all", "all")(x, axis=axis, keepdims=keepdims))
+    return own(truth.all(x, axis=axis, keepdims=keepdims))
 
 
 def any(x, /, *, axis=None, keepdims=False):  # noqa: A001
@@ -411,7 +423,7 @@ def any(x, /, *, axis=None, keepdims=False):  # noqa: A001
       >>> bool(xp.any(xp.asarray([True, False])))
       True
     """
-    return own(jask_function("any", "any")(x, axis=axis, keepdims=keepdims))
+    return own(truth.any(x, axis=axis, keepdims=keepdims))
 
 
 def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
@@ -423,7 +435,7 @@ def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
       array([3, 5], dtype=int32)
     """
     extra = {k: v for k, v in (("prepend", prepend), ("append", append)) if v is not None}
-    return own(jask_function("diff", "diff")(x, n=n, axis=axis, **extra))
+    return own(manipulation.diff(x, n=n, axis=axis, **extra))
 
 
 def nonzero(x, /):
@@ -437,7 +449,7 @@ def nonzero(x, /):
       >>> [i.to_numpy().tolist() for i in xp.nonzero(xp.asarray([0, 3, 4]))]
       [[1, 2]]
     """
-    return tuple(own(tuple(jask_function("nonzero", "nonzero")(x))))
+    return tuple(own(tuple(indexing.nonzero(x))))
 unique_all = _refuse("unique_all", "use jax.numpy.unique_all on a small array brought in with "
                      "jask.materialize (or sort along an axis and compare neighbours)")
 unique_counts = _refuse("unique_counts", "use jax.numpy.unique_counts on a small array "
@@ -496,6 +508,33 @@ def reshape(x, /, shape, *, copy=None):
     return own(indexing.reshape(x, shape))
 
 
+def meshgrid(*arrays, indexing="xy"):
+    """Coordinate grids from 1-D arrays (``indexing`` "xy" or "ij"), each a
+    DiskArray broadcast from its (reshaped) input.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> [g.shape for g in xp.meshgrid(xp.arange(3), xp.arange(2))]
+      [(2, 3), (2, 3)]
+    """
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"jask.array_api.meshgrid: indexing must be 'xy' or 'ij', got "
+                         f"{indexing!r}")
+    if builtins.any(len(a.shape) != 1 for a in arrays):
+        raise ValueError("jask.array_api.meshgrid: every array must be 1-D, got shapes "
+                         f"{[tuple(a.shape) for a in arrays]}")
+    sizes = [a.shape[0] for a in arrays]
+    if indexing == "xy" and len(arrays) > 1:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    grids = []
+    for i, a in enumerate(arrays):
+        axis = {0: 1, 1: 0}.get(i, i) if indexing == "xy" and len(arrays) > 1 else i
+        view = [1] * len(arrays)
+        view[axis] = a.shape[0]
+        grids.append(broadcast_to(reshape(a, tuple(view)), tuple(sizes)))
+    return grids
+
+
 def permute_dims(x, /, axes):
     """``x`` with its axes permuted (a tiled copy).
 
@@ -522,17 +561,6 @@ def matrix_transpose(x, /):
     return permute_dims(x, tuple(range(ndim - 2)) + (ndim - 1, ndim - 2))
 
 
-def _axes(op: str, axis, ndim: int) -> tuple:
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    if builtins.any(not -ndim <= a < ndim for a in axes):
-        raise ValueError(f"jask.array_api.{op}: axis {axis} is out of range for {ndim} "
-                         "dimensions")
-    out = tuple(sorted(a % ndim for a in axes))
-    if len(set(out)) != len(out):
-        raise ValueError(f"jask.array_api.{op}: repeated axis in {axis}")
-    return out
-
-
 def expand_dims(x, /, axis=0):
     """``x`` with a new axis of length 1 at ``axis``.
 
@@ -541,14 +569,7 @@ def expand_dims(x, /, axis=0):
       >>> xp.expand_dims(xp.ones((2, 3)), axis=-1).shape
       (2, 3, 1)
     """
-    f = _find("expand_dims")
-    if f is not None:
-        return own(f(x, axis))
-    ndim = len(x.shape) + 1
-    (where_,) = _axes("expand_dims", axis, ndim)
-    shape = list(x.shape)
-    shape.insert(where_, 1)
-    return reshape(x, tuple(shape))
+    return own(manipulation.expand_dims(x, axis))
 
 
 def squeeze(x, /, axis):
@@ -559,14 +580,7 @@ def squeeze(x, /, axis):
       >>> xp.squeeze(xp.ones((2, 1, 3)), axis=1).shape
       (2, 3)
     """
-    f = _find("squeeze")
-    if f is not None:
-        return own(f(x, axis=axis))
-    axes = _axes("squeeze", axis, len(x.shape))
-    if builtins.any(x.shape[a] != 1 for a in axes):
-        raise ValueError(f"jask.array_api.squeeze: axis {axis} of shape {tuple(x.shape)} is not "
-                         "of length 1")
-    return reshape(x, tuple(n for d, n in enumerate(x.shape) if d not in axes))
+    return own(manipulation.squeeze(x, axis=axis))
 
 
 def moveaxis(x, source, destination, /):
@@ -596,17 +610,7 @@ def broadcast_to(x, /, shape):
       >>> xp.broadcast_to(xp.ones((1, 3)), (2, 3)).shape
       (2, 3)
     """
-    f = _find("broadcast_to")
-    if f is not None:
-        return own(f(x, tuple(shape)))
-    shape = tuple(shape)
-    if np.broadcast_shapes(tuple(x.shape), shape) != shape:
-        raise ValueError(f"jask.array_api.broadcast_to: shape {tuple(x.shape)} does not "
-                         f"broadcast to {shape}")
-    if tuple(x.shape) == shape:
-        return x
-    # until jask has its own: x plus zeros of the shape (two passes, written tile by tile)
-    return own(elementwise.add(x, full(shape, 0, dtype=x.dtype)))
+    return own(manipulation.broadcast_to(x, tuple(shape)))
 
 
 def broadcast_arrays(*arrays):
@@ -617,11 +621,7 @@ def broadcast_arrays(*arrays):
       >>> [a.shape for a in xp.broadcast_arrays(xp.ones((2, 1)), xp.ones(3))]
       [(2, 3), (2, 3)]
     """
-    f = _find("broadcast_arrays")
-    if f is not None:
-        return list(own(tuple(f(*arrays))))
-    shape = np.broadcast_shapes(*(tuple(a.shape) for a in arrays))
-    return [broadcast_to(a, shape) for a in arrays]
+    return list(own(tuple(manipulation.broadcast_arrays(*arrays))))
 
 
 def flip(x, /, *, axis=None):
@@ -632,7 +632,7 @@ def flip(x, /, *, axis=None):
       >>> xp.flip(xp.asarray([1, 2, 3])).to_numpy()
       array([3, 2, 1], dtype=int32)
     """
-    return own(jask_function("flip", "flip")(x, axis=axis))
+    return own(manipulation.flip(x, axis=axis))
 
 
 def roll(x, /, shift, *, axis=None):
@@ -643,7 +643,7 @@ def roll(x, /, shift, *, axis=None):
       >>> xp.roll(xp.asarray([1, 2, 3]), 1).to_numpy()
       array([3, 1, 2], dtype=int32)
     """
-    return own(jask_function("roll", "roll")(x, shift, axis=axis))
+    return own(manipulation.roll(x, shift, axis=axis))
 
 
 def repeat(x, repeats, /, *, axis=None):
@@ -654,7 +654,7 @@ def repeat(x, repeats, /, *, axis=None):
       >>> xp.repeat(xp.asarray([1, 2]), 2).to_numpy()
       array([1, 1, 2, 2], dtype=int32)
     """
-    return own(jask_function("repeat", "repeat")(x, repeats, axis=axis))
+    return own(manipulation.repeat(x, repeats, axis=axis))
 
 
 def tile(x, repetitions, /):
@@ -665,7 +665,7 @@ def tile(x, repetitions, /):
       >>> xp.tile(xp.asarray([1, 2]), (2,)).to_numpy()
       array([1, 2, 1, 2], dtype=int32)
     """
-    return own(jask_function("tile", "tile")(x, tuple(repetitions)))
+    return own(manipulation.tile(x, tuple(repetitions)))
 
 
 def unstack(x, /, *, axis=0):
@@ -676,7 +676,7 @@ def unstack(x, /, *, axis=0):
       >>> len(xp.unstack(xp.ones((3, 2))))
       3
     """
-    return tuple(own(tuple(jask_function("unstack", "unstack")(x, axis=axis))))
+    return tuple(own(tuple(manipulation.unstack(x, axis=axis))))
 
 
 # --- linear algebra and indexing ----------------------------------------------------
@@ -700,7 +700,7 @@ def tensordot(x1, x2, /, *, axes=2):
       >>> xp.tensordot(xp.ones((2, 3)), xp.ones((3, 4)), axes=1).shape
       (2, 4)
     """
-    return own(jask_function("tensordot", "tensordot")(x1, x2, axes=axes))
+    return own(linalg.tensordot(x1, x2, axes=axes))
 
 
 def vecdot(x1, x2, /, *, axis=-1):
@@ -711,7 +711,7 @@ def vecdot(x1, x2, /, *, axis=-1):
       >>> float(xp.vecdot(xp.ones(3), xp.ones(3)))
       3.0
     """
-    return own(jask_function("vecdot", "vecdot")(x1, x2, axis=axis))
+    return own(linalg.vecdot(x1, x2, axis=axis))
 
 
 def take(x, indices, /, *, axis=None):
@@ -722,7 +722,7 @@ def take(x, indices, /, *, axis=None):
       >>> xp.take(xp.asarray([5, 6, 7]), xp.asarray([2, 0])).to_numpy()
       array([7, 5], dtype=int32)
     """
-    return own(jask_function("take", "take")(x, _indices(indices), axis=axis))
+    return own(indexing.take(x, _indices(indices), axis=axis))
 
 
 def take_along_axis(x, indices, /, *, axis=-1):
@@ -735,14 +735,14 @@ def take_along_axis(x, indices, /, *, axis=-1):
       array([[6],
              [7]], dtype=int32)
     """
-    return own(jask_function("take_along_axis", "take_along_axis")(x, _indices(indices),
+    return own(indexing.take_along_axis(x, _indices(indices),
                                                                    axis=axis))
 
 
 def _indices(indices):
     """Index arrays in memory, as jask's gathers take them (the namespace's own
     arrays are DiskArrays: an index array larger than memory is refused there)."""
-    return jask.api.interop.materialize(indices) if isinstance(indices, jask.api.DiskArray) \
+    return interop.materialize(indices) if isinstance(indices, DiskArray) \
         else indices
 
 
@@ -754,7 +754,7 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
       >>> xp.sort(xp.asarray([3, 1, 2])).to_numpy()
       array([1, 2, 3], dtype=int32)
     """
-    return own(jask_function("sort", "sort")(x, axis=axis, descending=descending,
+    return own(sorting.sort(x, axis=axis, descending=descending,
                                                 stable=stable))
 
 
@@ -766,6 +766,6 @@ def argsort(x, /, *, axis=-1, descending=False, stable=True):
       >>> xp.argsort(xp.asarray([3, 1, 2])).to_numpy()
       array([1, 2, 0], dtype=int32)
     """
-    return own(jask_function("argsort", "argsort")(x, axis=axis, descending=descending,
+    return own(sorting.argsort(x, axis=axis, descending=descending,
                                                       stable=stable))
 

@@ -30,12 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jask.base.config import Config, get_config
 from jask.base.sizes import exact_bytes
 from jask.base.urls import is_url
 
 __all__ = ["BudgetError", "ReadModel", "TileCost", "chunk_bytes", "chunk_shape", "check_fits",
            "nbytes", "read_cost", "span_bytes", "task_cost", "first_fit", "min_tile_bytes",
-           "task_bound"]
+           "task_bound", "IN_MEMORY_SHARE", "in_memory_limit", "fits_in_memory"]
 
 #: Buffers of a chunk's size held while it is read: raw bytes + decoded chunk.
 IN_FLIGHT_COPIES = 2
@@ -128,6 +129,47 @@ def nbytes(shape, dtype) -> int:
       48
     """
     return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+#: A result small enough to live in memory takes at most this share of the
+#: budget (see :func:`fits_in_memory`).
+IN_MEMORY_SHARE = 1 / 8
+
+
+def in_memory_limit(config: Config | None = None) -> int:
+    """The most bytes a result placed in memory may take: an eighth of the
+    budget of ``config`` (the active configuration when None); see
+    :func:`fits_in_memory`.
+
+    Example:
+      >>> from jask.base.config import Config
+      >>> in_memory_limit(Config(max_memory=2**20, requested_memory=2**20, scratch_dir="."))
+      131072
+    """
+    return int((config or get_config()).max_memory * IN_MEMORY_SHARE)
+
+
+def fits_in_memory(shape, dtype, config: Config | None = None) -> bool:
+    """Whether a result of this shape and dtype goes in memory (a
+    ``jax.Array`` or numpy array) rather than to a store: the one placement
+    rule, used by reductions over some axes, ``vecdot``, integer indexing,
+    ``nonzero`` and the non-numeric arrays of ``open_group``.
+
+    Why an eighth of the budget: such a result is held whole, and it is
+    usually the next op's in-memory operand (``(X - X.mean(0)) / X.std(0)``),
+    which every task of that op reads and a compiled call copies to the host;
+    an operand may take at most a quarter of the budget
+    (``jask.api.elementwise.MAX_IN_MEMORY_SHARE``), so an eighth leaves room
+    for two of them, or one and its copy. It is decided from shapes only, so
+    a compiled function has one output type whatever the data.
+
+    Example:
+      >>> from jask.base.config import Config
+      >>> cfg = Config(max_memory=2**20, requested_memory=2**20, scratch_dir=".")
+      >>> fits_in_memory((128, 256), "float32", cfg), fits_in_memory((129, 256), "float32", cfg)
+      (True, False)
+    """
+    return nbytes(shape, dtype) <= in_memory_limit(config)
 
 
 def span_bytes(store, tile: tuple) -> int:
