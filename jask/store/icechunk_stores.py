@@ -35,12 +35,14 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from jask.store.objects import check_url, is_url, redact
+from jask.store.spec import ICECHUNK_PREFIX
 
 __all__ = ["PREFIX", "is_icechunk", "name", "open_array", "replace", "describe",
            "refuse_in_place", "Conflict"]
 
-#: What every icechunk store path of jask's begins with.
-PREFIX = "icechunk+"
+#: What every icechunk store path of jask's begins with (the kind's one test:
+#: jask.store.spec.kind_of).
+PREFIX = ICECHUNK_PREFIX
 
 #: Test hook, None in normal use: called with "write" and "commit" as each
 #: step of :func:`replace` begins (a test SIGKILLs a writer inside them).
@@ -298,7 +300,7 @@ def refuse_in_place(path: str, op: str) -> None:
       ...
       NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
     """
-    from jask.store import object_sessions
+    from . import object_sessions
 
     if is_url(path) and object_sessions.holds_jask_stores(path):
         return  # jask's own array: replaced by a new version (jask.engine.work.replace_store)

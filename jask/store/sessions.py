@@ -29,7 +29,7 @@ import sys
 import threading
 import uuid
 
-from jask.store import object_sessions, objects
+from . import object_sessions, objects
 
 __all__ = ["session_dir", "owns", "keep", "holds_jask_stores", "open_lock",
            "file_mode", "folder_mode", "journal_dir"]
@@ -258,7 +258,7 @@ def _alive(proof: dict[str, str]) -> bool:
 
 def _finish_journal(folder: str) -> None:
     """Complete or undo the saves a dead session journalled (jask.store.saves)."""
-    from jask.store import saves  # saves journals into session folders: a cycle otherwise
+    from . import saves  # saves journals into session folders: a cycle otherwise
 
     saves.recover_journal(os.path.join(folder, JOURNAL))
 
