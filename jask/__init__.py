@@ -151,9 +151,7 @@ from jask.base.memory import BudgetError
 from jask.core.array import DiskArray, DiskArrayType
 from jask.core.lifetime import collect
 from jask.engine.progress import progress_bars, progress_enabled, show_progress
-from jask.store.remote import RemoteStoreError
-from jask.store.space import DiskFullError, StoreChangedError
-from jask.store.spec import DamagedStoreError
+from jask.store import DamagedStoreError, DiskFullError, RemoteStoreError, StoreChangedError
 
 try:
     __version__ = _version("jask")

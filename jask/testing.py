@@ -40,7 +40,7 @@ import pytest
 
 from jask.base.config import Config, get_config, set_memory_budget
 from jask.core.lifetime import collect
-from jask.store import recycle, registry
+from jask.store import clear_recycled, registry
 
 __all__ = ["Scratch", "jask_scratch", "leaked_stores", "DEFAULT_BUDGET"]
 
@@ -140,7 +140,7 @@ def jask_scratch(request, tmp_path):
     # The pool of garbage stores kept for reuse is the process's, with a cap:
     # an earlier test's stores, freed after it ended, would decide which of
     # this test's are kept (and so what its scratch holds). Each starts with none.
-    recycle.clear()
+    clear_recycled()
     set_memory_budget(_budget(request), scratch_dir=path)
     try:
         yield Scratch(path, get_config())

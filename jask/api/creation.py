@@ -23,7 +23,15 @@ from jask.core.lifetime import collect_if_idle
 from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
 from jask.engine.blockwise import positional
-from jask.store import chunkio, groups, icechunk_stores, objects, registry, remote
+from jask.store import (
+    Member,
+    forget_cached,
+    group_members,
+    icechunk_name,
+    locate,
+    open_array,
+    read_values,
+)
 from jask.store.spec import StoreSpec, check_metadata
 
 __all__ = ["open", "open_group", "open_icechunk", "from_numpy", "to_disk", "full", "arange",
@@ -70,15 +78,7 @@ def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskAr
       >>> float(jask.sum(jask.open("/tmp/jask-open-example.zarr")))
       6.0
     """
-    if isinstance(path, str) and path.startswith("file://"):
-        path = objects.local_path(path)
-    if isinstance(path, str) and objects.is_url(path):
-        url = objects.check_url(path)  # (before any message could show its secrets)
-        objects.register_options(url, storage_options)
-        objects.location(url).client  # (bad options: a ValueError naming them, not the array)
-        remote.forget(url)  # an array written anew at this URL: its own layout
-        return DiskArray._from_store(registry.register(remote.spec_of(url), pending=False))
-    return DiskArray._from_store(registry.register_external(path))
+    return DiskArray._from_store(locate(path, storage_options).open())
 
 
 def open_icechunk(repo, path: str, *, branch: str = "main",
@@ -116,9 +116,9 @@ def open_icechunk(repo, path: str, *, branch: str = "main",
       >>> zarr.open_array(repo.readonly_session("main").store, path="w")[:]
       array([2., 2., 2.], dtype=float32)
     """
-    name = icechunk_stores.name(repo, path, branch, storage_options)
-    chunkio.forget(name)  # the branch's newest snapshot, not one opened before
-    arr = chunkio.open_array(name)
+    name = icechunk_name(repo, path, branch, storage_options)
+    forget_cached(name)  # the branch's newest snapshot, not one opened before
+    arr = open_array(name)
     chunks, dtype = check_metadata(name, arr.shape, arr.chunks, arr.dtype)
     return DiskArray._from_store(StoreSpec(name, tuple(arr.shape), dtype, chunks, managed=False))
 
@@ -149,27 +149,19 @@ def open_group(path: str | os.PathLike,
       >>> arrays["x"][1], float(jask.sum(arrays["x"][0]))
       (('t',), 3.0)
     """
-    if isinstance(path, str) and path.startswith("file://"):
-        path = objects.local_path(path)
-    if isinstance(path, str) and objects.is_url(path):
-        url = objects.check_url(path)
-        objects.register_options(url, storage_options)
-        objects.location(url).client
-        members, group_attrs = groups.group_members(url)
-        return {m.name: (_group_array(m), m.dims, m.attrs) for m in members}, group_attrs
-    members, group_attrs = groups.group_members(path)
+    members, group_attrs = group_members(locate(path, storage_options).path)
     arrays = {m.name: (_group_array(m), m.dims, m.attrs) for m in members}
     return arrays, group_attrs
 
 
-def _group_array(member: groups.Member):
+def _group_array(member: Member):
     if member.dtype.kind in "biuf":
         return open(member.path)
     if member.nbytes > memory.in_memory_limit():
         raise TypeError(f"the Zarr array {member.path!r} holds {member.dtype} values, which jask "
                         f"does not compute on, and at {exact_bytes(member.nbytes)} is too large "
                         "to read into memory under the budget")
-    return groups.read_values(member.path)
+    return read_values(member.path)
 
 
 def from_numpy(arr, *, config: Config | None = None) -> DiskArray:

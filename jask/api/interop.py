@@ -22,7 +22,8 @@ from jask.core import primitives
 from jask.core.array import DiskArray, disk_type
 from jask.core.lifetime import collect_if_idle
 from jask.engine import execute
-from jask.store import chunkio, groups, objects, registry
+from jask.store import open_array, open_zarr_array, register_options, registry
+from jask.store import zarr_store as zarr_store_at
 from jask.store.spec import StoreSpec
 
 __all__ = ["to_dask", "from_dask", "materialize", "zarr_store"]
@@ -56,7 +57,7 @@ def to_dask(x: DiskArray) -> da.Array:
     """
     if not isinstance(x, DiskArray):
         raise TypeError(f"jask.to_dask: expected a DiskArray, got {type(x).__name__}")
-    return da.from_zarr(groups.open_array(x.filename))
+    return da.from_zarr(open_zarr_array(x.filename))
 
 
 def zarr_store(path: str | os.PathLike, *, read_only: bool = True,
@@ -86,9 +87,8 @@ def zarr_store(path: str | os.PathLike, *, read_only: bool = True,
       array([1., 2.])
     """
     path = os.fspath(path)
-    if objects.is_url(path):
-        objects.register_options(path, storage_options)
-    return groups.zarr_store(path, read_only=read_only)
+    register_options(path, storage_options)
+    return zarr_store_at(path, read_only=read_only)
 
 
 def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
@@ -132,7 +132,7 @@ def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
 
 def _store(x: da.Array, out: StoreSpec, config: Config) -> None:
     """Write ``x`` (chunked like ``out``) into ``out`` with jask's runner."""
-    target = chunkio.open_array(out.path)  # writes every chunk, as jask's stores must
+    target = open_array(out.path)  # writes every chunk, as jask's stores must
     # dask's annotations do not list zarr.Array, which da.store supports
     delayed = da.store(x, target, lock=False, compute=False)  # type: ignore[arg-type]
     dsk = dict(delayed.__dask_graph__())

@@ -12,9 +12,7 @@ leaves a half-written array, nor no array, at ``path``.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 
 import numcodecs
 import numpy as np
@@ -29,7 +27,23 @@ from jask.core.array import DiskArray
 from jask.core.lifetime import collect_if_idle
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
-from jask.store import chunkio, objects, registry, remote, saves, sessions, space, versions
+from jask.store import (
+    OBJECTS,
+    check_space,
+    forget_cached,
+    journal_dir,
+    locate,
+    put_saved,
+    read,
+    registry,
+    replaced,
+    resolved,
+    session_dir,
+    snapshot,
+    space_errors,
+    write,
+    write_token,
+)
 from jask.store.spec import StoreSpec, stored_nbytes
 
 __all__ = ["save", "COMPRESSORS"]
@@ -112,15 +126,11 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
       array([0., 2., 4., 6.], dtype=float32)
     """
     config = config or get_config()
-    if isinstance(path, str) and path.startswith("file://"):
-        path = objects.local_path(path)
-    if isinstance(path, str) and objects.is_url(path):  # object storage: no rename
-        url = objects.check_url(path)
-        objects.register_options(url, storage_options)
-        objects.location(url).client  # (bad options: a ValueError naming them)
-        return _save_url(x, url, chunks, compressor, overwrite, config)
+    where = locate(path, storage_options)
+    if where.kind == OBJECTS:  # no rename: chunks first, the metadata last
+        return _save_url(x, where, chunks, compressor, overwrite, config)
     source = _source(x)
-    path = _target(path, source, overwrite, config)
+    path = _target(where.path, source, overwrite, config)
     codecs = _compressors(compressor)
     asked = _chunks(chunks, source)
     try:
@@ -137,105 +147,55 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     os.makedirs(folder, exist_ok=True)
     needed = stored_nbytes(StoreSpec(path, source.shape, source.dtype, out_chunks))
     if not codecs:  # a compressed array's size is known only once written
-        space.check_space(folder, needed, "save")
-    journal = sessions.journal_dir(sessions.session_dir(config.scratch_dir))
+        check_space(folder, needed, "save")
+    journal = journal_dir(session_dir(config.scratch_dir))
 
-    def write(staging):  # one version of x's store, checked before the copy is put in place
-        with space.snapshot([source], "jask.save"):
+    def write_copy(staging):  # one version of x's store, checked before the copy is put in place
+        with snapshot([source], "jask.save"):
             _write(source, staging, out_chunks, codecs, cost, config)
-            versions.write_token(staging)  # readers of an overwritten path see a new version
+            write_token(staging)  # readers of an overwritten path see a new version
 
     registry.before_mutation(path)  # pending results reading what path holds: computed first
-    with space.space_errors(folder, needed, "save"):
-        saves.put(path, write, overwrite=overwrite, journal=journal)
-    versions.replaced(path)  # this process's version (jask.store.versions.written_here)
-    chunkio.forget(path)
+    with space_errors(folder, needed, "save"):
+        put_saved(path, write_copy, overwrite=overwrite, journal=journal)
+    replaced(path)  # this process's version (jask.store.versions.written_here)
+    forget_cached(path)
     return creation.open(path)
 
 
-#: The object a save to a URL claims it by, and every key such a save writes
-#: (chunks, default "/" key encoding): what ``overwrite=True`` may clear.
-_CLAIM = ".jask-save"
-_SAVE_KEY = re.compile(r"c(/[0-9]+)*|\.jask-save")
-
-
-def _save_url(x, url: str, chunks, compressor, overwrite: bool, config: Config) -> DiskArray:
-    """``save`` to object storage: whole chunks put by the tasks, the
-    metadata object last; on failure what was put is deleted."""
+def _save_url(x, where, chunks, compressor, overwrite: bool, config: Config) -> DiskArray:
+    """``save`` to object storage (``where``, a :class:`jask.store.Location`):
+    whole chunks put by the tasks, the metadata object last; on failure what
+    was put is deleted."""
     source = _source(x)
-    if url == source.path:
-        raise ValueError(f"jask.save: {url!r} is the array's own store; save it elsewhere")
-    if not objects.location(url).prefix:  # a failed save deletes what is under its URL
-        raise ValueError(f"jask.save: {url!r} is a whole bucket; save to a prefix in it "
-                         f"({url}/name.zarr)")
-    if objects.is_url(config.scratch_dir) and (url + "/").startswith(config.scratch_dir + "/"):
-        raise ValueError(f"jask.save: {url!r} is inside jask's scratch prefix "
-                         f"{config.scratch_dir!r}, whose sessions are removed when they end")
+    where.check_save_target(source.path, config.scratch_dir)
     codecs = _compressors(compressor)
     planned = planner.save(source, _chunks(chunks, source), bool(codecs), config)
     out_chunks, cost = planned.tile, planned.cost  # one whole chunk per task
     _check_layout(source, out_chunks, codecs)
-    debris = remote.list_prefix(url)  # one LIST: an array there, or a failed save's objects
-    if any(k in ("zarr.json", ".zarray", ".zgroup") for k in debris):
-        raise FileExistsError(
-            f"jask.save: {url!r} already holds a Zarr array or group; object storage cannot "
-            "replace it in one step (a failure midway would leave neither array), so jask "
-            "does not overwrite it, even with overwrite=True: save to a new URL (and delete "
-            "the old prefix yourself), or keep the array in an icechunk repository")
-    foreign = [k for k in debris if not _SAVE_KEY.fullmatch(k)]
-    if foreign:  # not a jask save's: the user's (an array below, their files)
-        raise FileExistsError(
-            f"jask.save: {url!r} holds {len(debris)} objects, {foreign[0]!r} among them, "
-            "that no save of jask's writes; jask never deletes them, even with "
-            "overwrite=True: save to a new URL")
-    if debris and not overwrite:
-        raise FileExistsError(
-            f"jask.save: {url!r} holds {len(debris)} objects but no Zarr metadata (left by "
-            "a save that failed, or one under way); pass overwrite=True to delete them and "
-            "save there")
-    collect_if_idle()
-    if debris:
-        remote.delete_prefix(url)
+    where.clear_for_save(overwrite, before_delete=collect_if_idle)
     text = _metadata_v3(source, out_chunks, codecs)
-    remote.forget(url)
-    remote.remember(url, text)
+    url = where.path
     out = StoreSpec(url, source.shape, source.dtype, out_chunks, managed=False)
     name = builders.key_name("save", url, source.path)
-    graph = {(name, i): (_copy_chunk_to_url, out, text, region, source)
+    graph = {(name, i): (_copy_chunk_to_url, where, out, text, region, source)
              for i, region in enumerate(builders.regions(out.shape, out.chunks))}
-    # Claimed by a conditional put before any chunk: of two saves to one URL
-    # at once, the second is refused with nothing written (else their chunks
-    # would mix, and its cleanup would delete the first's array).
-    try:
-        remote.put(url, _CLAIM, b"jask.save", create_only=True, op="claim")
-    except FileExistsError:
-        raise FileExistsError(f"jask.save: another save to {url!r} is under way (or was cut "
-                              "short: pass overwrite=True to clear its objects)") from None
-    try:
-        with space.snapshot([source], "jask.save"):
+
+    def write_chunks() -> None:
+        with snapshot([source], "jask.save"):
             execute.run(graph, list(graph), config.workers, cost)
-        remote.write_metadata(url, text)  # last: only now does the array open
-    except BaseException as err:
-        try:
-            remote.delete_prefix(url)
-        except Exception:  # the endpoint may be what failed: no metadata was put anyway
-            pass
-        getattr(err, "add_note")(f"jask.save: no array was made at {url!r} (its metadata "
-                                 "is put last)")
-        raise
-    finally:
-        chunkio.forget(url)
-    with contextlib.suppress(Exception):  # (left behind, it is harmless beside the metadata)
-        objects.delete(url, _CLAIM)
+
+    where.put_array(text, write_chunks)
     return creation.open(url)
 
 
-def _copy_chunk_to_url(out: StoreSpec, text: str, region: tuple, source: StoreSpec) -> None:
+def _copy_chunk_to_url(where, out: StoreSpec, text: str, region: tuple,
+                       source: StoreSpec) -> None:
     """Task of a save to a URL: ``region`` of ``source`` as whole chunks of
     ``out``, whose metadata ``text`` is not in place yet (a worker process
     learns the layout from it)."""
-    remote.remember(out.path, text)  # (cached per process after the first)
-    chunkio.write(out, region, chunkio.read(source, region))
+    where.remember_layout(text)  # (cached per process after the first)
+    write(out, region, read(source, region))
 
 
 def _metadata_v3(source: StoreSpec, chunks: tuple, codecs: tuple) -> str:
@@ -264,7 +224,7 @@ def _source(x) -> StoreSpec:
 def _target(path, source: StoreSpec, overwrite: bool, config: Config) -> str:
     # symlinks followed: a save over a link writes the store it points to, as a
     # file written through a link is, and the array's own store is found by any path
-    path = versions.resolved(os.fspath(path))  # (never abspath first: link/.. is not '.')
+    path = resolved(os.fspath(path))  # (never abspath first: link/.. is not '.')
     if path == source.path:
         raise ValueError(f"jask.save: {path!r} is the array's own store; save it elsewhere")
     scratch = os.path.join(config.scratch_dir, "")
@@ -368,7 +328,7 @@ def _write(source: StoreSpec, staging: str, chunks: tuple, codecs: tuple,
             dsk, keys = _encode_graph(out, source, encoder)
         execute.run(dsk, keys, config.workers, cost)
     finally:
-        chunkio.forget(staging)
+        forget_cached(staging)
 
 
 # --- compressed chunks, encoded in the task's own thread ------------------------
@@ -404,7 +364,7 @@ def _encode_graph(out: StoreSpec, source: StoreSpec, encoder: dict):
 def _encode_block(out: StoreSpec, region: tuple, source: StoreSpec,
                   encoder: dict) -> None:
     """Write the chunk of ``out`` at ``region`` (one whole chunk), compressed."""
-    block = chunkio.read(source, region)
+    block = read(source, region)
     chunk = block  # a whole chunk as read: encoded as it is (no fresh pages to fault in)
     if block.shape != tuple(out.chunks) or block.dtype != out.dtype.newbyteorder("<") or \
             not block.flags.c_contiguous:

@@ -7,7 +7,7 @@ from jask.api import elementwise
 from jask.base.config import Config
 from jask.core import primitives
 from jask.core.array import DiskArray, DiskArrayType, disk_type
-from jask.store import icechunk_stores
+from jask.store import location_of
 
 __all__ = ["update_", "check_in_place"]
 
@@ -24,7 +24,7 @@ def check_in_place(x, op: str) -> None:
       >>> check_in_place(jask.from_numpy(np.zeros(2)), "update_")  # a local store: fine
     """
     if isinstance(x, DiskArray):
-        icechunk_stores.refuse_in_place(x.filename, op)
+        location_of(x.filename).check_in_place(op)
 
 
 def _require(x, op: str, name: str) -> DiskArrayType:

@@ -18,7 +18,7 @@ from jask.base.config import get_config
 from jask.base.sizes import exact_bytes
 from jask.core._jax_internals import is_tracer
 from jask.core.lifetime import collect_if_idle
-from jask.store import chunkio, memmaps, registry, space
+from jask.store import open_writable, read, registry, snapshot
 from jask.store.spec import StoreSpec
 
 __all__ = ["DiskArray", "DiskArrayType", "check_storable"]
@@ -325,7 +325,7 @@ class DiskArray:
           array(5., dtype=float32)
         """
         collect_if_idle()
-        return memmaps.open_writable(self.filename)
+        return open_writable(self.filename)
 
     def to_numpy(self) -> np.ndarray:
         """Read the whole array into a numpy array (small arrays only).
@@ -344,9 +344,9 @@ class DiskArray:
         """
         collect_if_idle()
         store = self._store()
-        with space.snapshot([store], "to_numpy"):  # one version, or StoreChangedError
+        with snapshot([store], "to_numpy"):  # one version, or StoreChangedError
             # jask's checked reads: a damaged chunk is named, never read as numbers
-            return np.asarray(chunkio.read(store, tuple(slice(0, n) for n in store.shape)))
+            return np.asarray(read(store, tuple(slice(0, n) for n in store.shape)))
 
     # Operators and methods are set below, shared with tracers of DiskArrayType.
     __hash__ = object.__hash__  # == is elementwise, as on jax.Array; identity hashes

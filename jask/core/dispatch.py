@@ -23,7 +23,7 @@ from jask.core._jax_internals import is_eager
 from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.core.lifetime import collect_if_idle
 from jask.engine import lazy
-from jask.store import registry, space
+from jask.store import StoreChangedError, registry, snapshot
 from jask.store.spec import StoreSpec
 
 #: work(input stores, scalar operands as numpy, config) -> output store
@@ -157,10 +157,10 @@ def _register_outputs(work, args, n: int, config: Config | None, pending: bool) 
     stores, values = _resolve(args, n)
     outs: list = []
     try:  # one version of each input, or StoreChangedError (jask.store.versions)
-        with space.snapshot(stores, "jask"):
+        with snapshot(stores, "jask"):
             got = _through_views(work, stores, values, config or get_config())
             outs = list(got) if isinstance(got, (list, tuple)) else [got]
-    except space.StoreChangedError:
+    except StoreChangedError:
         for out in outs:
             if not out.handle:
                 registry.discard(out)
@@ -221,7 +221,7 @@ def _value_alone(work: ValueWork, args, n: int, config: Config | None):
     """Run a value op's own work on its stores (pending ones computed first),
     refusing a result read while another process replaced an input."""
     stores, values = _resolve(args, n)
-    with space.snapshot(stores, "jask"):
+    with snapshot(stores, "jask"):
         return _through_views(work, stores, values, config or get_config())
 
 

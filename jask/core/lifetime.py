@@ -13,7 +13,7 @@ import gc
 import jax
 
 from jask.base.interrupts import clear_caller_hook
-from jask.store import recycle, registry, trash
+from jask.store import clear_recycled, registry, wait_for_trash
 
 __all__ = ["collect", "collect_if_idle"]
 
@@ -45,6 +45,6 @@ def collect() -> int:
     """
     gc.collect()  # run the finalizers of DiskArrays caught in reference cycles
     removed = collect_if_idle()
-    recycle.clear()  # folders kept for reuse, and garbage deleted in the background:
-    trash.wait()  # free their disk now
+    clear_recycled()  # folders kept for reuse, and garbage deleted in the background:
+    wait_for_trash()  # free their disk now
     return removed

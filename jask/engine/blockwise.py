@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from jask.engine.builders import FAN_IN, key_name, regions
-from jask.store import chunkio
+from jask.store import prefetch, read, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["Operand", "REDUCERS", "Reducer", "broadcast_axes", "map_graph", "mean_of",
@@ -83,7 +83,7 @@ class Operand:
         shape's number of axes (its axes map is increasing)."""
         own = tuple(slice(0, 1) if a is None else region[a] for a in self.axes)
         if isinstance(self.source, StoreSpec):
-            block = chunkio.read(self.source, own)
+            block = read(self.source, own)
         else:
             block = self.source[own]
         if self.dtype is not None and block.dtype != self.dtype:
@@ -156,11 +156,11 @@ def map_block(kernel: Callable, out: StoreSpec, out_axes: tuple, region: tuple,
     the full shape, for a positional kernel)."""
     for x in operands:
         if x.on_disk:
-            chunkio.prefetch(x.source, tuple(slice(0, 1) if a is None else region[a]
+            prefetch(x.source, tuple(slice(0, 1) if a is None else region[a]
                                              for a in x.axes))
     result = _apply(kernel, operands, region, shape)
     own = tuple(slice(0, 1) if a is None else region[a] for a in out_axes)
-    chunkio.write(out, own, np.ascontiguousarray(result.astype(out.dtype, copy=False))
+    write(out, own, np.ascontiguousarray(result.astype(out.dtype, copy=False))
                   .reshape(_full_tile(own)))
 
 
@@ -429,7 +429,7 @@ def write_partial(out: StoreSpec, out_axes: tuple, region: tuple, reducer: str,
     """Combine a region's partials and write them as whole output chunks."""
     value = _finish(reducer, combine_partials(reducer, *partials))
     own = tuple(slice(0, 1) if a is None else region[a] for a in out_axes)
-    chunkio.write(out, own, value.astype(out.dtype).reshape(_full_tile(own)))
+    write(out, own, value.astype(out.dtype).reshape(_full_tile(own)))
 
 
 def assemble(shape: tuple, dtype, out_axes: tuple, reducer: str, pieces) -> np.ndarray:

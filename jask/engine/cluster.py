@@ -46,14 +46,11 @@ def use_private_scratch(client, budget: int | None = None) -> dict:
     """
     from jask.base.config import get_config
     from jask.engine.worker_scratch import PrivateScratch  # imports distributed
-    from jask.store import objects
+    from jask.store import worker_options
 
     config = get_config()
     budget = budget if budget is not None else config.requested_memory
-    options = objects.registered()
-    if objects.is_url(config.scratch_dir) and config.storage_options:
-        # (registered here only once this process's session starts, at its first op)
-        options.setdefault(config.scratch_dir, dict(config.storage_options))
+    options = worker_options(config.scratch_dir, config.storage_options)
     client.register_plugin(PrivateScratch(budget, options))
     return client.run(lambda dask_worker: dask_worker.jask_scratch)
 

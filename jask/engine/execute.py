@@ -31,7 +31,7 @@ from threadpoolctl import ThreadpoolController
 from jask.base import counters, interrupts
 from jask.base.memory import TileCost
 from jask.engine import cluster, progress
-from jask.store import buffers
+from jask.store import buffer_scope
 
 _blas = ThreadpoolController()
 
@@ -152,7 +152,7 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                         return progress.run_distributed(bar, client, graph, keys)
                     return list(client.get(graph, keys))
             try:
-                with buffers.scope():  # tiles reused from task to task (jask.store.buffers)
+                with buffer_scope():  # tiles reused from task to task (jask.store.buffers)
                     return _run_local(scheduler, graph, keys, workers, at_once,
                                       progress.local_callbacks(bar) if bar is not None else None)
             finally:

@@ -14,7 +14,7 @@ import numpy as np
 
 from jask.engine.blockwise import Operand
 from jask.engine.builders import key_name, regions
-from jask.store import chunkio
+from jask.store import prefetch, write
 
 __all__ = ["fused_block", "fused_graph"]
 
@@ -32,12 +32,12 @@ def fused_block(kernel: Callable, outs: tuple, region: tuple, operands: tuple) -
       >>> out = create_at(os.path.join(d, "o"), (3,), "f4", (3,))
       >>> x = Operand(np.arange(3.0, dtype="f4"), (0,))
       >>> fused_block(lambda a: (a * 2,), (out,), (slice(0, 3),), (x,))
-      >>> chunkio.read(out, (slice(0, 3),))
+      >>> read(out, (slice(0, 3),))
       array([0., 2., 4.], dtype=float32)
     """
     for x in operands:
         if x.on_disk:
-            chunkio.prefetch(x.source, tuple(slice(0, 1) if a is None else region[a]
+            prefetch(x.source, tuple(slice(0, 1) if a is None else region[a]
                                              for a in x.axes))
     shape = tuple(s.stop - s.start for s in region)
     tiles = [x.tile(region) for x in operands]
@@ -49,7 +49,7 @@ def fused_block(kernel: Callable, outs: tuple, region: tuple, operands: tuple) -
     for i, out in enumerate(outs):
         tile = np.broadcast_to(np.asarray(results[i]).astype(out.dtype, copy=False), shape)
         results[i] = None  # each output tile is freed once written
-        chunkio.write(out, region, np.ascontiguousarray(tile))
+        write(out, region, np.ascontiguousarray(tile))
         del tile
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from jask.engine.blockwise import REDUCERS, is_positional
 from jask.engine.builders import FAN_IN, key_name
 from jask.engine.tasks import strip_product
-from jask.store import chunkio, views
+from jask.store import read, view_key, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["Node", "fusable", "group_graph", "last_uses"]
@@ -144,10 +144,10 @@ def _band_of(x, values: dict, rows: slice):
     if isinstance(x, Node):
         return values[id(x)]
     if isinstance(x, StoreSpec):  # read once per band, however many nodes use it
-        key = views.key(x)  # a view of a store is not the store
+        key = view_key(x)  # a view of a store is not the store
         if key not in values:
             region = (rows,) + tuple(slice(0, d) for d in x.shape[1:])
-            values[key] = chunkio.read(x, region)
+            values[key] = read(x, region)
         return values[key]
     return x[rows]
 
@@ -193,9 +193,9 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     p = node.params
     if node._dot_case() == "rows":
         if isinstance(b, StoreSpec):  # a small store, used whole: read once per band
-            key = ("whole", views.key(b))
+            key = ("whole", view_key(b))
             if key not in values:
-                values[key] = chunkio.read(b, tuple(slice(0, d) for d in b.shape))
+                values[key] = read(b, tuple(slice(0, d) for d in b.shape))
             b = values[key]
         w = b.T if p["tb"] else b
         return np.asarray(_band_of(a, values, rows) @ w).astype(node.dtype, copy=False)
@@ -240,7 +240,7 @@ def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
     for node, store in writes:
         block = values[id(node)]
         region = (rows,) + tuple(slice(0, d) for d in store.shape[1:])
-        chunkio.write(store, region, block.reshape(tuple(r.stop - r.start for r in region)))
+        write(store, region, block.reshape(tuple(r.stop - r.start for r in region)))
     for j in values_out:
         out.append(values[id(order[j])])
     return tuple(out)

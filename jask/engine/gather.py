@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 
 from jask.engine.builders import chunk_graph
-from jask.store.chunkio import read, read_model, write
+from jask.store import read, read_model, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["gather_graph", "scatter_add_graph", "normalized"]

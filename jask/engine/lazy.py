@@ -44,7 +44,20 @@ from jask.base.sizes import exact_bytes
 from jask.engine import execute, fusion, work
 from jask.engine.plan import Plan, bands
 from jask.engine.work import room
-from jask.store import chunkio, registry, space, versions, views
+from jask.store import (
+    DiskFullError,
+    StoreChangedError,
+    as_transposed,
+    base_of,
+    check_layouts,
+    forget_cached,
+    identity,
+    registry,
+    resolved,
+    snapshot,
+    write,
+    written_here,
+)
 from jask.store.spec import DamagedStoreError, StoreSpec
 
 __all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
@@ -146,7 +159,7 @@ class Recorded(registry.Deferred):
     def before_change(self) -> None:
         try:
             self.compute()
-        except (space.StoreChangedError, DamagedStoreError) as err:
+        except (StoreChangedError, DamagedStoreError) as err:
             # its inputs can never give it again: reading it raises this, and the
             # change (an update_ repairing a damaged store, say) goes ahead
             self.failed = err.with_traceback(None)  # (its frames hold the update_'s arrays)
@@ -164,12 +177,12 @@ class Recorded(registry.Deferred):
         """Refuse to compute from a user's store replaced (or removed) since the
         call: the result would hold values the program never gave it."""
         for path, before in self.stamps:
-            now = versions.identity(path)
-            if now != before and not versions.written_here(now):
+            now = identity(path)
+            if now != before and not written_here(now):
                 # (a swap by this process's jask, in another thread, is a writer racing this
                 # op, whose values are either version's, as when it ran at the call)
-                chunkio.forget(path)
-                raise space.StoreChangedError(
+                forget_cached(path)
+                raise StoreChangedError(
                     f"jask.{self.desc.op}: the store {path!r} was replaced or removed by "
                     "another writer after this op was called and before its result was "
                     "computed (eager ops are lazy: jask.set_memory_budget(..., lazy=False) "
@@ -183,7 +196,7 @@ class Recorded(registry.Deferred):
                   for x, d in zip(self.inputs, self.desc.on_disk) if d]
         values = [x for x, d in zip(self.inputs, self.desc.on_disk) if not d]
         held = self.keep  # noqa: F841 - the inputs' Owners, until the snapshot's check is over
-        with space.snapshot(stores, f"jask ({self.desc.op})"), \
+        with snapshot(stores, f"jask ({self.desc.op})"), \
                 counters.ran_as("deferred") if self.owned_lazily else contextlib.nullcontext():
             self._fulfil(self.work(stores, values, self.config))
 
@@ -191,11 +204,11 @@ class Recorded(registry.Deferred):
 def _stamps(inputs: list, op: str) -> list:
     """[(path, version)] of the users' local stores among ``inputs``, as the
     call sees them (a store rewritten since it was opened is refused now)."""
-    users = [x for x in inputs if isinstance(x, StoreSpec) and not views.base_of(x).managed
+    users = [x for x in inputs if isinstance(x, StoreSpec) and not base_of(x).managed
              and "://" not in x.path]
-    versions.check_layouts(users, f"jask.{op}")
-    return [(p, versions.identity(p)) for p in dict.fromkeys(
-        versions.resolved(x.path) for x in users)]
+    check_layouts(users, f"jask.{op}")
+    return [(p, identity(p)) for p in dict.fromkeys(
+        resolved(x.path) for x in users)]
 
 
 def _stand_in(x, config: Config) -> StoreSpec:
@@ -239,7 +252,7 @@ def _inputs(desc: Description, args) -> list:
 def _shallow(desc: Description, inputs: list) -> fusion.Node:
     params = desc.params
     if desc.kind == "dot" and isinstance(inputs[0], StoreSpec):
-        base, transposed = views.as_transposed(inputs[0])
+        base, transposed = as_transposed(inputs[0])
         if transposed:  # X.T @ u: X read in row bands, the product contracted over them
             inputs = [base, *inputs[1:]]
             params = {**params, "ta": not params["ta"]}
@@ -251,7 +264,7 @@ def _joins(desc: Description, inputs: list) -> bool:
     node = _shallow(desc, inputs)
     if not fusion.fusable(node):
         return False
-    if desc.kind == "dot" and any(isinstance(x, StoreSpec) and views.as_transposed(x)[1]
+    if desc.kind == "dot" and any(isinstance(x, StoreSpec) and as_transposed(x)[1]
                                   for x in node.inputs):
         return False  # ... @ X.T: its own plan reads X as stored, once (jask.store.views)
     n = fusion.band_length(node)
@@ -271,7 +284,7 @@ def _reads_whole(desc: Description, inputs: list) -> bool:
     a, p = inputs[0], desc.params
     if not isinstance(a, (StoreSpec, Recorded)) or len(a.shape) != 2 or p["vectors"][0]:
         return False
-    transposed = isinstance(a, StoreSpec) and views.as_transposed(a)[1]  # X.T @ u: by bands
+    transposed = isinstance(a, StoreSpec) and as_transposed(a)[1]  # X.T @ u: by bands
     return p["ta"] == transposed
 
 
@@ -333,7 +346,7 @@ def _room_after_pending(config: Config, desc: Description, chunks: tuple) -> Non
     extra = sum(memory.nbytes(p.shape, p.dtype) for p in promised)
     try:
         room(config, desc.op, desc.shape, desc.dtype, chunks, extra=extra)
-    except space.DiskFullError as err:
+    except DiskFullError as err:
         getattr(err, "add_note")(
             f"(counting the pending eager results still held ({len(promised)}), "
             f"{exact_bytes(extra)}, written when they are read)")
@@ -441,7 +454,7 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
     # the Owners of the stores read, held until the snapshot's check is over (fulfilling a
     # root lets go of its inputs: another thread's sweep could delete them mid-check)
     held = [p.keep for p in group.recorded_of.values()]  # noqa: F841
-    with space.snapshot(read, f"jask ({name})"):  # one version of each store read
+    with snapshot(read, f"jask ({name})"):  # one version of each store read
         if plan is None:  # too large for one band task: op by op, as unfused
             for node in group.order:
                 p = group.recorded_of.get(id(node))
@@ -499,5 +512,5 @@ def _write_whole(p: Recorded, data: np.ndarray, config: Config) -> StoreSpec:
     chunks = memory.default_chunks(p.shape, p.dtype, config.max_memory, config.workers)
     with registry.new_store(config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks,
                            grad=p.desc.grad) as out:
-        chunkio.write(out, tuple(slice(0, d) for d in p.shape), data)
+        write(out, tuple(slice(0, d) for d in p.shape), data)
     return out

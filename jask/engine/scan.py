@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from jask.engine.builders import key_name, regions
-from jask.store import chunkio
+from jask.store import read, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["carry_bytes", "carries", "totals_graph", "scan_graph", "wide_dtype"]
@@ -52,7 +52,7 @@ KINDS: dict[str, tuple] = {"sum": (np.sum, np.cumsum, np.add, 0),
 
 
 def _total(source: StoreSpec, region: tuple, axis: int, wide, kind: str = "sum") -> np.ndarray:
-    return KINDS[kind][0](chunkio.read(source, region), axis=axis, keepdims=True, dtype=wide)
+    return KINDS[kind][0](read(source, region), axis=axis, keepdims=True, dtype=wide)
 
 
 def totals_graph(op: str, source: StoreSpec, tile: tuple, axis: int, dtype, token: str,
@@ -108,7 +108,7 @@ def _scan_block(source: StoreSpec, out: StoreSpec, region: tuple, axis: int, rev
     """out[region] = the tile's cumulative sum along ``axis`` plus its carry
     (``kind="prod"``: its cumulative product times its carry)."""
     _, cumulative, combine, _ = KINDS[kind]
-    tile = chunkio.read(source, region)
+    tile = read(source, region)
     acc = accumulation_dtype(out.dtype)
     result = np.empty(tile.shape, acc)
     with np.errstate(all="ignore"):  # integers wrap, as in numpy and jax.numpy
@@ -118,7 +118,7 @@ def _scan_block(source: StoreSpec, out: StoreSpec, region: tuple, axis: int, rev
             cumulative(tile, axis=axis, dtype=acc, out=result)
         del tile
         combine(result, carry.astype(acc), out=result)
-    chunkio.write(out, region, result.astype(out.dtype, copy=False))
+    write(out, region, result.astype(out.dtype, copy=False))
 
 
 def accumulation_dtype(dtype) -> np.dtype:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from jask.engine.builders import key_name, regions
-from jask.store import chunkio
+from jask.store import read, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["KINDS", "lanes", "sort_graph"]
@@ -70,10 +70,10 @@ KINDS = ("sort", "argsort", "perm", "unsort")
 
 def _sort_block(kind: str, sources: tuple, out: StoreSpec, region: tuple, axis: int,
                 descending: bool) -> None:
-    tiles = [chunkio.read(s, region) for s in sources]
+    tiles = [read(s, region) for s in sources]
     result = lanes(kind, tiles, axis, descending)
     del tiles
-    chunkio.write(out, region, np.ascontiguousarray(result.astype(out.dtype, copy=False)))
+    write(out, region, np.ascontiguousarray(result.astype(out.dtype, copy=False)))
 
 
 def sort_graph(op: str, kind: str, sources: tuple, out: StoreSpec, tile: tuple, axis: int,
@@ -88,7 +88,7 @@ def sort_graph(op: str, kind: str, sources: tuple, out: StoreSpec, tile: tuple, 
 # --- searchsorted: each tile of values searched in the sorted array, chunk by chunk ---
 
 def _read(source, region: tuple) -> np.ndarray:
-    return chunkio.read(source, region) if isinstance(source, StoreSpec) else source[region]
+    return read(source, region) if isinstance(source, StoreSpec) else source[region]
 
 
 def search_block(side: str, values, sorted_, region: tuple, step: int, dtype) -> np.ndarray:
@@ -112,7 +112,7 @@ def search_block(side: str, values, sorted_, region: tuple, step: int, dtype) ->
 
 def _search_write(out: StoreSpec, side, values, sorted_, region, step, dtype) -> None:
     counts = search_block(side, values, sorted_, region, step, dtype)
-    chunkio.write(out, region, counts.astype(out.dtype))
+    write(out, region, counts.astype(out.dtype))
 
 
 def _search_assemble(shape, dtype, regions_, *pieces) -> np.ndarray:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jask.store import views
-from jask.store.chunkio import read, write
+from jask.store import read, same_elements, write
 from jask.store.spec import StoreSpec
 
 
@@ -150,7 +149,7 @@ def _gram_pair(a: Matrix, b: Matrix, batch: tuple, rows: slice, k: slice,
                cols: slice) -> tuple | None:
     """The tiles of a.T @ b when both read the same rows of one store
     (``X.T @ X``): one read of the columns they span, when these overlap."""
-    if not (isinstance(a.source, StoreSpec) and views.same(a.source, b.source) and a.transposed
+    if not (isinstance(a.source, StoreSpec) and same_elements(a.source, b.source) and a.transposed
             and not b.transposed and a.vector is None and b.vector is None):
         return None
     lo, hi = min(rows.start, cols.start), max(rows.stop, cols.stop)

@@ -22,7 +22,6 @@ import numpy as np
 from jask.base import counters, memory
 from jask.base.config import Config
 from jask.base.memory import BudgetError
-from jask.base.urls import is_url
 from jask.engine import blockwise as bw
 from jask.engine import builders, execute, scan, tasks
 from jask.engine import gather as gathers
@@ -30,15 +29,28 @@ from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan, as_decoded
 from jask.store import (
-    chunkio,
-    durability,
-    icechunk_stores,
-    layout,
+    DiskFullError,
+    as_transposed,
+    base_of,
+    check_space,
+    check_unchanged,
+    compressed,
+    forget_cached,
+    location_of,
+    maker_like,
+    raise_if_full,
+    read,
+    read_model,
     registry,
-    saves,
-    sessions,
-    space,
-    views,
+    reshape_view,
+    session_dir,
+    slice_view,
+    snapshot,
+    space_errors,
+    stamp,
+    transpose_view,
+    view_key,
+    write,
 )
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
 
@@ -89,11 +101,11 @@ def room(config: Config, op: str, shape, dtype, chunks, *, extra: int = 0):
     """Refuse an output the scratch disk cannot hold, before writing it; the
     context it returns names the folder and sizes if the disk fills anyway.
     ``extra``: bytes promised to other outputs, to be written first."""
-    folder = sessions.session_dir(config.scratch_dir)
+    folder = session_dir(config.scratch_dir)
     needed = stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dtype),
                                                      tuple(chunks))) + extra
-    space.check_space(folder, needed, op)
-    return space.space_errors(folder, needed, op)
+    check_space(folder, needed, op)
+    return space_errors(folder, needed, op)
 
 
 def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk: tuple,
@@ -176,7 +188,7 @@ class _ViewCopy(registry.Deferred):
         return registry.canonical(self.view.path) == registry.canonical(path)
 
     def compute(self) -> StoreSpec:
-        with space.snapshot([self.view], "jask (a view's copy)"):  # one version, as opened
+        with snapshot([self.view], "jask (a view's copy)"):  # one version, as opened
             return copy_of(self.view, self.config)
 
 
@@ -207,11 +219,11 @@ def transpose(axes: tuple, *, grad: bool = False):
     """Work for the input's axes permuted: a view of the same store
     (:mod:`jask.store.views`), or a permuted copy of one that has no handle."""
     def plan_of(stores, values, config: Config) -> Plan:
-        return planner.view("transpose", views.transpose(stores[0], axes))
+        return planner.view("transpose", transpose_view(stores[0], axes))
 
     def work(stores, scalars, config: Config):
         (source,) = stores
-        view = _as_view(views.transpose(source, axes), config)
+        view = _as_view(transpose_view(source, axes), config)
         if view is not None:
             return view
         planned = planner.transpose(source, axes, config)
@@ -229,7 +241,7 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
     def operands(stores, values) -> tuple:
         """(a, ta, b, tb), a transposed view read as its base transposed."""
         a, b = _in_order(on_disk, stores, values)
-        (a, fa), (b, fb) = (views.as_transposed(x) if isinstance(x, StoreSpec) else (x, False)
+        (a, fa), (b, fb) = (as_transposed(x) if isinstance(x, StoreSpec) else (x, False)
                             for x in (a, b))
         return a, ta != fa, b, tb != fb
 
@@ -289,16 +301,16 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: s
         done: dict = {}  # one copy per store or view (a @ a, concatenate([a, a]))
         for i in which:
             source = stores[order.index(i)]
-            if views.key(source) in done:
-                stores[order.index(i)] = done[views.key(source)]
+            if view_key(source) in done:
+                stores[order.index(i)] = done[view_key(source)]
                 continue
-            unit = chunkio.read_model(source).unit
+            unit = read_model(source).unit
             try:
                 tile, cost = planner.transpose_chunks(
                     source, tuple(range(len(source.shape))), config.max_memory, config.workers,
                     op=op, out_unit=unit)
                 errors = room(config, op, source.shape, source.dtype, unit, extra=reserve)
-            except (space.DiskFullError, BudgetError):  # no room for the copy, or for whole
+            except (DiskFullError, BudgetError):  # no room for the copy, or for whole
                 for copy in copies:                       # chunks of it: decode as it reads,
                     registry.discard(copy, later=True)    # the copies made so far let go
                 copies = []
@@ -309,7 +321,7 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: s
                 dsk, keys = builders.copy_graph(copy, source, op=op, tile=tile)
                 execute.run(dsk, keys, config.workers, cost)
             copies.append(copy)
-            stores[order.index(i)] = done[views.key(source)] = copy
+            stores[order.index(i)] = done[view_key(source)] = copy
         yield stores, True
     finally:
         for copy in copies:
@@ -319,7 +331,8 @@ def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: s
 def _fetched(store: StoreSpec, config: Config) -> bool:
     """Whether ``store`` is read by requests (object storage) while scratch is local:
     then a copy in scratch is read faster than the same pieces fetched many times."""
-    return is_url(store.path) and not is_url(config.scratch_dir)
+    return (location_of(store).reads_by_request
+            and not location_of(config.scratch_dir).reads_by_request)
 
 
 def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store: True) -> Work:
@@ -335,8 +348,8 @@ def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store:
     """
     def staged(stores, config: Config) -> tuple:
         return tuple(i for i, s in enumerate(stores)
-                     if whole(s) and (not chunkio.read_model(views.base_of(s)).raw
-                                      or _fetched(views.base_of(s), config)))
+                     if whole(s) and (not read_model(base_of(s)).raw
+                                      or _fetched(base_of(s), config)))
 
     def plan_of(stores, values, config: Config) -> Plan:
         which = staged(stores, config)
@@ -357,7 +370,7 @@ def take_slice(sizes: tuple, *, grad: bool = False):
     """Work for ``a[index]``: per axis (size, step) or None for an integer
     index; the starts are the in-memory operands."""
     def plan_of(stores, values, config: Config) -> Plan:
-        view = views.take(stores[0], sizes, (0,) * len(sizes))  # starts may be traced
+        view = slice_view(stores[0], sizes, (0,) * len(sizes))  # starts may be traced
         if view is not None:
             return planner.view("slice", view)
         return planner.take_slice(stores[0], sizes, config)
@@ -365,7 +378,7 @@ def take_slice(sizes: tuple, *, grad: bool = False):
     def work(stores, values, config: Config):
         (source,) = stores
         starts = tuple(int(v) for v in values)
-        view = _as_view(views.take(source, sizes, starts), config)
+        view = _as_view(slice_view(source, sizes, starts), config)
         if view is not None:
             return view
         shape = tuple(size for size, _ in (x for x in sizes if x is not None))
@@ -393,14 +406,14 @@ def reshape(shape: tuple, *, grad: bool = False):
     """Work for a C-order reshape: bands of whole output rows, each read
     from the source rows that hold its elements."""
     def plan_of(stores, values, config: Config) -> Plan:
-        view = views.reshape(stores[0], shape)
+        view = reshape_view(stores[0], shape)
         if view is not None:
             return planner.view("reshape", view)
         return planner.reshape(stores[0], shape, config)
 
     def work(stores, values, config: Config):
         (source,) = stores
-        view = _as_view(views.reshape(source, shape), config)
+        view = _as_view(reshape_view(source, shape), config)
         if view is not None:
             return view
         return _produce(config, "reshape", shape, source.dtype,
@@ -468,7 +481,7 @@ def scatter_add(op: str, indexed: tuple, shape: tuple, dtype):
 def _read_all(stores, scalars, config: Config) -> np.ndarray:
     (store,) = stores
     with counters.op("materialize"):
-        return chunkio.read(store, _whole(store.shape))
+        return read(store, _whole(store.shape))
 
 
 #: Work for loading a whole store into memory: one read in the calling
@@ -489,7 +502,7 @@ def write_value(*, grad: bool = False, op: str = "from_value"):
         with room(config, op, value.shape, value.dtype, chunks), registry.new_store(
                 config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out, \
                 counters.op(op):
-            chunkio.write(out, _whole(value.shape), value)
+            write(out, _whole(value.shape), value)
         return out
     return Work(op, work, plan_of)
 
@@ -511,29 +524,29 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
     target = _own(target)  # update_ of a view writes its own copy, never its base
     if target.path == source.path and source.view is None:
         return target
-    icechunk_stores.refuse_in_place(target.path, "update_")  # no atomic replace at a URL
+    location_of(target).check_in_place("update_")  # no atomic replace of a user's store at a URL
     planned = planner.update(target, source, config)
     tile, cost = planned.tile, planned.cost
     folder = os.path.dirname(target.path)
     needed = stored_nbytes(target)  # exact when uncompressed, else an upper bound
-    if not _transactional(target) and not layout.compressed(target):
-        space.check_space(folder, needed, "update_")
-    stamps = space.stamp([source])
-    make_like = layout.maker_like(target)
+    if location_of(target).checks_free_space and not compressed(target):
+        check_space(folder, needed, "update_")
+    stamps = stamp([source])
+    make_like = maker_like(target)
 
     def make_staging(path):
-        with space.space_errors(folder, needed, "update_"):
+        with space_errors(folder, needed, "update_"):
             make_like(path)
 
     def fill(path):
         tmp = StoreSpec(path, target.shape, target.dtype, target.chunks)
         try:
-            with space.space_errors(folder, needed, "update_"):
+            with space_errors(folder, needed, "update_"):
                 dsk, keys = builders.copy_graph(tmp, source, tile=tile)
                 execute.run(dsk, keys, config.workers, cost)
-            space.check_unchanged(stamps, "update_")
+            check_unchanged(stamps, "update_")
         finally:
-            chunkio.forget(path)
+            forget_cached(path)
 
     return replace_store(target, make_staging, fill, config)
 
@@ -542,70 +555,28 @@ update = Work("update_", _update,
               lambda stores, values, config: planner.update(stores[0], stores[1], config))
 
 
-def _transactional(target: StoreSpec | None) -> bool:
-    """Whether ``target`` is an array in an icechunk repository (replaced by a commit)."""
-    return target is not None and icechunk_stores.is_icechunk(target.path)
-
-
 def replace_store(target: StoreSpec, make_staging, fill, config: Config) -> StoreSpec:
-    """Replace ``target``'s data atomically (:func:`jask.store.durability.replace`,
-    one icechunk commit, or for jask's own array in object storage a new
-    version), after computing the deferred results that read its old values;
-    return the store now behind ``target``'s handle."""
+    """Replace ``target``'s data atomically, after computing the deferred results
+    that read its old values; return the store now behind ``target``'s handle.
+    How is its location's (:meth:`jask.store.Location.replace`: one exchange of
+    folders, a new version in object storage, one icechunk commit)."""
     registry.before_mutation(target.path)
-    if _transactional(target):
-        _commit(target, fill)
-        return target
-    if is_url(target.path):
-        if not target.managed:  # (refused before: icechunk_stores.refuse_in_place)
-            raise NotImplementedError(f"jask: cannot replace {target.path!r} in place")
-        return _new_version(target, fill, config)
-    journal = None if target.managed else sessions.journal_dir(  # a session goes whole
-        sessions.session_dir(config.scratch_dir))
-    with saves.copies_of(target.path, journal) as note:  # a killed one's: cleaned later
-        durability.replace(target.path, note(make_staging), fill, durable=not target.managed)
-    chunkio.forget(target.path)
-    return target
+    where = location_of(target)
+    if where.replaces_in_this_process:  # (an icechunk session lives in one process)
+        fill = _on_this_process(fill)
+    return where.replace(target, make_staging, fill, config.scratch_dir)
 
 
-def _new_version(target: StoreSpec, fill, config: Config) -> StoreSpec:
-    """jask's own array in a bucket: object storage has no rename, so the new
-    values go to a new store of the same layout, which then takes the array's
-    handle in one step (the old one is deleted at the next safe point). A
-    failure midway leaves the array as it was."""
-    name = os.path.basename(target.path).split("-")[0] or "update_"
-    new = registry.create(config.scratch_dir, name, target.shape, target.dtype,
-                          target.chunks, grad=target.path.endswith(GRAD_SUFFIX))
-    try:
-        fill(new.path)
-    except BaseException:
-        registry.discard(new)
-        raise
-    return registry.repoint(target.handle, new)
-
-
-def _commit(target: StoreSpec, fill) -> None:
-    """Fill a writable icechunk session of ``target``'s branch and commit it
-    (:func:`jask.store.icechunk_stores.replace`). The session lives in this
-    process: its tiles are written by this process's threads, even with a
+def _on_this_process(fill):
+    """``fill`` with its tiles written by this process's threads, even with a
     distributed client in effect."""
     import dask
-
-    from jask.store import versions
 
     def fill_here(staging: str) -> None:
         with dask.config.set(scheduler="threads"):
             fill(staging)
 
-    versions.check_open(target.path)  # what this thread read to make it is one version
-    with versions.swapping(target.path):  # this process's readers finish their snapshot
-        try:
-            icechunk_stores.replace(target.path, fill_here)
-        except icechunk_stores.Conflict as err:
-            raise versions.StoreChangedError(str(err)) from None
-        finally:
-            chunkio.forget(target.path)  # the next read opens the new snapshot
-    versions.replaced(target.path)
+    return fill_here
 
 
 def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
@@ -629,7 +600,7 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
                          for src, disk in zip(sources, on_disk))
         target = _store(sources, into)
         if target is not None:  # no atomic replace of a plain store at a URL
-            icechunk_stores.refuse_in_place(target.path, op)
+            location_of(target).check_in_place(op)
         planned = plan_of(stores, values, config)
         tile, cost = planned.tile, planned.cost
         first = 0 if target is None else 1
@@ -649,16 +620,16 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
                                         uuid.uuid4().hex)
                 execute.run(dsk, keys, config.workers, cost)
                 if staging is not None:
-                    chunkio.forget(staging)
+                    forget_cached(staging)
 
             if target is None:
                 fill(None)
             else:  # the first output replaces target's data, atomically (as update_)
-                target = replace_store(target, layout.maker_like(target), fill, config)
+                target = replace_store(target, maker_like(target), fill, config)
         except BaseException as err:
             for out in outs:
                 registry.discard(out)
-            space.raise_if_full(err, needs, op)  # naming the folder and the sizes
+            raise_if_full(err, needs, op)  # naming the folder and the sizes
             raise
         return ([target] if target is not None else []) + outs
     return Work(op, run, plan_of)
@@ -667,16 +638,16 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
 def _fused_room(config: Config, op: str, shape, dtypes, tile, target) -> dict[str, int]:
     """Bytes each folder must take of a fused op's outputs (the scratch
     folder, and the folder of a ``target`` replaced), refused now if short."""
-    folder = sessions.session_dir(config.scratch_dir)
+    folder = session_dir(config.scratch_dir)
     needs = {folder: sum(stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dt), tile))
                          for dt in dtypes)}
-    if target is not None and not _transactional(target):
+    if target is not None and location_of(target).checks_free_space:  # (a folder beside it)
         beside = os.path.dirname(target.path)
         needs[beside] = needs.get(beside, 0) + stored_nbytes(target)
     for where, needed in needs.items():
         if needed and not (target is not None and where == os.path.dirname(target.path)
-                           and layout.compressed(target)):  # then only an upper bound
-            space.check_space(where, needed, op)
+                           and compressed(target)):  # then only an upper bound
+            check_space(where, needed, op)
     return needs
 
 

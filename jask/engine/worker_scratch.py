@@ -17,11 +17,11 @@ def set_up_worker(budget: int, folder: str, options: dict) -> dict:
     (``folder``, inside the worker's own ``local_directory``) and the object
     stores' options; returns where it is, for the client to check."""
     from jask.base import config, rss
-    from jask.store import objects
+    from jask.store import register_options
 
     config.set_memory_budget(budget, scratch_dir=folder)
     for url, found in options.items():
-        objects.register_options(url, found)
+        register_options(url, found)
     rss.reset_peak_rss()
     return {"pid": os.getpid(), "scratch_dir": folder}
 

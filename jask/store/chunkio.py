@@ -40,7 +40,6 @@ import zarr
 from zarr.storage import LocalStore
 
 from jask.base import counters, memory
-from jask.store import buffers, icechunk_stores, remote, views
 from jask.store.chunk_layout import (
     DECODE_ERRORS,
     ChunkLayout,
@@ -51,6 +50,8 @@ from jask.store.chunk_layout import (
 )
 from jask.store.objects import is_url
 from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
+
+from . import buffers, icechunk_stores, remote, views
 
 __all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "remember_plain"]
 

@@ -41,7 +41,7 @@ import shutil
 import uuid
 from typing import Callable
 
-from jask.store import versions
+from . import versions
 
 __all__ = ["replace", "recover", "store_lock", "FSYNC"]
 

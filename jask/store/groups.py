@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
-from jask.store import objects
+from . import objects
 
 __all__ = ["Member", "group_members", "read_values", "open_array", "zarr_store"]
 

@@ -35,12 +35,13 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from jask.store.objects import check_url, is_url, redact
+from jask.store.spec import ICECHUNK_PREFIX
 
-__all__ = ["PREFIX", "is_icechunk", "name", "open_array", "replace", "describe",
-           "refuse_in_place", "Conflict"]
+__all__ = ["PREFIX", "is_icechunk", "name", "open_array", "replace", "describe", "Conflict"]
 
-#: What every icechunk store path of jask's begins with.
-PREFIX = "icechunk+"
+#: What every icechunk store path of jask's begins with (the kind's one test:
+#: jask.store.spec.kind_of).
+PREFIX = ICECHUNK_PREFIX
 
 #: Test hook, None in normal use: called with "write" and "commit" as each
 #: step of :func:`replace` begins (a test SIGKILLs a writer inside them).
@@ -286,28 +287,3 @@ def replace(path: str, fill: Callable[[str], None], *, message: str = "jask upda
                 f"still applies. ({type(err).__name__}: {redact(str(err))})") from None
     finally:
         _writing.pop(token, None)
-
-
-def refuse_in_place(path: str, op: str) -> None:
-    """Raise, naming ``path``, when the store at ``path`` is a plain Zarr store
-    in object storage, where ``op`` (writing in place) cannot be atomic.
-
-    Example:
-      >>> refuse_in_place("s3://bucket/w.zarr", "update_")
-      Traceback (most recent call last):
-      ...
-      NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
-    """
-    from jask.store import object_sessions
-
-    if is_url(path) and object_sessions.holds_jask_stores(path):
-        return  # jask's own array: replaced by a new version (jask.engine.work.replace_store)
-    if is_url(path):
-        raise NotImplementedError(
-            f"jask.{op}: {redact(path)!r} is a plain Zarr store in object storage, which "
-            "cannot replace its chunks all at once (there is no rename): a reader, or a "
-            "crash mid-write, would see old and new chunks mixed, so jask refuses it; nothing "
-            "was written. Keep arrays you update in "
-            "place in an icechunk repository (jask.open_icechunk('s3://bucket/repo', "
-            "'name')), whose update_ is one commit, or write the new values to a new URL "
-            "(jask.save(new_value, 's3://bucket/new.zarr'))")

@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from jask.store import chunkio, objects, remote, sessions
 from jask.store.spec import StoreSpec, plain_v3_metadata
+
+from . import chunkio, objects, remote, sessions
 
 __all__ = ["create_at", "create_like", "maker_like", "compressed"]
 

@@ -17,7 +17,7 @@ import functools
 
 import zarr
 
-from jask.store import chunkio, registry
+from . import chunkio, registry
 
 __all__ = ["open_writable"]
 

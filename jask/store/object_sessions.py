@@ -47,7 +47,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from jask.base import counters
-from jask.store import objects
+
+from . import objects
 
 __all__ = ["session_url", "owns", "keep", "holds_jask_stores", "remove", "remove_dead",
            "live_sessions", "LEASE_SECONDS", "MARKER", "LEASE"]

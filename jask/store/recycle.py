@@ -28,7 +28,7 @@ import shutil
 import threading
 import uuid
 
-from jask.store import objects, sessions, trash
+from . import objects, sessions, trash
 
 __all__ = ["give", "take", "clear"]
 

@@ -33,9 +33,10 @@ import weakref
 import numpy as np
 import zarr
 
-from jask.store import chunkio, durability, recycle, sessions, trash, versions
 from jask.store.layout import create_at
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, check_metadata, plain_v3_metadata, stored_nbytes
+
+from . import chunkio, durability, recycle, sessions, trash, versions
 
 __all__ = ["Owner", "create", "register", "register_external", "spec", "claim", "sweep",
            "live_paths", "in_callback", "Deferred"]

@@ -46,7 +46,6 @@ import numpy as np
 import zarr
 
 from jask.base import counters, memory
-from jask.store import buffers, objects
 from jask.store.chunk_layout import (
     DECODE_ERRORS,
     ChunkLayout,
@@ -57,6 +56,8 @@ from jask.store.chunk_layout import (
 )
 from jask.store.objects import RemoteStoreError  # (object_sessions raises it too)
 from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata, writes_every_chunk
+
+from . import buffers, objects
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",

@@ -29,7 +29,7 @@ import sys
 import threading
 import uuid
 
-from jask.store import object_sessions, objects, saves
+from . import object_sessions, objects, saves
 
 __all__ = ["session_dir", "owns", "keep", "holds_jask_stores", "open_lock",
            "file_mode", "folder_mode", "journal_dir"]

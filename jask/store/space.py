@@ -13,8 +13,9 @@ import os
 import shutil
 
 from jask.base.sizes import exact_bytes
-from jask.store import objects, recycle, trash
 from jask.store.versions import StoreChangedError, check_unchanged, snapshot, stamp
+
+from . import objects, recycle, trash
 
 __all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors", "stamp",
            "check_unchanged", "snapshot"]

@@ -25,7 +25,7 @@ import shutil
 import threading
 import uuid
 
-from jask.store import object_sessions, objects, sessions
+from . import object_sessions, objects, sessions
 
 __all__ = ["remove", "remove_now", "wait"]
 

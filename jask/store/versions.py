@@ -69,8 +69,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from jask.store import chunkio, remote
 from jask.store.objects import is_url
+
+from . import chunkio, remote
 
 __all__ = ["StoreChangedError", "VERSION_FILE", "Version", "write_token", "identity",
            "resolved", "opened", "check_layouts", "stamp", "check_unchanged", "snapshot",

@@ -17,7 +17,7 @@ from jask.engine.blockwise import REDUCERS
 from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
 from jask.engine.plan.tiles import Plan
-from jask.store import chunkio, views
+from jask.store import read_model, view_key
 from jask.store.spec import StoreSpec
 
 __all__ = ["BAND_SHARE", "group", "plan_bands"]
@@ -40,7 +40,7 @@ def group(name: str, order: list, keep: set, returned: list, config: Config) -> 
         held += config.workers * sum(memory.nbytes(x.shape, x.dtype) for x in whole)
         for x in node.inputs:
             if isinstance(x, StoreSpec) and not any(x is y for y in whole):
-                leaves.setdefault(views.key(x), x)
+                leaves.setdefault(view_key(x), x)
             elif isinstance(x, np.ndarray):
                 held += x.nbytes
     held += sum(2 * memory.nbytes(top.shape, top.dtype) for top in returned if top.rows)
@@ -118,7 +118,7 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
       >>> plan_bands("dot", [n], [x], 800, 1000, 10**7, 2).rows
       500
     """
-    models = [chunkio.read_model(s) for s in leaves]
+    models = [read_model(s) for s in leaves]
     units = [1]
     if leaves:  # whole chunk rows of the largest input: each of its chunks read once
         biggest = max(range(len(leaves)), key=lambda i: _row_bytes(leaves[i].shape,

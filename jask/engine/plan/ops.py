@@ -25,7 +25,7 @@ from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
 from jask.engine.tasks import partial_dtype
-from jask.store import chunkio, views
+from jask.store import base_of, read_model, same_elements
 from jask.store.spec import StoreSpec
 
 __all__ = ["view", "blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
@@ -176,7 +176,7 @@ def copy_chunks(target: StoreSpec, source: StoreSpec, budget: int, workers: int,
       >>> copy_chunks(x, x, 10**8, 2)[0][0] % 250
       0
     """
-    model = chunkio.read_model(target)
+    model = read_model(target)
     return transpose_chunks(source, tuple(range(len(source.shape))), budget, workers, op=op,
                             out_unit=model.write_unit or tuple(target.chunks),
                             out_copies=model.write_copies)
@@ -308,8 +308,8 @@ def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
     for i, (p, disk, vector) in enumerate(zip((pa, pb), on_disk, vectors)):
         if not disk or vector is not None:
             continue
-        model = chunkio.read_model(p)
-        if chunkio.read_model(views.base_of(p)).raw:  # (a view reads raw chunks through a buffer)
+        model = read_model(p)
+        if read_model(base_of(p)).raw:  # (a view reads raw chunks through a buffer)
             continue
         factor = memory.read_cost(model, (1,) * (len(p.shape) - 2) + tiles[i])[1]
         if reuse[i] * factor > 1:
@@ -319,7 +319,7 @@ def _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) -> tuple:
 
 def _gram(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool) -> bool:
     """Whether a product is ``X.T @ X`` (one store read on both sides)."""
-    return ta and not tb and views.same(a, b) and len(a.shape) == 2
+    return ta and not tb and same_elements(a, b) and len(a.shape) == 2
 
 
 def dot_passes(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, tile: tuple) -> tuple:
@@ -426,7 +426,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         splits = 1
         if n_out < 2 * workers:
             splits = max(1, min(math.ceil(k / tk), (2 * workers) // max(n_out, 1)))
-        reads = [(chunkio.read_model(a), a_tile), (chunkio.read_model(b), b_tile)]
+        reads = [(read_model(a), a_tile), (read_model(b), b_tile)]
         if _gram(a, b, ta, tb) and tm >= m:  # b's tile is part of a's band, read once
             reads = reads[:1]
         # the running sum, the product of the current pair, the output cast and encoded
@@ -478,7 +478,7 @@ def scatter_slice(g: StoreSpec, shape: tuple, config: Config) -> Plan:
     """The gradient of a slice (zeros with ``g`` placed where it was taken):
     default chunks of ``shape``."""
     chunks = memory.default_chunks(shape, g.dtype, config.max_memory, config.workers)
-    cost = memory.task_cost("slice_vjp", chunks, [(chunkio.read_model(g), chunks)],
+    cost = memory.task_cost("slice_vjp", chunks, [(read_model(g), chunks)],
                             memory.nbytes(chunks, g.dtype), 2, config.workers)
     memory.check_fits(cost, config.max_memory)
     return Plan("slice_vjp", tuple(chunks), tuple(chunks), _n_tiles(shape, chunks), cost)
@@ -494,7 +494,7 @@ def reshape(source: StoreSpec, shape: tuple, config: Config) -> Plan:
         rows = tile[0]
         covered = min(source.shape[0], -(-(rows * out_row) // src_row) + 1)
         src_tile = (covered,) + tuple(source.shape[1:])
-        return memory.task_cost("reshape", tile, [(chunkio.read_model(source), src_tile)],
+        return memory.task_cost("reshape", tile, [(read_model(source), src_tile)],
                                 memory.nbytes(tile, source.dtype), 2, config.workers)
 
     start = memory.default_chunks(shape, source.dtype, config.max_memory, config.workers)
@@ -530,7 +530,7 @@ def concatenate(stores, axis: int, stack: bool, shape: tuple, config: Config) ->
 
     def cost_of(tile):
         part = tuple(c for i, c in enumerate(tile) if not (stack and i == axis))
-        reads = [(chunkio.read_model(x), part) for x in overlapping(tile[axis])]
+        reads = [(read_model(x), part) for x in overlapping(tile[axis])]
         return memory.task_cost("concatenate", tile, reads,
                                 memory.nbytes(tile, first.dtype), 2, config.workers)
 
@@ -553,7 +553,7 @@ def gather(op: str, read: StoreSpec, indexed: tuple, shape: tuple, values, confi
     vectors (``values``) are held once."""
     dtype = np.dtype(dtype or read.dtype)
     held = _held(values)
-    model = chunkio.read_model(read)
+    model = read_model(read)
 
     def cost_of(tile, at_once):
         # plain chunk files are read run by run (jask.engine.gather._read_part)
@@ -589,7 +589,7 @@ def read_all(store: StoreSpec, config: Config) -> Plan:
     """Loading a whole store into memory: one read of the whole array in
     the calling thread (never refused: the caller asked for the array)."""
     shape = tuple(max(1, n) for n in store.shape)
-    cost = memory.task_cost("materialize", shape, [(chunkio.read_model(store), shape)], 0, 0, 1)
+    cost = memory.task_cost("materialize", shape, [(read_model(store), shape)], 0, 0, 1)
     return Plan("materialize", shape, None, 1, dataclasses.replace(cost, tasks=1))
 
 
@@ -615,7 +615,7 @@ def save(source: StoreSpec, chunks: tuple | None, compressed: bool, config: Conf
     copies = SAVE_OUT_COPIES + (COMPRESSOR_COPIES if compressed else 0)
 
     def cost(tile):
-        return memory.task_cost("save", tile, [(chunkio.read_model(source), tile)],
+        return memory.task_cost("save", tile, [(read_model(source), tile)],
                                 memory.nbytes(tile, source.dtype), copies, config.workers)
     shape = tuple(source.shape)
     if chunks is not None:
@@ -649,7 +649,7 @@ def fused(op: str, shape: tuple, dtype, sources: list, out_dtypes: tuple, into: 
     if like is not None:
         if not isinstance(sources[like], StoreSpec):
             raise TypeError(f"jask.fused: operand {like} must be a DiskArray")
-        unit = chunkio.read_model(sources[like]).write_unit or tuple(sources[like].chunks)
+        unit = read_model(sources[like]).write_unit or tuple(sources[like].chunks)
     tile, cost = plan_blockwise(
         op, shape, dtype, disk, budget=config.max_memory, workers=config.workers,
         fixed_bytes=held, out_copies=len(out_dtypes) + 1 if temporaries is None else temporaries,
@@ -682,7 +682,7 @@ def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
     does not fit."""
     shape = tuple(stores[0].shape)
     n = shape[axis]
-    models = [chunkio.read_model(s) for s in stores]
+    models = [read_model(s) for s in stores]
 
     def cost_of(tile, at_once):
         cost = memory.task_cost(op, tile, [(m, tile) for m in models],
@@ -727,10 +727,10 @@ def search(op: str, values, sorted_, dtype, to_memory: bool, config: Config) -> 
     held = _held(x for x in (values, sorted_) if not isinstance(x, StoreSpec))
     if to_memory:
         held += memory.nbytes(shape, np.int64) * 2  # the pieces and the assembled result
-    reads = [(chunkio.read_model(sorted_), (step,))] if disk_sorted else []
+    reads = [(read_model(sorted_), (step,))] if disk_sorted else []
 
     def cost_of(tile, at_once):
-        tile_reads = reads + ([(chunkio.read_model(values), tile)]
+        tile_reads = reads + ([(read_model(values), tile)]
                               if isinstance(values, StoreSpec) else [])
         cost = memory.task_cost(op, tile, tile_reads,
                                 math.prod(tile) * (8 + itemsize) + step * itemsize, 1, at_once)

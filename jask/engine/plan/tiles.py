@@ -35,7 +35,7 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.sizes import exact_bytes
-from jask.store import chunkio
+from jask.store import read_model
 from jask.store.spec import StoreSpec
 
 __all__ = ["Operand", "Plan", "as_decoded", "operand_tile", "plan_blockwise", "plan_slice",
@@ -187,7 +187,7 @@ def plan_blockwise(op: str, shape: tuple, dtype, operands, *, budget: int, worke
       ((250, 1000), 2, 4)
     """
     shape = tuple(int(n) for n in shape)
-    models = [chunkio.read_model(store) for store, _ in operands]
+    models = [read_model(store) for store, _ in operands]
     # Weighing the candidates took a third of an eager op on a small array;
     # ops in a loop ask the same question each time. (Refusals are not kept:
     # their message names the store.)
@@ -298,7 +298,7 @@ def _refusal(op, cheapest, operands, models, budget, fixed_bytes, workers, shape
     (store, axes), model = worst
     if store.view is not None:  # what to rechunk is the stored array, not the view of it
         store = store.view.base
-        model = chunkio.read_model(store)
+        model = read_model(store)
     if held * 2 > task:  # reading the input's chunks is what does not fit
         size = memory.chunk_bytes(budget, workers)
         suggestion = memory.chunk_shape(tuple(store.shape), model.itemsize, size)
@@ -322,7 +322,7 @@ def as_decoded(store: StoreSpec) -> StoreSpec:
       >>> as_decoded(x).chunks
       (5, 5)
     """
-    unit = chunkio.read_model(store).unit
+    unit = read_model(store).unit
     return StoreSpec("", tuple(store.shape), store.dtype, tuple(unit), managed=True)
 
 
@@ -373,7 +373,7 @@ def plan_slice(source: StoreSpec, sizes: tuple, *, budget: int, workers: int,
       (True, True)
     """
     # a window starting inside a chunk cuts it: no chunk decoded straight into the tile
-    model = dataclasses.replace(chunkio.read_model(source), direct=False)
+    model = dataclasses.replace(read_model(source), direct=False)
     dtype = np.dtype(source.dtype)
     axes = [(i, x) for i, x in enumerate(sizes) if x is not None]
     shape = tuple(x[0] for _, x in axes)

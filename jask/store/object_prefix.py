@@ -1,0 +1,162 @@
+"""A store under a prefix in object storage: no rename, so a user's plain
+store is never replaced in place, and jask's own is replaced by a new
+version (a new store handed the array's handle in one step,
+:func:`jask.store.registry.repoint`). Its chunks are read and written by
+requests (:mod:`jask.store.remote`), its options kept per URL prefix
+(:mod:`jask.store.objects`)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import Callable
+
+from jask.store.location import Location
+from jask.store.spec import GRAD_SUFFIX, OBJECTS, StoreSpec
+
+from . import chunkio, object_sessions, objects, registry, remote
+
+__all__ = ["ObjectPrefix"]
+
+#: The object a save to a URL claims it by, and every key such a save writes
+#: (chunks, default "/" key encoding): what ``overwrite=True`` may clear.
+_CLAIM = ".jask-save"
+_SAVE_KEY = re.compile(r"c(/[0-9]+)*|\.jask-save")
+
+
+class ObjectPrefix(Location):
+    """A Zarr array under a URL (``s3://``, ``gs://``, ``az://``, ``memory://``)."""
+
+    kind = OBJECTS
+
+    @property
+    def supports_rename(self) -> bool:
+        return False
+
+    @property
+    def reads_by_request(self) -> bool:
+        return True
+
+    def register_options(self, storage_options: dict | None) -> None:
+        objects.register_options(self.path, storage_options)
+
+    def open(self) -> StoreSpec:
+        remote.forget(self.path)  # an array written anew at this URL: its own layout
+        return registry.register(remote.spec_of(self.path), pending=False)
+
+    def check_in_place(self, op: str) -> None:
+        """Refuse a user's plain Zarr store (its chunks cannot all change at
+        once: there is no rename); jask's own array here gets a new version.
+
+        Example:
+          >>> ObjectPrefix("s3://bucket/w.zarr").check_in_place("update_")
+          Traceback (most recent call last):
+          ...
+          NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
+        """
+        if object_sessions.holds_jask_stores(self.path):
+            return  # jask's own array: replaced by a new version (replace)
+        raise NotImplementedError(
+            f"jask.{op}: {objects.redact(self.path)!r} is a plain Zarr store in object "
+            "storage, which cannot replace its chunks all at once (there is no rename): a "
+            "reader, or a crash mid-write, would see old and new chunks mixed, so jask refuses "
+            "it; nothing was written. Keep arrays you update in "
+            "place in an icechunk repository (jask.open_icechunk('s3://bucket/repo', "
+            "'name')), whose update_ is one commit, or write the new values to a new URL "
+            "(jask.save(new_value, 's3://bucket/new.zarr'))")
+
+    def replace(self, target: StoreSpec, make_staging: Callable[[str], None],
+                fill: Callable[[str], None], scratch_dir: str) -> StoreSpec:
+        """jask's own array in a bucket: object storage has no rename, so the new
+        values go to a new store of the same layout, which then takes the array's
+        handle in one step (the old one is deleted at the next safe point). A
+        failure midway leaves the array as it was."""
+        if not target.managed:  # (refused before: check_in_place)
+            raise NotImplementedError(f"jask: cannot replace {target.path!r} in place")
+        name = os.path.basename(target.path).split("-")[0] or "update_"
+        new = registry.create(scratch_dir, name, target.shape, target.dtype,
+                              target.chunks, grad=target.path.endswith(GRAD_SUFFIX))
+        try:
+            fill(new.path)
+        except BaseException:
+            registry.discard(new)
+            raise
+        return registry.repoint(target.handle, new)
+
+    # A new array saved here (jask.save): its chunks put first, its metadata last.
+
+    def check_save_target(self, source_path: str, scratch_dir: str) -> None:
+        """Refuse, before anything is planned, a save here over the array's own
+        store, to a whole bucket, or into jask's scratch prefix."""
+        url = self.path
+        if url == source_path:
+            raise ValueError(f"jask.save: {url!r} is the array's own store; save it elsewhere")
+        if not objects.location(url).prefix:  # a failed save deletes what is under its URL
+            raise ValueError(f"jask.save: {url!r} is a whole bucket; save to a prefix in it "
+                             f"({url}/name.zarr)")
+        if objects.is_url(scratch_dir) and (url + "/").startswith(scratch_dir + "/"):
+            raise ValueError(f"jask.save: {url!r} is inside jask's scratch prefix "
+                             f"{scratch_dir!r}, whose sessions are removed when they end")
+
+    def clear_for_save(self, overwrite: bool, before_delete: Callable[[], None]) -> None:
+        """Refuse a save over an array, a group or objects no save of jask's
+        writes; delete a failed save's objects with ``overwrite``
+        (``before_delete()`` first)."""
+        url = self.path
+        debris = remote.list_prefix(url)  # one LIST: an array there, or a failed save's objects
+        if any(k in ("zarr.json", ".zarray", ".zgroup") for k in debris):
+            raise FileExistsError(
+                f"jask.save: {url!r} already holds a Zarr array or group; object storage cannot "
+                "replace it in one step (a failure midway would leave neither array), so jask "
+                "does not overwrite it, even with overwrite=True: save to a new URL (and delete "
+                "the old prefix yourself), or keep the array in an icechunk repository")
+        foreign = [k for k in debris if not _SAVE_KEY.fullmatch(k)]
+        if foreign:  # not a jask save's: the user's (an array below, their files)
+            raise FileExistsError(
+                f"jask.save: {url!r} holds {len(debris)} objects, {foreign[0]!r} among them, "
+                "that no save of jask's writes; jask never deletes them, even with "
+                "overwrite=True: save to a new URL")
+        if debris and not overwrite:
+            raise FileExistsError(
+                f"jask.save: {url!r} holds {len(debris)} objects but no Zarr metadata (left by "
+                "a save that failed, or one under way); pass overwrite=True to delete them and "
+                "save there")
+        before_delete()
+        if debris:
+            remote.delete_prefix(url)
+
+    def remember_layout(self, text: str) -> None:
+        """Read and write the array here with the metadata ``text``, not put yet
+        (a worker process learns the layout from it; cached per process)."""
+        remote.remember(self.path, text)
+
+    def put_array(self, text: str, write_chunks: Callable[[], None]) -> None:
+        """Claim this prefix, run ``write_chunks()``, then put the metadata
+        ``text``: only then does the array open. On failure what was put is
+        deleted."""
+        url = self.path
+        remote.forget(url)
+        remote.remember(url, text)
+        # Claimed by a conditional put before any chunk: of two saves to one URL
+        # at once, the second is refused with nothing written (else their chunks
+        # would mix, and its cleanup would delete the first's array).
+        try:
+            remote.put(url, _CLAIM, b"jask.save", create_only=True, op="claim")
+        except FileExistsError:
+            raise FileExistsError(f"jask.save: another save to {url!r} is under way (or was "
+                                  "cut short: pass overwrite=True to clear its objects)") from None
+        try:
+            write_chunks()
+            remote.write_metadata(url, text)  # last: only now does the array open
+        except BaseException as err:
+            try:
+                remote.delete_prefix(url)
+            except Exception:  # the endpoint may be what failed: no metadata was put anyway
+                pass
+            getattr(err, "add_note")(f"jask.save: no array was made at {url!r} (its metadata "
+                                     "is put last)")
+            raise
+        finally:
+            chunkio.forget(url)
+        with contextlib.suppress(Exception):  # (left behind, it is harmless beside the metadata)
+            objects.delete(url, _CLAIM)
