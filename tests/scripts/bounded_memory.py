@@ -83,7 +83,7 @@ def ops(a, b, v, X, y, w):
 ON_REQUEST = {"matmul"}
 BY_DEFAULT_IN = {"matmul": {"mixed grids"}}
 #: Ops not run on inputs at URLs: jask refuses update_ on a plain Zarr store in
-#: object storage (no atomic replace: jask.store.icechunk_stores.refuse_in_place).
+#: object storage (no atomic replace: ObjectPrefix.check_in_place in jask.store.object_prefix).
 NOT_AT_URLS = {"update_"}
 
 
