@@ -76,7 +76,7 @@ def open(path: str | os.PathLike, storage_options: dict | None = None) -> DiskAr
         objects.register_options(url, storage_options)
         objects.location(url).client  # (bad options: a ValueError naming them, not the array)
         remote.forget(url)  # an array written anew at this URL: its own layout
-        return DiskArray._from_store(registry.register(remote.spec_of(url), pending=False))
+        return DiskArray._from_store(registry.register(remote.spec_of(url)))
     return DiskArray._from_store(registry.register_external(path))
 
 
