@@ -121,6 +121,9 @@ class Record:
     copy: "Deferred | None" = None       # a view: its own copy, made before its base changes
     base: "Record | None" = None         # a view: its base's record (kept while it lives)
     owner: "_OwnerRef | None" = None     # owned: a weak reference to its Owner
+    #: trash: its path may be another record's too (a Ctrl-C between two steps
+    #: of fulfil or replace left it behind): deleted only if no live record names it
+    shared: bool = False
 
     def _expect(self, what: str, *states: State) -> None:
         if self.state not in states:
@@ -205,7 +208,7 @@ class Record:
         old = self.spec
         if old is None or old.view is not None:
             raise LifetimeError(f"jask: internal error, store {self.key} has no store to replace")
-        trashed = Record(next(_handles), State.TRASH, spec=old)  # a number of its own
+        trashed = Record(next(_handles), State.TRASH, spec=old, shared=True)  # a number of its own
         _records[trashed.key] = trashed  # first: never leaked (nor deleted while named below)
         self.spec = StoreSpec(store.path, old.shape, old.dtype, store.chunks, self.key, True)
         return self.spec
@@ -230,7 +233,8 @@ class Record:
     def to_trash(self) -> None:
         """doomed, or made or unclaimed and unreachable -> trash."""
         self._expect("go to the trash", State.DOOMED, State.MADE, State.UNCLAIMED)
-        self.state, self.thread = State.TRASH, 0
+        self.shared = self.state is State.MADE  # (set first: a made record's folder may be
+        self.state, self.thread = State.TRASH, 0  # a live record's, see fulfil)
         self.owner = self.base = self.copy = None
 
     def drop(self) -> "Deferred":
@@ -316,6 +320,13 @@ def _made(path: str) -> Record | None:
         if record.state is State.MADE and record.path == path:
             return record
     return None
+
+
+def _unsettled() -> list:
+    """The records not owned: the only ones a sweep may have to do with
+    (one pass over the table, no call per record; caller holds ``_lock``)."""
+    owned = State.OWNED
+    return [r for r in list(_records.values()) if r.state is not owned]
 
 
 def _done() -> Callable[[int], bool]:
@@ -664,14 +675,15 @@ def _sweep_once() -> tuple:
     dropped, to be let go of outside the lock)."""
     with _lock:
         _doom_dead_owners()
-        records = list(_records.values())
         done = _done()
-        dead = [r for r in records if r.unreachable(done)]
+        dead = [r for r in _unsettled() if r.unreachable(done)]
         if not dead:
             return 0, []
         going = set(dead)
-        kept = {r.base for r in records  # views' bases: kept while their views live
-                if r.base is not None and r.state is not State.TRASH and r not in going}
+        trashed = State.TRASH
+        views = [r for r in list(_records.values()) if r.base is not None]
+        kept = {r.base for r in views  # views' bases: kept while their views live
+                if r.state is not trashed and r not in going}
         removed, dropped = 0, []
         # a finalizer run by a collection inside this sweep only queues its Owner's
         # reference: a store doomed meanwhile is doomed at the next sweep
@@ -692,19 +704,19 @@ def _empty_trash() -> None:
     left its old record behind) is never deleted."""
     while True:
         with _lock:
-            records = list(_records.values())
             done = _done()
-            batch = [r for r in records if r.state is State.TRASH
+            batch = [r for r in _unsettled() if r.state is State.TRASH
                      and (r.thread == 0 or done(r.thread))]
             if not batch:
                 return
-            held = {r.spec.path for r in records
-                    if r.spec is not None and r.state is not State.TRASH}
+            held = {r.spec.path for r in list(_records.values())
+                    if r.spec is not None and r.state is not State.TRASH
+                    } if any(r.shared for r in batch) else set()
             for record in batch:
                 record.take_out()
         for record in batch:
             store = record.spec
-            if (store.path if store is not None else record.path) in held:
+            if record.shared and (store.path if store is not None else record.path) in held:
                 pass
             elif store is None:  # made by an op interrupted before registering it
                 if sessions.owns(record.path):
@@ -721,8 +733,11 @@ def has_garbage() -> bool:
     """Whether :func:`sweep` has anything to do."""
     with _lock:
         _doom_dead_owners()
+        unsettled = _unsettled()
+        if not unsettled:
+            return False
         done = _done()
-        return any(r.state is State.TRASH or r.unreachable(done) for r in _records.values())
+        return any(r.state is State.TRASH or r.unreachable(done) for r in unsettled)
 
 
 def live_paths() -> list[str]:
