@@ -159,13 +159,13 @@ def test_training_steps_leave_no_stores_behind(small_budget, rng):
     jask.collect()
     live = set(jask.store.registry.live_paths())
     # (pending eager results of DiskArrays other tests of this process still hold may wait)
-    waiting = set(jask.store.registry._deferred)
+    waiting = set(jask.store.registry.pending())
     for _ in range(5):
         loss, g = step(w, X, y)
         w = w - 1e-4 * g
     jask.collect()
     assert set(jask.store.registry.live_paths()) == live
-    assert set(jask.store.registry._deferred) <= waiting  # nothing recorded survives its program
+    assert set(jask.store.registry.pending()) <= waiting  # nothing recorded survives its program
 
 
 def test_seed_step_on_disk_parameters_reads_X_once(small_budget, rng, dtype, reads):

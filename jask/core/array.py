@@ -204,7 +204,7 @@ class DiskArray:
     def _from_store(cls, store: StoreSpec) -> "DiskArray":
         """Own a completed store, registering it first if it has no handle."""
         if not store.handle:
-            store = registry.register(store, pending=False)
+            store = registry.register(store)
         return cls._from_handle(store.handle, DiskArrayType(store.shape, store.dtype))
 
     @classmethod

@@ -135,21 +135,21 @@ def _callback_body(body: Callable):
 
 
 def _call(run, result: jax.ShapeDtypeStruct, arrays: Sequence[DiskArray], scalars: Sequence):
-    """``run(*handles, *scalars, pending=...)`` now, or staged as an ordered callback."""
+    """``run(*handles, *scalars, in_program=...)`` now, or staged as an ordered callback."""
     if is_eager():
         with interrupts.deferred():  # a Ctrl-C stops it between tasks, or at its end
             collect_if_idle()
-            return run(*[x._handle for x in arrays], *scalars, pending=False)
+            return run(*[x._handle for x in arrays], *scalars, in_program=False)
     operands, received = _staged_operands(arrays, scalars)
 
     def callback(*args):
-        return _callback_body(lambda: _to_wire(run(*received(args), pending=True), result))
+        return _callback_body(lambda: _to_wire(run(*received(args), in_program=True), result))
 
     out = io_callback(callback, _wire(result), *operands, ordered=True)
     return _from_wire(out, result)
 
 
-def _register_outputs(work, args, n: int, config: Config | None, pending: bool) -> list:
+def _register_outputs(work, args, n: int, config: Config | None) -> list:
     """Run a store op's work on its stores and give each new output a handle,
     refusing (and removing) outputs read while another writer replaced an input.
     ``update_`` and in-place optimizer steps return their target: it keeps its
@@ -165,7 +165,7 @@ def _register_outputs(work, args, n: int, config: Config | None, pending: bool) 
             if not out.handle:
                 registry.discard(out)
         raise
-    return [(out if out.handle else registry.register(out, pending=pending)).handle
+    return [(out if out.handle else registry.register(out)).handle
             for out in outs]
 
 
@@ -190,15 +190,15 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
     n = len(arrays)
     keep = tuple(x._owner for x in arrays if x._owner is not None)  # eagerly
 
-    def run(*args, pending: bool):
+    def run(*args, in_program: bool):
         cfg = config or get_config()
-        if fuse is not None and (pending or cfg.lazy and not fuse.at_call):
-            if not pending:  # an op run later must see its operands as they are now
+        if fuse is not None and (in_program or cfg.lazy and not fuse.at_call):
+            if not in_program:  # an op run later must see its operands as they are now
                 args = (*args[:n], *(_as_called(v) for v in args[n:]))
-            handle = lazy.record(fuse, args, cfg, work, () if pending else keep)
+            handle = lazy.record(fuse, args, cfg, work, () if in_program else keep)
             if handle is not None:
                 return handle
-        (handle,) = _register_outputs(work, args, n, config, pending)
+        (handle,) = _register_outputs(work, args, n, config)
         return handle
 
     handle = _call(run, jax.ShapeDtypeStruct((), HANDLE_DTYPE), arrays, scalars)
@@ -210,8 +210,8 @@ def to_stores(work, arrays: Sequence[DiskArray], scalars: Sequence, out_avals: t
     """Run ``work`` producing several stores (a list); return them as DiskArrays."""
     n = len(arrays)
 
-    def run(*args, pending: bool):
-        return np.asarray(_register_outputs(work, args, n, config, pending), HANDLE_DTYPE)
+    def run(*args, in_program: bool):
+        return np.asarray(_register_outputs(work, args, n, config), HANDLE_DTYPE)
 
     handles = _call(run, jax.ShapeDtypeStruct((len(out_avals),), HANDLE_DTYPE), arrays, scalars)
     return tuple(DiskArray._from_handle(handles[i], aval) for i, aval in enumerate(out_avals))
@@ -234,8 +234,8 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
     with the recorded ops it reads (:mod:`jask.engine.lazy`)."""
     n = len(arrays)
 
-    def run(*args, pending: bool):
-        if fuse is not None and (pending or registry.has_deferred()):
+    def run(*args, in_program: bool):
+        if fuse is not None and (in_program or registry.has_deferred()):
             # eagerly: with the pending ops it reads, one pass, nothing between written
             (value,) = lazy.values([(fuse, args, config or get_config())])
             if value is not None:

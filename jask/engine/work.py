@@ -206,7 +206,7 @@ def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
     """Register a view of a registered store (None: not a view, copy instead)."""
     if view is None or view.view is None or not view.view.base.handle:
         return None
-    return registry.register_view(view, _ViewCopy(view, config), pending=registry.in_callback())
+    return registry.register_view(view, _ViewCopy(view, config))
 
 
 def _own(target: StoreSpec) -> StoreSpec:

@@ -42,7 +42,7 @@ class ObjectPrefix(Location):
 
     def open(self) -> StoreSpec:
         remote.forget(self.path)  # an array written anew at this URL: its own layout
-        return registry.register(remote.spec_of(self.path), pending=False)
+        return registry.register(remote.spec_of(self.path))
 
     def check_in_place(self, op: str) -> None:
         """Refuse a user's plain Zarr store (its chunks cannot all change at
