@@ -11,6 +11,7 @@ store was left behind.
 """
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -18,8 +19,12 @@ import numpy as np
 import jask
 from jask.store import registry, sessions
 
-TRACED = {"create", "register", "discard", "sweep", "_sweep_once", "_empty_trash",
-          "register_deferred", "fulfil", "claim"}
+#: The module functions that make, register and delete stores, and every
+#: transition of a store's lifetime record (registry.Record).
+TRACED = {"create", "new_store", "register", "register_view", "discard", "_delete", "sweep",
+          "_sweep_once", "_empty_trash", "_doom_dead_owners", "register_deferred", "fulfil",
+          "repoint", "claim", "made", "unclaimed", "discarded", "owner_died", "replace",
+          "recomputed", "to_trash", "drop", "take_out", "deleted"}
 
 
 def ops(a):
@@ -69,7 +74,7 @@ def main(scratch: str) -> None:
         if left or registry.live_paths() != live:
             leaks.append([where, left])
             for name in left:
-                registry.shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
     next_ok = float(jask.sum(a + 1.0)) == 2400.0
     print(json.dumps({"lines": target - 1, "leaks": leaks, "next_ok": next_ok}), flush=True)
 
