@@ -165,3 +165,45 @@ def test_forked_children_leave_the_parents_session(child):
                                "lazy": [0, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]}, report["forks"]
     # and the parent cleaned up at its exit: its session, and the scratch dir it made
     assert not os.path.exists(tmp_path / "forked")
+
+
+def test_a_fork_while_another_thread_holds_the_registry_lock_does_not_hang_the_child(
+        small_budget):
+    """The child has only the forking thread: a lock held by another one at
+    the fork was never released there, and the child's first op hung."""
+    import threading
+    import time
+
+    from jask.store import registry
+    a = jask.from_numpy(np.arange(6.0, dtype=np.float32))
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with registry._lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: one op, then out without the parent's atexit
+            try:
+                ok = float(jask.sum(a + 1.0)) == 21.0
+            finally:
+                os._exit(0 if ok else 1)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung on the registry's lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        holder.join()

@@ -98,6 +98,17 @@ class LifetimeError(RuntimeError):
 _lock = threading.RLock()
 _handles = itertools.count(1)
 _copying = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent holding a lock at the fork is not in the child:
+    # its lock would never be released, and the child's first op would hang
+    global _lock, _copying
+    _lock, _copying = threading.RLock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 _local = threading.local()
 
 
