@@ -20,17 +20,10 @@ class IcechunkBranch(Location):
 
     kind = ICECHUNK
 
-    @property
-    def supports_rename(self) -> bool:
-        return False
-
-    @property
-    def reads_by_request(self) -> bool:
-        return False
-
-    @property
-    def replaces_in_this_process(self) -> bool:
-        return True  # an icechunk session lives in one process (Session.fork/merge: not done)
+    supports_rename = False
+    reads_by_request = False
+    # an icechunk session lives in one process (Session.fork/merge: not done)
+    replaces_in_this_process = True
 
     def open(self) -> StoreSpec:
         # (jask.open_icechunk opens a branch; a name passed to jask.open is looked up as a

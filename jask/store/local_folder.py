@@ -18,17 +18,9 @@ class LocalFolder(Location):
 
     kind = FOLDER
 
-    @property
-    def supports_rename(self) -> bool:
-        return True
-
-    @property
-    def reads_by_request(self) -> bool:
-        return False
-
-    @property
-    def checks_free_space(self) -> bool:
-        return True
+    supports_rename = True
+    reads_by_request = False
+    checks_free_space = True
 
     def open(self) -> StoreSpec:
         return registry.register_external(self.path)

@@ -7,7 +7,8 @@ commit; whether it may be replaced at all; whether it is read by requests)
 is owned by one :class:`Location` subclass per kind, each in a module of its
 own (:mod:`jask.store.local_folder`, :mod:`jask.store.object_prefix`,
 :mod:`jask.store.icechunk_branch`), as zarr-python's ``zarr.abc.store.Store``
-has one subclass per kind with its capabilities as properties.
+has one subclass per kind with its capabilities as properties (here constants
+of the kind, read the same way).
 
 The kind is read from the path once, when a :class:`jask.store.spec.StoreSpec`
 is made (:func:`jask.store.spec.kind_of`, the spec's ``kind``);
@@ -35,30 +36,20 @@ class Location(abc.ABC):
 
     kind: ClassVar[str]
 
-    # Capabilities: what the kind allows, asked by code that must plan for it.
+    # Capabilities: what the kind allows, asked by code that must plan for it
+    # (constants of the kind: each subclass sets the first two).
 
-    @property
-    @abc.abstractmethod
-    def supports_rename(self) -> bool:
-        """Whether a complete store can be put in place in one step (a rename
-        or an exchange of folders): a save writes beside the path and swaps."""
-
-    @property
-    @abc.abstractmethod
-    def reads_by_request(self) -> bool:
-        """Whether reads are requests over a network (object storage), so that
-        reading the same bytes several times costs requests, not the page cache."""
-
-    @property
-    def checks_free_space(self) -> bool:
-        """Whether there is free space to ask for before writing (a disk)."""
-        return False
-
-    @property
-    def replaces_in_this_process(self) -> bool:
-        """Whether :meth:`replace`'s ``fill`` must run on this process's threads
-        (an icechunk session lives in one process)."""
-        return False
+    #: Whether a complete store can be put in place in one step (a rename or
+    #: an exchange of folders): a save writes beside the path and swaps.
+    supports_rename: ClassVar[bool]
+    #: Whether reads are requests over a network (object storage), so that
+    #: reading the same bytes several times costs requests, not the page cache.
+    reads_by_request: ClassVar[bool]
+    #: Whether there is free space to ask for before writing (a disk).
+    checks_free_space: ClassVar[bool] = False
+    #: Whether :meth:`replace`'s ``fill`` must run on this process's threads
+    #: (an icechunk session lives in one process).
+    replaces_in_this_process: ClassVar[bool] = False
 
     # What differs by kind.
 

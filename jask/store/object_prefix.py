@@ -29,13 +29,8 @@ class ObjectPrefix(Location):
 
     kind = OBJECTS
 
-    @property
-    def supports_rename(self) -> bool:
-        return False
-
-    @property
-    def reads_by_request(self) -> bool:
-        return True
+    supports_rename = False
+    reads_by_request = True
 
     def register_options(self, storage_options: dict | None) -> None:
         objects.register_options(self.path, storage_options)
