@@ -112,7 +112,7 @@ def locate(path, storage_options: dict | None = None) -> Location:
         return location_of(path)
     url = objects.check_url(path)
     objects.register_options(url, storage_options)
-    objects.location(url).client
+    objects.location(url).client  # made now: bad options raise here, naming them
     return location_of(url)
 
 
