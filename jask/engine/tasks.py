@@ -182,13 +182,6 @@ def _strips(k: slice):
         start = stop
 
 
-def widened(length: int, rows: int, cols: int, k: int, wide: int) -> int:
-    """Bytes of the copies :func:`strip_product` makes of a (rows x k) and a
-    (k x cols) tile in a ``wide``-byte dtype: none but for a contraction of
-    one strip or less."""
-    return (rows * k + k * cols) * wide if length <= STRIP else 0
-
-
 def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int) -> np.ndarray:
     """``left @ right`` over the contraction rows ``k`` (of the whole
     operands, ``length`` rows: strips are cut at :data:`STRIP`'s multiples

@@ -17,7 +17,6 @@ from jask.engine.blockwise import REDUCERS
 from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
 from jask.engine.plan.tiles import Plan
-from jask.engine.tasks import partial_dtype, widened
 from jask.store import read_model, view_key
 from jask.store.spec import StoreSpec
 
@@ -79,12 +78,7 @@ def _temp_row_bytes(node: Node) -> int:
     """Bytes per row a node's kernel holds while it runs besides its output:
     a map's result over the full shape (before any reduction) in the widest
     dtype it computes in; a product, nothing (a contraction's partial is
-    counted apart) unless its contraction is one strip or less, when it holds
-    its operands' bands in float64 too (:func:`jask.engine.tasks.widened`)."""
-    if node.kind == "dot" and node._dot_case() != "rows":
-        a, b = node.inputs
-        return widened(a.shape[0], math.prod(a.shape[1:]), math.prod(b.shape[1:]), 1,
-                       partial_dtype(node.dtype).itemsize)
+    counted apart)."""
     if node.kind != "map":
         return 0
     p = node.params

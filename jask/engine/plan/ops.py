@@ -24,7 +24,7 @@ from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
-from jask.engine.tasks import partial_dtype, widened
+from jask.engine.tasks import partial_dtype
 from jask.store import base_of, read_model, same_elements
 from jask.store.spec import StoreSpec
 
@@ -431,9 +431,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
             reads = reads[:1]
         # the running sum, the product of the current pair, the output cast and encoded
         cost = memory.task_cost("dot", (tm, tn, tk), reads, out_bytes, 2, 1)
-        # (and a contraction of one strip or less, both tiles in float64 too)
-        cost = dataclasses.replace(cost, task_bytes=cost.task_bytes + sum_bytes
-                                   + widened(k, tm, tn, tk, wide))
+        cost = dataclasses.replace(cost, task_bytes=cost.task_bytes + sum_bytes)
         # both raw operands' row buffers, not the larger: the thread's buffer cache
         # (jask.store.buffers) keeps a's while b is read, and the next tiles take
         # them (measured on the mixed-grids cell: 10.5 MB of buffers for 6.9 modelled)
