@@ -21,7 +21,7 @@ import zarr
 from s3server import ACCESS_KEY, SECRET_KEY, zarr_store
 
 import jask
-from jask.store import object_sessions, objects, remote, sessions
+from jask.store import object_sessions, objects, remote, session_dir
 
 
 def _keys(url: str) -> list[str]:
@@ -167,7 +167,7 @@ def test_forged_markers_and_other_peoples_objects_are_never_deleted(s3_bucket, j
         _put(scratch, f"{dead}/{name}", _marker("3" * 16, "1") if "session" in name else b"x")
     before = _keys(scratch)
     try:
-        mine = sessions.session_dir(scratch)  # starting a session removes dead ones
+        mine = session_dir(scratch)  # starting a session removes dead ones
         left = [k for k in _keys(scratch) if not k.startswith(mine.rsplit("/", 1)[1])]
     finally:
         object_sessions.end(scratch)
@@ -285,6 +285,5 @@ def test_a_fill_value_of_the_wrong_type_is_named_with_the_url(s3_bucket):
 
 
 def test_a_session_that_cannot_start_raises_jasks_remote_store_error():
-    """object_sessions cannot import jask.store.remote (a cycle through
-    spec and sessions): the class lives in objects, and remote must re-export it."""
+    """The error object_sessions raises (objects') is jask's public one."""
     assert objects.RemoteStoreError is jask.RemoteStoreError

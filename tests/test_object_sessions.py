@@ -12,7 +12,7 @@ import obstore
 import pytest
 from s3server import environment_for, zarr_store
 
-from jask.store import object_sessions, objects, sessions, trash
+from jask.store import location_of, object_sessions, objects, session_dir, trash
 
 
 def _keys(url: str) -> list[str]:
@@ -34,8 +34,8 @@ def scratch_url(s3_bucket):
 
 
 def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
-    url = sessions.session_dir(scratch_url)
-    assert url == sessions.session_dir(scratch_url)  # one per process and scratch URL
+    url = session_dir(scratch_url)
+    assert url == session_dir(scratch_url)  # one per process and scratch URL
     assert url.startswith(scratch_url + "/session-")
     marker = _keys(url)
     prefix = objects.location(url).prefix
@@ -43,18 +43,18 @@ def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
     text = bytes(obstore.get(objects.location(url).client, f"{prefix}/.jask-session").bytes())
     assert f"pid {os.getpid()}" in text.decode() and url.endswith(
         text.decode().split("id ", 1)[1].split()[0])
-    assert sessions.owns(url + "/add-1.zarr")
-    assert not sessions.owns(scratch_url + "/add-1.zarr")          # beside the session
-    assert not sessions.owns(url + "x/add-1.zarr")                  # a prefix that only starts so
-    assert not sessions.owns(url + "/add-1.zarr/c/0")               # inside a store, not a store
-    assert sessions.holds_jask_stores(url + "/add-1.zarr")
-    assert not sessions.holds_jask_stores(scratch_url + "/add-1.zarr")
+    assert location_of(url + "/add-1.zarr").owned()
+    assert not location_of(scratch_url + "/add-1.zarr").owned()          # beside the session
+    assert not location_of(url + "x/add-1.zarr").owned()                  # a prefix that only starts so
+    assert not location_of(url + "/add-1.zarr/c/0").owned()               # inside a store, not a store
+    assert location_of(url + "/add-1.zarr").holds_jask_stores()
+    assert not location_of(scratch_url + "/add-1.zarr").holds_jask_stores()
 
     for name in ("a.zarr/zarr.json", "a.zarr/c.0", "a.zarr2/zarr.json"):
         _put(f"{url}/{name}")
     trash.remove_now(url + "/a.zarr")
     assert [k.rsplit("/", 2)[-2] for k in _keys(url) if "zarr" in k] == ["a.zarr2"]
-    sessions.keep(url + "/a.zarr2")  # opened by path: never deleted
+    location_of(url + "/a.zarr2").keep()  # opened by path: never deleted
     trash.remove(url + "/a.zarr2")
     trash.wait()
     assert any("a.zarr2" in k for k in _keys(url))
@@ -88,7 +88,7 @@ def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
         _put(dead + "/add-1.zarr/c.0")
         # A live session is never removed: its heartbeat renews the lease.
         time.sleep(1.5)
-        mine = sessions.session_dir(scratch_url)
+        mine = session_dir(scratch_url)
         assert _keys(dead) and dead not in object_sessions.remove_dead(scratch_url)
     finally:
         child.send_signal(signal.SIGKILL)
@@ -154,7 +154,7 @@ def test_a_failed_op_leaves_no_keys_in_the_scratch_prefix(scratch_url, s3_bucket
     _put(f"{s3_bucket}/data/x.zarr/c/4/0", b"\0" * 10)  # the last chunk: damaged
     jask.set_memory_budget("256KB", scratch_dir=scratch_url)
     a = jask.open(f"{s3_bucket}/data/x.zarr")
-    session = sessions.session_dir(scratch_url)
+    session = session_dir(scratch_url)
     with pytest.raises(jask.DamagedStoreError, match="x.zarr"):
         (a * 2.0).block_until_ready()  # lazy: the error comes where the result is read
     jask.collect()
@@ -175,7 +175,7 @@ def test_jasks_own_arrays_in_a_bucket_are_updated_by_new_versions(
     import jask
 
     jask.set_memory_budget("256KB", scratch_dir=scratch_url)
-    session = sessions.session_dir(scratch_url)
+    session = session_dir(scratch_url)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((301, 37)).astype(np.float32)
     w = jask.from_numpy(x)

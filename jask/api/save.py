@@ -38,7 +38,6 @@ from jask.store import (
     registry,
     replaced,
     resolved,
-    session_dir,
     snapshot,
     space_errors,
     write,
@@ -148,7 +147,7 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     needed = stored_nbytes(StoreSpec(path, source.shape, source.dtype, out_chunks))
     if not codecs:  # a compressed array's size is known only once written
         check_space(folder, needed, "save")
-    journal = journal_dir(session_dir(config.scratch_dir))
+    journal = journal_dir(config.scratch_dir)
 
     def write_copy(staging):  # one version of x's store, checked before the copy is put in place
         with snapshot([source], "jask.save"):

@@ -14,21 +14,15 @@ from __future__ import annotations
 import os
 
 from jask.store.buffers import scope as buffer_scope
-from jask.store.chunkio import forget as forget_cached
-from jask.store.chunkio import open_array, prefetch, read, read_model, write
 from jask.store.groups import Member, group_members, read_values, zarr_store
 from jask.store.groups import open_array as open_zarr_array
-from jask.store.icechunk_branch import IcechunkBranch
 from jask.store.icechunk_stores import name as icechunk_name
 from jask.store.layout import compressed, create_at, maker_like
-from jask.store.local_folder import LocalFolder
-from jask.store.location import Location
+from jask.store.location import Location, location_of
 from jask.store.memmaps import WritableView, open_writable
-from jask.store.object_prefix import ObjectPrefix
 from jask.store.objects import RemoteStoreError
 from jask.store.recycle import clear as clear_recycled
 from jask.store.saves import put as put_saved
-from jask.store.sessions import journal_dir, session_dir
 from jask.store.space import (
     DiskFullError,
     StoreChangedError,
@@ -39,7 +33,9 @@ from jask.store.space import (
     space_errors,
     stamp,
 )
-from jask.store.spec import FOLDER, ICECHUNK, OBJECTS, DamagedStoreError, StoreSpec, kind_of
+from jask.store.spec import FOLDER, ICECHUNK, OBJECTS, DamagedStoreError, kind_of
+from jask.store.tiles import forget as forget_cached
+from jask.store.tiles import open_array, prefetch, read, read_model, write
 from jask.store.trash import wait as wait_for_trash
 from jask.store.versions import (
     check_layouts,
@@ -56,7 +52,8 @@ from jask.store.views import same as same_elements
 from jask.store.views import take as slice_view
 from jask.store.views import transpose as transpose_view
 
-from . import objects
+# each kind of location registers itself with jask.store.location when imported
+from . import icechunk_branch, local_folder, object_prefix, objects  # noqa: F401
 
 __all__ = [
     "Location", "FOLDER", "OBJECTS", "ICECHUNK", "location_of", "locate", "register_options",
@@ -76,23 +73,6 @@ __all__ = [
     # sessions and garbage
     "session_dir", "journal_dir", "clear_recycled", "wait_for_trash",
 ]
-
-_KINDS: dict[str, type[Location]] = {FOLDER: LocalFolder, OBJECTS: ObjectPrefix,
-                                     ICECHUNK: IcechunkBranch}
-
-
-def location_of(where: StoreSpec | str) -> Location:
-    """The location of a store (its spec, whose kind was read when it was
-    made) or of a path jask already knows to be well formed.
-
-    Example:
-      >>> location_of("/data/x.zarr").supports_rename, location_of("s3://b/x.zarr").supports_rename
-      (True, False)
-    """
-    if isinstance(where, StoreSpec):
-        return _KINDS[where.kind](where.path)
-    return _KINDS[kind_of(where)](where)
-
 
 def locate(path, storage_options: dict | None = None) -> Location:
     """The location a user named: a folder (a ``file://`` URL's too) or the URL
@@ -130,3 +110,15 @@ def worker_options(scratch_dir: str, storage_options) -> dict[str, dict]:
     if location_of(scratch_dir).reads_by_request and storage_options:
         options.setdefault(scratch_dir, dict(storage_options))
     return options
+
+
+def session_dir(scratch_dir: str) -> str:
+    """This process's session (a folder, or a prefix in object storage) in
+    ``scratch_dir``, made on first use: where jask's own stores go."""
+    return location_of(scratch_dir).session()
+
+
+def journal_dir(scratch_dir: str) -> str:
+    """The local folder journalling this process's saves to local paths,
+    whatever kind of location ``scratch_dir`` is."""
+    return location_of(scratch_dir).journal()

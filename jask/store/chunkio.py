@@ -48,12 +48,11 @@ from jask.store.chunk_layout import (
     layout_of,
     overlap,
 )
-from jask.store.objects import is_url
-from jask.store.spec import DamagedStoreError, StoreSpec, writes_every_chunk
+from jask.store.spec import DamagedStoreError, StoreSpec
 
-from . import buffers, icechunk_stores, remote, views
+from . import buffers, sessions
 
-__all__ = ["read", "write", "prefetch", "forget", "read_model", "open_array", "remember_plain"]
+__all__ = ["read", "write", "prefetch", "forget", "read_model", "cached_array", "remember_plain"]
 
 #: Decoded bytes one Zarr read call covers (whole chunks; at least one).
 ZARR_GROUP_BYTES = 2**20
@@ -156,26 +155,19 @@ def _index_of_shard(layout: ChunkLayout, fd: int, where: tuple) -> np.ndarray:
 
 
 # What is known of each store, per process (also on Dask workers): its
-# zarr.Array, its file layout and its read models. forget() drops all three.
+# zarr.Array and its file layout. forget() drops both.
 _arrays: dict[str, zarr.Array] = {}
 _layouts: dict[str, ChunkLayout | None] = {}
 _lock = threading.Lock()
 _MAX_CACHED_ARRAYS = 256
 
 
-def open_array(path: str) -> zarr.Array:
-    """A read/write ``zarr.Array`` for ``path``, opened once per process."""
+def cached_array(path: str, open_new: Callable[[], zarr.Array]) -> zarr.Array:
+    """The ``zarr.Array`` of the store at ``path``, made by ``open_new()``
+    once per process."""
     arr = _arrays.get(path)
-    if arr is None and is_url(path):  # object storage: jask.store.remote
-        return remote.open_array(path)
     if arr is None:
-        if icechunk_stores.is_icechunk(path):  # a snapshot, or an update's session
-            arr = icechunk_stores.open_array(path)
-        else:
-            arr = zarr.open_array(path, mode="r+")
-        # so that a missing chunk file means damage
-        if not icechunk_stores.is_icechunk(path) and writes_every_chunk(path):
-            arr = arr.with_config({"write_empty_chunks": True})  # type: ignore[call-overload]
+        arr = open_new()
         with _lock:
             if len(_arrays) >= _MAX_CACHED_ARRAYS:
                 _arrays.pop(next(iter(_arrays)))
@@ -183,29 +175,22 @@ def open_array(path: str) -> zarr.Array:
     return arr
 
 
-def open_view(path: str) -> zarr.Array:
-    """A new read/write ``zarr.Array`` of the store at ``path``, for users
-    (``DiskArray.to_memmap``): not cached, Zarr's own configuration."""
-    if is_url(path):
-        return remote.open_array(path, mode="r+")
-    return zarr.open_array(path, mode="r+")
-
-
-def _raw_layout(path: str) -> ChunkLayout | None:
-    """The file layout of a store, or None when Zarr's own pipeline is
-    needed (sharded, filters, other codecs, remote stores, big-endian)."""
+def _raw_layout(where) -> ChunkLayout | None:
+    """The file layout of the store at ``where`` (its location), or None when
+    Zarr's own pipeline is needed (sharded, filters, other codecs, a session's
+    store, big-endian)."""
     try:
-        return _layouts[path]
+        return _layouts[where.path]
     except KeyError:
         pass
-    arr = open_array(path)
+    arr = where.zarr_array()
     layout = None
     store = arr.store
     if isinstance(store, LocalStore):
         root = os.fspath(store.root / arr.path) if arr.path else os.fspath(store.root)
         layout = layout_of(arr, root)
     with _lock:
-        _layouts[path] = layout
+        _layouts[where.path] = layout
     return layout
 
 
@@ -224,56 +209,29 @@ def remember_plain(path: str, shape: tuple, dtype: np.dtype, chunks: tuple) -> N
 
 def forget(path: str) -> None:
     """Drop what is cached about a store that is gone or replaced."""
-    remote.forget(path)
     with _lock:
         _arrays.pop(path, None)
         _layouts.pop(path, None)
-        for key in [k for k in _models if k[0] == path]:
-            _models.pop(key, None)
         for key in [k for k in _indexes if k[0].startswith(path + os.sep)]:
             _indexes.pop(key, None)
 
 
-_models: dict[tuple, memory.ReadModel] = {}
+def read_model(where, store, on_disk: bool) -> memory.ReadModel:
+    """How reading ``store`` (at ``where``) works and what it holds
+    (:class:`jask.base.memory.ReadModel`).
 
-
-def read_model(store) -> memory.ReadModel:
-    """How reading ``store`` works and what it holds (:class:`jask.base.memory.ReadModel`).
-
-    A store not on disk (yet) is taken as one jask would make (raw chunk
+    A store not ``on_disk`` (yet) is taken as one jask would make (raw chunk
     files) when it is ``managed``, else as uncompressed and read through Zarr.
-
-    Example:
-      >>> import numpy as np, jask
-      >>> a = jask.from_numpy(np.zeros((4, 6), np.float32))
-      >>> m = read_model(jask.store.registry.spec(a._handle))
-      >>> m.raw, m.unit == a.shape, m.codec
-      (True, True, 'none')
     """
-    if getattr(store, "view", None) is not None:
-        return views.read_model(store, read_model)
-    key = (store.path, tuple(store.shape), tuple(store.chunks), str(store.dtype))
-    model = _models.get(key)
-    if model is None:
-        model = _describe(store)
-        with _lock:
-            _models[key] = model
-    return model
-
-
-def _describe(store) -> memory.ReadModel:
-    if is_url(store.path):  # object storage: ranged reads, jask.store.remote
-        return remote.read_model(store)
     itemsize = np.dtype(store.dtype).itemsize
     shape, chunks = tuple(store.shape), tuple(store.chunks)
-    if not store.path or not (os.path.isdir(store.path)  # (icechunk: codecs from Zarr)
-                              or icechunk_stores.is_icechunk(store.path)):
+    if not store.path or not on_disk:
         if getattr(store, "managed", False):  # one jask will make: raw chunk files
             return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks,
                                     path=store.path)
         return memory.ReadModel(shape, chunks, itemsize, write_unit=chunks,
                                 group=_group(chunks, itemsize), path=store.path)
-    arr = open_array(store.path)
+    arr = where.zarr_array()
     unit = tuple(max(1, c) for c in arr.chunks)  # Zarr allows chunks of 0 along empty axes
     compressed = bool(arr.compressors or arr.filters)
     copies = memory.COMPRESSED_COPIES if compressed else memory.ZARR_COPIES
@@ -284,7 +242,7 @@ def _describe(store) -> memory.ReadModel:
     shards = getattr(arr, "shards", None)
     if shards:
         codec += f", sharded {tuple(shards)}"
-    layout = _raw_layout(store.path)
+    layout = _raw_layout(where)
     group = _group(unit, itemsize)
     if layout is not None and not layout.plain:  # decoded here, a chunk at a time
         copies, group = memory.DECODED_COPIES, 1
@@ -309,7 +267,7 @@ def _group(unit: tuple, itemsize: int) -> int:
 def _check_may_be_missing(layout: ChunkLayout, index: tuple, path: str) -> None:
     """Zarr leaves chunks of only the fill value unwritten, but jask writes
     every chunk of its own stores: there a missing file is damage."""
-    if not os.path.isdir(layout.root) or writes_every_chunk(layout.root):
+    if not os.path.isdir(layout.root) or sessions.holds_jask_stores(layout.root):
         raise FileNotFoundError(
             f"chunk {layout.encode_key(index)!r} of the Zarr store {layout.root!r} is "
             f"missing (no file {path!r}): the store is damaged or was removed")
@@ -441,13 +399,13 @@ def _split(region: tuple, unit: tuple, most: int) -> list[tuple]:
     return pieces
 
 
-def _read_zarr(store: StoreSpec, region: tuple) -> np.ndarray:
+def _read_zarr(where, store: StoreSpec, region: tuple) -> np.ndarray:
     """A tile through Zarr, a few whole chunks per call: one call over a
     tile of many chunks would decode ten of them at once."""
-    arr = open_array(store.path)
-    model = read_model(store)
+    arr = where.zarr_array()
+    unit = tuple(max(1, c) for c in arr.chunks)
     counters.stored_read(store.path, counters.region_bytes(store, region))  # not known: as decoded
-    pieces = _split(region, model.unit, model.group)
+    pieces = _split(region, unit, _group(unit, np.dtype(store.dtype).itemsize))
     if len(pieces) == 1:  # big-endian stores are read as native numbers
         return _zarr_piece(arr, store, region).astype(store.dtype, copy=False)
     out = np.empty(tuple(s.stop - s.start for s in region), dtype=store.dtype)
@@ -476,47 +434,25 @@ def _zarr_piece(arr: zarr.Array, store: StoreSpec, piece: tuple) -> np.ndarray:
         raise
 
 
-def read(store: StoreSpec, region: tuple) -> np.ndarray:
-    """One tile of a store as a numpy array.
-
-    Example:
-      >>> import numpy as np, jask
-      >>> a = jask.from_numpy(np.arange(12.0).reshape(3, 4))
-      >>> read(jask.store.registry.spec(a._handle), (slice(1, 3), slice(0, 2)))
-      array([[4., 5.],
-             [8., 9.]])
-    """
-    if store.view is not None:  # a view reads its base (jask.store.views)
-        return views.read(store, region, read)
-    counters.read(store, region)
-    if _empty(region):  # nothing to read (and no chunk of 0 to divide by)
-        return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
-    if is_url(store.path):  # object storage: jask.store.remote
-        return remote.read(store, region)
-    layout = _raw_layout(store.path)
+def read(where, store: StoreSpec, region: tuple) -> np.ndarray:
+    """One tile (not empty) of ``store``, whose files or session are at
+    ``where``, as a numpy array."""
+    layout = _raw_layout(where)
     if layout is None:
-        return _read_zarr(store, region)
+        return _read_zarr(where, store, region)
     if layout.plain:
         return _read_raw(layout, region)
     return _read_decoded(layout, region)
 
 
-def _empty(region: tuple) -> bool:
-    return any(s.stop <= s.start for s in region)
-
-
-def prefetch(store: StoreSpec, region: tuple) -> None:
+def prefetch(where, store: StoreSpec, region: tuple) -> None:
     """Ask the kernel to start reading the chunk files of a tile now.
 
     The data goes to the page cache, not to this process, so it costs no
     budget; it lets the disk work on several files while a task computes.
     Stores that go through Zarr are left alone.
     """
-    if store.view is not None:
-        return views.prefetch(store, region, prefetch)
-    if _empty(region) or is_url(store.path):  # (product lists every chunk index of an axis)
-        return
-    layout = _raw_layout(store.path)
+    layout = _raw_layout(where)
     if layout is None or layout.shard is not None or not hasattr(os, "posix_fadvise"):
         return
     for index in itertools.product(*chunk_ranges(region, layout.chunks)):
@@ -530,30 +466,14 @@ def prefetch(store: StoreSpec, region: tuple) -> None:
             os.close(fd)
 
 
-def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
-    """Write a tile made of whole chunks (the last ones may be cut by the
-    array's edge).
-
-    Example:
-      >>> import numpy as np, jask
-      >>> a = jask.from_numpy(np.zeros((2, 2)))
-      >>> write(jask.store.registry.spec(a._handle), (slice(0, 2), slice(0, 2)), np.eye(2))
-      >>> a.to_numpy()
-      array([[1., 0.],
-             [0., 1.]])
-    """
-    if store.view is not None:  # its path is another array's
-        raise ValueError(f"jask never writes into a view (of the store {store.path!r})")
-    counters.wrote(store, region)
-    if _empty(region):
-        return
-    if is_url(store.path):  # object storage: jask.store.remote
-        return remote.write(store, region, block)
-    layout = _raw_layout(store.path)
+def write(where, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+    """Write a tile (not empty) made of whole chunks (the last ones may be
+    cut by the array's edge) of ``store``, at ``where``."""
+    layout = _raw_layout(where)
     if layout is None or not (layout.encodes and all(
             s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
             for s, c, n in zip(region, layout.chunks, layout.shape))):
-        open_array(store.path)[region] = block
+        where.zarr_array()[region] = block
         counters.stored_written(store.path, counters.region_bytes(store, region))  # as decoded
         return
     block = np.asarray(block, dtype=layout.dtype)
@@ -580,8 +500,8 @@ def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         counters.stored_written(layout.root, view.nbytes)
         # no O_TRUNC: a reused store's chunk file (jask.store.recycle) is overwritten
         # in place, with no blocks freed and allocated again
-        from jask.store.sessions import file_mode  # 0600 in jask's scratch (local: a
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, file_mode(layout.root))  # small hunk)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT,
+                     sessions.file_mode(layout.root))  # 0600 in jask's scratch
         try:
             size = view.nbytes
             while view:  # on a filling disk a write can be short before one fails

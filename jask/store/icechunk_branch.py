@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+import zarr
+
 from jask.store.location import Location
 from jask.store.spec import ICECHUNK, StoreSpec
 
-from . import chunkio, icechunk_stores, registry, versions
+from . import chunkio, icechunk_stores, tiles, versions
 
 __all__ = ["IcechunkBranch"]
 
@@ -25,10 +28,43 @@ class IcechunkBranch(Location):
     # an icechunk session lives in one process (Session.fork/merge: not done)
     replaces_in_this_process = True
 
+    # Tiles: through Zarr over the snapshot, or the update's session
+    # (jask.store.chunkio's Zarr path: no files to read directly).
+
+    def zarr_array(self) -> zarr.Array:
+        return chunkio.cached_array(self.path, lambda: icechunk_stores.open_array(self.path))
+
+    def user_array(self) -> zarr.Array:
+        raise NotImplementedError(
+            f"jask: {self.path!r} is an array of an icechunk branch, whose writes go through "
+            "a session and a commit: change it with jask.update_ (one commit), not through "
+            "to_memmap")
+
+    def read(self, store: StoreSpec, region: tuple) -> np.ndarray:
+        return chunkio.read(self, store, region)
+
+    def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+        chunkio.write(self, store, region, block)
+
+    def read_model(self, store):
+        return chunkio.read_model(self, store, on_disk=True)
+
+    def forget(self) -> None:
+        chunkio.forget(self.path)
+
+    def create(self, shape: tuple, dtype: np.dtype, chunks: tuple,
+               metadata: str | None) -> None:
+        raise NotImplementedError(f"jask makes no new arrays in an icechunk branch "
+                                  f"({self.path!r}): its scratch stores are folders or URLs")
+
+    # A user's store here.
+
     def open(self) -> StoreSpec:
-        # (jask.open_icechunk opens a branch; a name passed to jask.open is looked up as a
-        # folder, as it always was, and is not found)
-        return registry.register_external(self.path)
+        """Refused: a branch is opened at a snapshot by
+        :func:`jask.open_icechunk`, which names the repository and the array."""
+        raise FileNotFoundError(
+            f"{self.path!r} names an array of an icechunk branch, which jask.open does not "
+            "read: open it with jask.open_icechunk(repo, path, branch=...)")
 
     def replace(self, target: StoreSpec, make_staging: Callable[[str], None],
                 fill: Callable[[str], None], scratch_dir: str) -> StoreSpec:
@@ -42,6 +78,6 @@ class IcechunkBranch(Location):
             except icechunk_stores.Conflict as err:
                 raise versions.StoreChangedError(str(err)) from None
             finally:
-                chunkio.forget(target.path)  # the next read opens the new snapshot
+                tiles.forget(target.path)  # the next read opens the new snapshot
         versions.replaced(target.path)
         return target

@@ -1,15 +1,15 @@
 """Making empty stores: jask's own plain layout, or a copy of a user's layout."""
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import zarr
 
+from jask.store.location import location_of
 from jask.store.spec import StoreSpec, plain_v3_metadata
 
-from . import chunkio, objects, remote, sessions
+from . import tiles
 
 __all__ = ["create_at", "create_like", "maker_like", "compressed"]
 
@@ -18,48 +18,18 @@ def create_at(path: str, shape, dtype, chunks) -> StoreSpec:
     """Make an empty uncompressed Zarr v3 array at ``path`` (jask's layout)."""
     shape = tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
-    metadata = plain_v3_metadata(shape, dtype, tuple(chunks))
     if not shape:  # zarr refuses chunks=None here; 0-d stores are not supported yet
         raise TypeError(f"jask cannot make a 0-d store yet (at {path!r})")
-    if objects.is_url(path):  # a scratch store in object storage: one metadata object
-        _create_at_url(path, shape, dtype, tuple(chunks), metadata)
-        return StoreSpec(path, shape, dtype, tuple(chunks))
-    if metadata is None:
-        zarr.create_array(store=path, shape=shape, chunks=tuple(chunks), dtype=dtype,
-                          compressors=None, fill_value=0, zarr_format=3,
-                          chunk_key_encoding={"name": "default", "separator": "."})
-        os.chmod(os.path.join(path, "zarr.json"), sessions.file_mode(path))  # not the umask's
-        os.chmod(path, sessions.folder_mode(path))
-    else:
-        os.mkdir(path, sessions.folder_mode(path))
-        fd = os.open(os.path.join(path, "zarr.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                     sessions.file_mode(path))
-        with os.fdopen(fd, "w") as f:
-            f.write(metadata)
-        # tile I/O then knows its files without asking Zarr (about 2 ms a store)
-        chunkio.remember_plain(path, shape, dtype, tuple(chunks))
+    location_of(path).create(shape, dtype, tuple(chunks),
+                             plain_v3_metadata(shape, dtype, tuple(chunks)))
     return StoreSpec(path, shape, dtype, tuple(chunks))
-
-
-def _create_at_url(url: str, shape, dtype, chunks, metadata: str | None) -> None:
-    """Put ``zarr.json`` of an empty array at ``url`` *first*: worker
-    processes writing its chunks learn its layout from it. (A scratch store
-    is complete when its op registers it, not when its metadata appears:
-    only jask reads it, by handle, once its graph has finished.)"""
-    if metadata is None:  # a dtype outside the spec's core set: Zarr writes the text
-        arr = zarr.create_array(store=zarr.storage.MemoryStore(), shape=shape, chunks=chunks,
-                                dtype=dtype, compressors=None, fill_value=0, zarr_format=3,
-                                chunk_key_encoding={"name": "default", "separator": "."})
-        metadata = remote.metadata_text(arr)
-    remote.remember(url, metadata)
-    remote.write_metadata(url, metadata)
 
 
 def create_like(original: str, path: str) -> None:
     """An empty array at ``path`` laid out exactly as the Zarr array at
     ``original`` (format, chunks, shards, codecs, fill value, attributes,
     dimension names)."""
-    source = chunkio.open_array(original)  # opened once per process, as ops read it
+    source = tiles.open_array(original)  # opened once per process, as ops read it
     meta = source.metadata
     extra: dict[str, Any]  # keyword arguments of zarr.create_array for this format
     if meta.zarr_format == 3:
@@ -91,6 +61,6 @@ def compressed(target: StoreSpec) -> bool:
     that :func:`jask.store.spec.stored_nbytes` is only an upper bound."""
     if target.managed:
         return False
-    source = chunkio.open_array(target.path)
+    source = tiles.open_array(target.path)
     return bool(source.compressors or source.filters)
 

@@ -1,29 +1,50 @@
 """Where a store lives: one interface for the three kinds of location.
 
 A store is a local folder, a prefix in object storage or an array of an
-icechunk repository's branch. What differs between them (how a user's path
-is opened, how a store is replaced in place: a swap, a new version or a
-commit; whether it may be replaced at all; whether it is read by requests)
-is owned by one :class:`Location` subclass per kind, each in a module of its
-own (:mod:`jask.store.local_folder`, :mod:`jask.store.object_prefix`,
+icechunk repository's branch. Everything that differs between them is owned
+by one :class:`Location` subclass per kind, each in a module of its own
+(:mod:`jask.store.local_folder`, :mod:`jask.store.object_prefix`,
 :mod:`jask.store.icechunk_branch`), as zarr-python's ``zarr.abc.store.Store``
 has one subclass per kind with its capabilities as properties (here constants
-of the kind, read the same way).
+of the kind, read the same way): how its tiles are read and written and what
+a read holds, how a store is made there, opened, replaced in place (a swap, a
+new version or a commit) and deleted, and jask's sessions in it.
 
 The kind is read from the path once, when a :class:`jask.store.spec.StoreSpec`
 is made (:func:`jask.store.spec.kind_of`, the spec's ``kind``);
-:func:`jask.store.location_of` hands out the location of a spec or a path,
-and code above ``store/`` calls it and never asks which kind it holds.
+:func:`location_of` hands out the location of a spec or a path, and the code
+that calls it, in ``store/`` and above, never asks which kind it holds.
 """
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
-from jask.store.spec import StoreSpec
+from jask.store.spec import StoreSpec, kind_of
 
-__all__ = ["Location"]
+if TYPE_CHECKING:
+    import numpy as np
+    import zarr
+
+    from jask.base.memory import ReadModel
+
+__all__ = ["Location", "location_of"]
+
+_KINDS: dict[str, type[Location]] = {}
+
+
+def location_of(where: StoreSpec | str) -> Location:
+    """The location of a store (its spec, whose kind was read when it was
+    made) or of a path jask already knows to be well formed.
+
+    Example:
+      >>> location_of("/data/x.zarr").supports_rename, location_of("s3://b/x.zarr").supports_rename
+      (True, False)
+    """
+    if isinstance(where, StoreSpec):
+        return _KINDS[where.kind](where.path)
+    return _KINDS[kind_of(where)](where)
 
 
 @dataclass(frozen=True)
@@ -35,6 +56,10 @@ class Location(abc.ABC):
     path: str
 
     kind: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _KINDS[cls.kind] = cls
 
     # Capabilities: what the kind allows, asked by code that must plan for it
     # (constants of the kind: each subclass sets the first two).
@@ -51,7 +76,91 @@ class Location(abc.ABC):
     #: (an icechunk session lives in one process).
     replaces_in_this_process: ClassVar[bool] = False
 
-    # What differs by kind.
+    # Tiles (jask.store.tiles calls these, views and empty regions dealt with).
+
+    @abc.abstractmethod
+    def zarr_array(self) -> zarr.Array:
+        """The ``zarr.Array`` jask reads and writes the store here with,
+        opened once per process."""
+
+    @abc.abstractmethod
+    def user_array(self) -> zarr.Array:
+        """A new read/write ``zarr.Array`` of the store here, Zarr's own
+        configuration, for a user (``DiskArray.to_memmap``)."""
+
+    @abc.abstractmethod
+    def read(self, store: StoreSpec, region: tuple) -> np.ndarray:
+        """One tile of ``store`` (whose data is here) as a numpy array."""
+
+    @abc.abstractmethod
+    def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+        """Write a tile of whole chunks of ``store`` (the last ones may be cut
+        by the array's edge)."""
+
+    def prefetch(self, store: StoreSpec, region: tuple) -> None:
+        """Start reading a tile's chunks ahead of :meth:`read`, at no cost to
+        the budget (where the kind can: nothing by default)."""
+
+    @abc.abstractmethod
+    def read_model(self, store: StoreSpec) -> ReadModel:
+        """How reading ``store`` works and what it holds."""
+
+    @abc.abstractmethod
+    def forget(self) -> None:
+        """Drop what this process caches of the store here (it is gone, or
+        was written anew)."""
+
+    # Making, keeping and deleting stores.
+
+    @abc.abstractmethod
+    def create(self, shape: tuple, dtype: np.dtype, chunks: tuple,
+               metadata: str | None) -> None:
+        """Make an empty store here with the Zarr v3 metadata ``metadata``
+        (jask's plain layout; None: a dtype whose metadata Zarr writes)."""
+
+    def free_bytes(self) -> int:
+        """The bytes that may still be written here (no limit known: a huge
+        number; see :attr:`checks_free_space`)."""
+        return 2**63 - 1
+
+    def session(self) -> str:
+        """This process's session (a folder or a prefix) in the scratch
+        location here, made on first use: where jask's own stores go."""
+        raise ValueError(f"jask cannot keep its scratch stores at {self.path!r}: use a "
+                         "local folder or a prefix in object storage")
+
+    def owned(self) -> bool:
+        """Whether the store here is this process's own, in its session and
+        not opened by path (:meth:`keep`): the only stores jask deletes."""
+        return False
+
+    def keep(self) -> None:
+        """Never delete the store here in this process (a DiskArray of the
+        user's, opened by path, reads it)."""
+
+    def holds_jask_stores(self) -> bool:
+        """Whether the store here is one of jask's own (in a proven session),
+        whose every chunk jask writes: a missing chunk is damage, not the
+        fill value."""
+        return False
+
+    def journal(self) -> str:
+        """The local folder (``0700``) journalling this process's saves to
+        local paths, for a scratch location here (a save renames on the
+        disk it writes to, so its journal stays on this machine)."""
+        raise ValueError(f"jask keeps no session at {self.path!r}")
+
+    def hide(self) -> str | None:
+        """Make an owned store here disappear at once, before it is deleted;
+        the path to delete it from then (the same where the kind has no
+        rename), or None when it is deleted already."""
+        return self.path
+
+    def delete(self) -> None:
+        """Delete the store here now (a folder, or every key under a prefix
+        of this process's session; the caller checked :meth:`owned`)."""
+
+    # A user's store at this location.
 
     def register_options(self, storage_options: dict | None) -> None:
         """Use ``storage_options`` for the stores under this location in this

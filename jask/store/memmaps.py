@@ -17,7 +17,7 @@ import functools
 
 import zarr
 
-from . import chunkio, registry
+from . import registry, tiles
 
 __all__ = ["open_writable"]
 
@@ -68,4 +68,4 @@ def open_writable(path: str) -> WritableView:
       >>> b.to_numpy()                  # what the call saw
       array([1., 1., 1.], dtype=float32)
     """
-    return _watched(chunkio.open_view(path), path)
+    return _watched(tiles.open_user_array(path), path)

@@ -3,18 +3,23 @@ store is never replaced in place, and jask's own is replaced by a new
 version (a new store handed the array's handle in one step,
 :func:`jask.store.registry.repoint`). Its chunks are read and written by
 requests (:mod:`jask.store.remote`), its options kept per URL prefix
-(:mod:`jask.store.objects`)."""
+(:mod:`jask.store.objects`), jask's own stores kept under a session prefix
+with a lease (:mod:`jask.store.object_sessions`)."""
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import tempfile
 from typing import Callable
+
+import numpy as np
+import zarr
 
 from jask.store.location import Location
 from jask.store.spec import GRAD_SUFFIX, OBJECTS, StoreSpec
 
-from . import chunkio, object_sessions, objects, registry, remote
+from . import object_sessions, objects, registry, remote, sessions, tiles
 
 __all__ = ["ObjectPrefix"]
 
@@ -31,6 +36,67 @@ class ObjectPrefix(Location):
 
     supports_rename = False
     reads_by_request = True
+
+    # Tiles: ranged GETs and whole-chunk PUTs (jask.store.remote).
+
+    def zarr_array(self) -> zarr.Array:
+        return remote.open_array(self.path)
+
+    def user_array(self) -> zarr.Array:
+        return remote.open_array(self.path, mode="r+")
+
+    def read(self, store: StoreSpec, region: tuple) -> np.ndarray:
+        return remote.read(store, region)
+
+    def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+        remote.write(store, region, block)
+
+    def read_model(self, store):
+        return remote.read_model(store)
+
+    def forget(self) -> None:
+        remote.forget(self.path)
+
+    # Making, keeping and deleting.
+
+    def create(self, shape: tuple, dtype: np.dtype, chunks: tuple,
+               metadata: str | None) -> None:
+        """Put ``zarr.json`` of an empty array *first*: worker processes
+        writing its chunks learn its layout from it. (A scratch store is
+        complete when its op registers it, not when its metadata appears:
+        only jask reads it, by handle, once its graph has finished.)"""
+        if metadata is None:  # a dtype outside the spec's core set: Zarr writes the text
+            arr = zarr.create_array(store=zarr.storage.MemoryStore(), shape=shape, chunks=chunks,
+                                    dtype=dtype, compressors=None, fill_value=0, zarr_format=3,
+                                    chunk_key_encoding={"name": "default", "separator": "."})
+            metadata = remote.metadata_text(arr)
+        remote.remember(self.path, metadata)
+        remote.write_metadata(self.path, metadata)
+
+    def session(self) -> str:
+        return object_sessions.session_url(self.path, _storage_options(self.path))
+
+    def journal(self) -> str:
+        # in a local session of its own (recovered by the next process here
+        # whose scratch is in object storage)
+        return sessions.journal_dir(
+            sessions.session_dir(os.path.join(tempfile.gettempdir(), "jask-journals")))
+
+    def owned(self) -> bool:
+        return object_sessions.owns(self.path)
+
+    def keep(self) -> None:
+        object_sessions.keep(self.path)
+
+    def holds_jask_stores(self) -> bool:
+        return object_sessions.holds_jask_stores(self.path)
+
+    def delete(self) -> None:
+        """Every key under the prefix (a listing, then one DeleteObjects per
+        1,000 keys), if this process's session holds it."""
+        object_sessions.remove(self.path)
+
+    # A user's store here.
 
     def register_options(self, storage_options: dict | None) -> None:
         objects.register_options(self.path, storage_options)
@@ -49,7 +115,7 @@ class ObjectPrefix(Location):
           ...
           NotImplementedError: jask.update_: 's3://bucket/w.zarr' is a plain Zarr store in object...
         """
-        if object_sessions.holds_jask_stores(self.path):
+        if self.holds_jask_stores():
             return  # jask's own array: replaced by a new version (replace)
         raise NotImplementedError(
             f"jask.{op}: {objects.redact(self.path)!r} is a plain Zarr store in object "
@@ -152,6 +218,15 @@ class ObjectPrefix(Location):
                                      "is put last)")
             raise
         finally:
-            chunkio.forget(url)
+            tiles.forget(url)
         with contextlib.suppress(Exception):  # (left behind, it is harmless beside the metadata)
             objects.delete(url, _CLAIM)
+
+
+def _storage_options(scratch_url: str) -> dict | None:
+    """The options ``set_memory_budget`` was given with this scratch URL."""
+    from jask.base.config import get_config
+
+    config = get_config()
+    same = config.scratch_dir.rstrip("/") == scratch_url.rstrip("/")
+    return dict(config.storage_options) if same and config.storage_options else None

@@ -14,7 +14,8 @@ it registers them, so no stale chunk survives into a result).
 At most :data:`MAX_BYTES` of them are kept, and none on a disk with less
 than four times that free; the rest go to :mod:`jask.store.trash`. :func:`clear`
 (called by ``jask.collect()`` and when the disk is short of space) deletes
-them all. Only stores :func:`jask.store.sessions.owns` are kept or removed:
+them all. Only stores this process owns (:meth:`~jask.store.location.Location.owned`)
+are kept or removed:
 a store opened by path is never reused under another array.
 
 Stores in object storage (a scratch URL) are not kept: there is no rename,
@@ -28,7 +29,9 @@ import shutil
 import threading
 import uuid
 
-from . import objects, sessions, trash
+from jask.store.location import location_of
+
+from . import trash
 
 __all__ = ["give", "take", "clear"]
 
@@ -53,6 +56,7 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
 
     Example:
       >>> import tempfile
+      >>> from jask.store import sessions
       >>> d = sessions.session_dir(tempfile.mkdtemp())
       >>> os.makedirs(os.path.join(d, "a-1.zarr"))
       >>> give(os.path.join(d, "a-1.zarr"), (2,), "float32", (2,), 8)
@@ -60,9 +64,10 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
       >>> took, [name for name in os.listdir(d) if not name.startswith(".jask")]
       (True, ['b-2.zarr'])
     """
-    if not sessions.owns(path):
+    where = location_of(path)
+    if not where.owned():
         return  # opened by path, or a forked parent's: never reused nor deleted
-    if objects.is_url(path):  # no rename to reuse by, and nothing a reuse would save
+    if not where.supports_rename:  # no rename to reuse by (and nothing a reuse would save)
         trash.remove(path)
         return
     folder, name = os.path.split(path)

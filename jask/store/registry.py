@@ -49,9 +49,10 @@ import numpy as np
 import zarr
 
 from jask.store.layout import create_at
+from jask.store.location import location_of
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, check_metadata, plain_v3_metadata, stored_nbytes
 
-from . import chunkio, durability, recycle, sessions, trash, versions
+from . import chunkio, durability, recycle, tiles, trash, versions
 
 __all__ = ["Owner", "State", "Record", "LifetimeError", "create", "register",
            "register_external", "spec", "claim", "sweep", "live_paths", "in_callback",
@@ -364,7 +365,7 @@ def create(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool = Fa
     The caller fills it and then :func:`register` s it; a store that is never
     registered (its op failed) is removed by :func:`discard`.
     """
-    folder = sessions.session_dir(scratch_dir)
+    folder = location_of(scratch_dir).session()
     suffix = GRAD_SUFFIX if grad else ".zarr"
     path = os.path.join(folder, f"{name}-{uuid.uuid4().hex[:12]}{suffix}")
     with _lock:  # registered or discarded by this thread next, unless Ctrl-C comes first
@@ -415,8 +416,8 @@ def new_store(scratch_dir: str, name: str, shape, dtype, chunks, *, grad: bool =
 
 def _delete(store: StoreSpec, *, later: bool) -> None:
     """Remove a store's folder if this session owns it (see :func:`discard`)."""
-    chunkio.forget(store.path)
-    if not sessions.owns(store.path):
+    tiles.forget(store.path)
+    if not location_of(store).owned():
         pass  # opened by path, or a forked parent's: never deleted (jask.store.sessions)
     elif later and plain_v3_metadata(store.shape, store.dtype, store.chunks) is not None:
         recycle.give(store.path, store.shape, store.dtype, store.chunks, stored_nbytes(store))
@@ -467,7 +468,7 @@ def register_external(path) -> StoreSpec:
     Raises FileNotFoundError, naming the path, when there is no Zarr array.
     """
     path = versions.resolved(os.fspath(path))
-    sessions.keep(path)  # even a scratch store: a DiskArray of the user's reads it now
+    location_of(path).keep()  # even a scratch store: a DiskArray of the user's reads it now
     durability.recover(path)  # finish an update_ a killed process left
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
@@ -477,7 +478,7 @@ def register_external(path) -> StoreSpec:
     except Exception as err:  # zarr raises several kinds for a folder that is no array
         raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
     chunks, dtype = check_metadata(path, arr.shape, arr.chunks, arr.dtype)  # before any planning
-    chunkio.forget(path)  # a store written anew in this folder: its own layout
+    tiles.forget(path)  # a store written anew in this folder: its own layout
     store = StoreSpec(path, tuple(arr.shape), dtype, chunks, managed=False)
     versions.opened(store, layout)
     return register(store)
@@ -731,12 +732,11 @@ def _empty_trash() -> None:
             if record.shared and (store.path if store is not None else record.path) in held:
                 pass
             elif store is None:  # made by an op interrupted before registering it
-                if sessions.owns(record.path):
-                    trash.remove_now(record.path)
+                trash.remove_now(record.path)
             elif store.managed:
                 _delete(store, later=True)  # reused or deleted in the background
             else:
-                chunkio.forget(store.path)
+                tiles.forget(store.path)
             with _lock:
                 record.deleted()
 

@@ -55,9 +55,9 @@ from jask.store.chunk_layout import (
     overlap,
 )
 from jask.store.objects import RemoteStoreError  # (object_sessions raises it too)
-from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata, writes_every_chunk
+from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata
 
-from . import buffers, objects
+from . import buffers, object_sessions, objects
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
@@ -648,7 +648,7 @@ async def _read_chunk(layout, out: np.ndarray, index: tuple, src: tuple, dst: tu
 def _check_may_be_missing(layout, index: tuple) -> None:
     """Zarr leaves chunks of only the fill value unwritten, but jask writes
     every chunk of its own stores: there a missing object is damage."""
-    if writes_every_chunk(layout.root):
+    if object_sessions.holds_jask_stores(layout.root):
         raise FileNotFoundError(
             f"chunk {layout.key(index)!r} of the Zarr store {layout.root!r} is missing (no "
             "such object): the store is damaged or was removed")

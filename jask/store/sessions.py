@@ -1,4 +1,5 @@
-"""This process's scratch folder, and the removal of dead processes' folders.
+"""This process's scratch folder on a disk, and the removal of dead processes'
+folders (:mod:`jask.store.object_sessions` keeps sessions in object storage).
 
 Each process keeps the stores it makes in its own ``session-<host>-<pid>-<id>``
 folder inside the scratch directory, removed at exit. A folder is jask's
@@ -29,7 +30,7 @@ import sys
 import threading
 import uuid
 
-from . import object_sessions, objects, saves
+from . import saves
 
 __all__ = ["session_dir", "owns", "keep", "holds_jask_stores", "open_lock",
            "file_mode", "folder_mode", "journal_dir"]
@@ -66,8 +67,6 @@ def session_dir(scratch_dir: str) -> str:
       >>> oct(os.stat(folder).st_mode & 0o777), owns(os.path.join(folder, "a.zarr"))
       ('0o700', True)
     """
-    if objects.is_url(scratch_dir):  # a prefix in object storage (jask.store.object_sessions)
-        return object_sessions.session_url(scratch_dir, _storage_options(scratch_dir))
     with _lock:
         _forget_if_forked()
         folder = _sessions.get(scratch_dir)
@@ -87,15 +86,6 @@ def session_dir(scratch_dir: str) -> str:
         _sessions[scratch_dir] = folder
         _remove_at_kernel_shutdown()
         return folder
-
-
-def _storage_options(scratch_url: str) -> dict | None:
-    """The options ``set_memory_budget`` was given with this scratch URL."""
-    from jask.base.config import get_config
-
-    config = get_config()
-    same = config.scratch_dir.rstrip("/") == scratch_url.rstrip("/")
-    return dict(config.storage_options) if same and config.storage_options else None
 
 
 def _make_session(scratch_dir: str) -> str:
@@ -294,8 +284,6 @@ def owns(path: str) -> bool:
       >>> owns("/data/features.zarr")
       False
     """
-    if objects.is_url(path):
-        return object_sessions.owns(path)
     _forget_if_forked()
     path = os.path.abspath(path)
     return os.path.dirname(path) in _sessions.values() and path not in _kept
@@ -305,9 +293,6 @@ def keep(path: str) -> None:
     """Never delete the store at ``path`` in this process (it was opened by
     path with ``jask.open``, so a DiskArray of the user's refers to it); a
     scratch store still goes with its session folder when the process ends."""
-    if objects.is_url(path):
-        object_sessions.keep(path)
-        return
     _kept.add(os.path.realpath(path))  # as jask.store.versions.resolved keys it
 
 
@@ -320,8 +305,6 @@ def holds_jask_stores(path: str) -> bool:
       >>> holds_jask_stores("/s/.jask_scratch/session-h-1-ab/add-1.zarr")
       False
     """
-    if objects.is_url(path):
-        return object_sessions.holds_jask_stores(path)
     folder = os.path.dirname(os.path.abspath(path))
     return folder in _sessions.values() or _proven(folder) is not None
 
@@ -340,13 +323,6 @@ def folder_mode(root: str) -> int:
 
 def journal_dir(folder: str) -> str:
     """The journal folder (``0700``) of the session folder ``folder``."""
-    if objects.is_url(folder):
-        # Saves to local paths rename locally: their journal stays on this
-        # machine, in a local session of its own (recovered by the next
-        # process here whose scratch is in object storage).
-        import tempfile
-
-        folder = session_dir(os.path.join(tempfile.gettempdir(), "jask-journals"))
     path = os.path.join(folder, JOURNAL)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
-import shutil
 
 from jask.base.sizes import exact_bytes
+from jask.store.location import location_of
 from jask.store.versions import StoreChangedError, check_unchanged, snapshot, stamp
 
-from . import objects, recycle, trash
+from . import recycle, trash
 
 __all__ = ["DiskFullError", "StoreChangedError", "check_space", "space_errors", "stamp",
            "check_unchanged", "snapshot"]
@@ -43,12 +42,7 @@ class DiskFullError(OSError):
 
 
 def _free_bytes(folder: str) -> int:
-    if objects.is_url(folder):  # object storage has no free space to ask for: no limit known
-        return 2**63 - 1
-    probe = os.path.abspath(folder)
-    while not os.path.exists(probe):  # made on first write
-        probe = os.path.dirname(probe)
-    return shutil.disk_usage(probe).free
+    return location_of(folder).free_bytes()  # object storage: no limit known
 
 
 def _full_error(folder: str, needed: int, op: str) -> DiskFullError:

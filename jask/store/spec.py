@@ -17,7 +17,7 @@ from jask.base.urls import is_url
 
 __all__ = ["StoreSpec", "kind_of", "FOLDER", "OBJECTS", "ICECHUNK", "ICECHUNK_PREFIX", "View",
            "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
-           "writes_every_chunk", "DamagedStoreError", "check_metadata"]
+           "DamagedStoreError", "check_metadata"]
 
 #: Suffix of every store holding a gradient (a cotangent).
 GRAD_SUFFIX = ".grad"
@@ -187,22 +187,3 @@ def plain_v3_metadata(shape, dtype, chunks) -> str | None:
         "node_type": "array",
         "storage_transformers": [],
     }, indent=2)
-
-
-
-def writes_every_chunk(path: str) -> bool:
-    """Whether the store at ``path`` is one of jask's own (in a session
-    folder, proven by the files jask wrote there, not by its name), whose
-    every chunk file jask writes: there, unlike in Zarr stores in general, a
-    missing chunk file is damage, not the fill value. (It reads a few small
-    files: :func:`jask.store.sessions.holds_jask_stores`.)
-
-    Example:
-      >>> writes_every_chunk("/data/session-h-1-ab/features.zarr")  # a look-alike
-      False
-    """
-    from jask.store.sessions import holds_jask_stores  # the proof lives with the sessions
-
-    return holds_jask_stores(path)
-
-

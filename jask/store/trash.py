@@ -5,7 +5,7 @@ took 0.3-2 ms on this machine's ext4 disk while other processes wrote
 (more than the whole rest of an eager op on a small array). Garbage stores
 are therefore renamed, in one step, to a hidden ``.trash-*`` name in
 their folder, so their path is gone at once, and a daemon thread deletes
-them. Only what :func:`jask.store.sessions.owns` (this process's own scratch,
+them. Only what a location :meth:`~jask.store.location.Location.owned` (this process's own scratch,
 never a store opened by path, never a forked parent's) is removed at all.
 :func:`wait` blocks until everything handed over is deleted
 (``jask.collect()`` calls it); a process that exits first leaves them to
@@ -19,13 +19,10 @@ it meanwhile.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
-import shutil
 import threading
-import uuid
 
-from . import object_sessions, objects, sessions
+from jask.store.location import location_of
 
 __all__ = ["remove", "remove_now", "wait"]
 
@@ -38,40 +35,33 @@ _thread: threading.Thread | None = None
 
 
 def remove(path: str) -> None:
-    """Make the store folder at ``path`` disappear now; delete it soon.
+    """Make the store at ``path`` disappear now, if this process owns it;
+    delete it soon.
 
     Example:
-      >>> import tempfile
+      >>> import os, tempfile
+      >>> from jask.store import sessions
       >>> d = sessions.session_dir(tempfile.mkdtemp())
       >>> os.makedirs(os.path.join(d, "a.zarr", "c"))
       >>> remove(os.path.join(d, "a.zarr")); wait()
       >>> [name for name in os.listdir(d) if not name.startswith(".jask")]
       []
     """
-    if not sessions.owns(path):
+    where = location_of(path)
+    if not where.owned():
         return  # not this process's to delete
-    if objects.is_url(path):  # no rename in object storage: its keys go in the background
+    hidden = where.hide()  # a folder renamed out of sight; a prefix stays where it is
+    if hidden is not None:
         _ensure_thread()
-        _queue.put(path)
-        return
-    # a rename within one folder: moving a folder to another one took 1 ms
-    target = os.path.join(os.path.dirname(path), f"{TRASH}-{uuid.uuid4().hex[:12]}")
-    try:
-        os.rename(path, target)
-    except OSError:  # gone already, or no rename here: delete it now
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    _ensure_thread()
-    _queue.put(target)
+        _queue.put(hidden)
 
 
 def remove_now(path: str) -> None:
     """Delete the store at ``path`` now, if this process owns it: a folder,
     or every key under a prefix of this process's object-storage session."""
-    if objects.is_url(path):
-        object_sessions.remove(path)  # checks ownership itself
-    elif sessions.owns(path):
-        shutil.rmtree(path, ignore_errors=True)
+    where = location_of(path)
+    if where.owned():
+        where.delete()
 
 
 def wait() -> None:
@@ -92,10 +82,7 @@ def _work() -> None:
     while True:
         path = _queue.get()
         try:
-            if objects.is_url(path):
-                with contextlib.suppress(Exception):  # endpoint gone: the session's end or lease
-                    object_sessions.remove(path)
-            else:
-                shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(Exception):  # endpoint gone: the session's end or lease
+                location_of(path).delete()
         finally:
             _queue.task_done()

@@ -71,7 +71,7 @@ from typing import NamedTuple
 
 from jask.store.objects import is_url
 
-from . import chunkio, remote
+from . import remote, tiles
 
 __all__ = ["StoreChangedError", "VERSION_FILE", "Version", "write_token", "identity",
            "resolved", "opened", "check_layouts", "stamp", "check_unchanged", "snapshot",
@@ -257,7 +257,7 @@ def check_layouts(stores, op: str) -> None:
             continue
         key = _opened_key(base)
         if key in _opened and layout(base.path) != _opened[key]:
-            chunkio.forget(base.path)
+            tiles.forget(base.path)
             raise StoreChangedError(
                 f"{op}: the Zarr array at {base.path!r} was rewritten (its metadata: dtype, "
                 "shape, chunks or codecs) since it was opened, so its chunks would be read "
@@ -298,7 +298,7 @@ def check_unchanged(stamps: list, op: str) -> None:
     for path, before in stamps:
         if is_url(path):
             if remote.metadata_version(path, before and before[0]) != before:
-                chunkio.forget(path)
+                tiles.forget(path)
                 raise StoreChangedError(
                     f"{op}: the Zarr array at {path!r} was replaced by another writer (its "
                     f"metadata object {before[0] if before else 'zarr.json'!r} changed) since "
@@ -306,7 +306,7 @@ def check_unchanged(stamps: list, op: str) -> None:
                     "new values; it was discarded and nothing was written. Open it again "
                     "(jask.open) and run the op again.")
         elif identity(path) != before:
-            chunkio.forget(path)
+            tiles.forget(path)
             raise StoreChangedError(
                 f"{op}: the store {path!r} was replaced by another writer while this op "
                 "read it, so the result could mix old and new values; it was discarded "

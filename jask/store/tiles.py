@@ -1,0 +1,124 @@
+"""Tiles of any store, read and written: what is the same for every kind of
+location (a view reads its base, every tile is counted, an empty region
+reads as an empty array and writes nothing, read models are kept per
+process), then the store's :class:`~jask.store.location.Location` does the
+I/O (:mod:`jask.store.chunkio` for files, :mod:`jask.store.remote` for
+requests).
+
+:func:`read_model` tells the memory model (:mod:`jask.base.memory`) which
+path a store takes and what a read of it holds.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import zarr
+
+from jask.base import counters, memory
+from jask.store.location import location_of
+from jask.store.spec import StoreSpec
+
+from . import views
+
+__all__ = ["read", "write", "prefetch", "read_model", "open_array", "open_user_array", "forget"]
+
+
+def read(store: StoreSpec, region: tuple) -> np.ndarray:
+    """One tile of a store as a numpy array.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.arange(12.0).reshape(3, 4))
+      >>> read(jask.store.registry.spec(a._handle), (slice(1, 3), slice(0, 2)))
+      array([[4., 5.],
+             [8., 9.]])
+    """
+    if store.view is not None:  # a view reads its base (jask.store.views)
+        return views.read(store, region, read)
+    counters.read(store, region)
+    if _empty(region):  # nothing to read (and no chunk of 0 to divide by)
+        return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
+    return location_of(store).read(store, region)
+
+
+def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
+    """Write a tile made of whole chunks (the last ones may be cut by the
+    array's edge).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.zeros((2, 2)))
+      >>> write(jask.store.registry.spec(a._handle), (slice(0, 2), slice(0, 2)), np.eye(2))
+      >>> a.to_numpy()
+      array([[1., 0.],
+             [0., 1.]])
+    """
+    if store.view is not None:  # its path is another array's
+        raise ValueError(f"jask never writes into a view (of the store {store.path!r})")
+    counters.wrote(store, region)
+    if _empty(region):
+        return
+    location_of(store).write(store, region, block)
+
+
+def prefetch(store: StoreSpec, region: tuple) -> None:
+    """Start reading a tile's chunks now, at no cost to the budget (the page
+    cache's, where the kind can)."""
+    if store.view is not None:
+        return views.prefetch(store, region, prefetch)
+    if _empty(region):  # (the product lists every chunk index of an axis)
+        return
+    location_of(store).prefetch(store, region)
+
+
+def _empty(region: tuple) -> bool:
+    return any(s.stop <= s.start for s in region)
+
+
+_models: dict[tuple, memory.ReadModel] = {}
+_lock = threading.Lock()
+
+
+def read_model(store) -> memory.ReadModel:
+    """How reading ``store`` works and what it holds (:class:`jask.base.memory.ReadModel`).
+
+    A store not on disk (yet) is taken as one jask would make (raw chunk
+    files) when it is ``managed``, else as uncompressed and read through Zarr.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.zeros((4, 6), np.float32))
+      >>> m = read_model(jask.store.registry.spec(a._handle))
+      >>> m.raw, m.unit == a.shape, m.codec
+      (True, True, 'none')
+    """
+    if getattr(store, "view", None) is not None:
+        return views.read_model(store, read_model)
+    key = (store.path, tuple(store.shape), tuple(store.chunks), str(store.dtype))
+    model = _models.get(key)
+    if model is None:
+        model = location_of(store.path).read_model(store)
+        with _lock:
+            _models[key] = model
+    return model
+
+
+def open_array(path: str) -> zarr.Array:
+    """The ``zarr.Array`` jask reads and writes the store at ``path`` with,
+    opened once per process."""
+    return location_of(path).zarr_array()
+
+
+def open_user_array(path: str) -> zarr.Array:
+    """A new read/write ``zarr.Array`` of the store at ``path``, for users
+    (``DiskArray.to_memmap``): not cached, Zarr's own configuration."""
+    return location_of(path).user_array()
+
+
+def forget(path: str) -> None:
+    """Drop what is cached about a store that is gone or replaced."""
+    with _lock:
+        for key in [k for k in _models if k[0] == path]:
+            _models.pop(key, None)
+    location_of(path).forget()
