@@ -44,9 +44,9 @@ def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
     assert f"pid {os.getpid()}" in text.decode() and url.endswith(
         text.decode().split("id ", 1)[1].split()[0])
     assert location_of(url + "/add-1.zarr").owned()
-    assert not location_of(scratch_url + "/add-1.zarr").owned()          # beside the session
-    assert not location_of(url + "x/add-1.zarr").owned()                  # a prefix that only starts so
-    assert not location_of(url + "/add-1.zarr/c/0").owned()               # inside a store, not a store
+    assert not location_of(scratch_url + "/add-1.zarr").owned()    # beside the session
+    assert not location_of(url + "x/add-1.zarr").owned()            # a prefix that only starts so
+    assert not location_of(url + "/add-1.zarr/c/0").owned()         # inside a store, not a store
     assert location_of(url + "/add-1.zarr").holds_jask_stores()
     assert not location_of(scratch_url + "/add-1.zarr").holds_jask_stores()
 

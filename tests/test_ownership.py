@@ -167,32 +167,75 @@ def test_forked_children_leave_the_parents_session(child):
     assert not os.path.exists(tmp_path / "forked")
 
 
-def test_a_fork_while_another_thread_holds_the_registry_lock_does_not_hang_the_child(
-        small_budget):
+def _module_locks() -> dict:
+    """Every lock jask keeps at module level, by its module and name."""
+    import importlib
+    import pkgutil
+
+    import jask
+    from jask.base import forks
+
+    found = {}
+    for info in pkgutil.walk_packages(jask.__path__, "jask."):
+        if info.name.endswith("demo") or ".demo." in info.name:
+            continue  # (runs its demo when imported as __main__ only, but imports plots)
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, forks._ForkSafe) or type(value).__name__ in (
+                    "lock", "RLock", "_RLock", "Condition"):
+                found[f"{info.name}.{name}"] = value
+    return found
+
+
+def test_every_module_level_lock_is_renewed_in_a_forked_child():
+    """A plain threading lock at module level would hang a forked child
+    whenever another thread held it at the fork (jask.base.forks)."""
+    from jask.base import forks
+
+    plain = [name for name, value in _module_locks().items()
+             if not isinstance(value, forks._ForkSafe)]
+    assert not plain, f"module-level locks not made by jask.base.forks: {plain}"
+
+
+def test_a_fork_while_other_threads_hold_every_lock_does_not_hang_the_child(small_budget):
     """The child has only the forking thread: a lock held by another one at
-    the fork was never released there, and the child's first op hung."""
+    the fork was never released there, and the child's first op hung (the
+    registry's did). Every module-level lock is held at once by a thread of
+    its own; the child takes each, then runs an op."""
     import threading
     import time
 
-    from jask.store import registry
+    locks = _module_locks()
+    assert len(locks) >= 15  # the store's, the engine's, the counters' and the config's
     a = jask.from_numpy(np.arange(6.0, dtype=np.float32))
-    held, release = threading.Event(), threading.Event()
+    release = threading.Event()
+    holding = []
 
-    def hold():
-        with registry._lock:
+    def hold(lock, held):
+        with lock:
             held.set()
             release.wait(30)
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
+    for lock in locks.values():
+        held = threading.Event()
+        holder = threading.Thread(target=hold, args=(lock, held), daemon=True)
+        holder.start()
+        assert held.wait(10)
+        holding.append(holder)
     try:
         pid = os.fork()
-        if pid == 0:  # the child: one op, then out without the parent's atexit
+        if pid == 0:  # the child: each lock, one op, then out without the parent's atexit
+            ok = False
             try:
-                ok = float(jask.sum(a + 1.0)) == 21.0
+                ok = all(lock.acquire(timeout=10) for lock in locks.values())
+                for lock in locks.values():
+                    lock.release()
+                ok = ok and float(jask.sum(a + 1.0)) == 21.0
             finally:
                 os._exit(0 if ok else 1)
+        release.set()  # the parent's own threads go on: its op must not wait either
+        for holder in holding:
+            holder.join()
         deadline = time.time() + 60
         while time.time() < deadline:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -202,8 +245,8 @@ def test_a_fork_while_another_thread_holds_the_registry_lock_does_not_hang_the_c
         else:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            raise AssertionError("the forked child hung on the registry's lock")
+            raise AssertionError("the forked child hung on a lock another thread held")
         assert os.waitstatus_to_exitcode(status) == 0
+        assert float(jask.sum(a + 1.0)) == 21.0
     finally:
         release.set()
-        holder.join()

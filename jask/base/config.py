@@ -9,12 +9,12 @@ import ctypes
 import ctypes.util
 import os
 import re
-import threading
 from dataclasses import dataclass, field
 
 import dask.utils
 import psutil
 
+from jask.base import forks
 from jask.base.urls import check_url, is_url
 
 __all__ = ["Config", "set_memory_budget", "get_config", "parse_budget"]
@@ -167,7 +167,7 @@ def make_config(max_memory: int | str, scratch_dir: str | None = None,
                   lazy=bool(lazy))
 
 
-_lock = threading.Lock()
+_lock = forks.lock()
 _active: Config | None = None
 
 

@@ -1,6 +1,6 @@
 """Bytes read and written by jask's ops: how many passes a step makes.
 
-Every tile jask reads or writes goes through :mod:`jask.store.chunkio` (and
+Every tile jask reads or writes goes through :mod:`jask.store.tiles` (and
 ``save``'s compressed writer), which calls :func:`read`, :func:`wrote`,
 :func:`stored_read` or :func:`stored_written` here; :func:`label`, called
 once per graph by :mod:`jask.engine.execute`, makes each task of the graph
@@ -43,6 +43,7 @@ from typing import Iterator
 
 from dask.utils import key_split
 
+from jask.base import forks
 from jask.base.sizes import format_bytes
 
 __all__ = ["Counts", "Stats", "Track", "snapshot", "clear"]
@@ -66,7 +67,7 @@ class _Local(threading.local):
     group: str | None = None  # what the graphs this thread starts compute (ran_as)
 
 
-_lock = threading.Lock()
+_lock = forks.lock()
 _local = _Local()
 
 

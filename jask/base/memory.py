@@ -17,7 +17,7 @@ matmul accumulator add copies of the output tile.
 of any op over them fits.
 
 What a read holds depends on the store's layout, described by a
-:class:`ReadModel` (made by :func:`jask.store.chunkio.read_model`): an uncompressed
+:class:`ReadModel` (made by :func:`jask.store.tiles.read_model`): an uncompressed
 C-order chunk file is read by byte ranges (a row range of a chunk is
 contiguous), so a tile can be a slice of a chunk; any other store is decoded
 a whole chunk (or a small group of chunks) at a time by Zarr, holding the
@@ -305,7 +305,7 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
 def task_cost(op: str, tile: tuple, reads, out_bytes: int, out_copies: int,
               tasks_at_once: int) -> "TileCost":
     """The formula above for one task reading ``reads`` = [(read model, tile), ...]
-    (a store's read model: :func:`jask.store.chunkio.read_model`).
+    (a store's read model: :func:`jask.store.tiles.read_model`).
 
     Example:
       >>> x = ReadModel((100, 100), (10, 100), 4)

@@ -247,7 +247,7 @@ class DiskArray:
         own until asked: this copies it into one first, once."""
         store = self._store()
         if store.view is not None:
-            store = registry.materialize(self._handle)
+            store = registry.own_store(self._handle)
         return store.path
 
     @property

@@ -56,7 +56,7 @@ def _through_views(work, stores, values, config: Config):
             raise
         refusal = err
     try:
-        stores = [registry.materialize(s.handle) if s.view is not None else s for s in stores]
+        stores = [registry.own_store(s.handle) if s.view is not None else s for s in stores]
     except BudgetError:
         raise refusal from None  # the op the user called, not the copy it tried instead
     return work(stores, values, config)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 
 import dask
@@ -28,7 +27,7 @@ import dask.threaded
 from dask.base import get_scheduler
 from threadpoolctl import ThreadpoolController
 
-from jask.base import counters, interrupts
+from jask.base import counters, forks, interrupts
 from jask.base.memory import TileCost
 from jask.engine import cluster, progress
 from jask.store import buffer_scope
@@ -84,7 +83,7 @@ def _load_libc():
 
 _libc = _load_libc()
 _pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
+_pools_lock = forks.lock()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:

@@ -31,14 +31,12 @@ unfused (the same work an eager op does).
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from jask.base import counters, memory
+from jask.base import counters, forks, memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
 from jask.engine import execute, fusion, work
@@ -64,16 +62,9 @@ __all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING", "MAX_HE
 
 #: One group runs at a time: a group reads stores other groups may be
 #: computing, and each recorded store is computed once.
-_running = threading.RLock()
+_running = forks.rlock()
 
 
-def _after_fork_in_child() -> None:
-    global _running
-    _running = threading.RLock()  # another thread may have held it at the fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 #: Most ops a pending chain holds (itself and the pending ops it reads):
 #: beyond, its inputs are computed first. Building and planning a group

@@ -21,13 +21,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-import threading
 from typing import IO, Iterator
 
 import tqdm.std
 from dask.utils import key_split
 
-from jask.base import counters
+from jask.base import counters, forks
 
 __all__ = ["show_progress", "progress_bars", "progress_enabled"]
 
@@ -39,7 +38,7 @@ class _Settings:
     file: IO | None = None
 
 
-_lock = threading.Lock()
+_lock = forks.lock()
 _settings = _Settings()
 
 

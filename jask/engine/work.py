@@ -212,7 +212,7 @@ def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
 def _own(target: StoreSpec) -> StoreSpec:
     """A store an op may write into: a view is first copied into its own
     (its values are those of the array written, not of its base)."""
-    return registry.materialize(target.handle) if target.view is not None else target
+    return registry.own_store(target.handle) if target.view is not None else target
 
 
 def transpose(axes: tuple, *, grad: bool = False):

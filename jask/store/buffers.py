@@ -22,13 +22,15 @@ import threading
 
 import numpy as np
 
+from jask.base import forks
+
 __all__ = ["empty", "scope"]
 
 #: Buffers smaller than this are not worth keeping (malloc reuses them anyway).
 MIN_BYTES = 1 << 20
 
 _local = threading.local()
-_lock = threading.Lock()
+_lock = forks.lock()
 _caches: list[list] = []  # every thread's cache, to free them all at the end
 _running = [0]
 

@@ -10,8 +10,8 @@ per-chunk overhead dominated jask's tasks. Any other store (compressed,
 Zarr v2, F order, sharded) whose chunks are single local files or byte
 ranges of shard files is decoded here, a chunk at a time in the task's own
 thread, with numcodecs (zstd, blosc, gzip); anything else (filters, other
-codecs, remote, big-endian)
-goes through ``zarr.Array``, a few chunks per call so that Zarr never
+codecs, big-endian, an icechunk branch's snapshot or session) goes through
+``zarr.Array``, a few chunks per call so that Zarr never
 decodes many chunks at once. Whole chunks are written the same way (encoded
 here for zstd, gzip and v2 compressors), anything else through Zarr.
 Chunk files written here are laid out as Zarr lays them out, so every Zarr
@@ -21,6 +21,10 @@ value; such missing files read as the fill value here too).
 What a chunk is (its layout, its codec, its checked decoding) is in
 :mod:`jask.store.chunk_layout`, which :mod:`jask.store.remote` shares.
 
+This is the tile I/O of two kinds of location (:class:`~jask.store.local_folder.LocalFolder`,
+:class:`~jask.store.icechunk_branch.IcechunkBranch`): each function takes the
+location (its path, and its ``zarr_array()``). :mod:`jask.store.tiles` calls
+them, a view's region mapped to its base's and empty regions dealt with.
 :func:`read_model` tells the memory model (:mod:`jask.base.memory`) which of
 these paths a store takes and what a read of it holds.
 """
@@ -30,7 +34,6 @@ import itertools
 import math
 import os
 import struct
-import threading
 from collections.abc import Callable
 from typing import cast
 
@@ -39,7 +42,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from jask.base import counters, memory
+from jask.base import counters, forks, memory
 from jask.store.chunk_layout import (
     DECODE_ERRORS,
     ChunkLayout,
@@ -158,7 +161,7 @@ def _index_of_shard(layout: ChunkLayout, fd: int, where: tuple) -> np.ndarray:
 # zarr.Array and its file layout. forget() drops both.
 _arrays: dict[str, zarr.Array] = {}
 _layouts: dict[str, ChunkLayout | None] = {}
-_lock = threading.Lock()
+_lock = forks.lock()
 _MAX_CACHED_ARRAYS = 256
 
 

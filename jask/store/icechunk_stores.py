@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from jask.base import forks
 from jask.store.objects import check_url, is_url, redact
 from jask.store.spec import ICECHUNK_PREFIX
 
@@ -52,7 +52,7 @@ _options: dict[str, dict] = {}       # URL -> storage options given to open_icec
 _writing: dict[str, Any] = {}        # staging token -> writable icechunk.Session
 _read_at: dict[str, str] = {}        # store path -> snapshot id this process reads it at
 _numbers = itertools.count(1)
-_lock = threading.Lock()
+_lock = forks.lock()
 
 
 def is_icechunk(path: object) -> bool:

@@ -155,7 +155,7 @@ class ObjectPrefix(Location):
         if not objects.location(url).prefix:  # a failed save deletes what is under its URL
             raise ValueError(f"jask.save: {url!r} is a whole bucket; save to a prefix in it "
                              f"({url}/name.zarr)")
-        if objects.is_url(scratch_dir) and (url + "/").startswith(scratch_dir + "/"):
+        if (url + "/").startswith(scratch_dir.rstrip("/") + "/"):  # (never a local scratch)
             raise ValueError(f"jask.save: {url!r} is inside jask's scratch prefix "
                              f"{scratch_dir!r}, whose sessions are removed when they end")
 

@@ -46,7 +46,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from jask.base import counters
+from jask.base import counters, forks
 
 from . import objects
 
@@ -74,7 +74,7 @@ RETRIES = 5
 BACKOFF = 0.1
 BACKOFF_MAX = 2.0
 
-_lock = threading.Lock()
+_lock = forks.lock()
 _owner_pid = [os.getpid()]
 
 
@@ -375,8 +375,6 @@ def _forget_if_forked() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()
     _sessions.clear()  # the parent's: its heartbeat thread did not survive the fork
     _owner_pid[0] = os.getpid()
 

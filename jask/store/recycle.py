@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import uuid
 
+from jask.base import forks
 from jask.store.location import location_of
 
 from . import trash
@@ -40,7 +40,7 @@ MAX_BYTES = 256 * 2**20
 #: Most folders kept for reuse per process.
 MAX_STORES = 32
 
-_lock = threading.Lock()
+_lock = forks.lock()
 _free: dict[tuple, list[str]] = {}  # layout key -> hidden folders
 _sizes: dict[str, int] = {}
 _held = [0]

@@ -48,6 +48,7 @@ from typing import Callable
 import numpy as np
 import zarr
 
+from jask.base import forks
 from jask.store.layout import create_at
 from jask.store.location import location_of
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, check_metadata, plain_v3_metadata, stored_nbytes
@@ -95,21 +96,13 @@ class LifetimeError(RuntimeError):
     """A transition a store's record cannot take from its state: jask's own bug."""
 
 
-#: The lock every transition holds (reentrant: public functions call each other).
-_lock = threading.RLock()
+#: The lock every transition holds (reentrant: public functions call each other;
+#: free again in a forked child: jask.base.forks).
+_lock = forks.rlock()
 _handles = itertools.count(1)
-_copying = threading.Lock()
+_copying = forks.lock()
 
 
-def _after_fork_in_child() -> None:
-    # a thread of the parent holding a lock at the fork is not in the child:
-    # its lock would never be released, and the child's first op would hang
-    global _lock, _copying
-    _lock, _copying = threading.RLock(), threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 _local = threading.local()
 
 
@@ -448,7 +441,7 @@ def register_view(view: StoreSpec, copy: "Deferred") -> StoreSpec:
         return Record.unclaimed(view, copy=copy, base=base).spec  # type: ignore[return-value]
 
 
-def materialize(handle) -> StoreSpec:
+def own_store(handle) -> StoreSpec:
     """The store behind a handle, a view copied into a store of its own first
     (once; the handle keeps its identity and owners)."""
     handle = int(handle)
@@ -627,7 +620,7 @@ def before_mutation(path: str) -> None:
         if copy is not None and any(copy.reads(p) for p in paths) and record.state in (
                 State.UNCLAIMED, State.OWNED):
             try:  # (a view nothing holds any more is not copied: the next sweep drops it)
-                materialize(record.key)
+                own_store(record.key)
             except Exception as err:
                 if hasattr(err, "add_note"):
                     getattr(err, "add_note")(

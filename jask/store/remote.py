@@ -45,7 +45,7 @@ import google_crc32c
 import numpy as np
 import zarr
 
-from jask.base import counters, memory
+from jask.base import counters, forks, memory
 from jask.store.chunk_layout import (
     DECODE_ERRORS,
     ChunkLayout,
@@ -376,7 +376,7 @@ _layouts: dict[str, ChunkLayout | None] = {}
 # the store (forget keeps it): a DiskArray of an older version must still fail.
 _opened: dict[tuple, tuple] = {}
 _indexes: dict[tuple, np.ndarray] = {}
-_lock = threading.Lock()
+_lock = forks.lock()
 #: Stores whose array and layout are kept per process (a worker process sees
 #: a scratch store per op and step: the oldest go first).
 _MAX_CACHED = 256

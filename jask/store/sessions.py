@@ -30,12 +30,14 @@ import sys
 import threading
 import uuid
 
+from jask.base import forks
+
 from . import saves
 
 __all__ = ["session_dir", "owns", "keep", "holds_jask_stores", "open_lock",
            "file_mode", "folder_mode", "journal_dir"]
 
-_lock = threading.Lock()
+_lock = forks.lock()
 _sessions: dict[str, str] = {}              # scratch_dir -> this process's folder
 _owner_pid = [os.getpid()]                  # the process whose folders _sessions lists
 _session_locks: dict[str, int] = {}         # folder -> fd holding its flock
@@ -338,8 +340,6 @@ def _forget_if_forked() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()  # another thread may have held it at the fork
     for fd in _session_locks.values():
         with contextlib.suppress(OSError):
             os.close(fd)  # the parent's lock stays held by the parent's descriptor

@@ -10,12 +10,10 @@ path a store takes and what a read of it holds.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import zarr
 
-from jask.base import counters, memory
+from jask.base import counters, forks, memory
 from jask.store.location import location_of
 from jask.store.spec import StoreSpec
 
@@ -77,7 +75,7 @@ def _empty(region: tuple) -> bool:
 
 
 _models: dict[tuple, memory.ReadModel] = {}
-_lock = threading.Lock()
+_lock = forks.lock()
 
 
 def read_model(store) -> memory.ReadModel:

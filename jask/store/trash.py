@@ -22,6 +22,7 @@ import contextlib
 import queue
 import threading
 
+from jask.base import forks
 from jask.store.location import location_of
 
 __all__ = ["remove", "remove_now", "wait"]
@@ -30,7 +31,7 @@ __all__ = ["remove", "remove_now", "wait"]
 TRASH = ".trash"
 
 _queue: "queue.Queue[str]" = queue.Queue()
-_started = threading.Lock()
+_started = forks.lock()
 _thread: threading.Thread | None = None
 
 

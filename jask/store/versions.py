@@ -69,6 +69,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from jask.base import forks
 from jask.store.objects import is_url
 
 from . import remote, tiles
@@ -142,7 +143,7 @@ def write_token(folder: str) -> str:
 
 #: The latest versions this process's jask swapped in, by token (jask.engine.lazy).
 _written_here: dict = {}
-_written_lock = threading.Lock()
+_written_lock = forks.lock()
 #: How many: enough for the swaps racing one op's computation.
 WRITTEN_KEPT = 1024
 
@@ -193,7 +194,7 @@ def identity(path: str) -> Version | None:
 
 _layouts: dict[str, tuple] = {}    # path -> (its metadata document's stat, layout digest)
 _opened: dict[tuple, str | None] = {}  # (path, shape, dtype, chunks) -> layout digest at open
-_layout_lock = threading.Lock()
+_layout_lock = forks.lock()
 #: User's arrays whose layout is remembered per process (the oldest go first).
 LAYOUTS_KEPT = 4096
 
@@ -315,7 +316,7 @@ def check_unchanged(stamps: list, op: str) -> None:
 
 # --- reader holds within this process -----------------------------------------------
 
-_cond = threading.Condition()
+_cond = forks.condition()
 _readers: dict[str, dict[int, int]] = {}   # path -> {thread: reads held}
 _writers: dict[str, int] = {}              # path -> writers waiting or swapping
 _swapping: set[int] = set()                # threads in a swap: their reads are over

@@ -1,0 +1,80 @@
+"""Locks a forked child can take.
+
+``fork`` copies every lock in the state it is in, but only the forking
+thread: a lock another thread of the parent held at that moment is never
+released in the child, whose first op then waits for it forever (a
+``multiprocessing`` "fork" worker, a notebook that forks, a test runner).
+Every lock jask keeps at module level is made here, and each is replaced by
+a new, free one in the child (``os.register_at_fork``) before anything else
+runs there; the state the lock guarded is the module's to reset (a session
+folder of the parent is not the child's).
+
+Example:
+  >>> _lock = lock()
+  >>> with _lock:
+  ...     pass
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any, Callable
+
+__all__ = ["lock", "rlock", "condition", "made"]
+
+_made: weakref.WeakSet[_ForkSafe] = weakref.WeakSet()
+
+
+class _ForkSafe:
+    """A lock (or condition) renewed in a forked child; otherwise the lock
+    it holds, with its methods."""
+
+    __slots__ = ("_factory", "_inner", "__weakref__")
+
+    def __init__(self, factory: Callable[[], Any]):
+        self._factory = factory
+        self._inner = factory()
+        _made.add(self)
+
+    def __enter__(self):
+        return self._inner.__enter__()
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+    def __getattr__(self, name: str):  # acquire, release, wait, notify_all, ...
+        return getattr(self._inner, name)
+
+    def renew(self) -> None:
+        self._inner = self._factory()
+
+
+def lock() -> Any:
+    """A ``threading.Lock`` a forked child gets free."""
+    return _ForkSafe(threading.Lock)
+
+
+def rlock() -> Any:
+    """A ``threading.RLock`` a forked child gets free."""
+    return _ForkSafe(threading.RLock)
+
+
+def condition() -> Any:
+    """A ``threading.Condition`` a forked child gets free (no waiter: the
+    parent's waiting threads are not in the child)."""
+    return _ForkSafe(threading.Condition)
+
+
+def made() -> list:
+    """Every lock made here that is still in use."""
+    return list(_made)
+
+
+def _renew_all() -> None:
+    for each in list(_made):
+        each.renew()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_all)
