@@ -89,9 +89,14 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.slow
-def test_peak_rss_stays_within_budget_on_every_chunking(tmp_path):
-    report = run_grid(str(tmp_path), BUDGET, SIDE)
+#: The cell every run measures: the grid's edge, the largest plain chunks
+#: (where freed tiles once stayed in malloc's arenas: chains peaked at 1.4-2.3x
+#: the budget). A cell takes ~45 s (four fresh processes); the whole grid is
+#: marked slow (``pytest -m slow``).
+EDGE_CELLS = ("B/2",)
+
+
+def check_grid(report: dict) -> None:
     text = table(report)
     print(text)
     over, refused = [], {}
@@ -104,4 +109,13 @@ def test_peak_rss_stays_within_budget_on_every_chunking(tmp_path):
                   and op not in KNOWN_OVER.get(cell, ())):
                 over.append((cell, op))
     assert not over, f"over the budget of {report['budget']} bytes: {over}\n{text}"
-    assert refused == REFUSED, text
+    assert refused == {c: ops for c, ops in REFUSED.items() if c in report["cells"]}, text
+
+
+def test_peak_rss_stays_within_budget_on_the_largest_chunks(tmp_path):
+    check_grid(run_grid(str(tmp_path), BUDGET, SIDE, EDGE_CELLS))
+
+
+@pytest.mark.slow
+def test_peak_rss_stays_within_budget_on_every_chunking(tmp_path):
+    check_grid(run_grid(str(tmp_path), BUDGET, SIDE))
