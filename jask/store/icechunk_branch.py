@@ -52,6 +52,12 @@ class IcechunkBranch(Location):
     def forget(self) -> None:
         chunkio.forget(self.path)
 
+    def version(self, store: StoreSpec) -> tuple | None:
+        """No version to compare (an op reads one snapshot; a commit checks the
+        snapshot it was computed from): the stamp holds this process's readers
+        until they finish, before its own commit replaces what they read."""
+        return self.path, None
+
     def create(self, shape: tuple, dtype: np.dtype, chunks: tuple,
                metadata: str | None) -> None:
         raise NotImplementedError(f"jask makes no new arrays in an icechunk branch "

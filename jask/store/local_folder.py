@@ -16,7 +16,7 @@ import zarr
 from jask.store.location import Location, location_of
 from jask.store.spec import FOLDER, StoreSpec
 
-from . import chunkio, durability, registry, saves, sessions, tiles, trash
+from . import chunkio, durability, registry, saves, sessions, tiles, trash, versions
 
 __all__ = ["LocalFolder"]
 
@@ -59,6 +59,20 @@ class LocalFolder(Location):
 
     def forget(self) -> None:
         chunkio.forget(self.path)
+
+    # Versions: the folder's and zarr.json's identity (jask.store.versions).
+
+    def version(self, store: StoreSpec) -> tuple | None:
+        path = versions.resolved(self.path)
+        return path, versions.identity(path)
+
+    def check_version(self, before, op: str) -> None:
+        if versions.identity(self.path) != before:
+            tiles.forget(self.path)
+            raise versions.StoreChangedError(
+                f"{op}: the store {self.path!r} was replaced by another writer while this op "
+                "read it, so the result could mix old and new values; it was discarded "
+                "and nothing was written. Run the op again (it is safe to).")
 
     # Making, keeping and deleting.
 

@@ -110,6 +110,18 @@ class Location(abc.ABC):
         """Drop what this process caches of the store here (it is gone, or
         was written anew)."""
 
+    # Versions: what an op that read a store checks was not replaced meanwhile.
+
+    def version(self, store: StoreSpec) -> tuple | None:
+        """``(path, version)``: what identifies the version of ``store`` (whose
+        data is here) that an op plans with and reads, for :meth:`check_version`
+        once it has read it; None when nothing can replace it under jask."""
+        return None
+
+    def check_version(self, before, op: str) -> None:
+        """Raise :class:`jask.StoreChangedError`, naming ``op``, when the store
+        here is no longer at the version ``before`` (:meth:`version`'s)."""
+
     # Making, keeping and deleting stores.
 
     @abc.abstractmethod

@@ -19,7 +19,7 @@ import zarr
 from jask.store.location import Location
 from jask.store.spec import GRAD_SUFFIX, OBJECTS, StoreSpec
 
-from . import object_sessions, objects, registry, remote, sessions, tiles
+from . import object_sessions, objects, registry, remote, sessions, tiles, versions
 
 __all__ = ["ObjectPrefix"]
 
@@ -56,6 +56,25 @@ class ObjectPrefix(Location):
 
     def forget(self) -> None:
         remote.forget(self.path)
+
+    # Versions: a user's array's metadata object (its ETag) as it was opened;
+    # jask's own arrays here are replaced by nobody else.
+
+    def version(self, store: StoreSpec) -> tuple | None:
+        if getattr(store, "managed", True):
+            return None
+        opened = remote.opened_version(store)
+        return self.path, opened if opened is not None else remote.metadata_version(self.path)
+
+    def check_version(self, before, op: str) -> None:
+        if remote.metadata_version(self.path, before and before[0]) != before:
+            tiles.forget(self.path)
+            raise versions.StoreChangedError(
+                f"{op}: the Zarr array at {self.path!r} was replaced by another writer (its "
+                f"metadata object {before[0] if before else 'zarr.json'!r} changed) since "
+                "it was opened or while this op read it, so the result could mix old and "
+                "new values; it was discarded and nothing was written. Open it again "
+                "(jask.open) and run the op again.")
 
     # Making, keeping and deleting.
 

@@ -70,9 +70,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from jask.base import forks
-from jask.store.objects import is_url
+from jask.store.location import location_of
 
-from . import remote, tiles
+from . import tiles
 
 __all__ = ["StoreChangedError", "VERSION_FILE", "Version", "write_token", "identity",
            "resolved", "opened", "check_layouts", "stamp", "check_unchanged", "snapshot",
@@ -254,9 +254,9 @@ def check_layouts(stores, op: str) -> None:
     for store in stores:
         view = getattr(store, "view", None)
         base = view.base if view is not None else store
-        if base.managed or not base.path or is_url(base.path):
+        if base.managed or not base.path:
             continue
-        key = _opened_key(base)
+        key = _opened_key(base)  # (only local arrays are opened with a layout digest)
         if key in _opened and layout(base.path) != _opened[key]:
             tiles.forget(base.path)
             raise StoreChangedError(
@@ -266,52 +266,34 @@ def check_layouts(stores, op: str) -> None:
                 "and run the op again.")
 
 
-def _local_paths(stores) -> list:
-    return list(dict.fromkeys(resolved(s.path) for s in stores
-                              if s.path and not is_url(s.path)))
-
-
-def _url_stamps(stores) -> list:
-    """[(url, metadata version)] of the users' arrays at URLs among ``stores``
-    (jask's own stores there are replaced by nobody): the version each had
-    when it was opened, which the op was planned with; else its version now."""
+def _bases(stores) -> list:
+    """Each store's base (a view's base, or the store itself), once per path."""
     found: dict = {}
     for store in stores:
         view = getattr(store, "view", None)
         base = view.base if view is not None else store
-        if is_url(base.path) and not getattr(base, "managed", True) and base.path not in found:
-            opened = remote.opened_version(base)
-            found[base.path] = opened if opened is not None else \
-                remote.metadata_version(base.path)
-    return list(found.items())
+        if base.path:
+            found.setdefault(base.path, base)
+    return list(found.values())
+
+
+def _versions(bases) -> list:
+    return [v for v in (location_of(b).version(b) for b in bases) if v is not None]
 
 
 def stamp(stores, op: str = "jask") -> list:
-    """What identifies the current version of each of ``stores``: [(path, identity)]
-    (for a user's array at a URL, its metadata object's version); first, a
-    user's array rewritten since it was opened is refused (:func:`check_layouts`)."""
+    """What identifies the current version of each of ``stores``: [(path,
+    version)], as its location stamps it (a local folder's identity; a user's
+    array at a URL, its metadata object's version when it was opened); first,
+    a user's array rewritten since it was opened is refused (:func:`check_layouts`)."""
     check_layouts(stores, op)
-    return [(p, identity(p)) for p in _local_paths(stores)] + _url_stamps(stores)
+    return _versions(_bases(stores))
 
 
 def check_unchanged(stamps: list, op: str) -> None:
     """Raise :class:`StoreChangedError` if a stamped store was replaced."""
     for path, before in stamps:
-        if is_url(path):
-            if remote.metadata_version(path, before and before[0]) != before:
-                tiles.forget(path)
-                raise StoreChangedError(
-                    f"{op}: the Zarr array at {path!r} was replaced by another writer (its "
-                    f"metadata object {before[0] if before else 'zarr.json'!r} changed) since "
-                    "it was opened or while this op read it, so the result could mix old and "
-                    "new values; it was discarded and nothing was written. Open it again "
-                    "(jask.open) and run the op again.")
-        elif identity(path) != before:
-            tiles.forget(path)
-            raise StoreChangedError(
-                f"{op}: the store {path!r} was replaced by another writer while this op "
-                "read it, so the result could mix old and new values; it was discarded "
-                "and nothing was written. Run the op again (it is safe to).")
+        location_of(path).check_version(before, op)
 
 
 # --- reader holds within this process -----------------------------------------------
@@ -427,9 +409,9 @@ def snapshot(stores, op: str):
       jask.store.versions.StoreChangedError: example: the store ...
     """
     check_layouts(stores, op)
-    paths = _local_paths(stores)
-    with _holding(paths):
-        snap = _Snapshot(op, [(p, identity(p)) for p in paths] + _url_stamps(stores))
+    bases = _bases(stores)
+    with _holding(list(dict.fromkeys(resolved(b.path) for b in bases))):
+        snap = _Snapshot(op, _versions(bases))  # taken once held: a swap waits for it
         _open().append(snap)
         try:
             yield snap
@@ -445,7 +427,7 @@ def _refuse_if_url_replaced(snap: _Snapshot, err: Exception) -> None:
     """An op failed while reading a user's array at a URL: if another writer
     replaced it meanwhile (chunk objects of a new layout read as the old one
     look damaged), say that instead. A failed check keeps the op's own error."""
-    urls = [s for s in snap.stamps if is_url(s[0])]
+    urls = [s for s in snap.stamps if location_of(s[0]).reads_by_request]
     if not urls or snap.sealed or isinstance(err, StoreChangedError):
         return
     try:
@@ -475,8 +457,8 @@ def replaced(target: str) -> None:
     target = resolved(target)
     for snap in _open():
         snap.replaced.add(target)
-    if is_url(target):
-        return
+    if not location_of(target).supports_rename:
+        return  # a new version or a commit: no version token is written
     now = identity(target)
     with _written_lock:
         if now is not None and now.token in _written_here:
