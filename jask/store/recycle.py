@@ -25,7 +25,6 @@ costs, so reuse would save nothing; they go to :mod:`jask.store.trash`.
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 
 from jask.base import forks
@@ -75,7 +74,10 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
     with _lock:
         fits = _held[0] + nbytes <= MAX_BYTES and len(_sizes) < MAX_STORES
     if fits:  # never keep garbage on a disk short of space
-        fits = _free_bytes(folder) > 4 * MAX_BYTES
+        try:
+            fits = where.free_bytes() > 4 * MAX_BYTES
+        except OSError:  # no free space to be read: keep nothing
+            fits = False
     with _lock:
         fits = fits and _held[0] + nbytes <= MAX_BYTES and len(_sizes) < MAX_STORES
         if fits:
@@ -89,13 +91,6 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
             _held[0] += nbytes
             return
     trash.remove(path)
-
-
-def _free_bytes(folder: str) -> int:
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return 0
 
 
 def take(path: str, shape, dtype, chunks) -> bool:
