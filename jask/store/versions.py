@@ -278,7 +278,10 @@ def _bases(stores) -> list:
 
 
 def _versions(bases) -> list:
-    return [v for v in (location_of(b).version(b) for b in bases) if v is not None]
+    """[(path, version)] of ``bases``, one per store (a link and its target,
+    resolved to one path, are stamped once)."""
+    stamped = (location_of(b).version(b) for b in bases)
+    return list(dict(v for v in stamped if v is not None).items())
 
 
 def stamp(stores, op: str = "jask") -> list:
