@@ -17,39 +17,35 @@ from jask.store.location import Location
 from jask.store.object_prefix import ObjectPrefix
 from jask.store.spec import StoreSpec, plain_v3_metadata
 
-#: kind -> (its class, a path of it, its capabilities).
-KINDS = {
-    "folder": (LocalFolder, "/data/x.zarr",
-               dict(supports_rename=True, reads_by_request=False, checks_free_space=True,
-                    replaces_in_this_process=False)),
-    "bucket": (ObjectPrefix, "s3://bucket/x.zarr",
-               dict(supports_rename=False, reads_by_request=True, checks_free_space=False,
-                    replaces_in_this_process=False)),
-    "memory": (ObjectPrefix, "memory:///x.zarr",
-               dict(supports_rename=False, reads_by_request=True, checks_free_space=False,
-                    replaces_in_this_process=False)),
-    "icechunk": (IcechunkBranch, "icechunk+s3://bucket/repo?branch=main#x",
-                 dict(supports_rename=False, reads_by_request=False, checks_free_space=False,
-                      replaces_in_this_process=True)),
-}
+#: What each kind of location allows: (supports_rename, reads_by_request,
+#: checks_free_space, replaces_in_this_process).
+CAPABILITIES = {LocalFolder: (True, False, True, False),
+                ObjectPrefix: (False, True, False, False),
+                IcechunkBranch: (False, False, False, True)}
+NAMES = ("supports_rename", "reads_by_request", "checks_free_space", "replaces_in_this_process")
+
+#: A path of each kind users write -> the location it names.
+KINDS = {"/data/x.zarr": LocalFolder, "relative/x.zarr": LocalFolder,
+         "s3://bucket/x.zarr": ObjectPrefix, "memory:///x.zarr": ObjectPrefix,
+         "icechunk+s3://bucket/repo?branch=main#x": IcechunkBranch}
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_the_kind_is_read_from_the_path_once_and_names_its_location(kind):
-    cls, path, capabilities = KINDS[kind]
+@pytest.mark.parametrize("path", KINDS)
+def test_the_kind_is_read_from_the_path_once_and_names_its_location(path):
+    cls = KINDS[path]
     spec = StoreSpec(path, (4,), np.float32, (2,))
     assert type(location_of(path)) is cls and type(location_of(spec)) is cls
     assert location_of(spec) == location_of(path) == cls(path)
-    assert {name: getattr(location_of(path), name) for name in capabilities} == capabilities
+    assert tuple(getattr(location_of(path), name) for name in NAMES) == CAPABILITIES[cls]
 
 
 def test_every_kind_implements_the_whole_interface():
     """No abstract operation is left to a kind (each can be made), and each
     kind's class is the one its module registers."""
-    for cls, _, _ in KINDS.values():
+    for cls in CAPABILITIES:
         assert not cls.__abstractmethods__, cls
         assert issubclass(cls, Location)
-    assert {cls.kind for cls, _, _ in KINDS.values()} == {"folder", "objects", "icechunk"}
+    assert {cls.kind for cls in CAPABILITIES} == {"folder", "objects", "icechunk"}
 
 
 @pytest.fixture(params=["folder", "bucket"])
