@@ -715,9 +715,12 @@ def _empty_trash() -> None:
                      and (r.thread == 0 or done(r.thread))]
             if not batch:
                 return
+            # a store others still name is kept, and so is what is cached about a
+            # user's store while any array of it (a view's base) lives
             held = {r.spec.path for r in list(_records.values())
                     if r.spec is not None and r.state is not State.TRASH
-                    } if any(r.shared for r in batch) else set()
+                    } if any(r.shared or (r.spec is not None and not r.spec.managed)
+                             for r in batch) else set()
             for record in batch:
                 record.take_out()
         for record in batch:
@@ -728,7 +731,7 @@ def _empty_trash() -> None:
                 trash.remove_now(record.path)
             elif store.managed:
                 _delete(store, later=True)  # reused or deleted in the background
-            else:
+            elif store.path not in held:
                 tiles.forget(store.path)
             with _lock:
                 record.deleted()
