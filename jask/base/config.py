@@ -5,8 +5,10 @@ its tiles and to know where its output stores go.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ import psutil
 from jask.base import forks
 from jask.base.urls import check_url, is_url
 
-__all__ = ["Config", "set_memory_budget", "get_config", "parse_budget"]
+__all__ = ["Config", "set_memory_budget", "get_config", "holding", "parse_budget"]
 
 #: Budget used when a program never calls :func:`set_memory_budget`.
 DEFAULT_MAX_MEMORY = "1GiB"
@@ -224,15 +226,53 @@ def get_config() -> Config:
     """The active configuration, creating the default one on first use.
 
     The default is a budget of ``1GiB`` (clamped to 80% of available RAM)
-    and ``./.jask_scratch``.
+    and ``./.jask_scratch``. While something holds memory outside any op
+    (:func:`holding`: a minibatch loader's buffers), ``max_memory`` is what
+    is left of the budget, so ops planned meanwhile fit beside it.
 
     Example:
       >>> import jask
       >>> jask.get_config().max_memory > 0
       True
     """
-    global _active
+    global _active, _effective
     with _lock:
         if _active is None:
             _active = make_config(DEFAULT_MAX_MEMORY)
-        return _active
+        if not _held:
+            return _active
+        if _effective is None or _effective[0] is not _active:
+            left = max(1, _active.max_memory - sum(_held.values()))
+            _effective = (_active, dataclasses.replace(_active, max_memory=left))
+        return _effective[1]
+
+
+_held: dict[int, int] = {}  # holder's token -> bytes it keeps between ops
+_effective: tuple | None = None  # (the active config, it less what is held)
+
+
+@contextlib.contextmanager
+def holding(nbytes: int):
+    """Keep ``nbytes`` of the budget for the block's duration: ops planned
+    meanwhile get the rest (:func:`get_config`).
+
+    Example:
+      >>> import jask
+      >>> jask.set_memory_budget("64MiB")
+      >>> with holding(16 * 2**20):
+      ...     jask.get_config().max_memory
+      50331648
+      >>> jask.get_config().max_memory
+      67108864
+    """
+    global _effective
+    token = object()
+    with _lock:
+        _held[id(token)] = int(nbytes)
+        _effective = None
+    try:
+        yield
+    finally:
+        with _lock:
+            del _held[id(token)]
+            _effective = None

@@ -308,10 +308,11 @@ def _read_rows(layout: ChunkLayout, index: tuple, rows: slice,
     return dest
 
 
-def _read_raw(layout: ChunkLayout, region: tuple) -> np.ndarray:
+def _read_raw(layout: ChunkLayout, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
     """A tile of an uncompressed C-order store, reading only the chunk rows
     it needs; straight into the tile where those rows are contiguous in it."""
-    out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
+    if out is None:
+        out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
     buffer = None
     for index in itertools.product(*chunk_ranges(region, layout.chunks)):
         src, dst = overlap(index, region, layout.chunks)
@@ -358,11 +359,13 @@ def _load_decoded(layout: ChunkLayout, index: tuple,
     return into
 
 
-def _read_decoded(layout: ChunkLayout, region: tuple) -> np.ndarray:
+def _read_decoded(layout: ChunkLayout, region: tuple,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """A tile of a store whose chunk files must be decoded whole: a chunk
     the tile holds whole, in one contiguous run (C order), is decoded
     straight into the tile; any other into a reused chunk buffer and copied."""
-    out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
+    if out is None:
+        out = buffers.empty(tuple(s.stop - s.start for s in region), layout.dtype)
     for index in itertools.product(*chunk_ranges(region, layout.chunks)):
         src, dst = overlap(index, region, layout.chunks)
         part = out[dst]
@@ -437,15 +440,19 @@ def _zarr_piece(arr: zarr.Array, store: StoreSpec, piece: tuple) -> np.ndarray:
         raise
 
 
-def read(where, store: StoreSpec, region: tuple) -> np.ndarray:
+def read(where, store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
     """One tile (not empty) of ``store``, whose files or session are at
-    ``where``, as a numpy array."""
+    ``where``, as a numpy array: ``out`` when given (C-contiguous)."""
     layout = _raw_layout(where)
     if layout is None:
-        return _read_zarr(where, store, region)
+        tile = _read_zarr(where, store, region)
+        if out is None:
+            return tile
+        out[...] = tile
+        return out
     if layout.plain:
-        return _read_raw(layout, region)
-    return _read_decoded(layout, region)
+        return _read_raw(layout, region, out)
+    return _read_decoded(layout, region, out)
 
 
 def prefetch(where, store: StoreSpec, region: tuple) -> None:

@@ -40,8 +40,8 @@ class IcechunkBranch(Location):
             "a session and a commit: change it with jask.update_ (one commit), not through "
             "to_memmap")
 
-    def read(self, store: StoreSpec, region: tuple) -> np.ndarray:
-        return chunkio.read(self, store, region)
+    def read(self, store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
+        return chunkio.read(self, store, region, out)
 
     def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         chunkio.write(self, store, region, block)

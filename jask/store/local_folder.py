@@ -45,8 +45,8 @@ class LocalFolder(Location):
     def user_array(self) -> zarr.Array:
         return zarr.open_array(self.path, mode="r+")
 
-    def read(self, store: StoreSpec, region: tuple) -> np.ndarray:
-        return chunkio.read(self, store, region)
+    def read(self, store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
+        return chunkio.read(self, store, region, out)
 
     def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         chunkio.write(self, store, region, block)

@@ -89,8 +89,9 @@ class Location(abc.ABC):
         configuration, for a user (``DiskArray.to_memmap``)."""
 
     @abc.abstractmethod
-    def read(self, store: StoreSpec, region: tuple) -> np.ndarray:
-        """One tile of ``store`` (whose data is here) as a numpy array."""
+    def read(self, store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
+        """One tile of ``store`` (whose data is here) as a numpy array: ``out``
+        (C-contiguous, the tile's shape and the store's dtype) when given."""
 
     @abc.abstractmethod
     def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:

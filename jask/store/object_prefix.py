@@ -45,8 +45,8 @@ class ObjectPrefix(Location):
     def user_array(self) -> zarr.Array:
         return remote.open_array(self.path, mode="r+")
 
-    def read(self, store: StoreSpec, region: tuple) -> np.ndarray:
-        return remote.read(store, region)
+    def read(self, store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
+        return remote.read(store, region, out)
 
     def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         remote.write(store, region, block)

@@ -575,8 +575,9 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
 
 # --- reading tiles -----------------------------------------------------------------
 
-def read(store: StoreSpec, region: tuple) -> np.ndarray:
-    """One tile of the array at the URL ``store.path`` as a numpy array.
+def read(store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
+    """One tile of the array at the URL ``store.path`` as a numpy array
+    (``out``, when given).
 
     Example:
       >>> import numpy as np, jask
@@ -588,8 +589,13 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
     layout = _layout(url)
     shape = tuple(s.stop - s.start for s in region)
     if layout is None:
-        return _read_zarr(store, region)
-    out = buffers.empty(shape, layout.dtype) if layout.plain else np.empty(shape, layout.dtype)
+        tile = _read_zarr(store, region)
+        if out is None:
+            return tile
+        out[...] = tile
+        return out
+    if out is None:
+        out = buffers.empty(shape, layout.dtype) if layout.plain else np.empty(shape, layout.dtype)
     jobs = [(index,) + overlap(index, region, layout.chunks)
             for index in itertools.product(*chunk_ranges(region, layout.chunks))]
     if layout.plain:

@@ -22,8 +22,10 @@ from . import views
 __all__ = ["read", "write", "prefetch", "read_model", "open_array", "open_user_array", "forget"]
 
 
-def read(store: StoreSpec, region: tuple) -> np.ndarray:
-    """One tile of a store as a numpy array.
+def read(store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
+    """One tile of a store as a numpy array; read into ``out`` when given (a
+    C-contiguous array of the tile's shape and the store's dtype, such as a
+    reused buffer: no new tile is allocated).
 
     Example:
       >>> import numpy as np, jask
@@ -32,12 +34,23 @@ def read(store: StoreSpec, region: tuple) -> np.ndarray:
       array([[4., 5.],
              [8., 9.]])
     """
+    if out is not None:
+        shape = tuple(max(0, s.stop - s.start) for s in region)
+        if out.shape != shape or out.dtype != store.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"read into an array of shape {out.shape} and dtype {out.dtype}: "
+                             f"the tile is {shape} of {store.dtype} (C-contiguous)")
     if store.view is not None:  # a view reads its base (jask.store.views)
-        return views.read(store, region, read)
+        tile = views.read(store, region, read)
+        if out is None:
+            return tile
+        out[...] = tile
+        return out
     counters.read(store, region)
     if _empty(region):  # nothing to read (and no chunk of 0 to divide by)
+        if out is not None:
+            return out
         return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
-    return location_of(store).read(store, region)
+    return location_of(store).read(store, region, out)
 
 
 def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
