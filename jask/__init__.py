@@ -16,6 +16,7 @@ from jask import (
     optim,  # noqa: F401 - jask.optim.adam etc.
 )
 from jask.api import methods  # noqa: F401 - installs DiskArray's operators and methods
+from jask.api.batches import Batches, batches
 from jask.api.creation import from_numpy, open, open_group, open_icechunk
 from jask.api.elementwise import (  # the rest of the Array API's elementwise functions
     abs,
@@ -162,7 +163,7 @@ sub = subtract  # the names of the first release
 mul = multiply
 
 __all__ = [
-    "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
+    "Batches", "BudgetError", "Config", "Counts", "DiskArray", "DiskArrayType", "DiskFullError",
     "StoreChangedError", "DamagedStoreError", "RemoteStoreError",
     "abs", "add", "arctan", "argmax", "argmin", "astype", "clip",
     "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
@@ -180,6 +181,7 @@ __all__ = [
     "all", "any", "count_nonzero", "prod", "matrix_transpose",
     "argsort", "sort", "searchsorted", "cumprod", "cumulative_prod", "cumulative_sum",
     "tensordot", "vecdot",
+    "batches",
     "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan2", "arctanh", "asin",
     "asinh", "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert", "bitwise_left_shift",
     "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil", "conj", "copysign", "cos",

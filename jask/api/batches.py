@@ -1,0 +1,537 @@
+"""Minibatches of DiskArrays for training loops: :func:`batches`.
+
+A loader reads whole chunks (a *unit*: one chunk row of the array with the
+most bytes per row, or a piece of one when the shuffle buffer is smaller) on
+background threads, ahead of the step, and cuts batches from them in memory:
+no jask op runs per batch. A shuffled epoch permutes the units, then mixes
+the rows of each *window* of consecutive units (the shuffle buffer), as
+CorgiPile does (Xu et al., SIGMOD 2022): every row comes once per epoch,
+and a row moves at most a window's rows from its neighbours in the
+permuted unit order.
+
+What a loader holds (two windows, the batches ready ahead, one unit per
+reading thread) is kept out of the budget the ops get while it runs
+(:func:`jask.base.config.holding`), and an epoch's order depends only on
+the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
+``shard``: never on the budget or the threads.
+"""
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from jask.base import config as _config
+from jask.base import memory
+from jask.base.memory import BudgetError
+from jask.base.sizes import exact_bytes
+from jask.core.array import DiskArray
+from jask.store import check_unchanged, read, read_model, snapshot, stamp
+
+__all__ = ["batches", "Batches"]
+
+#: The default shuffle buffer, in batches: 64 batches' rows mix together.
+DEFAULT_BUFFER_BATCHES = 64
+#: The most of the budget a loader keeps for its buffers.
+LOADER_SHARE = 1 / 2
+#: Reading threads by default: a local disk here reads fastest with 4.
+DEFAULT_THREADS = 4
+#: Batches cut and placed on the device ahead of the step, by default.
+DEFAULT_PREFETCH = 2
+
+_OP = "jask.batches"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which rows each batch of each epoch takes, for one shard.
+
+    ``unit`` rows are read together (the last unit may be shorter);
+    ``window`` units are mixed together when shuffling.
+
+    Example:
+      >>> p = Plan(rows=10, unit=4, window=2, batch_size=3, shuffle=False, seed=0,
+      ...          drop_last=False, shard=(0, 1))
+      >>> p.batches_in(0), [list(map(int, b)) for b in p.batch_rows(0)]
+      (4, [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]])
+    """
+
+    rows: int
+    unit: int
+    window: int
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    shard: tuple
+
+    @property
+    def n_units(self) -> int:
+        return -(-self.rows // self.unit)
+
+    def unit_rows(self, u: int) -> tuple[int, int]:
+        return u * self.unit, min((u + 1) * self.unit, self.rows)
+
+    def _units_of(self, epoch: int, index: int) -> np.ndarray:
+        """Shard ``index``'s units in reading order: a share of a permutation
+        (dealt in turn) when shuffling, else a contiguous run."""
+        count = self.shard[1]
+        if not self.shuffle:
+            return np.array_split(np.arange(self.n_units), count)[index]
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch]))
+        return rng.permutation(self.n_units)[index::count]
+
+    def rows_in(self, units) -> int:
+        """Rows of these units (only the array's last unit may be short)."""
+        units = np.asarray(units)
+        short = self.n_units * self.unit - self.rows
+        return len(units) * self.unit - int(np.any(units == self.n_units - 1)) * short
+
+    def windows(self, epoch: int) -> list[np.ndarray]:
+        """This shard's windows of the epoch, each an array of units."""
+        units = self._units_of(epoch, self.shard[0])
+        # a window's rows are mixed anyway: read its chunks in file order
+        return [np.sort(units[i:i + self.window]) for i in range(0, len(units), self.window)]
+
+    def window_order(self, epoch: int, w: int, n: int) -> np.ndarray:
+        """The order of the ``n`` rows of window ``w`` (positions in it)."""
+        if not self.shuffle:
+            return np.arange(n)
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, self.shard[0], w]))
+        return rng.permutation(n)
+
+    def batches_in(self, epoch: int) -> int:
+        """Batches of this shard's epoch. Without ``drop_last`` the last may
+        be short; with it every shard of the epoch has the same number."""
+        rows = self.rows_in(self._units_of(epoch, self.shard[0]))
+        if self.drop_last:
+            rows = min(self.rows_in(self._units_of(epoch, i)) for i in range(self.shard[1]))
+            return rows // self.batch_size
+        return -(-rows // self.batch_size)
+
+    def batch_rows(self, epoch: int) -> Iterator[np.ndarray]:
+        """Each batch's row indices (of the arrays), in order: what a loader
+        yields, without reading anything (tests and resumption use it)."""
+        stream = [self._window_rows(epoch, w, units) for w, units in enumerate(self.windows(epoch))]
+        rows = np.concatenate(stream) if stream else np.zeros(0, np.int64)
+        for b in range(self.batches_in(epoch)):
+            yield rows[b * self.batch_size:(b + 1) * self.batch_size]
+
+    def _window_rows(self, epoch: int, w: int, units: np.ndarray) -> np.ndarray:
+        rows = np.concatenate([np.arange(*self.unit_rows(int(u))) for u in units])
+        return rows[self.window_order(epoch, w, len(rows))]
+
+
+class Batches:
+    """An iterable over aligned minibatches of arrays with the same first
+    axis (made by :func:`batches`); see there. ``len()`` is the number of
+    batches of the current epoch, :attr:`state` where the loader is."""
+
+    def __init__(self, arrays: tuple, plan: Plan, epochs: int | None, threads: int,
+                 prefetch: int, device, held: int):
+        self._arrays = arrays
+        self.plan = plan
+        self.epochs = epochs
+        self.threads = threads
+        self.prefetch = prefetch
+        self._device = device
+        self.held_bytes = held
+        self._epoch = 0
+        self._batch = 0
+        self._running = False
+
+    # --- where the loader is ------------------------------------------------------
+    @property
+    def state(self) -> dict:
+        """Where the loader is: a small pytree of ints (save it with the model;
+        :meth:`restore` or ``batches(..., state=...)`` continues from it with the
+        next batch). It also records what fixes the order, so that a state is
+        never restored into a loader that would give other batches."""
+        p = self.plan
+        return {"epoch": self._epoch, "batch": self._batch, "seed": p.seed, "rows": p.rows,
+                "batch_size": p.batch_size, "unit": p.unit, "window": p.window,
+                "shuffle": int(p.shuffle), "drop_last": int(p.drop_last),
+                "shard": list(p.shard)}
+
+    def restore(self, state: dict) -> "Batches":
+        """Continue from ``state`` (a :attr:`state` saved earlier) with its next batch.
+
+        Raises:
+          ValueError: if ``state`` is of a loader whose batches differ (another
+            seed, batch size, buffer, shard, or arrays of other rows).
+        """
+        if self._running:
+            raise RuntimeError("restore() while the loader is being iterated")
+        mine = self.state
+        try:
+            theirs = {k: (list(map(int, v)) if k == "shard" else int(v)) for k, v in state.items()}
+        except (AttributeError, TypeError, ValueError) as err:
+            raise ValueError(f"not a jask.batches state: {state!r}") from err
+        differ = [k for k in mine if k not in ("epoch", "batch") and theirs.get(k) != mine[k]]
+        if differ or "epoch" not in theirs or "batch" not in theirs:
+            raise ValueError(
+                "this state is of a loader with other batches (it differs in "
+                f"{', '.join(differ) or 'epoch/batch missing'}: {theirs}, this loader: {mine})")
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or not 0 <= batch <= self.plan.batches_in(epoch):
+            raise ValueError(f"state {theirs} is past its epoch's {self.plan.batches_in(epoch)} "
+                             "batches")
+        self._epoch, self._batch = epoch, batch
+        return self
+
+    def __len__(self) -> int:
+        return self.plan.batches_in(self._epoch)
+
+    def __repr__(self) -> str:
+        p = self.plan
+        return (f"Batches({len(self._arrays)} arrays of {p.rows} rows, batch_size={p.batch_size}, "
+                f"shuffle={p.shuffle}, buffer={p.unit * p.window} rows, shard={p.shard}, "
+                f"epoch={self._epoch}, batch={self._batch}, holds "
+                f"{exact_bytes(self.held_bytes)})")
+
+    # --- iterating ----------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple]:
+        """The batches from :attr:`state` to the end of the epoch (``epochs=None``)
+        or of the last of ``epochs`` epochs, read ahead on background threads."""
+        if self._running:
+            raise RuntimeError("this loader is already being iterated (make another with "
+                               "jask.batches for a second pass at once)")
+        self._running = True
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[tuple]:
+        try:
+            if self._batch >= self.plan.batches_in(self._epoch):  # a finished epoch
+                self._epoch, self._batch = self._epoch + 1, 0
+            last = self._epoch if self.epochs is None else self.epochs - 1
+            if self._epoch > last:
+                return
+            feed = _Feeder(self, self._epoch, self._batch, last)
+            try:
+                with _config.holding(self.held_bytes):
+                    feed.start()
+                    while True:
+                        item = feed.get()
+                        if item is None:
+                            return
+                        epoch, b, values = item
+                        # (after an epoch's last batch the state names it finished;
+                        # the next loop begins the next epoch)
+                        self._epoch, self._batch = epoch, b + 1
+                        yield values
+            finally:
+                feed.stop()
+        finally:
+            self._running = False
+
+
+class _Feeder:
+    """The background work of one iteration: reading windows on a thread pool
+    two windows deep, and cutting their batches on one thread, a few ahead."""
+
+    def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
+        self.loader = loader
+        self.plan = loader.plan
+        self.first = (epoch, batch)
+        self.last = last
+        self.ready: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
+        self.stopping = threading.Event()
+        self.pool = ThreadPoolExecutor(loader.threads, thread_name_prefix="jask-batches-read")
+        self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
+        self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def get(self):
+        item = self.ready.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def stop(self) -> None:
+        self.stopping.set()
+        while self.thread.is_alive():  # let a put waiting for room end
+            try:
+                self.ready.get_nowait()
+            except queue.Empty:
+                pass
+            self.thread.join(0.01)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _put(self, item) -> bool:
+        while not self.stopping.is_set():
+            try:
+                self.ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for epoch in range(self.first[0], self.last + 1):
+                start = self.first[1] if epoch == self.first[0] else 0
+                if not self._epoch(epoch, start):
+                    return
+            self._put(None)
+        except BaseException as err:  # raised in the consumer's thread, at its next batch
+            self._put(err)
+
+    def _epoch(self, epoch: int, start: int) -> bool:
+        plan, B = self.plan, self.plan.batch_size
+        total = plan.batches_in(epoch)
+        if start >= total:
+            return True
+        stamps = stamp(self.stores, _OP)  # the version this epoch reads
+        windows = plan.windows(epoch)
+        sizes = [plan.rows_in(units) for units in windows]
+        ends = np.cumsum(sizes)
+        first_row = start * B
+        w0 = int(np.searchsorted(ends, first_row, side="right"))
+        offset = first_row - (int(ends[w0 - 1]) if w0 else 0)
+        slots = [_Slot(self.loader._arrays, plan.unit * plan.window) for _ in range(2)]
+        pending = {}
+
+        def submit(w: int) -> None:
+            if w < len(windows):
+                pending[w] = slots[w % 2].fill(self.pool, windows[w], plan)
+
+        submit(w0)
+        submit(w0 + 1)
+        carry: list | None = None  # rows of a batch begun in the previous window
+        b = start
+        for w in range(w0, len(windows)):
+            if b >= total:
+                break
+            for f in pending.pop(w):
+                f.result()  # raises what a read raised
+            check_unchanged(stamps, _OP)
+            slot = slots[w % 2]
+            order = plan.window_order(epoch, w, sizes[w])
+            pos = offset if w == w0 else 0
+            while pos < sizes[w] and b < total:
+                need = B - (len(carry[0]) if carry else 0)
+                take = order[pos:pos + need]
+                parts = [buf[take] for buf in slot.buffers]
+                pos += len(take)
+                if carry:
+                    parts = [np.concatenate([c, p]) for c, p in zip(carry, parts)]
+                    carry = None
+                if len(parts[0]) < B and w + 1 < len(windows):
+                    carry = parts  # the batch goes on into the next window
+                    break
+                if not self._put((epoch, b, self._deliver(parts))):
+                    return False
+                b += 1
+            submit(w + 2)  # the slot of window w is free again
+        if carry and b < total:
+            if not self._put((epoch, b, self._deliver(carry))):
+                return False
+        return True
+
+    def _deliver(self, parts: list) -> tuple:
+        if self.loader._device is None:
+            return tuple(parts)
+        return tuple(jax.device_put(part, self.loader._device) for part in parts)
+
+
+class _InMemory:
+    """An array already in memory (numpy or jax) among a loader's arrays."""
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+        self.shape = value.shape
+        self.dtype = value.dtype
+
+
+class _Slot:
+    """One window's buffers (one per array), reused from window to window:
+    freshly allocated memory is slow to touch here (jask.store.buffers)."""
+
+    def __init__(self, arrays: tuple, rows: int):
+        self.arrays = arrays
+        self.rows = rows
+        self._whole: list[np.ndarray] = []
+        self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
+
+    def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan) -> list:
+        """Start reading ``units`` into this slot; the reads' futures."""
+        if not self._whole:  # made at the first window, touched by its reads
+            self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype) for a in self.arrays]
+        n = plan.rows_in(units)
+        self.buffers = [buf[:n] for buf in self._whole]
+        tasks, at = [], 0
+        for u in units:
+            lo, hi = plan.unit_rows(int(u))
+            for a, buf in zip(self.arrays, self.buffers):
+                tasks.append(pool.submit(_read_unit, a, lo, hi, buf[at:at + hi - lo]))
+            at += hi - lo
+        return tasks
+
+
+def _read_unit(a, lo: int, hi: int, into: np.ndarray) -> None:
+    if isinstance(a, _InMemory):
+        into[...] = a.value[lo:hi]
+        return
+    store = a._store()
+    region = (slice(lo, hi),) + tuple(slice(0, n) for n in a.shape[1:])
+    with snapshot([store], _OP):  # one version, held against this process's writers
+        read(store, region, out=into)
+
+
+def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
+            epochs: int | None = None, drop_last: bool = False, buffer: int | None = None,
+            shard: tuple[int, int] = (0, 1), threads: int | None = None,
+            prefetch: int = DEFAULT_PREFETCH, device=None, state: dict | None = None) -> Batches:
+    """Minibatches of one or more arrays with the same first axis, read ahead
+    from disk while the step computes.
+
+    Each batch is a tuple with one in-memory array per argument, rows
+    ``[i]`` of all of them aligned: numpy arrays, which a jitted step takes
+    as they are (its call moves them to the device, which measured faster
+    than a ``jax.device_put`` per batch), or ``jax.Array`` placed on
+    ``device``. Iterating the loader runs one epoch (``epochs=None``) or
+    runs until ``epochs`` epochs in all are done, from where it is
+    (:attr:`Batches.state`).
+
+    The shuffle (``shuffle=True``): every epoch permutes the arrays' chunks
+    (whole chunk rows of the array with the most bytes per row), deals them
+    to the shards, and mixes the rows of every ``buffer`` rows' worth of
+    consecutive chunks. Every row comes exactly once per epoch; two rows of
+    one batch come from the same window of ``buffer`` rows; the order is
+    fixed by ``seed``, the epoch, the arrays' shapes and chunks,
+    ``batch_size``, ``buffer`` and ``shard``, whatever the budget and the
+    threads. With ``shuffle=False`` batches come in row order.
+
+    Args:
+      *arrays: DiskArrays (or numpy / jax arrays) with the same first axis.
+      batch_size: rows per batch.
+      shuffle: shuffle chunks, then rows within the buffer (see above).
+      seed: the shuffle's seed.
+      epochs: how many epochs a loop over the loader runs in all; None: one
+        per loop.
+      drop_last: leave out the last, short batch of each epoch (and with
+        several shards, give every shard the same number of batches).
+      buffer: rows mixed together by the shuffle (rounded up to whole
+        chunks); default 64 batches' rows. The loader holds two buffers.
+      shard: ``(index, count)``: this process reads only its share of each
+        epoch's chunks, disjoint from the other ``count - 1`` shards'
+        (``(jax.process_index(), jax.process_count())`` on several hosts).
+      threads: reading threads (default 4); they never change the batches.
+      prefetch: batches cut and placed on the device ahead of the step.
+      device: a ``jax.Device`` or ``Sharding`` to place the batches on
+        (``jax.device_put``, on the loader's thread); None: numpy batches.
+      state: a :attr:`Batches.state` to continue from.
+
+    Raises:
+      ValueError: arrays of different first axes, no arrays, 0-d arrays, a
+        bad ``batch_size``/``buffer``/``shard``/``state``.
+      BudgetError: if the loader's buffers (two windows, the batches ahead,
+        a chunk per thread) do not fit in half the budget, before anything is read.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> X = jask.from_numpy(np.arange(20.0).reshape(10, 2))
+      >>> y = jask.from_numpy(np.arange(10.0))
+      >>> loader = jask.batches(X, y, batch_size=4, shuffle=False)
+      >>> [(xb.shape, yb.tolist()) for xb, yb in loader]
+      [((4, 2), [0.0, 1.0, 2.0, 3.0]), ((4, 2), [4.0, 5.0, 6.0, 7.0]), ((2, 2), [8.0, 9.0])]
+      >>> shuffled = jask.batches(X, y, batch_size=4, seed=1)
+      >>> sorted(int(v) for _, yb in shuffled for v in yb)  # one epoch: each row once
+      [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+      >>> shuffled.state["epoch"], shuffled.state["batch"]
+      (0, 3)
+    """
+    if not arrays:
+        raise ValueError("jask.batches needs at least one array")
+    held_arrays = []
+    for i, a in enumerate(arrays):
+        if not isinstance(a, DiskArray):
+            if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+                raise TypeError(f"jask.batches: argument {i} is a {type(a).__name__}, not an "
+                                "array")
+            a = _InMemory(np.asarray(a))
+        if not a.shape:
+            raise ValueError(f"jask.batches: argument {i} is 0-d: batches are cut along a first "
+                             "axis")
+        held_arrays.append(a)
+    rows = held_arrays[0].shape[0]
+    if any(a.shape[0] != rows for a in held_arrays):
+        raise ValueError("jask.batches: the arrays' first axes differ: "
+                         + ", ".join(str(tuple(a.shape)) for a in held_arrays))
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size < 1:
+        raise ValueError(f"jask.batches: batch_size must be a positive int, not {batch_size!r}")
+    if (not isinstance(shard, (tuple, list)) or len(shard) != 2
+            or not all(isinstance(v, (int, np.integer)) for v in shard)
+            or not 0 <= shard[0] < shard[1]):
+        raise ValueError(f"jask.batches: shard must be (index, count) with 0 <= index < count, "
+                         f"not {shard!r}")
+    if epochs is not None and (not isinstance(epochs, (int, np.integer)) or epochs < 1):
+        raise ValueError(f"jask.batches: epochs must be a positive int or None, not {epochs!r}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"jask.batches: threads must be a positive int, not {threads!r}")
+    if not isinstance(prefetch, int) or prefetch < 1:
+        raise ValueError(f"jask.batches: prefetch must be a positive int, not {prefetch!r}")
+    batch_size = int(batch_size)
+    if buffer is None:
+        buffer = DEFAULT_BUFFER_BATCHES * batch_size
+    elif isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 1:
+        raise ValueError(f"jask.batches: buffer must be a positive number of rows, not "
+                         f"{buffer!r}")
+
+    lead = max(held_arrays, key=_row_bytes)
+    chunk_rows = lead.chunks[0] if isinstance(lead, DiskArray) else max(1, rows)
+    unit = max(1, min(chunk_rows, int(buffer), rows))
+    window = max(1, -(-int(buffer) // unit))  # (in order too: a window's units read at once)
+    window = min(window, max(1, -(-rows // unit)))
+    plan = Plan(rows=rows, unit=unit, window=window, batch_size=batch_size, shuffle=bool(shuffle),
+                seed=int(seed), drop_last=bool(drop_last), shard=(int(shard[0]), int(shard[1])))
+    threads, held = _fit(held_arrays, plan, threads, prefetch)
+    loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
+                     prefetch, device, held)
+    if state is not None:
+        loader.restore(state)
+    return loader
+
+
+def _row_bytes(a) -> int:
+    return math.prod(a.shape[1:]) * np.dtype(a.dtype).itemsize
+
+
+def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int) -> tuple[int, int]:
+    """The reading threads and the bytes the loader holds: its two windows, a
+    batch being cut and those ahead (each also as the copy made on the device),
+    and per thread a unit being read (with what its read holds besides, as
+    :func:`jask.base.memory.read_cost` counts it). Fewer threads before a refusal."""
+    budget = _config.get_config().max_memory
+    share = int(budget * LOADER_SHARE)
+    row = sum(_row_bytes(a) for a in arrays)
+    window_rows = plan.unit * plan.window
+    fixed = 2 * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    per_thread = 0
+    for a in arrays:
+        if isinstance(a, DiskArray):
+            tile = (plan.unit,) + tuple(a.shape[1:])
+            extra, _ = memory.read_cost(read_model(a._store()), tile)
+            per_thread = max(per_thread, plan.unit * _row_bytes(a) + extra)
+    wanted = threads or DEFAULT_THREADS
+    for n in range(wanted, 0, -1):
+        need = fixed + n * per_thread
+        if need <= share or threads is not None:
+            break
+    if need > share:
+        raise BudgetError(
+            f"jask.batches: its buffers need {exact_bytes(need)} (two shuffle windows of "
+            f"{window_rows} rows of {exact_bytes(row)}, {prefetch} batches ahead, a chunk per "
+            f"reading thread x {n}), over half the memory budget ({exact_bytes(share)}); pass a "
+            "smaller buffer= (rows) or batch_size=, fewer threads=, or raise the budget with "
+            "jask.set_memory_budget")
+    return n, need

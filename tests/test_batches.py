@@ -1,0 +1,300 @@
+"""jask.batches: minibatches of DiskArrays for training loops.
+
+Every row once per epoch for the chunkings users bring, the rows the plan
+says, deterministic whatever the budget and the threads, resumable mid-epoch,
+disjoint shares across processes, within the budget, and the errors users
+get for what they get wrong."""
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import jax
+import numpy as np
+import pytest
+import zarr
+
+import jask
+from jask.api.batches import Plan
+
+#: (name, rows, columns, X's chunk rows, y's chunk rows, compressed, batch_size, buffer)
+CASES = [
+    ("one chunk", 10, 3, 10, 10, False, 4, None),
+    ("ragged last chunk", 1003, 5, 100, 100, False, 64, 300),
+    ("tiny chunks", 517, 2, 7, 7, True, 32, 100),
+    ("y chunked otherwise", 1000, 4, 128, 333, True, 50, 256),
+    ("buffer below a chunk", 600, 4, 512, 600, False, 16, 40),
+    ("batch over a window", 700, 3, 50, 50, False, 256, 100),
+    ("batch of one", 37, 2, 8, 8, False, 1, None),
+    ("batch of all", 64, 2, 16, 16, False, 64, 32),
+]
+
+
+def _stores(tmp_path, rows, cols, cx, cy, compressed):
+    x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    kw = {} if compressed else {"compressors": None}
+    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=x.shape, chunks=(cx, cols),
+                          dtype="f4", **kw)
+    X[:] = x
+    Y = zarr.create_array(str(tmp_path / "y.zarr"), shape=(rows,), chunks=(cy,), dtype="i8",
+                          **kw)
+    Y[:] = np.arange(rows)
+    return jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr")), x
+
+
+def _rows(loader) -> list:
+    return [yb.tolist() for _, yb in loader]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in order", "shuffled"])
+def test_every_row_once_per_epoch_aligned_as_the_plan_says(tmp_path, case, shuffle):
+    _, rows, cols, cx, cy, compressed, bs, buffer = case
+    X, y, x = _stores(tmp_path, rows, cols, cx, cy, compressed)
+    loader = jask.batches(X, y, batch_size=bs, shuffle=shuffle, seed=3, buffer=buffer)
+    for epoch in range(2):
+        got = [(xb, yb) for xb, yb in loader]
+        planned = [b.tolist() for b in loader.plan.batch_rows(epoch)]
+        assert [yb.tolist() for _, yb in got] == planned
+        assert sorted(r for b in planned for r in b) == list(range(rows))
+        assert all(len(b) == bs for b in planned[:-1]) and 0 < len(planned[-1]) <= bs
+        for xb, yb in got:  # each X row is its y's row
+            np.testing.assert_array_equal(xb, x[yb])
+        assert loader.state["epoch"] == epoch and loader.state["batch"] == len(planned)
+    if shuffle and rows > 2 * bs:
+        assert _rows(loader) != sorted(_rows(loader))  # (epochs 2 and 3 differ from order)
+
+
+def test_in_order_reads_each_byte_once_and_shuffled_epochs_differ(tmp_path):
+    X, y, _ = _stores(tmp_path, 4000, 8, 256, 256, False)
+    loader = jask.batches(X, y, batch_size=100, shuffle=False)
+    with jask.track() as t:
+        assert [r for b in _rows(loader) for r in b] == list(range(4000))
+    assert t.passes(X) == 1.0 and t.passes(y) == 1.0 and t.bytes_written == 0
+    assert t.graphs == 0  # no jask op per batch
+    shuffled = jask.batches(X, y, batch_size=100, seed=0)
+    first, second = _rows(shuffled), _rows(shuffled)
+    assert first != second and sorted(sum(first, [])) == sorted(sum(second, []))
+
+
+def test_same_seed_same_batches_whatever_the_budget_and_threads(tmp_path):
+    X, y, _ = _stores(tmp_path, 3000, 16, 128, 128, True)
+    runs = []
+    for budget, threads in [("64MB", 1), ("8MB", 4), ("1GB", 2)]:
+        jask.set_memory_budget(budget, scratch_dir=str(tmp_path / "scratch"))
+        loader = jask.batches(X, y, batch_size=64, seed=11, buffer=512, threads=threads,
+                              epochs=2)
+        runs.append(_rows(loader))
+    jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
+    assert runs[0] == runs[1] == runs[2]
+    other = _rows(jask.batches(X, y, batch_size=64, seed=12, buffer=512, epochs=2))
+    assert other != runs[0]
+
+
+@pytest.mark.parametrize("stop_at", [0, 1, 7, 15, 16, 17, 40])
+def test_resume_mid_epoch_equals_an_uninterrupted_run(tmp_path, stop_at):
+    X, y, _ = _stores(tmp_path, 1000, 4, 64, 64, False)
+    make = lambda **kw: jask.batches(X, y, batch_size=60, seed=5, buffer=200, epochs=3, **kw)
+    whole = _rows(make())  # 17 batches an epoch, 51 in all
+    loader = make()
+    seen: list = []
+    for _, yb in (loader if stop_at else ()):
+        seen.append(yb.tolist())  # a batch handed out is a batch done
+        if len(seen) == stop_at:
+            break
+    saved = json.loads(json.dumps(loader.state))  # saved with the model, as JSON
+    assert jax.tree_util.tree_leaves(saved)  # a pytree of ints
+    assert seen + _rows(make(state=saved)) == whole
+    assert seen + _rows(make().restore(saved)) == whole
+
+
+def test_epochs_none_runs_one_epoch_per_loop_and_epochs_n_stops_after_n(tmp_path):
+    X, y, _ = _stores(tmp_path, 100, 2, 10, 10, False)
+    each = jask.batches(X, y, batch_size=30, seed=0)
+    assert len(each) == 4 and [len(_rows(each)) for _ in range(3)] == [4, 4, 4]
+    assert each.state["epoch"] == 2
+    three = jask.batches(X, y, batch_size=30, seed=0, epochs=3, drop_last=True)
+    assert len(_rows(three)) == 9 and _rows(three) == []
+
+
+def test_a_restored_state_of_other_batches_is_refused(tmp_path):
+    X, y, _ = _stores(tmp_path, 100, 2, 10, 10, False)
+    state = jask.batches(X, y, batch_size=10, seed=1).state
+    for other in [dict(batch_size=20, seed=1), dict(batch_size=10, seed=2),
+                  dict(batch_size=10, seed=1, buffer=10), dict(batch_size=10, seed=1,
+                                                               shard=(0, 2))]:
+        with pytest.raises(ValueError, match="other batches"):
+            jask.batches(X, y, **other, state=state)
+    with pytest.raises(ValueError, match="not a jask.batches state"):
+        jask.batches(X, y, batch_size=10, state=[1, 2])
+    with pytest.raises(ValueError, match="past its epoch"):
+        jask.batches(X, y, batch_size=10, seed=1, state=dict(state, batch=99))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_shards_are_disjoint_and_cover_every_row(tmp_path, shuffle, drop_last):
+    X, y, _ = _stores(tmp_path, 1001, 2, 50, 50, False)
+    shares = [_rows(jask.batches(X, y, batch_size=32, seed=4, shard=(i, 3), shuffle=shuffle,
+                                 drop_last=drop_last)) for i in range(3)]
+    rows = [sorted(r for b in share for r in b) for share in shares]
+    assert all(not set(rows[i]) & set(rows[j]) for i in range(3) for j in range(i + 1, 3))
+    if drop_last:  # the same number of whole batches each, for data-parallel steps
+        assert len({len(s) for s in shares}) == 1
+        assert all(len(b) == 32 for s in shares for b in s)
+    else:
+        assert sorted(sum(rows, [])) == list(range(1001))
+
+
+def test_shards_in_separate_processes_read_only_their_share(tmp_path):
+    X, y, _ = _stores(tmp_path, 2000, 4, 100, 100, False)
+    code = (
+        "import json, sys, jask\n"
+        "X, y = jask.open(sys.argv[1]), jask.open(sys.argv[2])\n"
+        "loader = jask.batches(X, y, batch_size=64, seed=9, shard=(int(sys.argv[3]), 2))\n"
+        "with jask.track() as t:\n"
+        "    rows = [int(r) for _, yb in loader for r in yb]\n"
+        "print(json.dumps({'rows': rows, 'passes': t.passes(X)}))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, X.filename, y.filename, str(i)],
+                              stdout=subprocess.PIPE, cwd=str(tmp_path), text=True)
+             for i in range(2)]
+    out = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    a, b = (set(o["rows"]) for o in out)
+    assert not a & b and a | b == set(range(2000))
+    assert all(o["passes"] == 0.5 for o in out)  # each read only its own chunks
+
+
+def test_arrays_in_memory_and_pending_results_beside_stores(tmp_path):
+    X, _, x = _stores(tmp_path, 300, 3, 40, 40, True)
+    labels = np.arange(300) % 7
+    loader = jask.batches(X * 2.0, labels, jax.numpy.arange(300), batch_size=50, seed=2)
+    for xb, lb, ib in loader:
+        np.testing.assert_array_equal(xb, 2 * x[np.asarray(ib)])
+        np.testing.assert_array_equal(lb, labels[np.asarray(ib)])
+
+
+def test_device_places_batches_as_jax_arrays(tmp_path):
+    X, y, _ = _stores(tmp_path, 100, 2, 10, 10, False)
+    device = jax.devices()[0]
+    xb, yb = next(iter(jask.batches(X, y, batch_size=10, device=device)))
+    assert isinstance(xb, jax.Array) and xb.devices() == {device}
+    xb, yb = next(iter(jask.batches(X, y, batch_size=10)))
+    assert isinstance(xb, np.ndarray)
+
+
+def test_a_step_trains_on_the_batches(tmp_path):
+    """The loop users write: a jitted optax step per batch, numpy batches in."""
+    import optax
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2000, 4)).astype(np.float32)
+    t = x @ np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    X, T = jask.from_numpy(x), jask.from_numpy(t)
+    opt = optax.adam(0.05)
+    w = jax.numpy.zeros(4)
+    s = opt.init(w)
+
+    @jax.jit
+    def step(w, s, xb, tb):
+        g = jax.grad(lambda w: jax.numpy.mean((xb @ w - tb) ** 2))(w)
+        u, s = opt.update(g, s)
+        return optax.apply_updates(w, u), s
+
+    for xb, tb in jask.batches(X, T, batch_size=100, seed=0, epochs=20):
+        w, s = step(w, s, xb, tb)
+    np.testing.assert_allclose(w, [1.0, -2.0, 0.5, 3.0], atol=1e-2)
+
+
+def test_leaving_the_loop_stops_the_reading_threads(tmp_path):
+    X, y, _ = _stores(tmp_path, 5000, 8, 64, 64, False)
+    loader = jask.batches(X, y, batch_size=16, seed=0)
+    for i, _ in enumerate(loader):
+        if i == 3:
+            break
+    assert not [t for t in threading.enumerate() if t.name.startswith("jask-batches")]
+    assert loader.state["batch"] == 4
+    with pytest.raises(RuntimeError, match="already being iterated"):
+        it = iter(loader)
+        next(it)
+        iter(loader)
+
+
+def test_the_loaders_buffers_are_kept_out_of_the_ops_budget(tmp_path):
+    X, y, _ = _stores(tmp_path, 5000, 8, 64, 64, False)
+    jask.set_memory_budget("64MB", scratch_dir=str(tmp_path / "scratch"))
+    full = jask.get_config().max_memory
+    loader = jask.batches(X, y, batch_size=16, seed=0)
+    it = iter(loader)
+    next(it)
+    assert jask.get_config().max_memory == full - loader.held_bytes
+    assert jask.sum(X).shape == ()  # ops still run meanwhile, in what is left
+    it.close()
+    assert jask.get_config().max_memory == full
+    jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
+
+
+def test_buffers_over_half_the_budget_are_refused_before_any_read(tmp_path):
+    X, y, _ = _stores(tmp_path, 20000, 64, 4096, 4096, False)  # 1 MiB chunks of X
+    jask.set_memory_budget("4MB", scratch_dir=str(tmp_path / "scratch"))
+    try:
+        with jask.track() as t, pytest.raises(jask.BudgetError, match="buffer="):
+            jask.batches(X, y, batch_size=64)
+        assert t.bytes_read == 0
+        small = jask.batches(X, y, batch_size=64, buffer=1024)  # pieces of a chunk
+        assert sorted(sum(_rows(small), [])) == list(range(20000))
+        assert small.held_bytes <= jask.get_config().max_memory // 2
+    finally:
+        jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
+
+
+def test_a_store_replaced_during_an_epoch_is_named_not_mixed(tmp_path):
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, seed=0, buffer=100, prefetch=1)
+    it = iter(loader)
+    next(it)
+    X.update_(X * 0.0)  # this process's writer: waits for reads, never deadlocks
+    with pytest.raises(jask.StoreChangedError):
+        for _ in it:
+            pass
+    # the next epoch reads the new version
+    assert all(np.all(xb == 0) for xb, _ in jask.batches(X, y, batch_size=500))
+
+
+def test_a_damaged_chunk_is_named_at_the_batch_that_needs_it(tmp_path):
+    X, y, _ = _stores(tmp_path, 400, 4, 100, 100, True)
+    with open(os.path.join(X.filename, "c", "2", "0"), "wb") as f:
+        f.write(b"not zstd")
+    with pytest.raises(jask.DamagedStoreError, match="c/2/0"):
+        _rows(jask.batches(X, y, batch_size=50, shuffle=False))
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", [
+    ((), {"batch_size": 4}, ValueError, "at least one array"),
+    (("X", "short"), {"batch_size": 4}, ValueError, "first axes differ"),
+    (("X",), {"batch_size": 0}, ValueError, "batch_size"),
+    (("X",), {"batch_size": 2.5}, ValueError, "batch_size"),
+    (("X",), {"batch_size": 4, "shard": (2, 2)}, ValueError, "shard"),
+    (("X",), {"batch_size": 4, "buffer": 0}, ValueError, "buffer"),
+    (("X",), {"batch_size": 4, "epochs": 0}, ValueError, "epochs"),
+    (("X",), {"batch_size": 4, "threads": 0}, ValueError, "threads"),
+    (("X", "scalar"), {"batch_size": 4}, ValueError, "0-d"),
+    (("X", "list"), {"batch_size": 4}, TypeError, "not an array"),
+])
+def test_bad_arguments_are_named(tmp_path, args, kwargs, error, match):
+    X, _, _ = _stores(tmp_path, 20, 2, 5, 5, False)
+    values = {"X": X, "short": np.zeros(19), "scalar": np.float32(1), "list": [1, 2]}
+    with pytest.raises(error, match=match):
+        jask.batches(*(values[a] for a in args), **kwargs)
+
+
+def test_the_plan_moves_rows_at_most_a_window_and_mixes_chunks():
+    plan = Plan(rows=10_000, unit=100, window=4, batch_size=50, shuffle=True, seed=0,
+                drop_last=False, shard=(0, 1))
+    batches = list(plan.batch_rows(0))
+    windows = [set(w.tolist()) for w in plan.windows(0)]
+    for b in batches:  # a batch's rows come from one window's chunks (two, across a boundary)
+        chunks = set((b // 100).tolist())
+        assert sum(1 for w in windows if chunks & w) <= 2
+        assert any(chunks <= w for w in windows) or len(chunks) <= 8
+    firsts = [int(b[0]) // 100 for b in batches[:20]]
+    assert len(set(firsts)) > 4  # the chunks' order is shuffled, not sequential
