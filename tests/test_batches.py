@@ -298,3 +298,34 @@ def test_the_plan_moves_rows_at_most_a_window_and_mixes_chunks():
         assert any(chunks <= w for w in windows) or len(chunks) <= 8
     firsts = [int(b[0]) // 100 for b in batches[:20]]
     assert len(set(firsts)) > 4  # the chunks' order is shuffled, not sequential
+
+
+def test_stores_in_object_storage_are_read_by_shard_one_request_per_chunk(s3_bucket):
+    from s3server import zarr_store
+    x = np.arange(1200 * 6, dtype=np.float32).reshape(1200, 6)
+    for name, values, chunks in [("X", x, (100, 6)), ("y", np.arange(1200), (100,))]:
+        z = zarr.create_array(store=zarr_store(f"{s3_bucket}/{name}.zarr"), shape=values.shape,
+                              dtype=values.dtype, chunks=chunks)
+        z[:] = values
+    X, y = jask.open(f"{s3_bucket}/X.zarr"), jask.open(f"{s3_bucket}/y.zarr")
+    seen = []
+    for i in range(2):
+        with jask.track() as t:
+            rows = _rows(jask.batches(X, y, batch_size=64, seed=1, shard=(i, 2)))
+        seen.append(sorted(sum(rows, [])))
+        assert t.passes(X) == 0.5
+        assert t.total.requests <= 2 * 6 + 4  # a GET per chunk of X and y (+ metadata)
+    assert not set(seen[0]) & set(seen[1]) and sorted(seen[0] + seen[1]) == list(range(1200))
+
+
+def test_ctrl_c_in_the_loop_stops_the_loader(tmp_path):
+    import signal
+    X, y, _ = _stores(tmp_path, 5000, 8, 64, 64, False)
+    loader = jask.batches(X, y, batch_size=16, seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        for i, _ in enumerate(loader):
+            if i == 5:
+                signal.raise_signal(signal.SIGINT)
+    assert not [t for t in threading.enumerate() if t.name.startswith("jask-batches")]
+    assert loader.state["batch"] == 6
+    assert len(_rows(loader)) == len(loader) - 6  # and goes on where it stopped

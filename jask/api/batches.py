@@ -32,7 +32,7 @@ from jask.base import memory
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
-from jask.store import check_unchanged, read, read_model, snapshot, stamp
+from jask.store import StoreChangedError, check_unchanged, held, read, read_model, stamp
 
 __all__ = ["batches", "Batches"]
 
@@ -301,7 +301,7 @@ class _Feeder:
 
         def submit(w: int) -> None:
             if w < len(windows):
-                pending[w] = slots[w % 2].fill(self.pool, windows[w], plan)
+                pending[w] = slots[w % 2].fill(self.pool, windows[w], plan, stamps)
 
         submit(w0)
         submit(w0 + 1)
@@ -361,7 +361,7 @@ class _Slot:
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
-    def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan) -> list:
+    def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan, stamps) -> list:
         """Start reading ``units`` into this slot; the reads' futures."""
         if not self._whole:  # made at the first window, touched by its reads
             self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype) for a in self.arrays]
@@ -371,19 +371,28 @@ class _Slot:
         for u in units:
             lo, hi = plan.unit_rows(int(u))
             for a, buf in zip(self.arrays, self.buffers):
-                tasks.append(pool.submit(_read_unit, a, lo, hi, buf[at:at + hi - lo]))
+                tasks.append(pool.submit(_read_unit, a, lo, hi, buf[at:at + hi - lo], stamps))
             at += hi - lo
         return tasks
 
 
-def _read_unit(a, lo: int, hi: int, into: np.ndarray) -> None:
+def _read_unit(a, lo: int, hi: int, into: np.ndarray, stamps: list) -> None:
+    """Rows ``lo:hi`` of one array into its window's buffer, held against this
+    process's writers (the window's stamps are checked once it is read)."""
     if isinstance(a, _InMemory):
         into[...] = a.value[lo:hi]
         return
     store = a._store()
     region = (slice(lo, hi),) + tuple(slice(0, n) for n in a.shape[1:])
-    with snapshot([store], _OP):  # one version, held against this process's writers
-        read(store, region, out=into)
+    try:
+        with held([store]):
+            read(store, region, out=into)
+    except Exception as err:  # replaced by another process while read: say that
+        try:
+            check_unchanged(stamps, _OP)
+        except StoreChangedError as changed:
+            raise changed from err
+        raise
 
 
 def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,

@@ -39,6 +39,7 @@ from jask.store.tiles import open_array, prefetch, read, read_model, write
 from jask.store.trash import wait as wait_for_trash
 from jask.store.versions import (
     check_layouts,
+    held,
     identity,
     replaced,
     resolved,
@@ -68,8 +69,8 @@ __all__ = [
     "zarr_store", "open_zarr_array", "put_saved", "icechunk_name", "WritableView", "open_writable",
     # versions and disk space
     "DiskFullError", "StoreChangedError", "RemoteStoreError", "DamagedStoreError", "check_space",
-    "space_errors", "raise_if_full", "snapshot", "stamp", "check_unchanged", "check_layouts",
-    "identity", "replaced", "resolved", "write_token", "written_here",
+    "space_errors", "raise_if_full", "snapshot", "held", "stamp", "check_unchanged",
+    "check_layouts", "identity", "replaced", "resolved", "write_token", "written_here",
     # sessions and garbage
     "session_dir", "journal_dir", "clear_recycled", "wait_for_trash",
 ]

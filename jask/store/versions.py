@@ -76,7 +76,7 @@ from . import tiles
 
 __all__ = ["StoreChangedError", "VERSION_FILE", "Version", "write_token", "identity",
            "resolved", "opened", "check_layouts", "stamp", "check_unchanged", "snapshot",
-           "check_open", "swapping", "SWAP_WAIT"]
+           "held", "check_open", "swapping", "SWAP_WAIT"]
 
 #: The file, inside a store, holding the random token of its version.
 VERSION_FILE = ".jask-version"
@@ -341,6 +341,16 @@ def _holding(paths: list):
                 if not held:
                     del _readers[p]
             _cond.notify_all()
+
+
+@contextlib.contextmanager
+def held(stores):
+    """Hold ``stores`` against this process's writers for the block (an
+    ``update_`` of one waits for it), without a snapshot's check at its end:
+    for a reader that checks the stamps itself, less often (a minibatch loader,
+    once per window: at a URL each check is a request)."""
+    with _holding(list(dict.fromkeys(resolved(b.path) for b in _bases(stores)))):
+        yield
 
 
 @contextlib.contextmanager
