@@ -50,7 +50,7 @@ UNCHECKED_OPS: set = set()
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
        "lazy chain", "lazy chain to store",
        "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "flip", "take",
-       "slice", "transpose + add", "slice sum", "gram"}
+       "slice", "transpose + add", "slice sum", "gram", "minibatch epoch"}
 #: matmul runs on these cells only (7 s each); JASK_GRID_OPS=matmul runs it on all.
 MATMUL_CELLS = {"mixed grids"}
 
