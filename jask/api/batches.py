@@ -414,8 +414,9 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     The shuffle (``shuffle=True``): every epoch permutes the arrays' chunks
     (whole chunk rows of the array with the most bytes per row), deals them
     to the shards, and mixes the rows of every ``buffer`` rows' worth of
-    consecutive chunks. Every row comes exactly once per epoch; two rows of
-    one batch come from the same window of ``buffer`` rows; the order is
+    consecutive chunks. Every row comes exactly once per epoch; the rows of
+    a batch come from one window of at most ``buffer`` rows (or two, where
+    the batch crosses into the next); the order is
     fixed by ``seed``, the epoch, the arrays' shapes and chunks,
     ``batch_size``, ``buffer`` and ``shard``, whatever the budget and the
     threads. With ``shuffle=False`` batches come in row order.
@@ -429,8 +430,10 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         per loop.
       drop_last: leave out the last, short batch of each epoch (and with
         several shards, give every shard the same number of batches).
-      buffer: rows mixed together by the shuffle (rounded up to whole
-        chunks); default 64 batches' rows. The loader holds two buffers.
+      buffer: rows mixed together by the shuffle: whole chunks of the array
+        with the most bytes per row, as many as fit in ``buffer`` rows (a
+        buffer smaller than one chunk reads pieces of chunks of that many
+        rows); default 64 batches' rows. The loader holds two buffers.
       shard: ``(index, count)``: this process reads only its share of each
         epoch's chunks, disjoint from the other ``count - 1`` shards'
         (``(jax.process_index(), jax.process_count())`` on several hosts).
@@ -500,7 +503,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     lead = max(held_arrays, key=_row_bytes)
     chunk_rows = lead.chunks[0] if isinstance(lead, DiskArray) else max(1, rows)
     unit = max(1, min(chunk_rows, int(buffer), rows))
-    window = max(1, -(-int(buffer) // unit))  # (in order too: a window's units read at once)
+    # whole chunks, never more rows than asked (in order too: a window's units are read at once)
+    window = max(1, int(buffer) // unit)
     window = min(window, max(1, -(-rows // unit)))
     plan = Plan(rows=rows, unit=unit, window=window, batch_size=batch_size, shuffle=bool(shuffle),
                 seed=int(seed), drop_last=bool(drop_last), shard=(int(shard[0]), int(shard[1])))
