@@ -238,7 +238,7 @@ def test_buffers_over_half_the_budget_are_refused_before_any_read(tmp_path):
     jask.set_memory_budget("4MB", scratch_dir=str(tmp_path / "scratch"))
     try:
         with jask.track() as t, pytest.raises(jask.BudgetError, match="buffer="):
-            jask.batches(X, y, batch_size=64)
+            jask.batches(X, y, batch_size=64, buffer=4096)  # two windows of 1 MiB chunks
         assert t.bytes_read == 0
         small = jask.batches(X, y, batch_size=64, buffer=1024)  # pieces of a chunk
         assert sorted(sum(_rows(small), [])) == list(range(20000))
@@ -329,3 +329,15 @@ def test_ctrl_c_in_the_loop_stops_the_loader(tmp_path):
     assert not [t for t in threading.enumerate() if t.name.startswith("jask-batches")]
     assert loader.state["batch"] == 6
     assert len(_rows(loader)) == len(loader) - 6  # and goes on where it stopped
+
+
+def test_the_default_buffer_halves_to_fit_a_small_budget(tmp_path):
+    X, y, _ = _stores(tmp_path, 20000, 64, 512, 512, False)
+    jask.set_memory_budget("4MB", scratch_dir=str(tmp_path / "scratch"))
+    try:
+        loader = jask.batches(X, y, batch_size=64)  # 64 batches (1 MiB a window) do not fit
+        assert loader.plan.unit * loader.plan.window < 64 * 64
+        assert loader.held_bytes <= jask.get_config().max_memory // 2
+        assert sorted(sum(_rows(loader), [])) == list(range(20000))
+    finally:
+        jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))

@@ -43,6 +43,8 @@ SIZES = {
     "dashboard.ipynb": {"JASK_NB_ROWS": "400000", "JASK_NB_BUDGET": "8MB"},
     "explore.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "25"},
     "xarray.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "20"},
+    "minibatches.ipynb": {"JASK_NB_ROWS": "200000", "JASK_NB_BUDGET": "8MB",
+                          "JASK_NB_EPOCHS": "2"},
     "object_storage.ipynb": {"JASK_NB_ROWS": "20000", "JASK_NB_BUDGET": "1MB",
                              "JASK_NB_STEPS": "3", "JASK_NB_FEATURES": "16"},
 }
@@ -208,6 +210,21 @@ def test_dashboard(tmp_path, monkeypatch):
     assert reports and "jask-fused-dot" in reports[0].read_text()
     assert text.count("= baseline +") == 2
     pngs = _pngs(nbformat.read(tmp_path / "dashboard.ipynb", as_version=4))
+    assert pngs and pngs[0].startswith(b"\x89PNG")
+    assert elapsed < RUNAWAY, elapsed
+
+
+def test_minibatches(tmp_path, monkeypatch):
+    nb, elapsed = _execute("minibatches.ipynb", tmp_path, monkeypatch)
+    text = _text(nb)
+    assert "x the budget" in text and float(re.search(r"\(([\d.]+)x the budget", text)[1]) > 2
+    assert re.search(r"loader \d+ MB/s \([\d.]+ of the disk's parallel read\)", text), text
+    assert "every row once in the epoch: True" in text
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", text).groups())
+    assert last < first, text
+    assert float(re.findall(r"accuracy ([\d.]+)", text)[-1]) > 0.8, text
+    assert "resumed with the 11th batch: True" in text
+    pngs = _pngs(nbformat.read(tmp_path / "minibatches.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
     assert elapsed < RUNAWAY, elapsed
 

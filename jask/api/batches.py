@@ -13,7 +13,8 @@ What a loader holds (two windows, the batches ready ahead, one unit per
 reading thread) is kept out of the budget the ops get while it runs
 (:func:`jask.base.config.holding`), and an epoch's order depends only on
 the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
-``shard``: never on the budget or the threads.
+``shard``: never on the threads, nor on the budget once ``buffer`` is given
+(the default buffer halves until it fits).
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ LOADER_SHARE = 1 / 2
 #: Reading threads by default: this machine's disk read chunk files at 0.9 of
 #: its parallel rate with 4, 1.0 with 8 (benchmarks/minibatches.py).
 DEFAULT_THREADS = 8
+#: What a reading thread holds besides its chunk: its own malloc arena's pages
+#: (the memory grid measured 2.1-2.4 MB above the buffers with 8 threads).
+THREAD_BYTES = 2**18
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
 
@@ -419,7 +423,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     the batch crosses into the next); the order is
     fixed by ``seed``, the epoch, the arrays' shapes and chunks,
     ``batch_size``, ``buffer`` and ``shard``, whatever the budget and the
-    threads. With ``shuffle=False`` batches come in row order.
+    threads (the default ``buffer`` only shrinks where it would not fit).
+    With ``shuffle=False`` batches come in row order.
 
     Args:
       *arrays: DiskArrays (or numpy / jax arrays) with the same first axis.
@@ -433,7 +438,9 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
       buffer: rows mixed together by the shuffle: whole chunks of the array
         with the most bytes per row, as many as fit in ``buffer`` rows (a
         buffer smaller than one chunk reads pieces of chunks of that many
-        rows); default 64 batches' rows. The loader holds two buffers.
+        rows); default 64 batches' rows, halved until the loader fits in
+        half the budget (pass ``buffer`` for an order that does not depend
+        on the budget). The loader holds two buffers.
       shard: ``(index, count)``: this process reads only its share of each
         epoch's chunks, disjoint from the other ``count - 1`` shards'
         (``(jax.process_index(), jax.process_count())`` on several hosts).
@@ -494,21 +501,37 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     if not isinstance(prefetch, int) or prefetch < 1:
         raise ValueError(f"jask.batches: prefetch must be a positive int, not {prefetch!r}")
     batch_size = int(batch_size)
-    if buffer is None:
-        buffer = DEFAULT_BUFFER_BATCHES * batch_size
-    elif isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 1:
+    if buffer is not None and (isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer))
+                               or buffer < 1):
         raise ValueError(f"jask.batches: buffer must be a positive number of rows, not "
                          f"{buffer!r}")
-
     lead = max(held_arrays, key=_row_bytes)
     chunk_rows = lead.chunks[0] if isinstance(lead, DiskArray) else max(1, rows)
-    unit = max(1, min(chunk_rows, int(buffer), rows))
-    # whole chunks, never more rows than asked (in order too: a window's units are read at once)
-    window = max(1, int(buffer) // unit)
-    window = min(window, max(1, -(-rows // unit)))
-    plan = Plan(rows=rows, unit=unit, window=window, batch_size=batch_size, shuffle=bool(shuffle),
-                seed=int(seed), drop_last=bool(drop_last), shard=(int(shard[0]), int(shard[1])))
-    threads, held = _fit(held_arrays, plan, threads, prefetch)
+
+    def plan_for(rows_mixed: int) -> Plan:
+        unit = max(1, min(chunk_rows, rows_mixed, rows))
+        # whole chunks, never more rows than asked (in order too: a window's units are read
+        # at once)
+        window = min(max(1, rows_mixed // unit), max(1, -(-rows // unit)))
+        return Plan(rows=rows, unit=unit, window=window, batch_size=batch_size,
+                    shuffle=bool(shuffle), seed=int(seed), drop_last=bool(drop_last),
+                    shard=(int(shard[0]), int(shard[1])))
+
+    if buffer is not None:
+        plan = plan_for(int(buffer))
+        fitted_threads, held = _fit(held_arrays, plan, threads, prefetch)
+    else:  # the default halves until it fits (then the order depends on the budget)
+        wanted = DEFAULT_BUFFER_BATCHES * batch_size
+        while True:
+            plan = plan_for(wanted)
+            try:
+                fitted_threads, held = _fit(held_arrays, plan, threads, prefetch)
+                break
+            except BudgetError:
+                if wanted <= batch_size:
+                    raise
+                wanted = max(batch_size, wanted // 2)
+    threads = fitted_threads
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
                      prefetch, device, held)
     if state is not None:
@@ -539,6 +562,7 @@ def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int) -> tuple[
             # chunk files are read straight into the window; through Zarr a tile is made
             made = 0 if model.raw or model.direct else plan.unit * _row_bytes(a)
             per_thread = max(per_thread, extra + made)
+    per_thread += THREAD_BYTES
     wanted = threads or DEFAULT_THREADS
     for n in range(wanted, 0, -1):
         need = fixed + n * per_thread
@@ -546,9 +570,10 @@ def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int) -> tuple[
             break
     if need > share:
         raise BudgetError(
-            f"jask.batches: its buffers need {exact_bytes(need)} (two shuffle windows of "
-            f"{window_rows} rows of {exact_bytes(row)}, {prefetch} batches ahead, a chunk per "
-            f"reading thread x {n}), over half the memory budget ({exact_bytes(share)}); pass a "
-            "smaller buffer= (rows) or batch_size=, fewer threads=, or raise the budget with "
-            "jask.set_memory_budget")
+            f"jask.batches: its buffers need {exact_bytes(need)}, over half the memory budget "
+            f"({exact_bytes(share)}): two shuffle windows of {window_rows} rows of "
+            f"{exact_bytes(row)} and {prefetch} batches ahead ({exact_bytes(fixed)}), and "
+            f"{n} reading thread(s) holding {exact_bytes(per_thread)} each (a chunk decoded "
+            "whole where it is compressed); pass a smaller buffer= (rows) or batch_size=, "
+            "fewer threads=, or raise the budget with jask.set_memory_budget")
     return n, need

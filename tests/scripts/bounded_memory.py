@@ -117,12 +117,16 @@ def step_ops(X, y, w) -> dict:
 
 def _epoch(X, y) -> float:
     """A shuffled epoch of jask.batches over X and y: its two windows, the
-    batches ahead and the chunks being read. Its shuffle buffer is a sixteenth
-    of the budget (the default, 64 batches, is the whole of X here; an eighth
-    is refused on zstd B/8, whose 2 MB chunks are decoded beside the windows)."""
+    batches ahead and the chunks being read. Its shuffle buffer is one chunk,
+    or a sixteenth of the budget where a chunk is over an eighth (the default,
+    64 batches, would halve to fit)."""
     row = X.shape[1] * X.dtype.itemsize
+    budget = jask.get_config().max_memory
+    # whole chunks where one is at most an eighth of the budget (a compressed chunk is then
+    # decoded straight into the window), else pieces of a sixteenth
+    whole = X.chunks[0] * row <= budget // 8
     loader = jask.batches(X, y, batch_size=128, seed=0,
-                          buffer=max(1, jask.get_config().max_memory // 16 // row))
+                          buffer=X.chunks[0] if whole else max(1, budget // 16 // row))
     _modelled.append((loader.held_bytes, loader.held_bytes, 1, (loader.plan.unit,)))
     total = 0.0
     for xb, yb in loader:
