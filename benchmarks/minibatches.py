@@ -88,6 +88,28 @@ def raw_parallel(paths, threads=4, **_):
     return total, time.perf_counter() - start
 
 
+def raw_best(paths, **_):
+    """The disk's parallel read of the chunk files: the best of 4, 8 and 16 threads,
+    each after the page cache is dropped."""
+    best = None
+    for threads in (4, 8, 16):
+        _drop_cache([paths["X"]])
+        nbytes, seconds = raw_parallel(paths, threads)
+        if best is None or seconds < best[1]:
+            best = (nbytes, seconds)
+    return best
+
+
+def sequential_file(paths, **_):
+    """One large file read front to back (the .npy copy of X): the kernel's
+    readahead at its best."""
+    start, total = time.perf_counter(), 0
+    with open(paths["npy"], "rb", buffering=0) as f:
+        while chunk := f.read(1 << 24):
+            total += len(chunk)
+    return total, time.perf_counter() - start
+
+
 def jask_batches(paths, shuffle, **_):
     import jask
     X, y = jask.open(paths["X"]), jask.open(paths["y"])
@@ -201,7 +223,9 @@ def _batch_order(rows: int, shuffle: bool) -> list:
     return starts
 
 
-READERS = {"raw parallel read (4 threads)": raw_parallel, "jask.batches": jask_batches,
+READERS = {"chunk files read in parallel (best of 4/8/16 threads)": raw_best,
+           "one file read sequentially (X as .npy)": sequential_file,
+           "jask.batches": jask_batches,
            "numpy memmap loop": memmap_loop, "zarr slices": zarr_slices,
            "jask slices (np.asarray(X[i:i+B]))": jask_slices,
            "PyTorch DataLoader (2 workers)": torch_loader, "grain (4 threads)": grain_loader}
@@ -226,7 +250,7 @@ def readers(paths: dict, repeat: int, cap: float) -> list:
             continue
         cells = []
         for shuffle in (False, True):
-            if name.startswith("raw") and shuffle:
+            if fn in (raw_best, sequential_file) and shuffle:
                 cells.append("-")
                 continue
             rates = []
@@ -234,7 +258,8 @@ def readers(paths: dict, repeat: int, cap: float) -> list:
                 _drop_cache([paths["X"], paths["y"], paths["npy"]])
                 nbytes, seconds = fn(paths, shuffle=shuffle, cap=cap)
                 rates.append(nbytes / seconds / 1e6)
-            cells.append(f"{statistics.median(rates):.0f} MB/s")
+            rate = statistics.median(rates)
+            cells.append(f"{rate:.0f} MB/s" if rate >= 10 else f"{rate:.2f} MB/s")
         rows.append((name, *cells))
     return rows
 
