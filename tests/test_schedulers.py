@@ -83,3 +83,29 @@ def test_worker_memory_limit_below_a_task_is_a_clear_error(tmp_path, rng):
                                                    r"memory limit of \d+ bytes \(.+\) for 2 "
                                                    r"threads"):
             a + a
+
+
+def _share_of_an_epoch(x_path, y_path, index, count):
+    """On a worker: its shard of one shuffled epoch, and how much of X it read."""
+    import jask
+    X, y = jask.open(x_path), jask.open(y_path)
+    with jask.track() as t:
+        rows = [int(r) for _, yb in jask.batches(X, y, batch_size=50, seed=3,
+                                                 shard=(index, count)) for r in yb]
+    return rows, t.passes(X)
+
+
+def test_minibatch_shards_on_the_workers_are_disjoint(client, tmp_path):
+    """Each worker takes its own share of every epoch, reading only its chunks."""
+    import zarr
+    x = np.arange(3000 * 4, dtype=np.float32).reshape(3000, 4)
+    for name, value, chunks in [("X", x, (100, 4)), ("y", np.arange(3000), (100,))]:
+        zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=chunks,
+                          dtype=value.dtype)[:] = value
+    workers = list(client.scheduler_info()["workers"])
+    futures = [client.submit(_share_of_an_epoch, str(tmp_path / "X.zarr"),
+                             str(tmp_path / "y.zarr"), i, 2, workers=[w], pure=False)
+               for i, w in enumerate(workers)]
+    (a, pa), (b, pb) = client.gather(futures)
+    assert not set(a) & set(b) and sorted(a + b) == list(range(3000))
+    assert pa == pb == 0.5

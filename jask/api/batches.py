@@ -51,6 +51,9 @@ THREAD_BYTES = 2**18
 DEFAULT_PREFETCH = 2
 
 _OP = "jask.batches"
+#: Windows held at once: the one being cut and the next, being read (a third
+#: measured no faster: benchmarks/minibatches.py).
+SLOTS = 2
 
 
 @dataclass(frozen=True)
@@ -301,15 +304,15 @@ class _Feeder:
         first_row = start * B
         w0 = int(np.searchsorted(ends, first_row, side="right"))
         offset = first_row - (int(ends[w0 - 1]) if w0 else 0)
-        slots = [_Slot(self.loader._arrays, plan.unit * plan.window) for _ in range(2)]
+        slots = [_Slot(self.loader._arrays, plan.unit * plan.window) for _ in range(SLOTS)]
         pending = {}
 
         def submit(w: int) -> None:
             if w < len(windows):
-                pending[w] = slots[w % 2].fill(self.pool, windows[w], plan, stamps)
+                pending[w] = slots[w % SLOTS].fill(self.pool, windows[w], plan, stamps)
 
-        submit(w0)
-        submit(w0 + 1)
+        for ahead in range(SLOTS):
+            submit(w0 + ahead)
         carry: list | None = None  # rows of a batch begun in the previous window
         b = start
         for w in range(w0, len(windows)):
@@ -318,13 +321,13 @@ class _Feeder:
             for f in pending.pop(w):
                 f.result()  # raises what a read raised
             check_unchanged(stamps, _OP)
-            slot = slots[w % 2]
+            slot = slots[w % SLOTS]
             order = plan.window_order(epoch, w, sizes[w])
             pos = offset if w == w0 else 0
             while pos < sizes[w] and b < total:
                 need = B - (len(carry[0]) if carry else 0)
                 take = order[pos:pos + need]
-                parts = [buf[take] for buf in slot.buffers]
+                parts = [np.take(buf, take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
                 pos += len(take)
                 if carry:
                     parts = [np.concatenate([c, p]) for c, p in zip(carry, parts)]
@@ -335,7 +338,7 @@ class _Feeder:
                 if not self._put((epoch, b, self._deliver(parts))):
                     return False
                 b += 1
-            submit(w + 2)  # the slot of window w is free again
+            submit(w + SLOTS)  # the slot of window w is free again
         if carry and b < total:
             if not self._put((epoch, b, self._deliver(carry))):
                 return False
@@ -552,7 +555,7 @@ def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int) -> tuple[
     share = int(budget * LOADER_SHARE)
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
-    fixed = 2 * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    fixed = SLOTS * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
     per_thread = 0
     for a in arrays:
         if isinstance(a, DiskArray):
