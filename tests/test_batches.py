@@ -213,10 +213,14 @@ def test_leaving_the_loop_stops_the_reading_threads(tmp_path):
             break
     assert not [t for t in threading.enumerate() if t.name.startswith("jask-batches")]
     assert loader.state["batch"] == 4
+    never = iter(loader)  # an iterator never advanced holds nothing
+    del never
+    it = iter(loader)
+    next(it)
     with pytest.raises(RuntimeError, match="already being iterated"):
-        it = iter(loader)
-        next(it)
-        iter(loader)
+        next(iter(loader))
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("jask-batches")]
 
 
 def test_the_loaders_buffers_are_kept_out_of_the_ops_budget(tmp_path):

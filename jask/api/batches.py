@@ -206,14 +206,13 @@ class Batches:
     # --- iterating ----------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple]:
         """The batches from :attr:`state` to the end of the epoch (``epochs=None``)
-        or of the last of ``epochs`` epochs, read ahead on background threads."""
+        or of the last of ``epochs`` epochs, read ahead on background threads
+        (started at the first batch asked for: an iterator never advanced holds
+        nothing)."""
         if self._running:
             raise RuntimeError("this loader is already being iterated (make another with "
                                "jask.batches for a second pass at once)")
         self._running = True
-        return self._iterate()
-
-    def _iterate(self) -> Iterator[tuple]:
         try:
             if self._batch >= self.plan.batches_in(self._epoch):  # a finished epoch
                 self._epoch, self._batch = self._epoch + 1, 0
