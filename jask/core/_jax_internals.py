@@ -94,12 +94,14 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
       would run although nothing reads it. Each primitive's own ``dce``
       decides (``update_`` keeps itself).
     * Then each ``movable`` op (one returning an in-memory value) waits
-      until its value is first read, a ``mutates`` op or a nested program
-      comes, or the program ends, and the ops waiting together become one
-      (``merge``): a value's computation reads the disk, never changes it,
-      so running it later in program order gives the same value. That lets
-      the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss) share
-      one pass over the data.
+      until its value is first read by one of ``is_ours``'s ops, a
+      ``mutates`` op or a nested program holding our ops comes, or the
+      program ends, and the ops waiting together become one (``merge``): a
+      value's computation reads the disk, never changes it, so running it
+      later in program order gives the same value. JAX's own pure
+      arithmetic on a waiting value (``sum(r * r) / n``) waits with it. That
+      lets the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss,
+      however it is scaled or combined) share one pass over the data.
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
@@ -155,10 +157,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
 
 def _holds_program(eqn) -> bool:
     """Whether an equation runs a jaxpr of its own (jit, cond, scan, ...)."""
-    def is_jaxpr(v):
-        return isinstance(v, (core.Jaxpr, core.ClosedJaxpr))
-    return any(is_jaxpr(v) or (isinstance(v, (tuple, list)) and any(map(is_jaxpr, v)))
-               for v in eqn.params.values())
+    return bool(_programs(eqn))
 
 
 def _returned_stores(jaxpr, is_ours) -> list:
@@ -174,10 +173,20 @@ def _returned_stores(jaxpr, is_ours) -> list:
 
 def _defer(jaxpr, movable, mutates, merge, returned=()):
     """See :func:`prune_before_lowering`: move value ops to their first
-    reader; those waiting at the end also take the ``returned`` stores."""
+    reader; those waiting at the end also take the ``returned`` stores.
+
+    In-memory arithmetic on a waiting value (``sum(r * r) * (1 / n)``, the
+    sum of two reductions, a penalty added to one) waits with it: it is pure
+    and XLA's own, so it can run after the merged op as well as before, and
+    only an op of ours that reads its result (or a barrier) needs it now.
+    Left in place it would be the value's first reader, and the forward
+    reductions of ``value_and_grad`` would run before the backward ones
+    exist: two passes over the data where one suffices.
+    """
     eqns: list = []
     held: list = []
-    held_outs: set = set()
+    after: list = []  # pure in-memory equations reading held values, in order
+    waiting: set = set()  # outputs of held and after equations
 
     def flush(keep=()):
         if len(held) == 1 and not keep:
@@ -191,20 +200,26 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
             made = next(e for e in reversed(eqns) if hi_primitive(e) is not None)
             eqns.append(made.replace(invars=list(keep), outvars=[],
                                      params=dict(_prim=merge([], [v.aval for v in keep]))))
+        eqns.extend(after)
         held.clear()
-        held_outs.clear()
+        after.clear()
+        waiting.clear()
 
     for eqn in jaxpr.eqns:
         prim = hi_primitive(eqn)
-        reads = any(isinstance(v, core.Var) and v in held_outs for v in eqn.invars)
+        reads = any(isinstance(v, core.Var) and v in waiting for v in eqn.invars)
         if prim is not None and movable(prim):
             if reads:  # it needs a waiting value: those run first
                 flush()
             held.append(eqn)
-            held_outs.update(eqn.outvars)
+            waiting.update(eqn.outvars)
+            continue
+        if reads and prim is None and _is_pure_arithmetic(eqn):
+            after.append(eqn)
+            waiting.update(eqn.outvars)
             continue
         barrier = (eqn.effects or (prim is not None and mutates(prim))
-                   or (prim is None and _holds_program(eqn)))
+                   or (prim is None and _holds_program(eqn) and not _is_pure_arithmetic(eqn)))
         if reads or barrier:
             flush()
         eqns.append(eqn)
@@ -212,6 +227,31 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
     if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
         return jaxpr
     return jaxpr.replace(eqns=eqns)
+
+
+def _is_pure_arithmetic(eqn) -> bool:
+    """Whether an equation is JAX's own computation on in-memory values:
+    no effects, no hi-typed value in or out, and no hijax primitive in the
+    programs it holds (``jnp.mean`` of an array in memory, ``jax.nn``'s
+    custom derivatives), so moving it later in program order changes
+    nothing but when it runs."""
+    if eqn.effects or hi_primitive(eqn) is not None:
+        return False
+    if any(getattr(v.aval, "is_high", False) for v in (*eqn.invars, *eqn.outvars)):
+        return False
+    return all(_is_pure_arithmetic(e) for sub in _programs(eqn) for e in sub.eqns)
+
+
+def _programs(eqn) -> list:
+    """The jaxprs an equation holds (jit, cond, scan, custom derivatives)."""
+    found: list = []
+    for v in eqn.params.values():
+        for item in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(item, core.ClosedJaxpr):
+                found.append(item.jaxpr)
+            elif isinstance(item, core.Jaxpr):
+                found.append(item)
+    return found
 
 
 def _forget_before_mutations(jaxpr, is_ours, mutates, forgetting):
