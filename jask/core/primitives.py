@@ -306,6 +306,9 @@ class Blockwise(DiskPrimitive):
         if self.reducer == "prod":
             _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
             return
+        if self.reducer is not None and REDUCERS[self.reducer].skips_nan:
+            _accum(accums[0], lambda: _nan_vjp(self, args[0], g))
+            return
         if self.reducer is not None and REDUCERS[self.reducer].ddof is not None:
             _accum(accums[0], lambda: _var_vjp(self, args[0], g))
             return
@@ -425,6 +428,36 @@ def _var_vjp(prim, x, g):
                            config=prim.config, name="var")
     return deviations._cotangent(0, ufuncs.SQDIFF.vjps[0], (x, mean, scale), g)
 
+
+
+def _nan_vjp(prim, x, g):
+    """d nanmean, d nanvar: zero at a NaN; elsewhere the cotangent over the
+    position's count (nanmean), or ``2 (x - mean) / (count - ddof)`` times
+    it (nanvar). The counts (and means) are reductions of their own, read in
+    one pass with the map under a compiled program."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    to_memory = not _on_disk(out_aval)
+
+    def reduction(ufunc, reducer, name):
+        return Blockwise(ufunc, (x_aval,), (axes,), (dtype,), prim.shape, out_axes, dtype,
+                         reducer=reducer, to_memory=to_memory, grad=True, config=prim.config,
+                         name=name)(x)
+
+    count = reduction(ufuncs.IS_NUMBER, "sum", "nan_count")
+    ddof = REDUCERS[prim.reducer].ddof
+    if ddof is None:
+        return Blockwise(ufuncs.NAN_MEAN_VJP, (_aval(g), x_aval, _aval(count)),
+                         (out_axes, axes, out_axes), (dtype,) * 3, prim.shape, axes, dtype,
+                         grad=True, config=prim.config, name=f"{prim.op}_vjp")(g, x, count)
+    mean = reduction(ufuncs.IDENTITY, "nanmean", "nanmean")
+    offset = jax.numpy.asarray(ddof, dtype)
+    return Blockwise(ufuncs.NAN_VAR_VJP,
+                     (_aval(g), x_aval, _aval(mean), _aval(count), _aval(offset)),
+                     (out_axes, axes, out_axes, out_axes, ()), (dtype,) * 5, prim.shape, axes,
+                     dtype, grad=True, config=prim.config,
+                     name=f"{prim.op}_vjp")(g, x, mean, count, offset)
 
 # --- layout ------------------------------------------------------------------
 
