@@ -2,9 +2,10 @@
 write it reads X once per compiled step.
 
 In-memory arithmetic on a reduction's value (a scale, a second reduction
-added, a penalty on the parameters) must not make the forward reductions run
-before the backward ones: each spelling is counted (jask.track, not the
-clock) and its values compared with jax.numpy on the in-memory copy.
+added, a penalty on the parameters, a square root or a log whose derivative
+needs the value) must not make the forward reductions run before the
+backward ones: each spelling is counted (jask.track, not the clock) and its
+values compared with jax.numpy on the in-memory copy.
 """
 import jax
 import jax.numpy as jnp
@@ -38,8 +39,23 @@ def _spellings(np_):
         r = X @ w - y
         return np_.sum(r * r) * (1 / N) + jnp.mean(jnp.square(w))
 
+    # The derivative needs the forward value: the backward pass is linear in
+    # the scalar cotangent it waits for, and runs with 1 in its place.
+    def rmse(w, X, y):
+        return jnp.sqrt(np_.mean(np_.square(X @ w - y)))
+
+    def log_of_sum(w, X, y):
+        return jnp.log(np_.sum((X @ w - y) ** 2))
+
+    def ratio(w, X, y):  # two scalars, each with its own backward region
+        return np_.sum(X @ w - y) / np_.sum(np_.abs(X @ w))
+
+    def through_a_vector(w, X, y):  # the cotangent of sum(X * w, 0) is w times a scalar
+        return jnp.sqrt(jnp.sum(np_.sum(X * w, 0) * w) ** 2 + 1)
+
     return dict(scaled_sum=scaled_sum, l2_penalty=l2_penalty, two_terms=two_terms,
-                penalty_through_jnp_mean=penalty_through_jnp_mean)
+                penalty_through_jnp_mean=penalty_through_jnp_mean, rmse=rmse,
+                log_of_sum=log_of_sum, ratio=ratio, through_a_vector=through_a_vector)
 
 
 TRANSFORMS = {

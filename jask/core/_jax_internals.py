@@ -5,6 +5,7 @@ moves these names should touch only this module.
 """
 from __future__ import annotations
 
+import numpy as np
 from jax._src import core
 
 
@@ -85,7 +86,8 @@ def hi_primitive(eqn):
     return eqn.params.get("_prim") if eqn.primitive.name == "call_hi_primitive" else None
 
 
-def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> None:
+def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
+                          linear=lambda prim: ()) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -102,6 +104,15 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
       arithmetic on a waiting value (``sum(r * r) / n``) waits with it. That
       lets the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss,
       however it is scaled or combined) share one pass over the data.
+    * A backward pass whose cotangent is a waiting scalar (``c = g / (2 *
+      sqrt(m))`` for ``sqrt(mean(r * r))``: the forward value is needed
+      first) is linear in it: ``linear(prim)`` names the groups of operands
+      an op is jointly linear in (a VJP in its cotangent, ``+`` in both,
+      ``X @ m`` in each). Where every op reading such a scalar, and every op
+      reading what those make, uses them in one linear group only, the
+      scalar is replaced by 1 and each in-memory result the region makes is
+      multiplied by it afterwards (``c * (X.T @ v)`` for ``X.T @ (c * v)``),
+      so the backward reductions wait with the forward ones: one pass.
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
@@ -135,7 +146,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
         returned = _returned_stores(jaxpr, is_ours) if whole else []
-        jaxpr = _defer(jaxpr, movable, mutates, merge, returned)
+        jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear)
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
@@ -171,7 +182,7 @@ def _returned_stores(jaxpr, is_ours) -> list:
     return out
 
 
-def _defer(jaxpr, movable, mutates, merge, returned=()):
+def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
     """See :func:`prune_before_lowering`: move value ops to their first
     reader; those waiting at the end also take the ``returned`` stores.
 
@@ -181,12 +192,15 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
     only an op of ours that reads its result (or a barrier) needs it now.
     Left in place it would be the value's first reader, and the forward
     reductions of ``value_and_grad`` would run before the backward ones
-    exist: two passes over the data where one suffices.
+    exist: two passes over the data where one suffices. A waiting scalar
+    read linearly is taken out of the ops reading it (:func:`_scaled_by`).
     """
     eqns: list = []
     held: list = []
     after: list = []  # pure in-memory equations reading held values, in order
     waiting: set = set()  # outputs of held and after equations
+    scale_of: dict = {}  # a store computed with 1 for a waiting scalar -> that scalar
+    unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
 
     def flush(keep=()):
         if len(held) == 1 and not keep:
@@ -205,8 +219,18 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
         after.clear()
         waiting.clear()
 
-    for eqn in jaxpr.eqns:
+    for i, eqn in enumerate(jaxpr.eqns):
         prim = hi_primitive(eqn)
+        if prim is not None:
+            scaled = _scaled_by(eqn, linear(prim), waiting, scale_of, unit_of)
+            carries = any(isinstance(v, core.Var) and v in scale_of for v in eqn.invars)
+            if scaled is not None and (carries or _stays_linear(jaxpr, i, scaled[0], linear,
+                                                                scale_of, waiting)):
+                eqn, restore = _with_unit_scale(eqn, *scaled, scale_of)
+                after.extend(restore)
+                waiting.update(v for e in restore for v in e.outvars)
+            elif carries:  # _stays_linear promised this reader reads them linearly
+                raise AssertionError(f"jask: {prim} reads a rescaled store non-linearly")
         reads = any(isinstance(v, core.Var) and v in waiting for v in eqn.invars)
         if prim is not None and movable(prim):
             if reads:  # it needs a waiting value: those run first
@@ -215,6 +239,9 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
             waiting.update(eqn.outvars)
             continue
         if reads and prim is None and _is_pure_arithmetic(eqn):
+            unit = _unit_copy(eqn, waiting, unit_of)
+            if unit is not None:  # it with 1 for the scalar reads nothing waiting: now
+                eqns.append(unit)
             after.append(eqn)
             waiting.update(eqn.outvars)
             continue
@@ -227,6 +254,144 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
     if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
         return jaxpr
     return jaxpr.replace(eqns=eqns)
+
+
+def _unit(v, waiting, unit_of):
+    """(``v`` with 1 for its scalar, the scalar) for a waiting value: a
+    waiting float scalar is its own, with unit 1; None if it has none."""
+    if v in unit_of:
+        return unit_of[v]
+    if (v in waiting and not getattr(v.aval, "is_high", False)
+            and getattr(v.aval, "shape", None) == ()
+            and np.issubdtype(v.aval.dtype, np.floating)):
+        return core.Literal(np.ones((), v.aval.dtype), v.aval), v
+    return None
+
+
+def _scaled_by(eqn, groups, waiting, scale_of, unit_of):
+    """(scalar, units by operand position) for an op of ours that reads one
+    waiting scalar only linearly, or None.
+
+    Linearly: the operands that carry the scalar (waiting values made
+    linearly from it, :func:`_unit_copy`, and stores computed with 1 in its
+    place, ``scale_of``) fall in one of the op's linear ``groups``, every
+    other operand of that group is one of those, and the op reads no other
+    waiting value. Then its result is the scalar times its result with the
+    units in their place."""
+    scalars, units, carried = set(), {}, set()
+    for k, v in enumerate(eqn.invars):
+        if not isinstance(v, core.Var):
+            continue
+        if v in scale_of:
+            scalars.add(scale_of[v])
+            carried.add(k)
+        elif v in waiting:
+            unit = _unit(v, waiting, unit_of)
+            if unit is None:
+                return None
+            units[k] = unit[0]
+            scalars.add(unit[1])
+            carried.add(k)
+    if len(scalars) != 1 or not any(carried == set(g) for g in groups):
+        return None
+    return scalars.pop(), units
+
+
+#: JAX's primitives linear in the operand positions given (None: in all of
+#: them together), the others fixed.
+_LINEAR = {"mul": 1, "dot_general": 1, "div": (0,), "add": None, "sub": None, "add_any": None,
+           "neg": None, "convert_element_type": None, "broadcast_in_dim": None,
+           "reshape": None, "reduce_sum": None, "transpose": None, "squeeze": None,
+           "expand_dims": None, "copy": None, "copy_p": None}
+
+
+def _unit_copy(eqn, waiting, unit_of):
+    """For pure arithmetic linear in the waiting values it reads, all made
+    from one scalar (``w * c`` for the cotangent ``c`` of ``sum(X * v, 0) @
+    w``): the same equation on their units, whose outputs become the units
+    of its own (``unit_of``); None for any other."""
+    rule = _LINEAR.get(eqn.primitive.name, False)
+    if rule is False:
+        return None
+    carried = {k for k, v in enumerate(eqn.invars) if isinstance(v, core.Var) and v in waiting}
+    if rule is None:
+        linear = carried == {k for k, v in enumerate(eqn.invars) if isinstance(v, core.Var)}
+    elif rule == 1:
+        linear = len(carried) == 1
+    else:
+        linear = carried == set(rule)
+    units = {k: _unit(eqn.invars[k], waiting, unit_of) for k in carried}
+    if not linear or any(u is None for u in units.values()):
+        return None
+    scalars = {u[1] for u in units.values()}
+    if len(scalars) != 1:
+        return None
+    scalar = scalars.pop()
+    outvars = [core.Var(v.aval) for v in eqn.outvars]
+    for v, unit in zip(eqn.outvars, outvars):
+        unit_of[v] = (unit, scalar)
+    return eqn.replace(invars=[units[k][0] if k in units else v
+                               for k, v in enumerate(eqn.invars)], outvars=outvars)
+
+
+def _stays_linear(jaxpr, start, scalar, linear, scale_of, waiting) -> bool:
+    """Whether every later reader of the stores the op at ``start`` would
+    compute with 1 for ``scalar`` (and of what those make) is an op of ours
+    reading them in one linear group holding nothing else, whose other
+    operands were made before ``start`` and do not wait (so no flush can
+    come between), and none of those stores is the program's output: else
+    a reader would see a store off by the scalar's factor."""
+    carried = {v for v, s in scale_of.items() if s is scalar}
+    carried |= {v for v in jaxpr.eqns[start].outvars if getattr(v.aval, "is_high", False)}
+    later = {v for e in jaxpr.eqns[start:] for v in e.outvars}
+    for eqn in jaxpr.eqns[start + 1:]:
+        positions = {k for k, v in enumerate(eqn.invars)
+                     if isinstance(v, core.Var) and (v in carried or v is scalar)}
+        if not positions & {k for k, v in enumerate(eqn.invars)
+                            if isinstance(v, core.Var) and v in carried}:
+            continue
+        prim = hi_primitive(eqn)
+        if prim is None or not any(positions == set(g) for g in linear(prim)):
+            return False
+        if any(isinstance(v, core.Var) and k not in positions and (v in later or v in waiting)
+               for k, v in enumerate(eqn.invars)):
+            return False
+        carried |= {v for v in eqn.outvars if getattr(v.aval, "is_high", False)}
+    return not carried & {v for v in jaxpr.outvars if isinstance(v, core.Var)}
+
+
+def _with_unit_scale(eqn, scalar, units, scale_of):
+    """The op with ``units`` in place of the operands carrying ``scalar``;
+    its stores join ``scale_of`` and each in-memory result comes back
+    multiplied by ``scalar`` (the equations returned, to run after it)."""
+    from jax import lax
+
+    invars = [units.get(k, v) for k, v in enumerate(eqn.invars)]
+    outvars, restore = [], []
+    for v in eqn.outvars:
+        if getattr(v.aval, "is_high", False) or isinstance(v, core.DropVar):
+            scale_of[v] = scalar
+            outvars.append(v)
+            continue
+        unit = core.Var(v.aval)
+        outvars.append(unit)
+        factor = scalar
+        if v.aval.dtype != scalar.aval.dtype:  # a gradient of another float width
+            factor = core.Var(core.ShapedArray((), v.aval.dtype))
+            restore.append(core.new_jaxpr_eqn(
+                [scalar], [factor], lax.convert_element_type_p,
+                dict(new_dtype=v.aval.dtype, weak_type=False, sharding=None),
+                set(), eqn.source_info, eqn.ctx))
+        restore.append(core.new_jaxpr_eqn([unit, factor], [v], lax.mul_p, _mul_params(),
+                                          set(), eqn.source_info, eqn.ctx))
+    return eqn.replace(invars=invars, outvars=outvars), restore
+
+
+def _mul_params() -> dict:
+    """The parameters JAX's own ``a * b`` gives its ``mul`` equation."""
+    import jax
+
+    return dict(jax.make_jaxpr(jax.lax.mul)(1.0, 1.0).eqns[0].params)
 
 
 def _is_pure_arithmetic(eqn) -> bool:

@@ -1085,12 +1085,32 @@ def _is_value_op(prim) -> bool:
             and not isinstance(prim.out_aval, tuple) and prim.fusion() is not None)
 
 
+def _linear_operands(prim) -> tuple:
+    """The groups of operands an op's result is jointly linear in (the other
+    operands fixed): a VJP in its cotangent, ``a + b`` and ``a - b`` in both,
+    ``a * b`` and ``a @ b`` in each; none for anything else (a max, a
+    mutation, an op of several outputs)."""
+    if isinstance(prim, Dot):
+        return ((0,), (1,))
+    if not isinstance(prim, Blockwise) or prim.params["reducer"] not in (None, "sum"):
+        return ()
+    ufunc = prim.params["ufunc"]
+    if isinstance(ufunc, VJP) or ufunc is ufuncs.IDENTITY:
+        return ((0,),)
+    if ufunc is ufuncs.ADD or ufunc is ufuncs.SUB:
+        return ((0, 1),)
+    if ufunc is ufuncs.MUL:
+        return ((0,), (1,))
+    return ()
+
+
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
                       mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
                       merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
-                      forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)))
+                      forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
+                      linear=_linear_operands)
 
 
 # Cotangents of a DiskArray are DiskArrays: their zero and their sum are ops
