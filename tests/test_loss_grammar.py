@@ -207,6 +207,9 @@ PINNED = [
     ("log", ("sum", ("square", ("sub", ("Xw",), ("y",))))),
     ("ratio", ("sum", ("sub", ("Xw",), ("y",))), ("sum", ("abs", ("Xw",)))),
     ("product", ("mean", ("Xv",)), ("rows_then_w", ("square", ("X",)))),
+    # two scalars whose backward regions meet in the cotangent of X @ w
+    ("plus", ("root", ("mean", ("square", ("sub", ("Xw",), ("y",))))),
+     ("ratio", ("sum", ("softplus", ("Xw",))), ("rows_then_w", ("tanh", ("Xv",))))),
 ]
 
 

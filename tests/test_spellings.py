@@ -53,9 +53,14 @@ def _spellings(np_):
     def through_a_vector(w, X, y):  # the cotangent of sum(X * w, 0) is w times a scalar
         return jnp.sqrt(jnp.sum(np_.sum(X * w, 0) * w) ** 2 + 1)
 
+    def two_scalars_one_residual(w, X, y):  # their backward regions meet in one store
+        r = X @ w - y
+        return jnp.sqrt(np_.mean(r * r)) + np_.sum(np_.abs(r)) / (np_.sum(X @ w) ** 2 + 1)
+
     return dict(scaled_sum=scaled_sum, l2_penalty=l2_penalty, two_terms=two_terms,
                 penalty_through_jnp_mean=penalty_through_jnp_mean, rmse=rmse,
-                log_of_sum=log_of_sum, ratio=ratio, through_a_vector=through_a_vector)
+                log_of_sum=log_of_sum, ratio=ratio, through_a_vector=through_a_vector,
+                two_scalars_one_residual=two_scalars_one_residual)
 
 
 TRANSFORMS = {

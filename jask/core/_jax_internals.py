@@ -108,11 +108,14 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
       sqrt(m))`` for ``sqrt(mean(r * r))``: the forward value is needed
       first) is linear in it: ``linear(prim)`` names the groups of operands
       an op is jointly linear in (a VJP in its cotangent, ``+`` in both,
-      ``X @ m`` in each). Where every op reading such a scalar, and every op
-      reading what those make, uses them in one linear group only, the
-      scalar is replaced by 1 and each in-memory result the region makes is
-      multiplied by it afterwards (``c * (X.T @ v)`` for ``X.T @ (c * v)``),
-      so the backward reductions wait with the forward ones: one pass.
+      ``X @ m`` in each). An op reading such scalars linearly runs with 1 in
+      their place, once per scalar it carries (a store it makes is then a sum
+      of terms, scalar times store, and a sum of stores just joins its
+      operands' terms), and each in-memory result comes back as the sum of
+      its terms (``c * (X.T @ v)`` for ``X.T @ (c * v)``), so the backward
+      reductions wait with the forward ones: one pass. Should a term reach a
+      reader that is not linear in it, or the program's outputs, the jaxpr
+      is rewritten again without this step.
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
@@ -146,7 +149,10 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
         returned = _returned_stores(jaxpr, is_ours) if whole else []
-        jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear)
+        try:
+            jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear)
+        except _NotLinear:  # a term reached a reader that is not linear in it
+            jaxpr = _defer(jaxpr, movable, mutates, merge, returned)
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
@@ -193,13 +199,13 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
     Left in place it would be the value's first reader, and the forward
     reductions of ``value_and_grad`` would run before the backward ones
     exist: two passes over the data where one suffices. A waiting scalar
-    read linearly is taken out of the ops reading it (:func:`_scaled_by`).
+    read linearly is taken out of the ops reading it (:func:`_linear_terms`).
     """
     eqns: list = []
     held: list = []
     after: list = []  # pure in-memory equations reading held values, in order
     waiting: set = set()  # outputs of held and after equations
-    scale_of: dict = {}  # a store computed with 1 for a waiting scalar -> that scalar
+    scale_of: dict = {}  # a store -> [(unit, scalar)]: it is the sum of scalar * unit
     unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
 
     def flush(keep=()):
@@ -219,37 +225,43 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
         after.clear()
         waiting.clear()
 
-    for i, eqn in enumerate(jaxpr.eqns):
-        prim = hi_primitive(eqn)
-        if prim is not None:
-            scaled = _scaled_by(eqn, linear(prim), waiting, scale_of, unit_of)
-            carries = any(isinstance(v, core.Var) and v in scale_of for v in eqn.invars)
-            if scaled is not None and (carries or _stays_linear(jaxpr, i, scaled[0], linear,
-                                                                scale_of, waiting)):
-                eqn, restore = _with_unit_scale(eqn, *scaled, scale_of)
-                after.extend(restore)
-                waiting.update(v for e in restore for v in e.outvars)
-            elif carries:  # _stays_linear promised this reader reads them linearly
-                raise AssertionError(f"jask: {prim} reads a rescaled store non-linearly")
+    def place(eqn, prim):
         reads = any(isinstance(v, core.Var) and v in waiting for v in eqn.invars)
         if prim is not None and movable(prim):
             if reads:  # it needs a waiting value: those run first
                 flush()
             held.append(eqn)
             waiting.update(eqn.outvars)
-            continue
+            return
         if reads and prim is None and _is_pure_arithmetic(eqn):
             unit = _unit_copy(eqn, waiting, unit_of)
             if unit is not None:  # it with 1 for the scalar reads nothing waiting: now
                 eqns.append(unit)
             after.append(eqn)
             waiting.update(eqn.outvars)
-            continue
+            return
         barrier = (eqn.effects or (prim is not None and mutates(prim))
                    or (prim is None and _holds_program(eqn) and not _is_pure_arithmetic(eqn)))
         if reads or barrier:
             flush()
         eqns.append(eqn)
+
+    for eqn in jaxpr.eqns:
+        prim = hi_primitive(eqn)
+        if prim is not None:
+            terms = _linear_terms(eqn, linear(prim), waiting, scale_of, unit_of)
+            if terms is not None:
+                copies, restore = _distributed(eqn, *terms, scale_of)
+                for copy in copies:
+                    place(copy, prim)
+                after.extend(restore)
+                waiting.update(v for e in restore for v in e.outvars)
+                continue
+        if any(isinstance(v, core.Var) and v in scale_of for v in eqn.invars):
+            raise _NotLinear(eqn)  # it would read one term of a store's value
+        place(eqn, prim)
+    if any(isinstance(v, core.Var) and v in scale_of for v in jaxpr.outvars):
+        raise _NotLinear(jaxpr.outvars)
     flush(returned)
     if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
         return jaxpr
@@ -268,33 +280,39 @@ def _unit(v, waiting, unit_of):
     return None
 
 
-def _scaled_by(eqn, groups, waiting, scale_of, unit_of):
-    """(scalar, units by operand position) for an op of ours that reads one
-    waiting scalar only linearly, or None.
+def _linear_terms(eqn, groups, waiting, scale_of, unit_of):
+    """(the linear group, the terms of each of its operands) for an op of
+    ours whose waiting operands all carry scalars linearly, or None.
 
-    Linearly: the operands that carry the scalar (waiting values made
-    linearly from it, :func:`_unit_copy`, and stores computed with 1 in its
-    place, ``scale_of``) fall in one of the op's linear ``groups``, every
-    other operand of that group is one of those, and the op reads no other
-    waiting value. Then its result is the scalar times its result with the
-    units in their place."""
-    scalars, units, carried = set(), {}, set()
+    An operand carries scalars when it is a waiting value made linearly
+    from one (:func:`_unit`) or a store that is a sum of scalars times
+    stores computed with 1 in their place (``scale_of``). Those operands
+    must be exactly one of the op's linear ``groups`` (a dict position ->
+    sign: ``None`` for an op linear in that operand alone, signs for a
+    signed sum of same-shaped operands), and the op reads no other waiting
+    value."""
+    terms: dict = {}
     for k, v in enumerate(eqn.invars):
         if not isinstance(v, core.Var):
             continue
         if v in scale_of:
-            scalars.add(scale_of[v])
-            carried.add(k)
+            terms[k] = scale_of[v]
         elif v in waiting:
             unit = _unit(v, waiting, unit_of)
             if unit is None:
                 return None
-            units[k] = unit[0]
-            scalars.add(unit[1])
-            carried.add(k)
-    if len(scalars) != 1 or not any(carried == set(g) for g in groups):
+            terms[k] = [unit]
+    group = next((g for g in groups if set(g) == set(terms)), None)
+    if not terms or group is None:
         return None
-    return scalars.pop(), units
+    if len(group) > 1 and not all(_same_type(eqn.invars[k], eqn.outvars[0]) for k in group):
+        return None  # a sum that broadcasts: its terms would not add up
+    return group, terms
+
+
+def _same_type(a, b) -> bool:
+    return (getattr(b.aval, "is_high", False) and a.aval.shape == b.aval.shape
+            and a.aval.dtype == b.aval.dtype)
 
 
 #: JAX's primitives linear in the operand positions given (None: in all of
@@ -334,57 +352,73 @@ def _unit_copy(eqn, waiting, unit_of):
                                for k, v in enumerate(eqn.invars)], outvars=outvars)
 
 
-def _stays_linear(jaxpr, start, scalar, linear, scale_of, waiting) -> bool:
-    """Whether every later reader of the stores the op at ``start`` would
-    compute with 1 for ``scalar`` (and of what those make) is an op of ours
-    reading them in one linear group holding nothing else, whose other
-    operands were made before ``start`` and do not wait (so no flush can
-    come between), and none of those stores is the program's output: else
-    a reader would see a store off by the scalar's factor."""
-    carried = {v for v, s in scale_of.items() if s is scalar}
-    carried |= {v for v in jaxpr.eqns[start].outvars if getattr(v.aval, "is_high", False)}
-    later = {v for e in jaxpr.eqns[start:] for v in e.outvars}
-    for eqn in jaxpr.eqns[start + 1:]:
-        positions = {k for k, v in enumerate(eqn.invars)
-                     if isinstance(v, core.Var) and (v in carried or v is scalar)}
-        if not positions & {k for k, v in enumerate(eqn.invars)
-                            if isinstance(v, core.Var) and v in carried}:
-            continue
-        prim = hi_primitive(eqn)
-        if prim is None or not any(positions == set(g) for g in linear(prim)):
-            return False
-        if any(isinstance(v, core.Var) and k not in positions and (v in later or v in waiting)
-               for k, v in enumerate(eqn.invars)):
-            return False
-        carried |= {v for v in eqn.outvars if getattr(v.aval, "is_high", False)}
-    return not carried & {v for v in jaxpr.outvars if isinstance(v, core.Var)}
+class _NotLinear(Exception):
+    """A store made as terms (:func:`_distributed`) reaches a reader that is
+    not linear in it, or the program's outputs: :func:`_defer` starts again
+    without taking scalars out."""
 
 
-def _with_unit_scale(eqn, scalar, units, scale_of):
-    """The op with ``units`` in place of the operands carrying ``scalar``;
-    its stores join ``scale_of`` and each in-memory result comes back
-    multiplied by ``scalar`` (the equations returned, to run after it)."""
+def _distributed(eqn, group, terms, scale_of):
+    """The op distributed over its operands' terms: ``(copies, restore)``.
+
+    A signed sum of stores runs nothing: its result's terms are its
+    operands' (a negated scalar for a minus). An op linear in one operand
+    runs once per term of it, with the term's unit in its place; each copy's
+    store is a term of the result (``scale_of``), and an in-memory result is
+    the sum of each copy's times its scalar (``restore``, equations to run
+    after the copies)."""
     from jax import lax
 
-    invars = [units.get(k, v) for k, v in enumerate(eqn.invars)]
-    outvars, restore = [], []
-    for v in eqn.outvars:
-        if getattr(v.aval, "is_high", False) or isinstance(v, core.DropVar):
-            scale_of[v] = scalar
-            outvars.append(v)
+    restore: list = []
+    if len(group) > 1:
+        summed = []
+        for k, sign in group.items():
+            for unit, scalar in terms[k]:
+                if sign < 0:
+                    negated = core.Var(scalar.aval)
+                    restore.append(core.new_jaxpr_eqn([scalar], [negated], lax.neg_p, {},
+                                                      set(), eqn.source_info, eqn.ctx))
+                    scalar = negated
+                summed.append((unit, scalar))
+        scale_of[eqn.outvars[0]] = summed
+        return [], restore
+    (k,) = group
+    copies, outs = [], [[] for _ in eqn.outvars]
+    for n, (unit, scalar) in enumerate(terms[k]):
+        invars = list(eqn.invars)
+        invars[k] = unit
+        outvars = [v if n == 0 and len(terms[k]) == 1 and getattr(v.aval, "is_high", False)
+                   else core.Var(v.aval) for v in eqn.outvars]
+        copies.append(eqn.replace(invars=invars, outvars=outvars))
+        for j, v in enumerate(outvars):
+            outs[j].append((v, scalar))
+    for v, pieces in zip(eqn.outvars, outs):
+        if isinstance(v, core.DropVar):
             continue
-        unit = core.Var(v.aval)
-        outvars.append(unit)
-        factor = scalar
-        if v.aval.dtype != scalar.aval.dtype:  # a gradient of another float width
-            factor = core.Var(core.ShapedArray((), v.aval.dtype))
-            restore.append(core.new_jaxpr_eqn(
-                [scalar], [factor], lax.convert_element_type_p,
-                dict(new_dtype=v.aval.dtype, weak_type=False, sharding=None),
-                set(), eqn.source_info, eqn.ctx))
-        restore.append(core.new_jaxpr_eqn([unit, factor], [v], lax.mul_p, _mul_params(),
-                                          set(), eqn.source_info, eqn.ctx))
-    return eqn.replace(invars=invars, outvars=outvars), restore
+        if getattr(v.aval, "is_high", False):
+            scale_of[v] = pieces
+            continue
+        total = None
+        for unit, scalar in pieces:
+            factor = scalar
+            if v.aval.dtype != scalar.aval.dtype:  # a gradient of another float width
+                factor = core.Var(core.ShapedArray((), v.aval.dtype))
+                restore.append(core.new_jaxpr_eqn(
+                    [scalar], [factor], lax.convert_element_type_p,
+                    dict(new_dtype=v.aval.dtype, weak_type=False, sharding=None),
+                    set(), eqn.source_info, eqn.ctx))
+            scaled = core.Var(v.aval)
+            restore.append(core.new_jaxpr_eqn([unit, factor], [scaled], lax.mul_p,
+                                              _mul_params(), set(), eqn.source_info, eqn.ctx))
+            if total is not None:
+                added = core.Var(v.aval)
+                restore.append(core.new_jaxpr_eqn([total, scaled], [added], lax.add_p,
+                                                  _mul_params(), set(), eqn.source_info,
+                                                  eqn.ctx))
+                scaled = added
+            total = scaled
+        restore[-1] = restore[-1].replace(outvars=[v])
+    return copies, restore
 
 
 def _mul_params() -> dict:

@@ -1086,21 +1086,25 @@ def _is_value_op(prim) -> bool:
 
 
 def _linear_operands(prim) -> tuple:
-    """The groups of operands an op's result is jointly linear in (the other
-    operands fixed): a VJP in its cotangent, ``a + b`` and ``a - b`` in both,
-    ``a * b`` and ``a @ b`` in each; none for anything else (a max, a
-    mutation, an op of several outputs)."""
+    """The groups of operands an op's result is linear in (the others
+    fixed), each a dict position -> sign: ``{0: None}`` for an op linear in
+    operand 0 alone (a VJP in its cotangent, ``a * b`` and ``a @ b`` in
+    each), signs for a signed sum (``a + b``: ``{0: 1, 1: 1}``, ``a - b``:
+    ``{0: 1, 1: -1}``); none for anything else (a max, a mutation, an op of
+    several outputs)."""
     if isinstance(prim, Dot):
-        return ((0,), (1,))
+        return ({0: None}, {1: None})
     if not isinstance(prim, Blockwise) or prim.params["reducer"] not in (None, "sum"):
         return ()
     ufunc = prim.params["ufunc"]
     if isinstance(ufunc, VJP) or ufunc is ufuncs.IDENTITY:
-        return ((0,),)
-    if ufunc is ufuncs.ADD or ufunc is ufuncs.SUB:
-        return ((0, 1),)
+        return ({0: None},)
+    if ufunc is ufuncs.ADD and prim.params["reducer"] is None:
+        return ({0: 1, 1: 1},)
+    if ufunc is ufuncs.SUB and prim.params["reducer"] is None:
+        return ({0: 1, 1: -1},)
     if ufunc is ufuncs.MUL:
-        return ((0,), (1,))
+        return ({0: None}, {1: None})
     return ()
 
 
