@@ -106,3 +106,37 @@ def test_grad_of_jit_reads_X_twice_whatever_the_spelling(data, spelling):
         got = jax.block_until_ready(step(w, X, y))
     _check(got, jax.grad(_spellings(jnp)[spelling])(w, jnp.asarray(Xn), jnp.asarray(yn)))
     assert 1.9 <= counts.passes(X) <= 2 * ONE_PASS, counts
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_a_gradient_returned_as_a_store_keeps_its_value(data, transform):
+    """Taking the scalar out of a backward pass that returns a store (the
+    gradient with respect to X) would hand out one term of it: that program
+    is rewritten without it, and reads X twice with the right values."""
+    w, (X, y), (Xn, yn) = data
+
+    def loss(np_):
+        return lambda w, X, y: jnp.sqrt(np_.mean(np_.square(X @ w - y)))
+
+    step = getattr(jax, transform.split("(")[1].rstrip(")"))
+    got = jax.jit(step(loss(jask), argnums=(0, 1)))(w, X, y)
+    expect = step(loss(jnp), argnums=(0, 1))(w, jnp.asarray(Xn), jnp.asarray(yn))
+    got = jax.tree.map(lambda g: g.to_numpy() if isinstance(g, jask.DiskArray) else g, got,
+                       is_leaf=lambda g: isinstance(g, jask.DiskArray))
+    _check(got, expect)
+
+
+def test_a_store_read_non_linearly_keeps_its_value(data):
+    """The gradient with respect to X of ``sqrt(sum(X * X))`` is a store made
+    from a waiting scalar; squaring it is not linear in that scalar: the
+    rewrite falls back, and the values stay jax.numpy's."""
+    w, (X, y), (Xn, yn) = data
+
+    def f(np_):
+        def norm_of_gradient(w, X):
+            g = jax.grad(lambda X: jnp.sqrt(np_.sum(X * X)))(X)
+            return np_.sum(np_.square(g * w))
+        return norm_of_gradient
+
+    got = jax.jit(f(jask))(w, X)
+    _check(got, f(jnp)(w, jnp.asarray(Xn)))
