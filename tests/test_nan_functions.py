@@ -55,3 +55,63 @@ def test_numpy_functions_stream_through_jask(values, small_budget, dtype):
                                **tolerance(dtype))
     with pytest.raises(TypeError, match="out="):
         np.nansum(x, out=np.empty(33))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", ["nansum", "nanmean", "nanvar", "nanstd"])
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_each_reads_its_input_once(name, axis, small_budget, rng):
+    """One pass each, eagerly: the counts travel in the partials (nanmean
+    read X twice, sum then count; nanvar and nanstd four times)."""
+    values = rng.standard_normal((1201, 13)).astype(np.float32)
+    values[rng.random(values.shape) < 0.2] = np.nan
+    values[:, 3] = np.nan
+    x = jask.from_numpy(values)
+    with jask.track() as counts:
+        got = _got(getattr(jask, name)(x, axis))
+    np.testing.assert_allclose(got, getattr(jnp, name)(jnp.asarray(values), axis),
+                               equal_nan=True, **tolerance(np.float32))
+    assert 0.99 <= counts.passes(x) <= 1.2, counts
+    assert counts.bytes_written == 0, counts
+
+
+@pytest.mark.parametrize("ddof", [0, 1, 3])
+def test_nanvar_ddof_and_sparse_columns_as_jax(ddof, small_budget, rng):
+    values = rng.standard_normal((301, 6)).astype(np.float32)
+    values[rng.random(values.shape) < 0.5] = np.nan
+    values[2:, 1] = np.nan  # two numbers left
+    values[1:, 2] = np.nan  # one
+    values[:, 4] = np.nan  # none
+    x = jask.from_numpy(values)
+    for name in ["nanvar", "nanstd"]:
+        got = getattr(jask, name)(x, 0, ddof=ddof)
+        want = getattr(jnp, name)(jnp.asarray(values), 0, ddof=ddof)
+        np.testing.assert_allclose(_got(got), want, equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
+def test_nan_reductions_of_float16_count_in_wide_precision(small_budget):
+    """250,000 rows: a float16 count is inexact beyond 2048 and infinite past 65504."""
+    values = np.ones((250_000, 2), np.float16)
+    values[::3] = np.nan
+    values[1::3, 1] = 3
+    x = jask.from_numpy(values)
+    for name in ["nanmean", "nanvar"]:
+        got = getattr(jask, name)(x, 0)
+        want = getattr(jnp, name)(jnp.asarray(values, jnp.float32), 0)
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=2e-3)
+
+
+@pytest.mark.parametrize("name", ["nanmean", "nanstd"])
+@pytest.mark.parametrize("transform", ["eager", "jit"])
+def test_gradients_of_the_one_pass_reducers_match_jax(name, transform, values, small_budget):
+    x = jask.from_numpy(values)
+    w = jnp.linspace(0.5, 1.5, values.shape[1], dtype=values.dtype)
+
+    def loss(np_, x):
+        return lambda w: jnp.nansum(getattr(np_, name)(x * w, 0) * w)
+
+    grad = jax.grad(loss(jask, x))
+    got = (jax.jit(grad) if transform == "jit" else grad)(w)
+    want = jax.grad(loss(jnp, jnp.asarray(values)))(w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)

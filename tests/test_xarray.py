@@ -74,6 +74,19 @@ def test_operations_match_xarray_in_memory(data, name):
     np.testing.assert_allclose(_values(got), want.values, rtol=2e-5, atol=2e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("name", ["mean", "std", "var", "sum"])
+def test_a_default_reduction_reads_the_data_once(data, name):
+    """xarray's default skips NaNs (nanmean, nanstd, ...): one pass per
+    result, nothing written (mean read X twice and std four times)."""
+    on_disk, in_memory = _wrap(*data)
+    with jask.track() as counts:
+        got = _values(getattr(on_disk.X, name)("sample"))
+    want = getattr(in_memory.X, name)("sample").values
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, equal_nan=True)
+    assert 0.99 <= counts.passes(on_disk.X.data) <= 1.2, counts
+    assert counts.bytes_written <= got.nbytes, counts  # at most the result itself
+
+
 def test_a_loss_through_xarray_has_jax_gradients(data):
     x, y = data
     x = np.nan_to_num(x)

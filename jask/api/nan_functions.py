@@ -1,24 +1,25 @@
 """Reductions that skip NaNs (``jask.nansum``, ``nanmean``, ...), as jax.numpy's.
 
-Each is the plain reduction of ``x`` with its NaNs replaced by the
-reduction's identity, so it streams as any other chain of ops (fused into
-one pass under ``jax.jit``) and has the same gradients as jax.numpy's
-(zero at a NaN). They are also what ``np.nanmean(X)`` and friends run on a
+``nanmean``, ``nanvar`` and ``nanstd`` are one reduction each, whose partials
+carry each position's count of numbers (one pass, eager or compiled); the
+others are the plain reduction of ``x`` with its NaNs replaced by the
+reduction's identity, streamed as any other chain of ops. All have
+jax.numpy's gradients (zero at a NaN). They are also what ``np.nanmean(X)`` and friends run on a
 DiskArray (see :func:`array_function`): xarray's reductions call them by
 default on floating data (``skipna=None``), so ``da.mean("sample")`` streams
 rather than loading ``X``.
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
+import jax.numpy as jnp
 import numpy as np
 
 from jask.api import elementwise as ew
 from jask.api import reductions
 from jask.base.config import Config
-from jask.core.array import DiskArray
+from jask.core.array import DiskArray, disk_type
 
 __all__ = ["nansum", "nanmean", "nanvar", "nanstd", "nanmax", "nanmin", "nanargmax",
            "nanargmin", "nanprod", "NUMPY_FUNCTIONS", "array_function"]
@@ -35,22 +36,6 @@ def _floating(x) -> bool:
 def _filled(x, value):
     """``x`` with NaNs replaced by ``value`` (``x`` itself if it cannot hold NaN)."""
     return ew.where(_is_nan(x), value, x) if _floating(x) else x
-
-
-def _in_float32(reduction: Callable) -> Callable:
-    """``reduction`` of a 16-bit float ``x`` computed in float32 and cast
-    back, as jax.numpy computes it: in float16 the count of non-NaN elements
-    is inexact beyond 2048 and infinite beyond 65504 (a nanvar of 250,000
-    rows came out 0), and so is the sum of their deviations."""
-    @functools.wraps(reduction)
-    def reduce(x, *args, **kwargs):
-        dtype = np.dtype(x.dtype)
-        if dtype.kind != "f" or dtype.itemsize >= 4:
-            return reduction(x, *args, **kwargs)
-        config = kwargs.get("config")
-        result = reduction(ew.astype(x, np.float32, config=config), *args, **kwargs)
-        return ew.astype(result, dtype, config=config)
-    return reduce
 
 
 def _count(x, axis, keepdims, config):
@@ -70,10 +55,10 @@ def nansum(x, axis=None, keepdims: bool = False, *, config: Config | None = None
     return reductions.sum(_filled(x, 0), axis, keepdims, config=config)
 
 
-@_in_float32
 def nanmean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
     """Mean over ``axis`` of the elements that are not NaN (``jnp.nanmean``);
-    NaN where all are.
+    NaN where all are. One pass: each tile gives the count and the float64
+    sum of its numbers at each kept position.
 
     Example:
       >>> import numpy as np, jask
@@ -81,17 +66,19 @@ def nanmean(x, axis=None, keepdims: bool = False, *, config: Config | None = Non
       >>> float(jask.nanmean(x))
       1.5
     """
+    if disk_type(x) is None:
+        return jnp.nanmean(x, axis=axis, keepdims=keepdims)
     if not _floating(x):
         return reductions.mean(x, axis, keepdims, config=config)
-    return ew.divide(nansum(x, axis, keepdims, config=config),
-                     _count(x, axis, keepdims, config))
+    return reductions.skipping_nan("nanmean", x, axis, keepdims, config)
 
 
-@_in_float32
 def nanvar(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
            config: Config | None = None):
     """Variance over ``axis`` of the elements that are not NaN (``jnp.nanvar``),
-    divided by the count minus ``ddof``.
+    divided by the count minus ``ddof``. One pass: each tile gives (count,
+    mean, M2) of its numbers at each kept position, combined as
+    :func:`jask.var` combines its moments.
 
     Example:
       >>> import numpy as np, jask
@@ -99,14 +86,13 @@ def nanvar(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
       >>> float(jask.nanvar(x))
       1.0
     """
+    if disk_type(x) is None:
+        return jnp.nanvar(x, axis=axis, keepdims=keepdims, ddof=ddof)
     if not _floating(x):
         return reductions.var(x, axis, keepdims, ddof=ddof, config=config)
-    centred = _filled(ew.subtract(x, nanmean(x, axis, True, config=config)), 0)
-    squares = reductions.sum(ew.multiply(centred, centred), axis, keepdims, config=config)
-    return ew.divide(squares, ew.subtract(_count(x, axis, keepdims, config), ddof))
+    return reductions.skipping_nan("nanvar", x, axis, keepdims, config, ddof=ddof)
 
 
-@_in_float32
 def nanstd(x, axis=None, keepdims: bool = False, *, ddof: int = 0,
            config: Config | None = None):
     """Standard deviation over ``axis`` ignoring NaNs (``jnp.nanstd``).

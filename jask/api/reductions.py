@@ -26,7 +26,7 @@ from jask.base import memory
 from jask.base.config import Config
 from jask.core import primitives, ufuncs
 from jask.core.array import disk_type
-from jask.engine.blockwise import mean_of, variance
+from jask.engine.blockwise import mean_of, nan_variance, variance
 
 __all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "argmax", "argmin",
            "IN_MEMORY_SHARE"]
@@ -253,6 +253,21 @@ def var(x, axis=None, keepdims: bool = False, *, ddof: float = 0,
     result = _reduce("var", ufuncs.IDENTITY, x, [], axis, keepdims, variance(ddof), dtype,
                      config, np.dtype(np.float64))
     if 0 in (aval.shape[d] for d in reduced) and disk_type(result) is None:
+        result = jnp.full_like(result, np.nan)  # no tile was reduced at all
+    return result
+
+
+def skipping_nan(op: str, x, axis, keepdims: bool, config: Config | None, ddof: float = 0):
+    """``nanmean`` or ``nanvar`` of a floating DiskArray ``x`` in one pass:
+    the reducer leaves NaNs out and carries each kept position's count in its
+    partials, in float64 (a float16 count is inexact beyond 2048). The result
+    has jax.numpy's dtype; see :func:`sum` for where it lives."""
+    reduced, _, _ = _layout(op, x, axis, keepdims)
+    reference = jnp.nanmean if op == "nanmean" else jnp.nanvar
+    reducer = "nanmean" if op == "nanmean" else nan_variance(ddof)
+    result = _reduce(op, ufuncs.IDENTITY, x, [], axis, keepdims, reducer,
+                     _result_dtype(reference, x), config, np.dtype(np.float64))
+    if 0 in (_disk(x).shape[d] for d in reduced) and disk_type(result) is None:
         result = jnp.full_like(result, np.nan)  # no tile was reduced at all
     return result
 

@@ -5,6 +5,7 @@ moves these names should touch only this module.
 """
 from __future__ import annotations
 
+import numpy as np
 from jax._src import core
 
 
@@ -85,7 +86,8 @@ def hi_primitive(eqn):
     return eqn.params.get("_prim") if eqn.primitive.name == "call_hi_primitive" else None
 
 
-def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> None:
+def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
+                          linear=lambda prim: ()) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -94,12 +96,26 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
       would run although nothing reads it. Each primitive's own ``dce``
       decides (``update_`` keeps itself).
     * Then each ``movable`` op (one returning an in-memory value) waits
-      until its value is first read, a ``mutates`` op or a nested program
-      comes, or the program ends, and the ops waiting together become one
-      (``merge``): a value's computation reads the disk, never changes it,
-      so running it later in program order gives the same value. That lets
-      the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss) share
-      one pass over the data.
+      until its value is first read by one of ``is_ours``'s ops, a
+      ``mutates`` op or a nested program holding our ops comes, or the
+      program ends, and the ops waiting together become one (``merge``): a
+      value's computation reads the disk, never changes it, so running it
+      later in program order gives the same value. JAX's own pure
+      arithmetic on a waiting value (``sum(r * r) / n``) waits with it. That
+      lets the gradients of ``w`` and ``b`` (and ``value_and_grad``'s loss,
+      however it is scaled or combined) share one pass over the data.
+    * A backward pass whose cotangent is a waiting scalar (``c = g / (2 *
+      sqrt(m))`` for ``sqrt(mean(r * r))``: the forward value is needed
+      first) is linear in it: ``linear(prim)`` names the groups of operands
+      an op is jointly linear in (a VJP in its cotangent, ``+`` in both,
+      ``X @ m`` in each). An op reading such scalars linearly runs with 1 in
+      their place, once per scalar it carries (a store it makes is then a sum
+      of terms, scalar times store, and a sum of stores just joins its
+      operands' terms), and each in-memory result comes back as the sum of
+      its terms (``c * (X.T @ v)`` for ``X.T @ (c * v)``), so the backward
+      reductions wait with the forward ones: one pass. Should a term reach a
+      reader that is not linear in it, or the program's outputs, the jaxpr
+      is rewritten again without this step.
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
@@ -133,7 +149,10 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
         returned = _returned_stores(jaxpr, is_ours) if whole else []
-        jaxpr = _defer(jaxpr, movable, mutates, merge, returned)
+        try:
+            jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear)
+        except _NotLinear:  # a term reached a reader that is not linear in it
+            jaxpr = _defer(jaxpr, movable, mutates, merge, returned)
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
@@ -155,10 +174,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting) -> No
 
 def _holds_program(eqn) -> bool:
     """Whether an equation runs a jaxpr of its own (jit, cond, scan, ...)."""
-    def is_jaxpr(v):
-        return isinstance(v, (core.Jaxpr, core.ClosedJaxpr))
-    return any(is_jaxpr(v) or (isinstance(v, (tuple, list)) and any(map(is_jaxpr, v)))
-               for v in eqn.params.values())
+    return bool(_programs(eqn))
 
 
 def _returned_stores(jaxpr, is_ours) -> list:
@@ -172,12 +188,25 @@ def _returned_stores(jaxpr, is_ours) -> list:
     return out
 
 
-def _defer(jaxpr, movable, mutates, merge, returned=()):
+def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
     """See :func:`prune_before_lowering`: move value ops to their first
-    reader; those waiting at the end also take the ``returned`` stores."""
+    reader; those waiting at the end also take the ``returned`` stores.
+
+    In-memory arithmetic on a waiting value (``sum(r * r) * (1 / n)``, the
+    sum of two reductions, a penalty added to one) waits with it: it is pure
+    and XLA's own, so it can run after the merged op as well as before, and
+    only an op of ours that reads its result (or a barrier) needs it now.
+    Left in place it would be the value's first reader, and the forward
+    reductions of ``value_and_grad`` would run before the backward ones
+    exist: two passes over the data where one suffices. A waiting scalar
+    read linearly is taken out of the ops reading it (:func:`_linear_terms`).
+    """
     eqns: list = []
     held: list = []
-    held_outs: set = set()
+    after: list = []  # pure in-memory equations reading held values, in order
+    waiting: set = set()  # outputs of held and after equations
+    scale_of: dict = {}  # a store -> [(unit, scalar)]: it is the sum of scalar * unit
+    unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
 
     def flush(keep=()):
         if len(held) == 1 and not keep:
@@ -191,27 +220,237 @@ def _defer(jaxpr, movable, mutates, merge, returned=()):
             made = next(e for e in reversed(eqns) if hi_primitive(e) is not None)
             eqns.append(made.replace(invars=list(keep), outvars=[],
                                      params=dict(_prim=merge([], [v.aval for v in keep]))))
+        eqns.extend(after)
         held.clear()
-        held_outs.clear()
+        after.clear()
+        waiting.clear()
 
-    for eqn in jaxpr.eqns:
-        prim = hi_primitive(eqn)
-        reads = any(isinstance(v, core.Var) and v in held_outs for v in eqn.invars)
+    def place(eqn, prim):
+        reads = any(isinstance(v, core.Var) and v in waiting for v in eqn.invars)
         if prim is not None and movable(prim):
             if reads:  # it needs a waiting value: those run first
                 flush()
             held.append(eqn)
-            held_outs.update(eqn.outvars)
-            continue
+            waiting.update(eqn.outvars)
+            return
+        if reads and prim is None and _is_pure_arithmetic(eqn):
+            unit = _unit_copy(eqn, waiting, unit_of)
+            if unit is not None:  # it with 1 for the scalar reads nothing waiting: now
+                eqns.append(unit)
+            after.append(eqn)
+            waiting.update(eqn.outvars)
+            return
         barrier = (eqn.effects or (prim is not None and mutates(prim))
-                   or (prim is None and _holds_program(eqn)))
+                   or (prim is None and _holds_program(eqn) and not _is_pure_arithmetic(eqn)))
         if reads or barrier:
             flush()
         eqns.append(eqn)
+
+    for eqn in jaxpr.eqns:
+        prim = hi_primitive(eqn)
+        if prim is not None:
+            terms = _linear_terms(eqn, linear(prim), waiting, scale_of, unit_of)
+            if terms is not None:
+                copies, restore = _distributed(eqn, *terms, scale_of)
+                for copy in copies:
+                    place(copy, prim)
+                after.extend(restore)
+                waiting.update(v for e in restore for v in e.outvars)
+                continue
+        if any(isinstance(v, core.Var) and v in scale_of for v in eqn.invars):
+            raise _NotLinear(eqn)  # it would read one term of a store's value
+        place(eqn, prim)
+    if any(isinstance(v, core.Var) and v in scale_of for v in jaxpr.outvars):
+        raise _NotLinear(jaxpr.outvars)
     flush(returned)
     if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
         return jaxpr
     return jaxpr.replace(eqns=eqns)
+
+
+def _unit(v, waiting, unit_of):
+    """(``v`` with 1 for its scalar, the scalar) for a waiting value: a
+    waiting float scalar is its own, with unit 1; None if it has none."""
+    if v in unit_of:
+        return unit_of[v]
+    if (v in waiting and not getattr(v.aval, "is_high", False)
+            and getattr(v.aval, "shape", None) == ()
+            and np.issubdtype(v.aval.dtype, np.floating)):
+        return core.Literal(np.ones((), v.aval.dtype), v.aval), v
+    return None
+
+
+def _linear_terms(eqn, groups, waiting, scale_of, unit_of):
+    """(the linear group, the terms of each of its operands) for an op of
+    ours whose waiting operands all carry scalars linearly, or None.
+
+    An operand carries scalars when it is a waiting value made linearly
+    from one (:func:`_unit`) or a store that is a sum of scalars times
+    stores computed with 1 in their place (``scale_of``). Those operands
+    must be exactly one of the op's linear ``groups`` (a dict position ->
+    sign: ``None`` for an op linear in that operand alone, signs for a
+    signed sum of same-shaped operands), and the op reads no other waiting
+    value."""
+    terms: dict = {}
+    for k, v in enumerate(eqn.invars):
+        if not isinstance(v, core.Var):
+            continue
+        if v in scale_of:
+            terms[k] = scale_of[v]
+        elif v in waiting:
+            unit = _unit(v, waiting, unit_of)
+            if unit is None:
+                return None
+            terms[k] = [unit]
+    group = next((g for g in groups if set(g) == set(terms)), None)
+    if not terms or group is None:
+        return None
+    if len(group) > 1 and not all(_same_type(eqn.invars[k], eqn.outvars[0]) for k in group):
+        return None  # a sum that broadcasts: its terms would not add up
+    return group, terms
+
+
+def _same_type(a, b) -> bool:
+    return (getattr(b.aval, "is_high", False) and a.aval.shape == b.aval.shape
+            and a.aval.dtype == b.aval.dtype)
+
+
+#: JAX's primitives linear in the operand positions given (None: in all of
+#: them together), the others fixed.
+_LINEAR = {"mul": 1, "dot_general": 1, "div": (0,), "add": None, "sub": None, "add_any": None,
+           "neg": None, "convert_element_type": None, "broadcast_in_dim": None,
+           "reshape": None, "reduce_sum": None, "transpose": None, "squeeze": None,
+           "expand_dims": None, "copy": None, "copy_p": None}
+
+
+def _unit_copy(eqn, waiting, unit_of):
+    """For pure arithmetic linear in the waiting values it reads, all made
+    from one scalar (``w * c`` for the cotangent ``c`` of ``sum(X * v, 0) @
+    w``): the same equation on their units, whose outputs become the units
+    of its own (``unit_of``); None for any other."""
+    rule = _LINEAR.get(eqn.primitive.name, False)
+    if rule is False:
+        return None
+    carried = {k for k, v in enumerate(eqn.invars) if isinstance(v, core.Var) and v in waiting}
+    if rule is None:
+        linear = carried == {k for k, v in enumerate(eqn.invars) if isinstance(v, core.Var)}
+    elif rule == 1:
+        linear = len(carried) == 1
+    else:
+        linear = carried == set(rule)
+    units = {k: _unit(eqn.invars[k], waiting, unit_of) for k in carried}
+    if not linear or any(u is None for u in units.values()):
+        return None
+    scalars = {u[1] for u in units.values()}
+    if len(scalars) != 1:
+        return None
+    scalar = scalars.pop()
+    outvars = [core.Var(v.aval) for v in eqn.outvars]
+    for v, unit in zip(eqn.outvars, outvars):
+        unit_of[v] = (unit, scalar)
+    return eqn.replace(invars=[units[k][0] if k in units else v
+                               for k, v in enumerate(eqn.invars)], outvars=outvars)
+
+
+class _NotLinear(Exception):
+    """A store made as terms (:func:`_distributed`) reaches a reader that is
+    not linear in it, or the program's outputs: :func:`_defer` starts again
+    without taking scalars out."""
+
+
+def _distributed(eqn, group, terms, scale_of):
+    """The op distributed over its operands' terms: ``(copies, restore)``.
+
+    A signed sum of stores runs nothing: its result's terms are its
+    operands' (a negated scalar for a minus). An op linear in one operand
+    runs once per term of it, with the term's unit in its place; each copy's
+    store is a term of the result (``scale_of``), and an in-memory result is
+    the sum of each copy's times its scalar (``restore``, equations to run
+    after the copies)."""
+    from jax import lax
+
+    restore: list = []
+    if len(group) > 1:
+        summed = []
+        for k, sign in group.items():
+            for unit, scalar in terms[k]:
+                if sign < 0:
+                    negated = core.Var(scalar.aval)
+                    restore.append(core.new_jaxpr_eqn([scalar], [negated], lax.neg_p, {},
+                                                      set(), eqn.source_info, eqn.ctx))
+                    scalar = negated
+                summed.append((unit, scalar))
+        scale_of[eqn.outvars[0]] = summed
+        return [], restore
+    (k,) = group
+    copies, outs = [], [[] for _ in eqn.outvars]
+    for n, (unit, scalar) in enumerate(terms[k]):
+        invars = list(eqn.invars)
+        invars[k] = unit
+        outvars = [v if n == 0 and len(terms[k]) == 1 and getattr(v.aval, "is_high", False)
+                   else core.Var(v.aval) for v in eqn.outvars]
+        copies.append(eqn.replace(invars=invars, outvars=outvars))
+        for j, v in enumerate(outvars):
+            outs[j].append((v, scalar))
+    for v, pieces in zip(eqn.outvars, outs):
+        if isinstance(v, core.DropVar):
+            continue
+        if getattr(v.aval, "is_high", False):
+            scale_of[v] = pieces
+            continue
+        total = None
+        for unit, scalar in pieces:
+            factor = scalar
+            if v.aval.dtype != scalar.aval.dtype:  # a gradient of another float width
+                factor = core.Var(core.ShapedArray((), v.aval.dtype))
+                restore.append(core.new_jaxpr_eqn(
+                    [scalar], [factor], lax.convert_element_type_p,
+                    dict(new_dtype=v.aval.dtype, weak_type=False, sharding=None),
+                    set(), eqn.source_info, eqn.ctx))
+            scaled = core.Var(v.aval)
+            restore.append(core.new_jaxpr_eqn([unit, factor], [scaled], lax.mul_p,
+                                              _mul_params(), set(), eqn.source_info, eqn.ctx))
+            if total is not None:
+                added = core.Var(v.aval)
+                restore.append(core.new_jaxpr_eqn([total, scaled], [added], lax.add_p,
+                                                  _mul_params(), set(), eqn.source_info,
+                                                  eqn.ctx))
+                scaled = added
+            total = scaled
+        restore[-1] = restore[-1].replace(outvars=[v])
+    return copies, restore
+
+
+def _mul_params() -> dict:
+    """The parameters JAX's own ``a * b`` gives its ``mul`` equation."""
+    import jax
+
+    return dict(jax.make_jaxpr(jax.lax.mul)(1.0, 1.0).eqns[0].params)
+
+
+def _is_pure_arithmetic(eqn) -> bool:
+    """Whether an equation is JAX's own computation on in-memory values:
+    no effects, no hi-typed value in or out, and no hijax primitive in the
+    programs it holds (``jnp.mean`` of an array in memory, ``jax.nn``'s
+    custom derivatives), so moving it later in program order changes
+    nothing but when it runs."""
+    if eqn.effects or hi_primitive(eqn) is not None:
+        return False
+    if any(getattr(v.aval, "is_high", False) for v in (*eqn.invars, *eqn.outvars)):
+        return False
+    return all(_is_pure_arithmetic(e) for sub in _programs(eqn) for e in sub.eqns)
+
+
+def _programs(eqn) -> list:
+    """The jaxprs an equation holds (jit, cond, scan, custom derivatives)."""
+    found: list = []
+    for v in eqn.params.values():
+        for item in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(item, core.ClosedJaxpr):
+                found.append(item.jaxpr)
+            elif isinstance(item, core.Jaxpr):
+                found.append(item)
+    return found
 
 
 def _forget_before_mutations(jaxpr, is_ours, mutates, forgetting):

@@ -306,6 +306,9 @@ class Blockwise(DiskPrimitive):
         if self.reducer == "prod":
             _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
             return
+        if self.reducer is not None and REDUCERS[self.reducer].skips_nan:
+            _accum(accums[0], lambda: _nan_vjp(self, args[0], g))
+            return
         if self.reducer is not None and REDUCERS[self.reducer].ddof is not None:
             _accum(accums[0], lambda: _var_vjp(self, args[0], g))
             return
@@ -425,6 +428,36 @@ def _var_vjp(prim, x, g):
                            config=prim.config, name="var")
     return deviations._cotangent(0, ufuncs.SQDIFF.vjps[0], (x, mean, scale), g)
 
+
+
+def _nan_vjp(prim, x, g):
+    """d nanmean, d nanvar: zero at a NaN; elsewhere the cotangent over the
+    position's count (nanmean), or ``2 (x - mean) / (count - ddof)`` times
+    it (nanvar). The counts (and means) are reductions of their own, read in
+    one pass with the map under a compiled program."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    dtype = x_aval.dtype
+    axes, out_axes = prim.axes[0], prim.out_axes
+    to_memory = not _on_disk(out_aval)
+
+    def reduction(ufunc, reducer, name):
+        return Blockwise(ufunc, (x_aval,), (axes,), (dtype,), prim.shape, out_axes, dtype,
+                         reducer=reducer, to_memory=to_memory, grad=True, config=prim.config,
+                         name=name)(x)
+
+    count = reduction(ufuncs.IS_NUMBER, "sum", "nan_count")
+    ddof = REDUCERS[prim.reducer].ddof
+    if ddof is None:
+        return Blockwise(ufuncs.NAN_MEAN_VJP, (_aval(g), x_aval, _aval(count)),
+                         (out_axes, axes, out_axes), (dtype,) * 3, prim.shape, axes, dtype,
+                         grad=True, config=prim.config, name=f"{prim.op}_vjp")(g, x, count)
+    mean = reduction(ufuncs.IDENTITY, "nanmean", "nanmean")
+    offset = jax.numpy.asarray(ddof, dtype)
+    return Blockwise(ufuncs.NAN_VAR_VJP,
+                     (_aval(g), x_aval, _aval(mean), _aval(count), _aval(offset)),
+                     (out_axes, axes, out_axes, out_axes, ()), (dtype,) * 5, prim.shape, axes,
+                     dtype, grad=True, config=prim.config,
+                     name=f"{prim.op}_vjp")(g, x, mean, count, offset)
 
 # --- layout ------------------------------------------------------------------
 
@@ -1055,12 +1088,36 @@ def _is_value_op(prim) -> bool:
             and not isinstance(prim.out_aval, tuple) and prim.fusion() is not None)
 
 
+def _linear_operands(prim) -> tuple:
+    """The groups of operands an op's result is linear in (the others
+    fixed), each a dict position -> sign: ``{0: None}`` for an op linear in
+    operand 0 alone (a VJP in its cotangent, ``a * b`` and ``a @ b`` in
+    each), signs for a signed sum (``a + b``: ``{0: 1, 1: 1}``, ``a - b``:
+    ``{0: 1, 1: -1}``); none for anything else (a max, a mutation, an op of
+    several outputs)."""
+    if isinstance(prim, Dot):
+        return ({0: None}, {1: None})
+    if not isinstance(prim, Blockwise) or prim.params["reducer"] not in (None, "sum"):
+        return ()
+    ufunc = prim.params["ufunc"]
+    if isinstance(ufunc, VJP) or ufunc is ufuncs.IDENTITY:
+        return ({0: None},)
+    if ufunc is ufuncs.ADD and prim.params["reducer"] is None:
+        return ({0: 1, 1: 1},)
+    if ufunc is ufuncs.SUB and prim.params["reducer"] is None:
+        return ({0: 1, 1: -1},)
+    if ufunc is ufuncs.MUL:
+        return ({0: None}, {1: None})
+    return ()
+
+
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
                       mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
                       merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
-                      forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)))
+                      forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
+                      linear=_linear_operands)
 
 
 # Cotangents of a DiskArray are DiskArrays: their zero and their sum are ops

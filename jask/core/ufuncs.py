@@ -350,6 +350,26 @@ SQDIFF = _row("squared_deviation", lambda x, mu, s: np.square(x - mu) * s,
               lambda g, x, mu, s: 2 * s * g * (x - mu), None, None, public=False)
 
 
+# The gradients of nanmean and nanvar (zero at a NaN, as jax.numpy's): ``n`` is
+# the count of elements that are not NaN at the result's position, ``mu`` their mean.
+def _nan_mean_vjp(g, x, n):
+    with np.errstate(all="ignore"):  # an all-NaN position has no element to receive it
+        return np.where(x == x, g / n, 0).astype(x.dtype, copy=False)
+
+
+def _nan_var_vjp(g, x, mu, n, ddof):
+    with np.errstate(all="ignore"):
+        return np.where(x == x, 2 * g * (x - mu) / (n - ddof), 0).astype(x.dtype, copy=False)
+
+
+IS_NUMBER = _row("is_number", lambda a: (a == a).astype(a.dtype),
+                 lambda a: (a == a).astype(a.dtype), None, public=False)
+NAN_MEAN_VJP = _row("nan_mean_vjp", _nan_mean_vjp, lambda g, x, n: g * x / n,
+                    None, None, None, public=False)
+NAN_VAR_VJP = _row("nan_var_vjp", _nan_var_vjp,
+                   lambda g, x, mu, n, ddof: g * (x - mu) / (n - ddof),
+                   None, None, None, None, None, public=False)
+
 class FlatIndex:
     """The kernel of ``argmax`` and ``argmin`` over ``axes``: a tile, and the
     flat index (C order over ``axes`` of the full shape, as jax.numpy counts

@@ -36,7 +36,7 @@ from jask.store import prefetch, read, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["Operand", "REDUCERS", "Reducer", "broadcast_axes", "map_graph", "mean_of",
-           "positional", "reduce_graph", "variance"]
+           "nan_variance", "positional", "reduce_graph", "variance"]
 
 
 def positional(kernel):
@@ -259,7 +259,9 @@ class Reducer(NamedTuple):
     (``None``: it is the output), ``pair``: partials are (value, index);
     ``arrays``: how many arrays of the kept shape one partial holds;
     ``ddof``: set for a variance (partials are moments, see :func:`variance`);
-    ``mean_count``: set for a mean (partials are sums, see :func:`mean_of`)."""
+    ``mean_count``: set for a mean (partials are sums, see :func:`mean_of`);
+    ``skips_nan``: NaNs are left out, counted per kept position
+    (``"nanmean"``, :func:`nan_variance`)."""
 
     reduce: Callable
     combine: Callable
@@ -268,6 +270,7 @@ class Reducer(NamedTuple):
     arrays: int = 1
     ddof: float | None = None
     mean_count: int | None = None
+    skips_nan: bool = False
 
 
 def _arg_reducer(pick: Callable, better: Callable) -> Reducer:
@@ -282,7 +285,8 @@ class _Reducers(dict):
     never ran the :func:`mean_of` or :func:`variance` call that named it."""
 
     def __missing__(self, name: str) -> Reducer:
-        for prefix, make in (("mean(count=", mean_of), ("var(ddof=", variance)):
+        for prefix, make in (("mean(count=", mean_of), ("var(ddof=", variance),
+                             ("nanvar(ddof=", nan_variance)):
             if name.startswith(prefix) and name.endswith(")"):
                 make(ast.literal_eval(name[len(prefix):-1]))
                 return dict.__getitem__(self, name)
@@ -398,6 +402,82 @@ def variance(ddof: float = 0) -> str:
         REDUCERS[name] = Reducer(_moments, _chan, functools.partial(_variance_of, ddof),
                                  arrays=2, ddof=ddof)
     return name
+
+
+# --- NaN-skipping mean and variance: counts carried as partials ---------------------
+
+def _nan_sums(block, axis):
+    """A block's (count, sum) of the elements that are not NaN over ``axis``,
+    per kept position, in float64."""
+    kept = block == block  # NaN is the one value unequal to itself
+    count = np.sum(kept, axis=axis, keepdims=True, dtype=np.float64)
+    total = np.add.reduce(np.where(kept, block, 0), axis=axis, dtype=np.float64, keepdims=True)
+    return count, total
+
+
+def _add_nan_sums(a, b):
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _nan_mean_of(partial):
+    count, total = partial
+    with np.errstate(all="ignore"):  # all NaN: 0 / 0 = NaN, as jnp.nanmean
+        return total / count
+
+
+def _nan_moments(block, axis):
+    """A block's (count, mean, M2) of the elements that are not NaN, per kept
+    position: :func:`_moments` with a count for each position."""
+    count, total = _nan_sums(block, axis)
+    wide = np.asarray(block, np.float64)
+    with np.errstate(all="ignore"):
+        mean = total / count  # NaN where the count is 0; _nan_chan never reads it
+        deviations = np.where(wide == wide, wide - mean, 0)
+        np.square(deviations, out=deviations)
+        return count, mean, np.sum(deviations, axis=axis, keepdims=True)
+
+
+def _nan_chan(a, b):
+    """:func:`_chan` position by position: an empty side leaves the other as is."""
+    (na, ma, m2a), (nb, mb, m2b) = a, b
+    n = na + nb
+    with np.errstate(all="ignore"):
+        delta = mb - ma
+        mean = np.where(na == 0, mb, np.where(nb == 0, ma, ma + delta * (nb / n)))
+        m2 = np.where(na == 0, m2b, np.where(nb == 0, m2a,
+                                             m2a + m2b + np.square(delta) * (na * nb / n)))
+    return n, mean, m2
+
+
+def _nan_variance_of(ddof: float, partial):
+    count, _, m2 = partial
+    with np.errstate(all="ignore"):  # no more elements than ddof: NaN, as jnp.nanvar
+        return np.where(count > ddof, m2 / (count - ddof), np.nan)
+
+
+def nan_variance(ddof: float = 0) -> str:
+    """The name of the reducer giving the variance of the elements that are
+    not NaN (``jnp.nanvar``) in one pass: partials are (count, mean, M2) per
+    kept position, since each position has its own count of NaNs.
+
+    Example:
+      >>> name = nan_variance(0)
+      >>> x = np.array([[1.0, np.nan], [3.0, 6.0]], np.float32)
+      >>> partial = REDUCERS[name].combine(REDUCERS[name].reduce(x[:1], (0,)),
+      ...                                  REDUCERS[name].reduce(x[1:], (0,)))
+      >>> REDUCERS[name].finish(partial)
+      array([[1., 0.]])
+    """
+    name = f"nanvar(ddof={ddof!r})"
+    if dict.get(REDUCERS, name) is None:
+        REDUCERS[name] = Reducer(_nan_moments, _nan_chan,
+                                 functools.partial(_nan_variance_of, ddof), arrays=3,
+                                 ddof=ddof, skips_nan=True)
+    return name
+
+
+REDUCERS["nanmean"] = Reducer(_nan_sums, _add_nan_sums, _nan_mean_of, arrays=2,
+                              skips_nan=True)
 
 
 def _finish(reducer: str, partial):
