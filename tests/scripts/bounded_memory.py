@@ -118,15 +118,17 @@ def step_ops(X, y, w) -> dict:
 def _epoch(X, y) -> float:
     """A shuffled epoch of jask.batches over X and y: its two windows, the
     batches ahead and the chunks being read. Its shuffle buffer is one chunk,
-    or a sixteenth of the budget where a chunk is over an eighth (the default,
-    64 batches, would halve to fit)."""
+    or a sixteenth of the budget where a chunk is over an eighth; where a whole
+    chunk does not fit with what decoding one holds (zstd at an eighth), the
+    default buffer, which halves until the loader fits, as a user's would."""
     row = X.shape[1] * X.dtype.itemsize
     budget = jask.get_config().max_memory
-    # whole chunks where one is at most an eighth of the budget (a compressed chunk is then
-    # decoded straight into the window), else pieces of a sixteenth
     whole = X.chunks[0] * row <= budget // 8
-    loader = jask.batches(X, y, batch_size=128, seed=0,
-                          buffer=X.chunks[0] if whole else max(1, budget // 16 // row))
+    try:
+        loader = jask.batches(X, y, batch_size=128, seed=0,
+                              buffer=X.chunks[0] if whole else max(1, budget // 16 // row))
+    except jask.BudgetError:
+        loader = jask.batches(X, y, batch_size=128, seed=0)
     _modelled.append((loader.held_bytes, loader.held_bytes, 1, (loader.plan.unit,)))
     total = 0.0
     for xb, yb in loader:
