@@ -87,7 +87,8 @@ def hi_primitive(eqn):
 
 
 def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
-                          linear=lambda prim: ()) -> None:
+                          linear=lambda prim: (), as_store=lambda prim: None,
+                          reading_store=lambda prim, k: None) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -116,6 +117,13 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
       reductions wait with the forward ones: one pass. Should a term reach a
       reader that is not linear in it, or the program's outputs, the jaxpr
       is rewritten again without this step.
+    * A waiting value that runs along the rows (a row's ``logsumexp`` or
+      max: ``as_store(prim)`` is the op making it as a store instead, None
+      for any other) read by an op of ours along its rows
+      (``reading_store(prim, k)``: that op taking a store as operand ``k``)
+      is read as that store, made again where it is read: inside a band
+      group each band computes its own rows of it, so the reader need not
+      wait for the value, which still waits for its own readers.
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
@@ -150,9 +158,11 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
                                 instantiate=True)
         returned = _returned_stores(jaxpr, is_ours) if whole else []
         try:
-            jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear)
+            jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear,
+                           (as_store, reading_store))
         except _NotLinear:  # a term reached a reader that is not linear in it
-            jaxpr = _defer(jaxpr, movable, mutates, merge, returned)
+            jaxpr = _defer(jaxpr, movable, mutates, merge, returned,
+                           row_stores=(as_store, reading_store))
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
@@ -188,7 +198,8 @@ def _returned_stores(jaxpr, is_ours) -> list:
     return out
 
 
-def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
+def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
+           row_stores=(lambda prim: None, lambda prim, k: None)):
     """See :func:`prune_before_lowering`: move value ops to their first
     reader; those waiting at the end also take the ``returned`` stores.
 
@@ -207,6 +218,30 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
     waiting: set = set()  # outputs of held and after equations
     scale_of: dict = {}  # a store -> [(unit, scalar)]: it is the sum of scalar * unit
     unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
+    made_by: dict = {}  # a held op's one output -> its equation
+    store_of: dict = {}  # a waiting row-wise value -> the store made again for its readers
+    as_store, reading_store = row_stores
+
+    def as_read_from_stores(eqn, prim):
+        """The equation reading the waiting row-wise values it can as stores."""
+        invars = list(eqn.invars)
+        for k, v in enumerate(invars):
+            if not (isinstance(v, core.Var) and v in waiting and v in made_by):
+                continue
+            reader = reading_store(prim, k)
+            if reader is None:
+                continue
+            if v not in store_of:
+                made = made_by[v]
+                maker = as_store(hi_primitive(made))
+                if maker is None:
+                    continue
+                store_of[v] = core.Var(maker.out_aval)
+                eqns.append(made.replace(outvars=[store_of[v]], params=dict(_prim=maker)))
+            invars[k], prim = store_of[v], reader
+        if prim is hi_primitive(eqn):
+            return eqn, prim
+        return eqn.replace(invars=invars, params=dict(_prim=prim)), prim
 
     def flush(keep=()):
         if len(held) == 1 and not keep:
@@ -224,6 +259,8 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
         held.clear()
         after.clear()
         waiting.clear()
+        made_by.clear()
+        store_of.clear()
 
     def place(eqn, prim):
         reads = any(isinstance(v, core.Var) and v in waiting for v in eqn.invars)
@@ -232,6 +269,8 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
                 flush()
             held.append(eqn)
             waiting.update(eqn.outvars)
+            if len(eqn.outvars) == 1:
+                made_by[eqn.outvars[0]] = eqn
             return
         if reads and prim is None and _is_pure_arithmetic(eqn):
             unit = _unit_copy(eqn, waiting, unit_of)
@@ -248,6 +287,8 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
 
     for eqn in jaxpr.eqns:
         prim = hi_primitive(eqn)
+        if prim is not None and made_by:
+            eqn, prim = as_read_from_stores(eqn, prim)
         if prim is not None:
             terms = _linear_terms(eqn, linear(prim), waiting, scale_of, unit_of)
             if terms is not None:
