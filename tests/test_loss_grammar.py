@@ -226,7 +226,7 @@ PINNED = [
 
 #: Losses that still read X more than once (issue 30, open): a whole-array
 #: reduction's value inside a row-wise expression (a mean subtracted from
-#: each row: three passes); in-memory arithmetic on a row's logsumexp whose
+#: each row: two passes, the mean, then the rest); in-memory arithmetic on a row's logsumexp whose
 #: derivative needs it (the softmax's cotangent is then known only after the
 #: forward pass: two). Strict: when they pass, they move to PINNED.
 TWO_PASSES = [

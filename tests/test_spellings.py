@@ -205,3 +205,26 @@ def test_logsumexp_reads_X_once_eagerly(classes):
             got = jask.logsumexp(X, axis=axis)
         _check(got, jax.nn.logsumexp(jnp.asarray(Xn), axis=axis))
         assert 0.99 <= counts.passes(X) <= ONE_PASS, (axis, counts)
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_a_mean_over_the_rows_subtracted_reads_X_twice(data, transform):
+    """``r - mean(r)`` inside the loss: the forward pass needs the mean before
+    it squares (two passes, as by hand), but the backward one no longer adds
+    a third: its ``dc - mean(dc)`` is ``dc`` plus a waiting scalar times a
+    broadcast of 1, linear in that scalar."""
+    w, (X, y), (Xn, yn) = data
+
+    def loss(np_):
+        def centred(w, X, y):
+            r = X @ w - y
+            return np_.sum(np_.square(r - np_.mean(r)))
+        return centred
+
+    step = TRANSFORMS[transform](loss(jask))
+    step(w, X, y)
+    with jask.track() as counts:
+        got = jax.block_until_ready(step(w, X, y))
+    _check(got, TRANSFORMS[transform](loss(jnp))(w, jnp.asarray(Xn), jnp.asarray(yn)))
+    assert 1.9 <= counts.passes(X) <= 2 * ONE_PASS, counts
+    assert counts.bytes_written == 0, counts

@@ -1181,6 +1181,23 @@ def _reading_row_store(prim, k: int):
     return _blockwise_as(prim, avals, to_memory=not _on_disk(prim.out_aval))
 
 
+def _broadcast_operand(prim, k: int):
+    """For a Blockwise into a store, its in-memory operand ``k`` alone broadcast
+    to the result (in the result's dtype), or None: the store a waiting
+    scalar's term stands for in ``r - m`` (see :func:`prune_before_lowering`)."""
+    if (not isinstance(prim, Blockwise) or prim.params["reducer"] is not None
+            or _on_disk(prim.in_avals[k]) or not _on_disk(prim.out_aval)):
+        return None
+    return _identity_of(prim, k)
+
+
+def _identity_of(prim, k: int):
+    p = prim.params
+    return Blockwise(ufuncs.IDENTITY, (prim.in_avals[k],), (_axes_of(prim, k),),
+                     (prim.out_aval.dtype,), p["shape"], p["out_axes"], prim.out_aval.dtype,
+                     grad=p["grad"], config=p["config"], name=f"{p['op']}_broadcast")
+
+
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
@@ -1188,7 +1205,7 @@ prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_
                       merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
                       linear=_linear_operands, as_store=_row_store,
-                      reading_store=_reading_row_store)
+                      reading_store=_reading_row_store, broadcast=_broadcast_operand)
 
 
 # Cotangents of a DiskArray are DiskArrays: their zero and their sum are ops
