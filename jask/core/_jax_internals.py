@@ -89,7 +89,8 @@ def hi_primitive(eqn):
 def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
                           linear=lambda prim: (), as_store=lambda prim: None,
                           reading_store=lambda prim, k: None,
-                          broadcast=lambda prim, k: None) -> None:
+                          broadcast=lambda prim, k: None,
+                          lift=lambda name, params, avals, out: None) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -127,7 +128,11 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
       (``reading_store(prim, k)``: that op taking a store as operand ``k``)
       is read as that store, made again where it is read: inside a band
       group each band computes its own rows of it, so the reader need not
-      wait for the value, which still waits for its own readers.
+      wait for the value, which still waits for its own readers. JAX's own
+      elementwise arithmetic between them (``g / s`` for the VJP of
+      ``log(sum(e, 1))``) follows as ops of ours on those stores
+      (``lift(name, params, avals, out)``: the op and the order it takes
+      the equation's operands in, or None).
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
@@ -165,12 +170,12 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
         while True:
             try:
                 jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear,
-                               (as_store, reading_store), broadcast, excluded)
+                               (as_store, reading_store, lift), broadcast, excluded)
                 break
             except _NotLinear as err:  # a term reached a reader that is not linear in it:
                 if not err.origins or err.origins <= excluded:  # again without its makers
                     jaxpr = _defer(jaxpr, movable, mutates, merge, returned,
-                                   row_stores=(as_store, reading_store))
+                                   row_stores=(as_store, reading_store, lift))
                     break
                 excluded |= err.origins
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
@@ -209,7 +214,8 @@ def _returned_stores(jaxpr, is_ours) -> list:
 
 
 def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
-           row_stores=(lambda prim: None, lambda prim, k: None),
+           row_stores=(lambda prim: None, lambda prim, k: None,
+                       lambda name, params, avals, out: None),
            broadcast=lambda prim, k: None, excluded=frozenset()):
     """See :func:`prune_before_lowering`: move value ops to their first
     reader; those waiting at the end also take the ``returned`` stores.
@@ -230,26 +236,56 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
     scale_of: dict = {}  # a store -> [(unit, scalar)]: it is the sum of scalar * unit
     unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
     made_by: dict = {}  # a held op's one output -> its equation
+    made_after: dict = {}  # a waiting value of JAX's arithmetic -> its equation
     store_of: dict = {}  # a waiting row-wise value -> the store made again for its readers
-    as_store, reading_store = row_stores
+    as_store, reading_store, lift = row_stores
+
+    def store_version(v, template):
+        """The store a waiting row-wise value is made again as (its op's, or
+        JAX's arithmetic on such values lifted to ours), or None."""
+        if v in store_of:
+            return store_of[v]
+        if v in made_by:
+            made = made_by[v]
+            maker = as_store(hi_primitive(made))
+            if maker is None:
+                return None
+            store_of[v] = core.Var(maker.out_aval)
+            eqns.append(made.replace(outvars=[store_of[v]], params=dict(_prim=maker)))
+            return store_of[v]
+        made = made_after.get(v)
+        if made is None:
+            return None
+        invars = []
+        for u in made.invars:
+            if isinstance(u, core.Var) and u in waiting:
+                u = store_version(u, template)
+                if u is None:
+                    return None
+            invars.append(u)
+        lifted = lift(made.primitive.name, made.params, [u.aval for u in invars], v.aval)
+        if lifted is None:
+            return None
+        maker, order = lifted
+        store_of[v] = core.Var(maker.out_aval)
+        eqns.append(template.replace(invars=[invars[k] for k in order], outvars=[store_of[v]],
+                                     params=dict(_prim=maker)))
+        return store_of[v]
 
     def as_read_from_stores(eqn, prim):
         """The equation reading the waiting row-wise values it can as stores."""
         invars = list(eqn.invars)
         for k, v in enumerate(invars):
-            if not (isinstance(v, core.Var) and v in waiting and v in made_by):
+            if not (isinstance(v, core.Var) and v in waiting
+                    and (v in made_by or v in made_after)):
                 continue
             reader = reading_store(prim, k)
             if reader is None:
                 continue
-            if v not in store_of:
-                made = made_by[v]
-                maker = as_store(hi_primitive(made))
-                if maker is None:
-                    continue
-                store_of[v] = core.Var(maker.out_aval)
-                eqns.append(made.replace(outvars=[store_of[v]], params=dict(_prim=maker)))
-            invars[k], prim = store_of[v], reader
+            store = store_version(v, eqn)
+            if store is None:
+                continue
+            invars[k], prim = store, reader
         if prim is hi_primitive(eqn):
             return eqn, prim
         return eqn.replace(invars=invars, params=dict(_prim=prim)), prim
@@ -271,6 +307,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
         after.clear()
         waiting.clear()
         made_by.clear()
+        made_after.clear()
         store_of.clear()
 
     def place(eqn, prim):
@@ -289,6 +326,8 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
                 eqns.append(unit)
             after.append(eqn)
             waiting.update(eqn.outvars)
+            if len(eqn.outvars) == 1:
+                made_after[eqn.outvars[0]] = eqn
             return
         barrier = (eqn.effects or (prim is not None and mutates(prim))
                    or (prim is None and _holds_program(eqn) and not _is_pure_arithmetic(eqn)))
@@ -303,7 +342,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
 
     for i, eqn in enumerate(jaxpr.eqns):
         prim = hi_primitive(eqn)
-        if prim is not None and made_by:
+        if prim is not None and (made_by or made_after):
             eqn, prim = as_read_from_stores(eqn, prim)
         if prim is not None and i not in excluded:
             terms = _linear_terms(eqn, linear(prim), waiting, scale_of, unit_of,

@@ -1198,6 +1198,35 @@ def _identity_of(prim, k: int):
                      grad=p["grad"], config=p["config"], name=f"{p['op']}_broadcast")
 
 
+#: JAX's elementwise primitives -> the op table's rows computing the same
+#: (numpy's kernels, jax.numpy's semantics), for :func:`_lifted`.
+_LIFTABLE = {"log": "log", "exp": "exp", "abs": "abs", "sign": "sign", "neg": "negative",
+             "div": "divide", "mul": "multiply", "add": "add", "add_any": "add",
+             "sub": "subtract", "max": "maximum", "min": "minimum", "sqrt": "sqrt",
+             "tanh": "tanh", "square": "square", "log1p": "log1p", "expm1": "expm1",
+             "logistic": "sigmoid", "ge": "greater_equal", "gt": "greater",
+             "le": "less_equal", "lt": "less", "eq": "equal", "ne": "not_equal"}
+
+
+def _lifted(name: str, params: dict, avals: list, out):
+    """JAX's elementwise ``name`` on stores (and in-memory operands of the
+    same shape or scalars) as a Blockwise into a store, with the order it
+    takes the equation's operands in; or None."""
+    row, order = _LIFTABLE.get(name), tuple(range(len(avals)))
+    if name == "select_n" and len(avals) == 3:  # select_n(p, a, b): b where p, else a
+        row, order = "where", (0, 2, 1)
+    if (row is None or any(v is not None for v in params.values())
+            or np.dtype(out.dtype).kind not in "fb" or not out.shape
+            or not any(_on_disk(a) for a in avals)
+            or any(tuple(a.shape) not in ((), tuple(out.shape)) for a in avals)):
+        return None
+    shape, ordered = tuple(out.shape), [avals[k] for k in order]
+    axes = tuple(tuple(range(len(shape))) if a.shape else () for a in ordered)
+    dtypes = tuple(None if np.dtype(a.dtype) == np.bool_ else np.dtype(a.dtype) for a in ordered)
+    return Blockwise(ufuncs.TABLE[row], tuple(ordered), axes, dtypes, shape,
+                     tuple(range(len(shape))), out.dtype, grad=True, name=row), order
+
+
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
@@ -1205,7 +1234,8 @@ prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_
                       merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
                       linear=_linear_operands, as_store=_row_store,
-                      reading_store=_reading_row_store, broadcast=_broadcast_operand)
+                      reading_store=_reading_row_store, broadcast=_broadcast_operand,
+                      lift=_lifted)
 
 
 # Cotangents of a DiskArray are DiskArrays: their zero and their sum are ops
