@@ -140,3 +140,99 @@ def test_a_store_read_non_linearly_keeps_its_value(data):
 
     got = jax.jit(f(jask))(w, X)
     _check(got, f(jnp)(w, jnp.asarray(Xn)))
+
+
+K = 5
+
+
+def _row_spellings(np_, logsumexp):
+    """Losses reading a reduction along each row (a row's logsumexp, mean,
+    max) inside the row-wise expression: the softmax's logsumexp is taken
+    again in the band, and a row's value read by a jask op is read as a store
+    made again there."""
+    def cross_entropy(W, X, Y):  # softmax cross-entropy on one-hot labels
+        L = X @ W
+        return np_.mean(logsumexp(L, axis=1) - np_.sum(Y * L, axis=1))
+
+    def rows_centred(W, X, Y):
+        L = X @ W
+        return np_.mean(np_.square(L - np_.mean(L, axis=1, keepdims=True) - Y))
+
+    def below_the_row_max(W, X, Y):
+        L = X @ W
+        return np_.sum(np_.exp(L - np_.max(L, axis=1, keepdims=True)) * Y)
+
+    def logsumexp_as_an_operand(W, X, Y):  # a jask op reads the row's value
+        L = X @ W
+        return np_.mean(np_.where(Y > 0, L, logsumexp(np_.square(L), axis=1, keepdims=True)))
+
+    def cross_entropy_by_hand(W, X, Y):  # log of a row's sum: jax.numpy's, then followed
+        L = X @ W
+        Z = L - np_.max(L, axis=1, keepdims=True)
+        return np_.mean(np_.log(np_.sum(np_.exp(Z), axis=1)) - np_.sum(Y * Z, axis=1))
+
+    return dict(cross_entropy=cross_entropy, cross_entropy_by_hand=cross_entropy_by_hand,
+                rows_centred=rows_centred,
+                below_the_row_max=below_the_row_max,
+                logsumexp_as_an_operand=logsumexp_as_an_operand)
+
+
+@pytest.fixture
+def classes(small_budget, rng):
+    jask.set_memory_budget("256KB", scratch_dir=small_budget.scratch_dir)
+    Xn = rand(rng, (N, D), np.float32)
+    Yn = np.eye(K, dtype=np.float32)[rng.integers(0, K, N)]
+    Wn = (0.3 * rand(rng, (D, K), np.float32)).astype(np.float32)
+    return jnp.asarray(Wn), (jask.from_numpy(Xn), jask.from_numpy(Yn)), (Xn, Yn)
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+@pytest.mark.parametrize("spelling", list(_row_spellings(jnp, jax.nn.logsumexp)))
+def test_a_row_wise_reduction_in_the_loss_reads_X_once(classes, spelling, transform):
+    """Were 3 passes (logsumexp: its max, its sum, the softmax) or 2 (a row's
+    max or mean, then the expression using it; by hand, the log of a row's
+    sum, whose derivative ``g / s`` now follows as a jask op on ``s`` made
+    again in the band)."""
+    W, (X, Y), (Xn, Yn) = classes
+    step = TRANSFORMS[transform](_row_spellings(jask, jask.logsumexp)[spelling])
+    step(W, X, Y)  # compiled outside the count
+    with jask.track() as counts:
+        got = jax.block_until_ready(step(W, X, Y))
+    expect = TRANSFORMS[transform](_row_spellings(jnp, jax.nn.logsumexp)[spelling])
+    _check(got, expect(W, jnp.asarray(Xn), jnp.asarray(Yn)))
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+    assert counts.passes(Y) <= ONE_PASS, counts
+    assert counts.bytes_written == 0, counts
+
+
+def test_logsumexp_reads_X_once_eagerly(classes):
+    """One reduction (each tile's max and sum of exp(x - max)), was two."""
+    _, (X, _), (Xn, _) = classes
+    for axis in (1, 0, None):
+        with jask.track() as counts:
+            got = jask.logsumexp(X, axis=axis)
+        _check(got, jax.nn.logsumexp(jnp.asarray(Xn), axis=axis))
+        assert 0.99 <= counts.passes(X) <= ONE_PASS, (axis, counts)
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_a_mean_over_the_rows_subtracted_reads_X_twice(data, transform):
+    """``r - mean(r)`` inside the loss: the forward pass needs the mean before
+    it squares (two passes, as by hand), but the backward one no longer adds
+    a third: its ``dc - mean(dc)`` is ``dc`` plus a waiting scalar times a
+    broadcast of 1, linear in that scalar."""
+    w, (X, y), (Xn, yn) = data
+
+    def loss(np_):
+        def centred(w, X, y):
+            r = X @ w - y
+            return np_.sum(np_.square(r - np_.mean(r)))
+        return centred
+
+    step = TRANSFORMS[transform](loss(jask))
+    step(w, X, y)
+    with jask.track() as counts:
+        got = jax.block_until_ready(step(w, X, y))
+    _check(got, TRANSFORMS[transform](loss(jnp))(w, jnp.asarray(Xn), jnp.asarray(yn)))
+    assert 1.9 <= counts.passes(X) <= 2 * ONE_PASS, counts
+    assert counts.bytes_written == 0, counts

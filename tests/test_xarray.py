@@ -138,3 +138,50 @@ def test_what_xarray_cannot_do_with_a_diskarray_is_refused_clearly(data):
     ds, _ = _wrap(*data)
     with pytest.raises(NotImplementedError, match="jask.map"):
         xr.apply_ufunc(np.sin, ds.X, dask="parallelized")
+
+
+DAYS = 731
+
+
+@pytest.fixture
+def daily(small_budget):
+    """Daily (time, point) values with NaNs in them, and their dates."""
+    rng = np.random.default_rng(2)
+    x = (10 + rng.standard_normal((DAYS, M))).astype(np.float32)
+    x[rng.random(x.shape) < 0.02] = np.nan
+    return x, pd.date_range("2001-01-01", periods=DAYS, freq="D")
+
+
+def _daily(x, time):
+    """The DataArray on disk and in memory."""
+    return (xr.DataArray(jask.from_numpy(x), dims=("time", "point"), coords={"time": time}),
+            xr.DataArray(x, dims=("time", "point"), coords={"time": time}))
+
+
+def test_resample_mean_reads_the_data_once(daily):
+    """Monthly means with xarray's defaults: each month a slice (a view),
+    reduced skipping NaNs; together one pass, nothing written."""
+    on_disk, in_memory = _daily(*daily)
+    with jask.track() as counts:
+        got = _values(on_disk.resample(time="MS").mean())
+    np.testing.assert_allclose(got, in_memory.resample(time="MS").mean().values, rtol=2e-5,
+                               atol=2e-5, equal_nan=True)
+    assert 0.99 <= counts.passes(on_disk.data) <= 1.2, counts
+    assert counts.bytes_written == 0, counts
+
+
+def test_groupby_mean_and_anomalies_match_xarray_in_memory(daily):
+    """The climatology and the anomalies: xarray chunks the climatology with
+    Dask and indexes it by each day's month, an array as large as the data;
+    jask writes it to a store block by block (it raised BudgetError: an
+    in-memory operand over a quarter of the budget) and the anomalies stay on
+    disk."""
+    on_disk, in_memory = _daily(*daily)
+    clim, want_clim = (a.groupby("time.month").mean() for a in (on_disk, in_memory))
+    np.testing.assert_allclose(_values(clim), want_clim.values, rtol=2e-5, atol=2e-5)
+    anomalies = on_disk.groupby("time.month") - clim
+    want = in_memory.groupby("time.month") - want_clim
+    assert isinstance(anomalies.data, jask.DiskArray)
+    assert anomalies.nbytes > jask.get_config().max_memory / 4  # (the case that raised)
+    np.testing.assert_allclose(_values(anomalies), want.values, rtol=2e-5, atol=2e-5,
+                               equal_nan=True)

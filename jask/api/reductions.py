@@ -1,8 +1,8 @@
 """Reductions over axes: sum, mean, max, min, var, std, logsumexp, argmax and argmin.
 
-Each is one pass over the data (``logsumexp``: two, the first being the
-max; ``var`` and ``std`` carry each tile's count, mean and squared
-deviations, combined stably in float64). With
+Each is one pass over the data (``var`` and ``std`` carry each tile's
+count, mean and squared deviations, ``logsumexp`` its max and sum of
+``exp(x - max)``, combined stably in float64). With
 ``axis=None`` the result is an in-memory scalar ``jax.Array``. Over some
 axes the result is an in-memory ``jax.Array`` when it is small, at most
 :data:`IN_MEMORY_SHARE` of the memory budget, and a DiskArray otherwise;
@@ -301,8 +301,12 @@ def std(x, axis=None, keepdims: bool = False, *, ddof: float = 0,
 
 
 def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
-    """``log(sum(exp(x)))`` over ``axis``, computed without overflow (the
-    max is subtracted first: two passes). Its gradient is the softmax.
+    """``log(sum(exp(x)))`` over ``axis``, computed without overflow in one
+    pass: each tile's partial is its max and the sum of ``exp(x - max)``, in
+    float64, rescaled to the larger max when two partials meet. Its gradient
+    is the softmax; over axes that leave the rows (``axis=1`` of a matrix),
+    each row's softmax is recomputed from that row, so under ``jax.jit`` the
+    backward pass joins the forward one.
 
     Example:
       >>> import numpy as np, jask
@@ -316,16 +320,9 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = N
     if 0 in aval.shape:  # no elements, no max to subtract: log(0) = -inf
         return elementwise.log(sum(elementwise.exp(x, config=config), axis=axis,
                                    keepdims=keepdims, config=config), config=config)
-    _, out_axes, _ = _layout("logsumexp", x, axis, keepdims)
     dtype = _result_dtype(jnp.exp, x)
-    m = max(x, axis=axis, keepdims=keepdims, config=config)
-    # the sum kept as it accumulates (float32 for float16: 250,000 rows of
-    # exp(0) overflow float16, and jax.numpy's logsumexp gives inf there)
-    compute = accumulation_dtype(dtype)
-    s = _reduce("logsumexp", ufuncs.EXP_SUB, x, [(m, out_axes)], axis, keepdims, "sum", compute,
-                config, compute)
-    result = elementwise.apply(ufuncs.LOG_ADD, s, m, config=config)
-    return result if compute == dtype else elementwise.astype(result, dtype, config=config)
+    return _reduce("logsumexp", ufuncs.IDENTITY, x, [], axis, keepdims, "logsumexp", dtype,
+                   config, np.dtype(np.float64))
 
 
 def argmax(x, axis=None, keepdims: bool = False, *, config: Config | None = None):

@@ -87,7 +87,10 @@ def hi_primitive(eqn):
 
 
 def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
-                          linear=lambda prim: ()) -> None:
+                          linear=lambda prim: (), as_store=lambda prim: None,
+                          reading_store=lambda prim, k: None,
+                          broadcast=lambda prim, k: None,
+                          lift=lambda name, params, avals, out: None) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -108,14 +111,28 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
       sqrt(m))`` for ``sqrt(mean(r * r))``: the forward value is needed
       first) is linear in it: ``linear(prim)`` names the groups of operands
       an op is jointly linear in (a VJP in its cotangent, ``+`` in both,
-      ``X @ m`` in each). An op reading such scalars linearly runs with 1 in
+      ``X @ m`` in each; ``r - m`` with ``m`` a waiting scalar broadcast is
+      ``r`` plus ``-m`` times ``broadcast(prim, k)``, the unit of ``m``
+      broadcast to ``r``'s shape). An op reading such scalars linearly runs with 1 in
       their place, once per scalar it carries (a store it makes is then a sum
       of terms, scalar times store, and a sum of stores just joins its
       operands' terms), and each in-memory result comes back as the sum of
       its terms (``c * (X.T @ v)`` for ``X.T @ (c * v)``), so the backward
       reductions wait with the forward ones: one pass. Should a term reach a
       reader that is not linear in it, or the program's outputs, the jaxpr
-      is rewritten again without this step.
+      is rewritten again with the ops that made those terms left as they
+      are, and without this step when that is not enough.
+    * A waiting value that runs along the rows (a row's ``logsumexp`` or
+      max: ``as_store(prim)`` is the op making it as a store instead, None
+      for any other) read by an op of ours along its rows
+      (``reading_store(prim, k)``: that op taking a store as operand ``k``)
+      is read as that store, made again where it is read: inside a band
+      group each band computes its own rows of it, so the reader need not
+      wait for the value, which still waits for its own readers. JAX's own
+      elementwise arithmetic between them (``g / s`` for the VJP of
+      ``log(sum(e, 1))``) follows as ops of ours on those stores
+      (``lift(name, params, avals, out)``: the op and the order it takes
+      the equation's operands in, or None).
     * In a whole program (lowered outside any trace: its outputs go back
       to Python, which claims them), the value ops still waiting at the end
       also take the stores of ``is_ours``'s ops that the program returns
@@ -149,10 +166,18 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
         returned = _returned_stores(jaxpr, is_ours) if whole else []
-        try:
-            jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear)
-        except _NotLinear:  # a term reached a reader that is not linear in it
-            jaxpr = _defer(jaxpr, movable, mutates, merge, returned)
+        excluded: frozenset = frozenset()
+        while True:
+            try:
+                jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear,
+                               (as_store, reading_store, lift), broadcast, excluded)
+                break
+            except _NotLinear as err:  # a term reached a reader that is not linear in it:
+                if not err.origins or err.origins <= excluded:  # again without its makers
+                    jaxpr = _defer(jaxpr, movable, mutates, merge, returned,
+                                   row_stores=(as_store, reading_store, lift))
+                    break
+                excluded |= err.origins
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
@@ -188,7 +213,10 @@ def _returned_stores(jaxpr, is_ours) -> list:
     return out
 
 
-def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
+def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
+           row_stores=(lambda prim: None, lambda prim, k: None,
+                       lambda name, params, avals, out: None),
+           broadcast=lambda prim, k: None, excluded=frozenset()):
     """See :func:`prune_before_lowering`: move value ops to their first
     reader; those waiting at the end also take the ``returned`` stores.
 
@@ -207,6 +235,60 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
     waiting: set = set()  # outputs of held and after equations
     scale_of: dict = {}  # a store -> [(unit, scalar)]: it is the sum of scalar * unit
     unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
+    made_by: dict = {}  # a held op's one output -> its equation
+    made_after: dict = {}  # a waiting value of JAX's arithmetic -> its equation
+    store_of: dict = {}  # a waiting row-wise value -> the store made again for its readers
+    as_store, reading_store, lift = row_stores
+
+    def store_version(v, template):
+        """The store a waiting row-wise value is made again as (its op's, or
+        JAX's arithmetic on such values lifted to ours), or None."""
+        if v in store_of:
+            return store_of[v]
+        if v in made_by:
+            made = made_by[v]
+            maker = as_store(hi_primitive(made))
+            if maker is None:
+                return None
+            store_of[v] = core.Var(maker.out_aval)
+            eqns.append(made.replace(outvars=[store_of[v]], params=dict(_prim=maker)))
+            return store_of[v]
+        made = made_after.get(v)
+        if made is None:
+            return None
+        invars = []
+        for u in made.invars:
+            if isinstance(u, core.Var) and u in waiting:
+                u = store_version(u, template)
+                if u is None:
+                    return None
+            invars.append(u)
+        lifted = lift(made.primitive.name, made.params, [u.aval for u in invars], v.aval)
+        if lifted is None:
+            return None
+        maker, order = lifted
+        store_of[v] = core.Var(maker.out_aval)
+        eqns.append(template.replace(invars=[invars[k] for k in order], outvars=[store_of[v]],
+                                     params=dict(_prim=maker)))
+        return store_of[v]
+
+    def as_read_from_stores(eqn, prim):
+        """The equation reading the waiting row-wise values it can as stores."""
+        invars = list(eqn.invars)
+        for k, v in enumerate(invars):
+            if not (isinstance(v, core.Var) and v in waiting
+                    and (v in made_by or v in made_after)):
+                continue
+            reader = reading_store(prim, k)
+            if reader is None:
+                continue
+            store = store_version(v, eqn)
+            if store is None:
+                continue
+            invars[k], prim = store, reader
+        if prim is hi_primitive(eqn):
+            return eqn, prim
+        return eqn.replace(invars=invars, params=dict(_prim=prim)), prim
 
     def flush(keep=()):
         if len(held) == 1 and not keep:
@@ -224,6 +306,9 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
         held.clear()
         after.clear()
         waiting.clear()
+        made_by.clear()
+        made_after.clear()
+        store_of.clear()
 
     def place(eqn, prim):
         reads = any(isinstance(v, core.Var) and v in waiting for v in eqn.invars)
@@ -232,6 +317,8 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
                 flush()
             held.append(eqn)
             waiting.update(eqn.outvars)
+            if len(eqn.outvars) == 1:
+                made_by[eqn.outvars[0]] = eqn
             return
         if reads and prim is None and _is_pure_arithmetic(eqn):
             unit = _unit_copy(eqn, waiting, unit_of)
@@ -239,6 +326,8 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
                 eqns.append(unit)
             after.append(eqn)
             waiting.update(eqn.outvars)
+            if len(eqn.outvars) == 1:
+                made_after[eqn.outvars[0]] = eqn
             return
         barrier = (eqn.effects or (prim is not None and mutates(prim))
                    or (prim is None and _holds_program(eqn) and not _is_pure_arithmetic(eqn)))
@@ -246,22 +335,33 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: ()):
             flush()
         eqns.append(eqn)
 
-    for eqn in jaxpr.eqns:
+    origins: dict = {}  # a store made as terms -> the positions of the ops that made them
+
+    def made_them(vs) -> frozenset:
+        return frozenset().union(*(origins.get(v, ()) for v in vs if isinstance(v, core.Var)))
+
+    for i, eqn in enumerate(jaxpr.eqns):
         prim = hi_primitive(eqn)
-        if prim is not None:
-            terms = _linear_terms(eqn, linear(prim), waiting, scale_of, unit_of)
+        if prim is not None and (made_by or made_after):
+            eqn, prim = as_read_from_stores(eqn, prim)
+        if prim is not None and i not in excluded:
+            terms = _linear_terms(eqn, linear(prim), waiting, scale_of, unit_of,
+                                  lambda k, prim=prim: broadcast(prim, k))
             if terms is not None:
                 copies, restore = _distributed(eqn, *terms, scale_of)
+                for v in eqn.outvars:
+                    if v in scale_of:
+                        origins[v] = made_them(eqn.invars) | {i}
                 for copy in copies:
-                    place(copy, prim)
+                    place(copy, hi_primitive(copy))
                 after.extend(restore)
                 waiting.update(v for e in restore for v in e.outvars)
                 continue
         if any(isinstance(v, core.Var) and v in scale_of for v in eqn.invars):
-            raise _NotLinear(eqn)  # it would read one term of a store's value
+            raise _NotLinear(made_them(eqn.invars))  # it would read one term of a store
         place(eqn, prim)
     if any(isinstance(v, core.Var) and v in scale_of for v in jaxpr.outvars):
-        raise _NotLinear(jaxpr.outvars)
+        raise _NotLinear(made_them(jaxpr.outvars))
     flush(returned)
     if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
         return jaxpr
@@ -280,7 +380,7 @@ def _unit(v, waiting, unit_of):
     return None
 
 
-def _linear_terms(eqn, groups, waiting, scale_of, unit_of):
+def _linear_terms(eqn, groups, waiting, scale_of, unit_of, broadcast_of=lambda k: None):
     """(the linear group, the terms of each of its operands) for an op of
     ours whose waiting operands all carry scalars linearly, or None.
 
@@ -302,12 +402,35 @@ def _linear_terms(eqn, groups, waiting, scale_of, unit_of):
             if unit is None:
                 return None
             terms[k] = [unit]
-    group = next((g for g in groups if set(g) == set(terms)), None)
+    group = next((g for g in groups if set(g) == set(terms)
+                  or len(g) > 1 and set(terms) <= set(g)), None)
     if not terms or group is None:
         return None
-    if len(group) > 1 and not all(_same_type(eqn.invars[k], eqn.outvars[0]) for k in group):
-        return None  # a sum that broadcasts: its terms would not add up
+    if len(group) > 1:
+        out = eqn.outvars[0]
+        for k in group:
+            if _same_type(eqn.invars[k], out):
+                continue
+            # a sum that broadcasts: only an in-memory operand carrying one scalar,
+            # as that scalar times its unit broadcast to the result (a store of ours)
+            if k not in terms or k in {j for j, v in enumerate(eqn.invars)
+                                        if isinstance(v, core.Var) and v in scale_of}:
+                return None
+            made = broadcast_of(k)
+            if made is None or len(terms[k]) != 1:
+                return None
+            terms[k] = [(_Broadcast(made, terms[k][0][0]), terms[k][0][1])]
+        for k in set(group) - set(terms):  # a store of the result's type, as it is
+            terms[k] = [(eqn.invars[k], core.Literal(np.ones((), out.aval.dtype),
+                                                     core.ShapedArray((), out.aval.dtype)))]
     return group, terms
+
+
+class _Broadcast:
+    """A term's unit still to be made: ``prim`` (an op of ours) of ``unit``."""
+
+    def __init__(self, prim, unit):
+        self.prim, self.unit = prim, unit
 
 
 def _same_type(a, b) -> bool:
@@ -355,7 +478,13 @@ def _unit_copy(eqn, waiting, unit_of):
 class _NotLinear(Exception):
     """A store made as terms (:func:`_distributed`) reaches a reader that is
     not linear in it, or the program's outputs: :func:`_defer` starts again
-    without taking scalars out."""
+    with the ops that made those terms (``origins``, positions in the jaxpr)
+    left as they are (``r - m`` before a square runs once ``m`` is known),
+    or without taking scalars out at all."""
+
+    def __init__(self, origins: frozenset):
+        super().__init__(sorted(origins))
+        self.origins = origins
 
 
 def _distributed(eqn, group, terms, scale_of):
@@ -372,8 +501,14 @@ def _distributed(eqn, group, terms, scale_of):
     restore: list = []
     if len(group) > 1:
         summed = []
+        made: list = []  # the equations making broadcast units, run in place
         for k, sign in group.items():
             for unit, scalar in terms[k]:
+                if isinstance(unit, _Broadcast):
+                    store = core.Var(unit.prim.out_aval)
+                    made.append(eqn.replace(invars=[unit.unit], outvars=[store],
+                                            params=dict(_prim=unit.prim)))
+                    unit = store
                 if sign < 0:
                     negated = core.Var(scalar.aval)
                     restore.append(core.new_jaxpr_eqn([scalar], [negated], lax.neg_p, {},
@@ -381,7 +516,7 @@ def _distributed(eqn, group, terms, scale_of):
                     scalar = negated
                 summed.append((unit, scalar))
         scale_of[eqn.outvars[0]] = summed
-        return [], restore
+        return made, restore
     (k,) = group
     copies, outs = [], [[] for _ in eqn.outvars]
     for n, (unit, scalar) in enumerate(terms[k]):

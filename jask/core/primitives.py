@@ -306,6 +306,9 @@ class Blockwise(DiskPrimitive):
         if self.reducer == "prod":
             _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
             return
+        if self.reducer == "logsumexp":
+            _accum(accums[0], lambda: _logsumexp_vjp(self, args[0], out, g))
+            return
         if self.reducer is not None and REDUCERS[self.reducer].skips_nan:
             _accum(accums[0], lambda: _nan_vjp(self, args[0], g))
             return
@@ -428,6 +431,28 @@ def _var_vjp(prim, x, g):
                            config=prim.config, name="var")
     return deviations._cotangent(0, ufuncs.SQDIFF.vjps[0], (x, mean, scale), g)
 
+
+
+def _logsumexp_vjp(prim, x, out, g):
+    """d logsumexp: the softmax ``exp(x - logsumexp)`` times the cotangent.
+    Reduced over axes that keep the rows, the logsumexp is taken again as a
+    store (a row-wise reduction), never the forward value: inside a band
+    group each band recomputes its own rows' and the backward pass needs
+    nothing from the forward one (one pass under ``jit(value_and_grad)``);
+    eagerly it is a small store. Over the rows, the forward value is read."""
+    x_aval, out_aval = prim.in_avals[0], prim.out_aval
+    axes, out_axes = prim.axes[0], prim.out_axes
+    lse = out
+    if 0 in out_axes:
+        lse = Blockwise(prim.ufunc, (x_aval,), (axes,), prim.dtypes, prim.shape, out_axes,
+                        out_aval.dtype, reducer="logsumexp", grad=True, config=prim.config,
+                        name="logsumexp")(x)
+    dtype = x_aval.dtype
+    softmax = Blockwise(ufuncs.EXP_SUB, (x_aval, _aval(lse)), (axes, out_axes), (dtype, dtype),
+                        prim.shape, out_axes, out_aval.dtype, reducer="sum",
+                        to_memory=not _on_disk(out_aval), config=prim.config,
+                        name="logsumexp")
+    return softmax._cotangent(0, ufuncs.EXP_SUB.vjps[0], (x, lse), g)
 
 
 def _nan_vjp(prim, x, g):
@@ -1111,13 +1136,106 @@ def _linear_operands(prim) -> tuple:
     return ()
 
 
+def _along_rows(prim) -> bool:
+    """Whether every stored operand of a Blockwise runs along its full
+    shape's rows (so it can join a band group)."""
+    shape = prim.params["shape"]
+    return bool(shape) and all(
+        not _on_disk(a) or (ax and ax[0] == 0 and a.shape[0] == shape[0])
+        for a, ax in zip(prim.in_avals, prim.params["axes"]))
+
+
+def _blockwise_as(prim, in_avals, to_memory: bool):
+    p = prim.params
+    return Blockwise(p["ufunc"], in_avals, p["axes"], p["dtypes"], p["shape"], p["out_axes"],
+                     prim.out_aval.dtype, reducer=p["reducer"], to_memory=to_memory,
+                     grad=p["grad"], config=p["config"], name=p["op"])
+
+
+def _row_store(prim):
+    """A reduction to memory that keeps the rows (a row's logsumexp, max,
+    mean) as the same reduction into a store, or None: see
+    :func:`prune_before_lowering`."""
+    if (not isinstance(prim, Blockwise) or _on_disk(prim.out_aval)
+            or prim.params["reducer"] is None or REDUCERS[prim.params["reducer"]].pair
+            or not prim.params["out_axes"] or prim.params["out_axes"][0] != 0
+            or not _along_rows(prim)):
+        return None
+    return _blockwise_as(prim, prim.in_avals, to_memory=False)
+
+
+def _axes_of(prim, k: int) -> tuple:
+    return prim.params["axes"][k]
+
+
+def _reading_row_store(prim, k: int):
+    """A Blockwise reading its in-memory operand ``k`` along its rows as a
+    store instead, or None."""
+    if not isinstance(prim, Blockwise) or _on_disk(prim.in_avals[k]):
+        return None
+    aval, ax, rows = prim.in_avals[k], _axes_of(prim, k), prim.params["shape"][0]  # type: ignore
+    if not ax or ax[0] != 0 or aval.shape[0] != rows or not _along_rows(prim):
+        return None
+    avals = list(prim.in_avals)
+    avals[k] = DiskArrayType(tuple(aval.shape), aval.dtype)
+    return _blockwise_as(prim, avals, to_memory=not _on_disk(prim.out_aval))
+
+
+def _broadcast_operand(prim, k: int):
+    """For a Blockwise into a store, its in-memory operand ``k`` alone broadcast
+    to the result (in the result's dtype), or None: the store a waiting
+    scalar's term stands for in ``r - m`` (see :func:`prune_before_lowering`)."""
+    if (not isinstance(prim, Blockwise) or prim.params["reducer"] is not None
+            or _on_disk(prim.in_avals[k]) or not _on_disk(prim.out_aval)):
+        return None
+    return _identity_of(prim, k)
+
+
+def _identity_of(prim, k: int):
+    p = prim.params
+    return Blockwise(ufuncs.IDENTITY, (prim.in_avals[k],), (_axes_of(prim, k),),
+                     (prim.out_aval.dtype,), p["shape"], p["out_axes"], prim.out_aval.dtype,
+                     grad=p["grad"], config=p["config"], name=f"{p['op']}_broadcast")
+
+
+#: JAX's elementwise primitives -> the op table's rows computing the same
+#: (numpy's kernels, jax.numpy's semantics), for :func:`_lifted`.
+_LIFTABLE = {"log": "log", "exp": "exp", "abs": "abs", "sign": "sign", "neg": "negative",
+             "div": "divide", "mul": "multiply", "add": "add", "add_any": "add",
+             "sub": "subtract", "max": "maximum", "min": "minimum", "sqrt": "sqrt",
+             "tanh": "tanh", "square": "square", "log1p": "log1p", "expm1": "expm1",
+             "logistic": "sigmoid", "ge": "greater_equal", "gt": "greater",
+             "le": "less_equal", "lt": "less", "eq": "equal", "ne": "not_equal"}
+
+
+def _lifted(name: str, params: dict, avals: list, out):
+    """JAX's elementwise ``name`` on stores (and in-memory operands of the
+    same shape or scalars) as a Blockwise into a store, with the order it
+    takes the equation's operands in; or None."""
+    row, order = _LIFTABLE.get(name), tuple(range(len(avals)))
+    if name == "select_n" and len(avals) == 3:  # select_n(p, a, b): b where p, else a
+        row, order = "where", (0, 2, 1)
+    if (row is None or any(v is not None for v in params.values())
+            or np.dtype(out.dtype).kind not in "fb" or not out.shape
+            or not any(_on_disk(a) for a in avals)
+            or any(tuple(a.shape) not in ((), tuple(out.shape)) for a in avals)):
+        return None
+    shape, ordered = tuple(out.shape), [avals[k] for k in order]
+    axes = tuple(tuple(range(len(shape))) if a.shape else () for a in ordered)
+    dtypes = tuple(None if np.dtype(a.dtype) == np.bool_ else np.dtype(a.dtype) for a in ordered)
+    return Blockwise(ufuncs.TABLE[row], tuple(ordered), axes, dtypes, shape,
+                     tuple(range(len(shape))), out.dtype, grad=True, name=row), order
+
+
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
                       mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
                       merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
-                      linear=_linear_operands)
+                      linear=_linear_operands, as_store=_row_store,
+                      reading_store=_reading_row_store, broadcast=_broadcast_operand,
+                      lift=_lifted)
 
 
 # Cotangents of a DiskArray are DiskArrays: their zero and their sum are ops

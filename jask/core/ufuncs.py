@@ -336,14 +336,11 @@ TIES = _row("ties", lambda x, m: x == m, lambda x, m: x == m, None, None, public
 CHOSEN = _row("chosen", lambda g, x, m, n: np.where(x == m, g / n, 0),
               lambda g, x, m, n: jnp.where(x == m, g / n, 0), None, None, None, None,
               public=False)
-# exp(x - m) and log(s) + m of logsumexp: m (the max) only keeps exp from
-# overflowing; the result does not depend on it, so no gradient flows to it.
+# exp(x - lse) of logsumexp's gradient (the softmax): its VJP in x is g times it;
+# lse only says where the result was, so no gradient flows to it.
 EXP_SUB = _row("exp_sub", lambda x, m: np.exp(x - m),
                lambda x, m: jnp.exp(x - jax.lax.stop_gradient(m)),
                lambda g, x, m: g * np.exp(x - m), None, public=False)
-LOG_ADD = _row("log_add", lambda s, m: np.log(s) + m,
-               lambda s, m: jnp.log(s) + jax.lax.stop_gradient(m),
-               lambda g, s, m: g / s, None, public=False)
 # (x - mu)^2 * scale of var: mu is x's mean, where d var / d mu = 0.
 SQDIFF = _row("squared_deviation", lambda x, mu, s: np.square(x - mu) * s,
               lambda x, mu, s: jnp.square(x - jax.lax.stop_gradient(mu)) * s,

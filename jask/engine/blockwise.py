@@ -480,6 +480,43 @@ REDUCERS["nanmean"] = Reducer(_nan_sums, _add_nan_sums, _nan_mean_of, arrays=2,
                               skips_nan=True)
 
 
+# --- logsumexp in one pass: (offset, sum of exp(x - offset)) partials ----------------
+
+def _exp_sums(block, axis):
+    """A block's (offset, sum of ``exp(x - offset)``) over ``axis``, in
+    float64: the offset is the block's max where it is finite, else 0 (as
+    jax.nn.logsumexp, so an inf gives inf and a NaN NaN); a block of only
+    -inf sums to 0."""
+    wide = np.asarray(block, np.float64)
+    with np.errstate(all="ignore"):
+        top = np.max(wide, axis=axis, keepdims=True) if wide.size else np.zeros(
+            tuple(1 if d in axis else n for d, n in enumerate(wide.shape)))
+        offset = np.where(np.isfinite(top), top, 0.0)
+        return offset, np.sum(np.exp(wide - offset), axis=axis, keepdims=True)
+
+
+def _add_exp_sums(a, b):
+    """Two (offset, sum) partials as one, rescaled to the larger offset (a
+    side summing to 0, only -inf, leaves the other as is)."""
+    (ma, sa), (mb, sb) = a, b
+    with np.errstate(all="ignore"):
+        m = np.where(sa == 0, mb, np.where(sb == 0, ma, np.maximum(ma, mb)))
+        s = (np.where(sa == 0, 0.0, sa * np.exp(ma - m))
+             + np.where(sb == 0, 0.0, sb * np.exp(mb - m)))
+    return m, s
+
+
+def _log_of_exp_sums(partial):
+    offset, total = partial
+    with np.errstate(all="ignore"):  # nothing but -inf: log(0) = -inf, as jax.nn
+        return np.log(total) + offset
+
+
+#: ``log(sum(exp(x)))`` in one pass, without overflow: each partial is scaled
+#: by its own max, rescaled when two meet (the streaming form of the max trick).
+REDUCERS["logsumexp"] = Reducer(_exp_sums, _add_exp_sums, _log_of_exp_sums, arrays=2)
+
+
 def _finish(reducer: str, partial):
     finish = REDUCERS[reducer].finish
     return partial if finish is None else finish(partial)
