@@ -25,9 +25,12 @@ __all__ = ["DiskArray", "DiskArrayType", "check_storable"]
 
 HANDLE_DTYPE = np.int32
 
+#: The refusal of jax.vmap through an op with no batching rule (``op``: its name).
 VMAP_UNSUPPORTED = (
-    "jax.vmap over DiskArrays is not supported: jask ops work on whole arrays; use a leading "
-    "batch axis with jask.dot, or a Python loop")
+    "jax.vmap through {op} is not supported: jask batches elementwise ops, reductions and "
+    "products of a matrix with a batch of vectors (vmap(loss)(W) reads X once, as X @ W.T); "
+    "for this op, write the batch as a leading axis of the data (jask.stack, X @ W.T) or "
+    "use a Python loop")
 
 
 def disk_type(x) -> "DiskArrayType | None":
@@ -124,13 +127,16 @@ class DiskArrayType(HiType):
     # vspace_zero and vspace_add are set by jask.core.primitives, which makes
     # the ops they need (a fill, an add) from this type.
 
-    # --- not supported: say so (hijax would fail with "must override") --------
+    # --- jax.vmap: a batched DiskArray's store holds the batch axis -----------
     def dec_rank(self, size, spec):
-        raise NotImplementedError(VMAP_UNSUPPORTED)
+        axis = int(spec)
+        return DiskArrayType(self.shape[:axis] + self.shape[axis + 1:], self.dtype)
 
     def inc_rank(self, size, spec):
-        raise NotImplementedError(VMAP_UNSUPPORTED)
+        axis = int(spec)
+        return DiskArrayType(self.shape[:axis] + (int(size),) + self.shape[axis:], self.dtype)
 
+    # --- not supported: say so (hijax would fail with "must override") --------
     def leading_axis_spec(self):
         raise NotImplementedError(
             "jax.lax.scan over DiskArrays is not supported: use a Python loop over a jitted step")

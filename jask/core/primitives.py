@@ -127,8 +127,17 @@ class DiskPrimitive(VJPHiPrimitive):
             "(jask computes first derivatives only: a gradient's own gradient is not "
             "supported)")
 
-    def batch_dim_rule(self, axis_data, dims):
-        raise NotImplementedError(VMAP_UNSUPPORTED)
+    # --- jax.vmap: a batched op is the same kind of op over one more axis ------------
+    def batch(self, axis_data, args, dims):
+        if all(d is None for d in dims):
+            return self(*args), None
+        return self.batched(int(axis_data.size), tuple(args), tuple(dims))
+
+    def batched(self, size: int, args: tuple, dims: tuple):
+        """(the op over operands carrying a batch axis at ``dims``, None for
+        none; the output's batch axis)."""
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=self.params.get(
+            "op", type(self).__name__)))
 
     def _run(self, work_fn, args, fuse: lazy.Description | None = None):
         """Run ``work_fn`` on the disk and in-memory operands of ``args``
@@ -439,6 +448,9 @@ class Blockwise(DiskPrimitive):
             return _var_vjp(self, x, t, forward=True)
         return super().tangent(primals, out, tangents)
 
+    def batched(self, size, args, dims):
+        return _batch_blockwise(self, size, args, dims)
+
     def _jvp_map(self, primals, tangents):
         """The tangent of a map (reduced by a sum or a mean, which are linear):
         one Blockwise of the same shape and reduction whose kernel is the sum
@@ -465,6 +477,69 @@ class Blockwise(DiskPrimitive):
                          self.shape, self.out_axes, self.out_aval.dtype, reducer=self.reducer,
                          to_memory=not _on_disk(self.out_aval), grad=self.grad,
                          config=self.config, name=f"{self.op}_jvp")(*operands)
+
+
+def _batch_blockwise(prim, size: int, args: tuple, dims: tuple):
+    """A Blockwise over batched operands: the batch is one more full axis
+    (the last), kept by the output, each batched operand's batch axis moved
+    last (free: an in-memory array, or a transposed view of a store) and
+    mapped to it; ``X * w`` for 16 vectors ``w`` is one pass over ``X``."""
+    if getattr(prim.ufunc.numpy, "positional", False):
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=f"jask.{prim.op}"))
+    last = len(prim.shape)
+    operands, axes = [], []
+    for x, ax, d in zip(args, prim.axes, dims):
+        if d is not None:
+            x = _batch_last(x, d)
+            ax = tuple(ax) + (last,)
+        operands.append(x)
+        axes.append(ax)
+    out = Blockwise(prim.ufunc, tuple(_aval(a) for a in operands), tuple(axes), prim.dtypes,
+                    tuple(prim.shape) + (size,), tuple(prim.out_axes) + (last,),
+                    prim.out_aval.dtype, reducer=prim.reducer,
+                    to_memory=not _on_disk(prim.out_aval), grad=prim.grad, config=prim.config,
+                    name=prim.op)(*operands)
+    return out, len(prim.out_axes)
+
+
+def _moved(x, order: tuple):
+    """``x`` with its axes in ``order`` (a view of a store)."""
+    if order == tuple(range(len(order))):
+        return x
+    if not _on_disk(_aval(x)):
+        return jax.numpy.transpose(x, order)
+    return transpose(x, order)
+
+
+def _batch_first(x, d: int):
+    n = len(_aval(x).shape)
+    return _moved(x, (d,) + tuple(i for i in range(n) if i != d))
+
+
+def _swap_first(x):
+    n = len(_aval(x).shape)
+    return _moved(x, (1, 0) + tuple(range(2, n)))
+
+
+def _swap_last(x):
+    n = len(_aval(x).shape)
+    return _moved(x, tuple(range(n - 2)) + (n - 1, n - 2))
+
+
+def _reshaped(x, shape: tuple):
+    """``x`` in ``shape`` (in memory, or a store: a view when only length-1
+    axes come or go)."""
+    if tuple(_aval(x).shape) == tuple(shape):
+        return x
+    if not _on_disk(_aval(x)):
+        return jax.numpy.reshape(x, shape)
+    return reshape(x, shape)
+
+
+def _batch_last(x, d: int):
+    """``x`` with its batch axis ``d`` moved last."""
+    n = len(_aval(x).shape)
+    return _moved(x, tuple(i for i in range(n) if i != d) + (d,))
 
 
 def _linear_reducer(reducer) -> bool:
@@ -1078,6 +1153,41 @@ class Dot(DiskPrimitive):
         left = Zero(self.out_aval) if isinstance(da, Zero) else self(da, b)
         right = Zero(self.out_aval) if isinstance(db, Zero) else self(a, db)
         return _tangent_sum(left, right)
+
+    def batched(self, size, args, dims):
+        """An operand not batched and a batch of vectors or matrices (``X @ w``
+        for 16 ``w``, ``X.T @ g`` for 16 cotangents ``g``): one product, the
+        batch laid side by side as the other operand's columns (on the
+        right) or rows (on the left), read transposed where the batch comes
+        first; one pass over the operand that is not batched. A batch of
+        matrices is laid out by a reshape: a view when the matrices are
+        vectors (a length-1 axis), else a copy."""
+        (a, b), (da, db) = args, dims
+        A, B = self.in_avals
+        place = dict(to_memory=not _on_disk(self.out_aval), grad=self.grad, config=self.config)
+        if da is None and db is not None and A.ndim <= 2 and B.ndim <= 2:
+            if B.ndim == 1:  # columns (or one row of values, for a 1-D a)
+                return Dot(A, _aval(b), self.ta, db == 0, self.dtype, **place)(a, b), A.ndim - 1
+            cols = _batch_last(b, db)  # (r, c, size): op(b_i) side by side
+            if self.tb:
+                cols = _swap_first(cols)
+            k, n = _aval(cols).shape[:2]
+            cols = _reshaped(cols, (k, n * size))
+            out = Dot(A, _aval(cols), self.ta, False, self.dtype, **place)(a, cols)
+            return _reshaped(out, tuple(_aval(out).shape[:-1]) + (n, size)), A.ndim
+        if db is None and da is not None and A.ndim <= 2 and B.ndim <= 2:
+            if A.ndim == 1:  # rows
+                return Dot(_aval(a), B, da == 1, self.tb, self.dtype, **place)(a, b), 0
+            rows = _batch_first(a, da)  # (size, r, c)
+            if self.ta:
+                rows = _swap_last(rows)
+            m, k = _aval(rows).shape[1:]
+            rows = _reshaped(rows, (size * m, k))
+            out = Dot(_aval(rows), B, False, self.tb, self.dtype, **place)(rows, b)
+            return _reshaped(out, (size, m) + tuple(_aval(out).shape[1:])), 0
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op="jask.dot") + (
+            " (a product batches when one operand is not batched, with at most 2 axes, and "
+            "the other a batch of vectors or matrices)"))
 
     def backward(self, res, g, ca, cb):
         # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.

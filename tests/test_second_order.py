@@ -1,0 +1,116 @@
+"""Second order and batches over data on disk: Hessian-vector products,
+jax.hessian, jax.jacfwd, jax.linearize and jax.vmap of GLM losses reading a
+DiskArray X, against jax.numpy on the in-memory copy, with the passes over X
+they take (jask.track)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jask
+
+#: Reads of X that count as one pass (a chunk cut at a band's edge is read twice).
+ONE_PASS = 1.2
+N, D = 3001, 12
+
+
+@pytest.fixture
+def data(small_budget, rng):
+    x = rng.standard_normal((N, D)).astype(np.float32)
+    y = (x @ rng.standard_normal(D) + rng.standard_normal(N) > 0).astype(np.float32)
+    w = (0.1 * rng.standard_normal(D)).astype(np.float32)
+    return x, y, jask.from_numpy(x), jask.from_numpy(y), jnp.asarray(w)
+
+
+def losses(X, Y):
+    """(least squares, logistic regression through the op table) on jask or jnp."""
+    if isinstance(X, jask.DiskArray):
+        square, softplus, total = jask.square, jask.nn.softplus, jask.sum
+    else:
+        square, softplus, total = jnp.square, jax.nn.softplus, jnp.sum
+    return {"least-squares": lambda w: total(square(X @ w - Y)),
+            "logistic": lambda w: total(softplus(X @ w) - Y * (X @ w)) / N}
+
+
+LOSSES = ["least-squares", "logistic"]
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_hessian_vector_product_reads_X_once(data, name, rng):
+    x, y, X, Y, w = data
+    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    v = jnp.asarray(rng.standard_normal(D).astype(np.float32))
+    want = jax.jvp(jax.grad(ref), (w,), (v,))[1]
+    hvp = jax.jit(lambda w, v: jax.jvp(jax.grad(loss), (w,), (v,))[1])
+    np.testing.assert_allclose(jax.jvp(jax.grad(loss), (w,), (v,))[1], want, rtol=2e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(hvp(w, v), want, rtol=2e-4, atol=1e-5)
+    with jask.track() as counts:
+        got = hvp(w, v).block_until_ready()
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_hessian_matches_jax_numpy(data, name):
+    """jax.hessian (jacfwd of jacrev: a vmap of forward over reverse) of a GLM
+    loss; jitted it reads X twice (stated: the Gram matrix of one pass is not
+    reached yet)."""
+    x, y, X, Y, w = data
+    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    want = jax.hessian(ref)(w)
+    np.testing.assert_allclose(jax.hessian(loss)(w), want, rtol=2e-4, atol=1e-5)
+    compiled = jax.jit(jax.hessian(loss))
+    np.testing.assert_allclose(compiled(w), want, rtol=2e-4, atol=1e-5)
+    with jask.track() as counts:
+        compiled(w).block_until_ready()
+    assert 0.99 <= counts.passes(X) <= 2 * ONE_PASS, counts
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_vmap_over_parameter_vectors_reads_X_once(data, name, rng):
+    """16 parameter vectors (an ensemble, a regularisation path): one X @ W.T."""
+    x, y, X, Y, _ = data
+    W = jnp.asarray(0.1 * rng.standard_normal((16, D)).astype(np.float32))
+    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    want = jax.vmap(ref)(W)
+    for label, f in [("eager", jax.vmap(loss)), ("jit", jax.jit(jax.vmap(loss)))]:
+        f(W)
+        with jask.track() as counts:
+            got = f(W).block_until_ready()
+        np.testing.assert_allclose(got, want, rtol=2e-4, err_msg=label)
+        assert 0.99 <= counts.passes(X) <= ONE_PASS, (label, counts)
+    # in_axes over the parameters only, X passed in, and the gradients batched too
+    per = jax.vmap(jax.value_and_grad(lambda w, X: losses(X, Y)[name](w)), in_axes=(0, None))
+    values, grads = per(W, X)
+    want_v, want_g = jax.vmap(jax.value_and_grad(ref))(W)
+    np.testing.assert_allclose(values, want_v, rtol=2e-4)
+    np.testing.assert_allclose(grads, want_g, rtol=2e-4, atol=1e-5)
+
+
+def test_jvp_linearize_and_jacfwd_match_jax_numpy(data, rng):
+    x, y, X, Y, w = data
+    loss, ref = losses(X, Y)["logistic"], losses(x, y)["logistic"]
+    v = jnp.asarray(rng.standard_normal(D).astype(np.float32))
+    out, tangent = jax.jvp(loss, (w,), (v,))
+    want_out, want = jax.jvp(ref, (w,), (v,))
+    np.testing.assert_allclose(out, want_out, rtol=1e-5)
+    np.testing.assert_allclose(tangent, want, rtol=1e-4, atol=1e-6)
+    out, f = jax.linearize(loss, w)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5)
+    np.testing.assert_allclose(f(v), want, rtol=1e-4, atol=1e-6)
+    # the Jacobian of an in-memory vector function of w, and a DiskArray tangent
+    jac = jax.jacfwd(lambda w: jask.sum(X * w, axis=0) + jask.max(X @ w))
+    np.testing.assert_allclose(jac(w), jax.jacfwd(lambda w: jnp.sum(x * w, 0) + jnp.max(x @ w))(w),
+                               rtol=1e-4, atol=1e-5)
+    _, t = jax.jvp(lambda w: jask.exp(X @ w), (w,), (v,))
+    assert isinstance(t, jask.DiskArray)
+    np.testing.assert_allclose(t.to_numpy(), np.exp(x @ w) * (x @ v), rtol=1e-4, atol=1e-6)
+
+
+def test_vmap_through_an_op_with_no_batching_rule_says_what_to_do(small_budget):
+    a = jask.from_numpy(np.ones((3, 4), np.float32))
+    for f in (lambda x: x[0], lambda x: x.T @ x):
+        with pytest.raises(NotImplementedError, match=r"jax\.vmap through .* is not supported.*"
+                                                      r"leading axis"):
+            jax.vmap(f)(a)
