@@ -54,8 +54,7 @@ def test_hessian_vector_product_reads_X_once(data, name, rng):
 @pytest.mark.parametrize("name", LOSSES)
 def test_hessian_matches_jax_numpy(data, name):
     """jax.hessian (jacfwd of jacrev: a vmap of forward over reverse) of a GLM
-    loss; jitted it reads X twice (stated: the Gram matrix of one pass is not
-    reached yet)."""
+    loss; jitted it reads X once (X.T @ (d * (X @ I)) in one band group)."""
     x, y, X, Y, w = data
     loss, ref = losses(X, Y)[name], losses(x, y)[name]
     want = jax.hessian(ref)(w)
@@ -64,7 +63,7 @@ def test_hessian_matches_jax_numpy(data, name):
     np.testing.assert_allclose(compiled(w), want, rtol=2e-4, atol=1e-5)
     with jask.track() as counts:
         compiled(w).block_until_ready()
-    assert 0.99 <= counts.passes(X) <= 2 * ONE_PASS, counts
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
 
 
 @pytest.mark.parametrize("name", LOSSES)

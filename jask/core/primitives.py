@@ -526,14 +526,34 @@ def _swap_last(x):
     return _moved(x, tuple(range(n - 2)) + (n - 1, n - 2))
 
 
-def _reshaped(x, shape: tuple):
+def _reshaped(x, shape: tuple, config: Config | None = None):
     """``x`` in ``shape`` (in memory, or a store: a view when only length-1
     axes come or go)."""
-    if tuple(_aval(x).shape) == tuple(shape):
+    source = tuple(_aval(x).shape)
+    if source == tuple(shape):
         return x
     if not _on_disk(_aval(x)):
         return jax.numpy.reshape(x, shape)
-    return reshape(x, shape)
+    full = tuple(n for n in source if n != 1)
+    if full and full == tuple(n for n in shape if n != 1):
+        return _squeezed(x, tuple(shape), full, config)
+    return reshape(x, shape, config=config)
+
+
+def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
+    """``x`` with length-1 axes removed or added, as an elementwise copy (one
+    a band group holds, so a batch of one stays in the pass; a reshape, a view
+    elsewhere, would end the group)."""
+    def axes_of(s):
+        out, i = [], 0
+        for n in s:
+            out.append(None if n == 1 else i)
+            i += n != 1
+        return tuple(out)
+
+    aval = _aval(x)
+    return Blockwise(ufuncs.IDENTITY, (aval,), (axes_of(aval.shape),), (None,), full,
+                     axes_of(shape), aval.dtype, config=config, name="reshape")(x)
 
 
 def _batch_last(x, d: int):
@@ -1172,9 +1192,9 @@ class Dot(DiskPrimitive):
             if self.tb:
                 cols = _swap_first(cols)
             k, n = _aval(cols).shape[:2]
-            cols = _reshaped(cols, (k, n * size))
+            cols = _reshaped(cols, (k, n * size), self.config)
             out = Dot(A, _aval(cols), self.ta, False, self.dtype, **place)(a, cols)
-            return _reshaped(out, tuple(_aval(out).shape[:-1]) + (n, size)), A.ndim
+            return _reshaped(out, tuple(_aval(out).shape[:-1]) + (n, size), self.config), A.ndim
         if db is None and da is not None and A.ndim <= 2 and B.ndim <= 2:
             if A.ndim == 1:  # rows
                 return Dot(_aval(a), B, da == 1, self.tb, self.dtype, **place)(a, b), 0
@@ -1182,9 +1202,9 @@ class Dot(DiskPrimitive):
             if self.ta:
                 rows = _swap_last(rows)
             m, k = _aval(rows).shape[1:]
-            rows = _reshaped(rows, (size * m, k))
+            rows = _reshaped(rows, (size * m, k), self.config)
             out = Dot(_aval(rows), B, False, self.tb, self.dtype, **place)(rows, b)
-            return _reshaped(out, (size, m) + tuple(_aval(out).shape[1:])), 0
+            return _reshaped(out, (size, m) + tuple(_aval(out).shape[1:]), self.config), 0
         raise NotImplementedError(VMAP_UNSUPPORTED.format(op="jask.dot") + (
             " (a product batches when one operand is not batched, with at most 2 axes, and "
             "the other a batch of vectors or matrices)"))
