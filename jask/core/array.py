@@ -16,7 +16,7 @@ from jax.experimental.hijax import HiType, ShapedArray, aval_property, register_
 
 from jask.base.config import get_config
 from jask.base.sizes import exact_bytes
-from jask.core._jax_internals import is_tracer
+from jask.core._jax_internals import is_tracer, refuse_scans_over
 from jask.core.lifetime import collect_if_idle
 from jask.store import open_writable, read, registry, snapshot
 from jask.store.spec import StoreSpec
@@ -31,6 +31,15 @@ VMAP_UNSUPPORTED = (
     "products of a matrix with a batch of vectors (vmap(loss)(W) reads X once, as X @ W.T); "
     "for this op, write the batch as a leading axis of the data (jask.stack, X @ W.T) or "
     "use a Python loop")
+
+
+#: The refusal of lax.scan over a DiskArray (its leading axis as the loop's xs).
+SCAN_UNSUPPORTED = (
+    "jax.lax.scan (and lax.map) over a DiskArray is not supported: a step cannot take one row "
+    "of a store. Scan over in-memory values with the DiskArray closed over (one compiled "
+    "loop; lax.fori_loop and lax.while_loop with DiskArrays in the body run too), loop in "
+    "Python over a jitted step on slices X[i:i + n] (or jask.batches), or batch the rows as "
+    "one op (jax.vmap over in-memory parameters reads X once)")
 
 
 def disk_type(x) -> "DiskArrayType | None":
@@ -138,8 +147,7 @@ class DiskArrayType(HiType):
 
     # --- not supported: say so (hijax would fail with "must override") --------
     def leading_axis_spec(self):
-        raise NotImplementedError(
-            "jax.lax.scan over DiskArrays is not supported: use a Python loop over a jitted step")
+        raise NotImplementedError(SCAN_UNSUPPORTED)
 
     # Operators and methods of its tracers are set below, shared with DiskArray.
 
@@ -394,3 +402,4 @@ class DiskArray:
 
 
 register_hitype(DiskArray, lambda value: value._aval)
+refuse_scans_over(DiskArrayType, SCAN_UNSUPPORTED)
