@@ -93,3 +93,28 @@ def test_hessian_vector_products_match_jax(case, small_budget, dtype, rng):
     _, got = jax.jvp(grad, primals, tuple(jask_t))
     for g, w in zip(got, want):
         np.testing.assert_allclose(to_numpy(g), w, **tolerance(dtype))
+
+
+#: Batched (jax.vmap over a leading axis of the first DiskArray operand) or
+#: refused naming the op with no batching rule: never a wrong value.
+VMAP_CASES = [c for c in OPS if any(a.kind == "disk" for a in c.args)]
+
+
+@pytest.mark.parametrize("case", VMAP_CASES, ids=lambda c: c.id)
+def test_vmap_over_a_disk_operand_matches_jax_or_is_refused(case, small_budget, rng):
+    first = next(i for i, a in enumerate(case.args) if a.kind == "disk")
+    batch = [make_inputs(case, np.float32, rng) for _ in range(2)]
+    values = batch[0]
+    stacked = np.stack([b[first] for b in batch])
+    args = as_jask(case, values)
+    ref_args = [jnp.asarray(v) for v in values]
+    in_axes = tuple(0 if i == first else None for i in range(len(args)))
+    want = jax.vmap(case.jnp, in_axes=in_axes)(
+        *[jnp.asarray(stacked) if i == first else v for i, v in enumerate(ref_args)])
+    try:
+        got = jax.vmap(case.jask, in_axes=in_axes)(
+            *[jask.from_numpy(stacked) if i == first else v for i, v in enumerate(args)])
+    except NotImplementedError as e:
+        assert "jax.vmap through" in str(e) and "is not supported" in str(e), str(e)
+        pytest.skip(f"refused: {str(e)[:60]}")
+    np.testing.assert_allclose(to_numpy(got), want, **tolerance(np.float32))

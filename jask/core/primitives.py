@@ -136,8 +136,8 @@ class DiskPrimitive(VJPHiPrimitive):
     def batched(self, size: int, args: tuple, dims: tuple):
         """(the op over operands carrying a batch axis at ``dims``, None for
         none; the output's batch axis)."""
-        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=self.params.get(
-            "op", type(self).__name__)))
+        op = self.params.get("op", type(self).__name__.lower())
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=f"jask.{op}"))
 
     def _run(self, work_fn, args, fuse: lazy.Description | None = None):
         """Run ``work_fn`` on the disk and in-memory operands of ``args``
@@ -500,6 +500,15 @@ def _batch_blockwise(prim, size: int, args: tuple, dims: tuple):
                     to_memory=not _on_disk(prim.out_aval), grad=prim.grad, config=prim.config,
                     name=prim.op)(*operands)
     return out, len(prim.out_axes)
+
+
+def _check_laid_out(x, n: int, size: int) -> None:
+    """Refuse a batch of matrices in a store that only a copy lays side by
+    side (a reshape merging two axes): stacked as one product, it is one."""
+    if _on_disk(_aval(x)) and n != 1 and size != 1:
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op="jask.dot") + (
+            " (here a batch of matrices in a store, which a product takes only as one "
+            "matrix: write the batch into the rows or columns, X @ W.T)"))
 
 
 def _moved(x, order: tuple):
@@ -1192,6 +1201,7 @@ class Dot(DiskPrimitive):
             if self.tb:
                 cols = _swap_first(cols)
             k, n = _aval(cols).shape[:2]
+            _check_laid_out(cols, n, size)
             cols = _reshaped(cols, (k, n * size), self.config)
             out = Dot(A, _aval(cols), self.ta, False, self.dtype, **place)(a, cols)
             return _reshaped(out, tuple(_aval(out).shape[:-1]) + (n, size), self.config), A.ndim
@@ -1202,6 +1212,7 @@ class Dot(DiskPrimitive):
             if self.ta:
                 rows = _swap_last(rows)
             m, k = _aval(rows).shape[1:]
+            _check_laid_out(rows, m, size)
             rows = _reshaped(rows, (size * m, k), self.config)
             out = Dot(_aval(rows), B, False, self.tb, self.dtype, **place)(rows, b)
             return _reshaped(out, (size, m) + tuple(_aval(out).shape[1:]), self.config), 0
