@@ -614,7 +614,8 @@ class VJP:
                     "jax.grad) are not supported through this op: its row has no second "
                     "derivatives"))
             elif (self.j, k) in second:
-                rules.append(lambda t, g, *x, d=second[(self.j, k)]: t * g * d(*x))
+                # g * f'' first: the tangent may carry a batch (jax.hessian), the rest not
+                rules.append(lambda t, g, *x, d=second[(self.j, k)]: t * (g * d(*x)))
             else:
                 rules.append(None)
         return tuple(rules)
@@ -649,7 +650,15 @@ class JVP:
         out = None
         for j, t in zip(self.nz, ts):
             term = rules[j](t, *x)
-            out = term if out is None else out + term
+            if out is None:
+                out = term
+            elif (isinstance(out, np.ndarray) and out.flags.writeable and out.base is None
+                  and not any(out is b for b in blocks)  # (a rule may return its tangent)
+                  and out.shape == np.broadcast_shapes(out.shape, np.shape(term))
+                  and out.dtype == np.result_type(out, term)):
+                np.add(out, term, out=out)  # in place: one tile fewer held
+            else:
+                out = out + term
         return out
 
     def __hash__(self):
