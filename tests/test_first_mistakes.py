@@ -71,6 +71,11 @@ def test_second_derivatives_reverse_over_reverse_are_refused_naming_forward_over
             second(w)
     x = jnp.asarray(X.to_numpy())
     v = jnp.arange(7.0, dtype=jnp.float32)
+    for reverse_over_forward in (jax.grad(lambda w: jax.jvp(loss, (w,), (v,))[1]),
+                                 jax.jacrev(jax.jacfwd(loss))):
+        with pytest.raises(NotImplementedError, match=r"not differentiable in reverse mode.*"
+                                                      r"forward over reverse"):
+            reverse_over_forward(w)
     _, hv = jax.jvp(jax.grad(loss), (w,), (v,))
     np.testing.assert_allclose(hv, 2 * x.T @ (x @ v), rtol=1e-5)
 

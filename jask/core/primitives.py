@@ -123,9 +123,11 @@ class DiskPrimitive(VJPHiPrimitive):
     def backward(self, res, g, *accums):
         """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
         raise NotImplementedError(
-            f"jask: {self.params.get('op', type(self).__name__)} is not differentiable "
-            "(jask computes first derivatives only: a gradient's own gradient is not "
-            "supported)")
+            f"jask: {self.params.get('op', type(self).__name__)} is not differentiable in "
+            "reverse mode: it computes a derivative (a tangent or a cotangent), and reverse "
+            "mode over a derivative is not supported. Take second derivatives forward over "
+            "reverse: jax.jvp(jax.grad(f), (w,), (v,)), or jax.hessian(f) (not jax.jacrev of "
+            "jax.jacfwd)")
 
     # --- jax.vmap: a batched op is the same kind of op over one more axis ------------
     def batch(self, axis_data, args, dims):
