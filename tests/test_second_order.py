@@ -15,10 +15,11 @@ N, D = 3001, 12
 
 
 @pytest.fixture
-def data(small_budget, rng):
-    x = rng.standard_normal((N, D)).astype(np.float32)
-    y = (x @ rng.standard_normal(D) + rng.standard_normal(N) > 0).astype(np.float32)
-    w = (0.1 * rng.standard_normal(D)).astype(np.float32)
+def data(small_budget, rng, dtype):
+    """float32 and float64 (x64 on) data, labels and parameters."""
+    x = rng.standard_normal((N, D)).astype(dtype)
+    y = (x @ rng.standard_normal(D) + rng.standard_normal(N) > 0).astype(dtype)
+    w = (0.1 * rng.standard_normal(D)).astype(dtype)
     return x, y, jask.from_numpy(x), jask.from_numpy(y), jnp.asarray(w)
 
 
@@ -39,7 +40,7 @@ LOSSES = ["least-squares", "logistic"]
 def test_hessian_vector_product_reads_X_once(data, name, rng):
     x, y, X, Y, w = data
     loss, ref = losses(X, Y)[name], losses(x, y)[name]
-    v = jnp.asarray(rng.standard_normal(D).astype(np.float32))
+    v = jnp.asarray(rng.standard_normal(D).astype(w.dtype))
     want = jax.jvp(jax.grad(ref), (w,), (v,))[1]
     hvp = jax.jit(lambda w, v: jax.jvp(jax.grad(loss), (w,), (v,))[1])
     np.testing.assert_allclose(jax.jvp(jax.grad(loss), (w,), (v,))[1], want, rtol=2e-4,
@@ -70,7 +71,7 @@ def test_hessian_matches_jax_numpy(data, name):
 def test_vmap_over_parameter_vectors_reads_X_once(data, name, rng):
     """16 parameter vectors (an ensemble, a regularisation path): one X @ W.T."""
     x, y, X, Y, _ = data
-    W = jnp.asarray(0.1 * rng.standard_normal((16, D)).astype(np.float32))
+    W = jnp.asarray(0.1 * rng.standard_normal((16, D)).astype(x.dtype))
     loss, ref = losses(X, Y)[name], losses(x, y)[name]
     want = jax.vmap(ref)(W)
     for label, f in [("eager", jax.vmap(loss)), ("jit", jax.jit(jax.vmap(loss)))]:
@@ -90,7 +91,7 @@ def test_vmap_over_parameter_vectors_reads_X_once(data, name, rng):
 def test_jvp_linearize_and_jacfwd_match_jax_numpy(data, rng):
     x, y, X, Y, w = data
     loss, ref = losses(X, Y)["logistic"], losses(x, y)["logistic"]
-    v = jnp.asarray(rng.standard_normal(D).astype(np.float32))
+    v = jnp.asarray(rng.standard_normal(D).astype(w.dtype))
     out, tangent = jax.jvp(loss, (w,), (v,))
     want_out, want = jax.jvp(ref, (w,), (v,))
     np.testing.assert_allclose(out, want_out, rtol=1e-5)
