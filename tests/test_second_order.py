@@ -103,6 +103,9 @@ def test_jvp_linearize_and_jacfwd_match_jax_numpy(data, rng):
     jac = jax.jacfwd(lambda w: jask.sum(X * w, axis=0) + jask.max(X @ w))
     np.testing.assert_allclose(jac(w), jax.jacfwd(lambda w: jnp.sum(x * w, 0) + jnp.max(x @ w))(w),
                                rtol=1e-4, atol=1e-5)
+    with pytest.raises(TypeError, match=r"jax\.jacfwd of a function returning a DiskArray.*"
+                                         r"jax\.jvp along each direction"):
+        jax.jacfwd(lambda w: X @ w)(w)
     _, t = jax.jvp(lambda w: jask.exp(X @ w), (w,), (v,))
     assert isinstance(t, jask.DiskArray)
     np.testing.assert_allclose(t.to_numpy(), np.exp(x @ w) * (x @ v), rtol=1e-4, atol=1e-6)

@@ -75,7 +75,8 @@ DEVICE_PUT = (
     "jax.device_put does not take a DiskArray: its data stays in its Zarr store on disk, "
     "and jask ops stream it within the memory budget. For a small array in device memory use "
     "jask.materialize(x) (or jnp.asarray(x.to_numpy())); for in-memory results, reduce or "
-    "slice it first")
+    "slice it first. (jax.jacfwd of a function returning a DiskArray asks for it too: take "
+    "jax.jvp along each direction instead, or return an in-memory reduction)")
 
 
 class NotOnDevice(TypeError, AttributeError):
