@@ -155,3 +155,45 @@ def test_newtons_method_on_a_store_four_times_the_budget_converges_in_one_pass_a
         hess = (xd * (p * (1 - p))[:, None]).T @ xd / n + ridge * np.eye(d)
         ref = ref - np.linalg.solve(hess, grad)
     np.testing.assert_allclose(w, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_newton_cg_with_hessian_vector_products_in_a_compiled_loop(small_budget, rng):
+    """Newton-CG: each step's direction from 4 conjugate-gradient iterations of
+    Hessian-vector products inside lax.fori_loop under jit; each product is one
+    pass over X, the gradient another. (jax.scipy.sparse.linalg.cg does not run:
+    its custom_linear_solve takes no hi-typed constant such as a DiskArray.)"""
+    n, d, ridge, iterations = 6000, 10, 1e-3, 4
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    y = (x @ rng.standard_normal(d) + rng.standard_normal(n) > 0).astype(np.float32)
+    X, Y = jask.from_numpy(x), jask.from_numpy(y)
+
+    def loss(w):
+        z = X @ w
+        return jask.sum(jask.nn.softplus(z) - Y * z) / n + 0.5 * ridge * jnp.sum(w * w)
+
+    @jax.jit
+    def newton_cg(w):
+        g = jax.grad(loss)(w)
+
+        def cg(i, state):
+            step, r, p, rr = state
+            hp = jax.jvp(jax.grad(loss), (w,), (p,))[1]
+            alpha = rr / (p @ hp)
+            step, r = step + alpha * p, r - alpha * hp
+            return step, r, r + (r @ r / rr) * p, r @ r
+
+        step, *_ = jax.lax.fori_loop(0, iterations, cg, (jnp.zeros_like(g), g, g, g @ g))
+        return w - step, jnp.linalg.norm(g)
+
+    w = jnp.zeros(d, jnp.float32)
+    with jask.track() as counts:
+        norms = []
+        for _ in range(8):
+            w, norm = newton_cg(w)
+            norms.append(float(norm))
+    assert norms[-1] <= 1e-6 * norms[0], norms
+    assert 0.99 * 8 * (1 + iterations) <= counts.passes(X) <= 8 * (1 + iterations) * ONE_PASS
+    from scipy.special import expit  # numpy's gradient there, in float64: ~0 (float32's w)
+    wd, xd = np.asarray(w, np.float64), x.astype(np.float64)
+    exact = xd.T @ (expit(xd @ wd) - y) / n + ridge * wd
+    assert np.linalg.norm(exact) <= 1e-5 * norms[0]
