@@ -426,13 +426,13 @@ class Blockwise(DiskPrimitive):
         if not super().tangent_nonzero(nzs):
             return False
         rules = getattr(self.params["ufunc"], "vjps")
-        if rules is None or self.params["reducer"] not in _LINEAR_REDUCERS:
+        if rules is None or not _linear_reducer(self.params["reducer"]):
             return True  # (refused, or a reducer's own rule)
         return any(nz and rule is not None for nz, rule in zip(nzs, rules))
 
     def tangent(self, primals, out, tangents):
         reducer = self.reducer
-        if reducer in _LINEAR_REDUCERS:  # a map, a sum or a mean: linear in the map
+        if _linear_reducer(reducer):  # a map, a sum or a mean: linear in the map
             return self._jvp_map(primals, tangents)
         x, t = primals[0], tangents[0]
         if self.ufunc.vjps != (ufuncs.PASS,) or isinstance(t, Zero):
@@ -574,17 +574,8 @@ def _batch_last(x, d: int):
 
 
 def _linear_reducer(reducer) -> bool:
+    """None (a map), a sum or a mean: reductions linear in what they reduce."""
     return reducer is None or reducer == "sum" or REDUCERS[reducer].mean_count is not None
-
-
-class _LinearReducers:
-    """``reducer in _LINEAR_REDUCERS``: none (a map), a sum or a mean."""
-
-    def __contains__(self, reducer) -> bool:
-        return _linear_reducer(reducer)
-
-
-_LINEAR_REDUCERS = _LinearReducers()
 
 
 class VJP:
