@@ -91,15 +91,42 @@ def test_optax_sgd_on_a_dict_of_diskarrays(small_budget, rng):
         np.testing.assert_allclose(params[k].to_numpy(), ref[k], rtol=1e-4, atol=1e-5)
 
 
-def test_vmap_is_refused_clearly(small_budget):
-    """Over a DiskArray (an op, a reduction, indexing), or closing over one."""
-    a = jask.from_numpy(np.ones((3, 4), np.float32))
-    message = "vmap over DiskArrays is not supported"
-    for f in (lambda x: x + 1.0, lambda x: jask.sum(x), lambda x: x[0]):
-        with pytest.raises(NotImplementedError, match=message):
-            jax.vmap(f)(a)
-    with pytest.raises(NotImplementedError, match=message):
-        jax.vmap(lambda s: jask.sum(a * s))(jnp.arange(3.0))
+def test_vmap_over_a_disk_arrays_leading_axis_and_a_closure(small_budget):
+    """Elementwise ops and reductions batch over a DiskArray's leading axis (the
+    batch is an axis of the same op), and over an in-memory operand closing
+    over a DiskArray; an op with no batching rule is refused naming it."""
+    x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    a = jask.from_numpy(x)
+    got = jax.vmap(lambda r: r * 2.0 + 1.0)(a)
+    assert isinstance(got, jask.DiskArray)
+    np.testing.assert_array_equal(got.to_numpy(), x * 2 + 1)
+    np.testing.assert_array_equal(jax.vmap(jask.sum)(a), x.sum(1))
+    np.testing.assert_allclose(jax.vmap(lambda s: jask.sum(a * s))(jnp.arange(3.0)),
+                               x.sum() * np.arange(3.0))
+    with pytest.raises(NotImplementedError,
+                       match=r"jax\.vmap through jask\.slice is not supported"):
+        jax.vmap(lambda r: r[0])(a)
+
+
+def test_loops_with_disk_arrays_in_the_body_run_and_a_scan_over_one_is_refused(small_budget):
+    """fori_loop, while_loop and scan over in-memory values run with DiskArrays
+    in the body (a DiskArray carry too); lax.scan and lax.map over a
+    DiskArray are refused at trace time naming the alternatives."""
+    x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    a = jask.from_numpy(x)
+    total = float(x.sum())
+    assert float(jax.lax.fori_loop(0, 3, lambda i, c: c + jask.sum(a * i), 0.0)) == 3 * total
+    assert float(jax.lax.while_loop(lambda c: c < 100, lambda c: c + jask.sum(a), 0.0)) == 2 * total
+    carry, _ = jax.lax.scan(lambda c, s: (c + jask.sum(a * s), None), 0.0, jnp.arange(3.0))
+    assert float(carry) == 3 * total
+    doubled = jax.lax.fori_loop(0, 3, lambda i, d: d * 2.0, a)
+    np.testing.assert_array_equal(doubled.to_numpy(), x * 8)
+    for loop in (lambda: jax.lax.scan(lambda c, r: (c + jask.sum(r), None), 0.0, a),
+                 lambda: jax.lax.scan(lambda c, r: (c, None), 0.0, a, length=3),
+                 lambda: jax.lax.map(jask.sum, a)):
+        with pytest.raises(NotImplementedError, match=r"lax\.scan.*over a DiskArray is not "
+                                                      r"supported.*closed over.*jitted step"):
+            loop()
 
 
 def test_64_bit_values_cross_a_callback_run_on_a_thread_without_x64(jask_scratch):

@@ -41,7 +41,12 @@ REFUSED = {"B/2": {"update_"}, "sharded": {"update_"}}
 #: heap trimmed after each graph (engine.execute._trim_heap): zstd 15.3-15.8 MB, v2
 #: F-order 15.5-16.5 MB, still at the line.
 KNOWN_OVER: dict = {"v2 F-order": {"lazy chain", "lazy chain to store"}}
-UNCHECKED_OPS: set = set()
+#: Measured, not yet within the budget (issue 28), on B/2 chunks against 16 MB: jit(hessian)
+#: of a least-squares loss of 128 parameters (each band carries 128 tangents) peaked at
+#: 25.0-25.9 MB, modelled 12.0 MB; jit(vmap(loss)) of 16 parameter vectors at 15.5-16.8 MB,
+#: modelled 12.0 MB. The band planner does not count the batched tangents' temporaries yet;
+#: the Hessian-vector product (9.5-9.7 MB) is checked.
+UNCHECKED_OPS: set = {"hessian", "vmap loss"}
 
 #: adam: jask.optim on a parameter 8x the budget; the jit(grad) step (its w
 #: a small store) runs as one band group over X (jask.engine.lazy).
@@ -50,7 +55,8 @@ UNCHECKED_OPS: set = set()
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
        "lazy chain", "lazy chain to store",
        "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "flip", "take",
-       "slice", "transpose + add", "slice sum", "gram", "minibatch epoch"}
+       "slice", "transpose + add", "slice sum", "gram", "minibatch epoch",
+       "hvp", "hessian", "vmap loss"}
 #: matmul runs on these cells only (7 s each); JASK_GRID_OPS=matmul runs it on all.
 MATMUL_CELLS = {"mixed grids"}
 
@@ -67,7 +73,7 @@ def run_grid(data: str, budget: int, side: int, names=None) -> dict:
         cell = run_script("bounded_memory.py", data, budget, folder, timeout=900)
         report["budget"], report["baseline"] = cell["budget"], cell["baseline"]
         report["cells"][name] = cell["cells"][folder]
-        for phase in ("lazy", "views", "step"):  # each in a process of its own
+        for phase in ("lazy", "views", "step", "second"):  # each in a process of its own
             more = run_script("bounded_memory.py", data, budget, folder, timeout=900,
                               env={"JASK_GRID_PHASE": phase})
             report["cells"][name].update(more["cells"][folder])

@@ -197,6 +197,11 @@ NUMPY_FUNCTIONS: dict[Callable, Callable] = {
 }
 
 
+#: numpy functions of a DiskArray's type alone (JAX's vmap asks np.ndim of a result)
+_SHAPE_FUNCTIONS = {np.ndim: lambda x: x.ndim, np.shape: lambda x: x.shape,
+                    np.size: lambda x: x.size}
+
+
 def _in_memory(values) -> list:
     """``values`` with each DiskArray (also inside lists and tuples) read into
     memory through ``__array__``, which refuses one over the budget."""
@@ -221,6 +226,8 @@ def array_function(self, func, types, args, kwargs):
       >>> float(np.nanmean(x))
       1.5
     """
+    if func in _SHAPE_FUNCTIONS and len(args) == 1 and not kwargs:  # read nothing
+        return _SHAPE_FUNCTIONS[func](args[0])
     jask_function = NUMPY_FUNCTIONS.get(func)
     if jask_function is None:  # numpy's own function on the values in memory
         return func(*_in_memory(args), **dict(zip(kwargs, _in_memory(kwargs.values()))))

@@ -615,3 +615,22 @@ def _forget_before_mutations(jaxpr, is_ours, mutates, forgetting):
                      if isinstance(v, core.Var) and not isinstance(v, core.DropVar)
                      and v.aval.is_high]
     return jaxpr.replace(eqns=eqns)
+
+
+def refuse_scans_over(hi_type, message: str) -> None:
+    """Make ``lax.scan`` (and ``lax.map``) over a value of ``hi_type`` raise
+    ``NotImplementedError(message)`` at trace time: JAX's own check asks
+    for a ``length`` first (jax 0.10), and with one given fails on the type."""
+    from jax._src.lax.control_flow import loops
+
+    original = loops._infer_scan_length
+    if getattr(original, "_refuses", None) is hi_type:
+        return
+
+    def infer(xs_flat, xs_avals, length):
+        if any(isinstance(a, hi_type) for a in xs_avals):
+            raise NotImplementedError(message)
+        return original(xs_flat, xs_avals, length)
+
+    setattr(infer, "_refuses", hi_type)
+    loops._infer_scan_length = infer

@@ -16,7 +16,7 @@ from jax.experimental.hijax import HiType, ShapedArray, aval_property, register_
 
 from jask.base.config import get_config
 from jask.base.sizes import exact_bytes
-from jask.core._jax_internals import is_tracer
+from jask.core._jax_internals import is_tracer, refuse_scans_over
 from jask.core.lifetime import collect_if_idle
 from jask.store import open_writable, read, registry, snapshot
 from jask.store.spec import StoreSpec
@@ -25,9 +25,21 @@ __all__ = ["DiskArray", "DiskArrayType", "check_storable"]
 
 HANDLE_DTYPE = np.int32
 
+#: The refusal of jax.vmap through an op with no batching rule (``op``: its name).
 VMAP_UNSUPPORTED = (
-    "jax.vmap over DiskArrays is not supported: jask ops work on whole arrays; use a leading "
-    "batch axis with jask.dot, or a Python loop")
+    "jax.vmap through {op} is not supported: jask batches elementwise ops, reductions and "
+    "products of a matrix with a batch of vectors (vmap(loss)(W) reads X once, as X @ W.T); "
+    "for this op, write the batch as a leading axis of the data (jask.stack, X @ W.T) or "
+    "use a Python loop")
+
+
+#: The refusal of lax.scan over a DiskArray (its leading axis as the loop's xs).
+SCAN_UNSUPPORTED = (
+    "jax.lax.scan (and lax.map) over a DiskArray is not supported: a step cannot take one row "
+    "of a store. Scan over in-memory values with the DiskArray closed over (one compiled "
+    "loop; lax.fori_loop and lax.while_loop with DiskArrays in the body run too), loop in "
+    "Python over a jitted step on slices X[i:i + n] (or jask.batches), or batch the rows as "
+    "one op (jax.vmap over in-memory parameters reads X once)")
 
 
 def disk_type(x) -> "DiskArrayType | None":
@@ -63,7 +75,8 @@ DEVICE_PUT = (
     "jax.device_put does not take a DiskArray: its data stays in its Zarr store on disk, "
     "and jask ops stream it within the memory budget. For a small array in device memory use "
     "jask.materialize(x) (or jnp.asarray(x.to_numpy())); for in-memory results, reduce or "
-    "slice it first")
+    "slice it first. (jax.jacfwd of a function returning a DiskArray asks for it too: take "
+    "jax.jvp along each direction instead, or return an in-memory reduction)")
 
 
 class NotOnDevice(TypeError, AttributeError):
@@ -124,16 +137,18 @@ class DiskArrayType(HiType):
     # vspace_zero and vspace_add are set by jask.core.primitives, which makes
     # the ops they need (a fill, an add) from this type.
 
-    # --- not supported: say so (hijax would fail with "must override") --------
+    # --- jax.vmap: a batched DiskArray's store holds the batch axis -----------
     def dec_rank(self, size, spec):
-        raise NotImplementedError(VMAP_UNSUPPORTED)
+        axis = int(spec)
+        return DiskArrayType(self.shape[:axis] + self.shape[axis + 1:], self.dtype)
 
     def inc_rank(self, size, spec):
-        raise NotImplementedError(VMAP_UNSUPPORTED)
+        axis = int(spec)
+        return DiskArrayType(self.shape[:axis] + (int(size),) + self.shape[axis:], self.dtype)
 
+    # --- not supported: say so (hijax would fail with "must override") --------
     def leading_axis_spec(self):
-        raise NotImplementedError(
-            "jax.lax.scan over DiskArrays is not supported: use a Python loop over a jitted step")
+        raise NotImplementedError(SCAN_UNSUPPORTED)
 
     # Operators and methods of its tracers are set below, shared with DiskArray.
 
@@ -388,3 +403,4 @@ class DiskArray:
 
 
 register_hitype(DiskArray, lambda value: value._aval)
+refuse_scans_over(DiskArrayType, SCAN_UNSUPPORTED)

@@ -44,11 +44,12 @@ def _aval(x):
     return jax.typeof(x)
 
 
-#: The refusal of a gradient's own gradient (README: "Not yet: second derivatives").
+#: The refusal of a gradient's own gradient (reverse over reverse).
 SECOND_DERIVATIVES = (
-    "jask: second derivatives are not supported (jax.grad of a gradient, jax.hessian): {op} "
-    "belongs to a backward pass, and jask computes first derivatives only. Differentiate "
-    "once, or compute the second-order term in jax.numpy on in-memory values")
+    "jask: second derivatives in reverse mode over reverse mode are not supported (jax.grad of "
+    "a gradient): {op} belongs to a backward pass. Take them forward over reverse: "
+    "jax.jvp(jax.grad(f), (w,), (v,)) for a Hessian-vector product, jax.hessian(f) (jacfwd of "
+    "jacrev) for the whole Hessian")
 
 
 class DiskPrimitive(VJPHiPrimitive):
@@ -69,12 +70,50 @@ class DiskPrimitive(VJPHiPrimitive):
         if self.params.get("grad"):
             raise NotImplementedError(SECOND_DERIVATIVES.format(op=self.params.get("op")))
 
+    # --- forward mode: jax.jvp, jax.linearize (and jvp(grad): forward over reverse) ----
     def jvp(self, primals, tangents):
+        out = self(*primals)
+        return out, self._tangent_or_zeros(primals, out, tangents)
+
+    def lin(self, nzs_in, *primals):
+        out = self(*primals)
+        return out, (primals, out), self.tangent_nonzero(nzs_in)
+
+    def linearized(self, residuals, *tangents):
+        primals, out = residuals
+        return self._tangent_or_zeros(primals, out, tangents)
+
+    def _tangent_or_zeros(self, primals, out, tangents):
+        nzs = tuple(not isinstance(x, Zero) for x in tangents)
+        if not isinstance(self.out_aval, tuple) and not self.tangent_nonzero(nzs):
+            return Zero(self.out_aval.to_tangent_aval())  # an integer result, ...
+        t = self.tangent(tuple(primals), out, tuple(tangents))
+        if isinstance(t, Zero) and self.tangent_nonzero(nzs):
+            return _zeros(self.out_aval)  # lin promised a tangent
+        return t
+
+    def tangent_nonzero(self, nzs) -> bool:
+        """Whether the output's tangent can be nonzero given which inputs'
+        are (a float output reached by a nonzero tangent)."""
+        return _inexact(self.out_aval) and any(nzs)
+
+    def tangent(self, primals, out, tangents):
+        """The output's tangent (``Zero`` for none) from the inputs' tangents
+        (each a value or ``Zero``), computed with jask's primitives."""
         raise NotImplementedError(
             f"jask.{self.params.get('op', type(self).__name__)}: forward-mode differentiation "
-            "(jax.jvp, jax.jacfwd, jax.hessian, jax.linearize) is not supported: jask computes "
-            "first derivatives in reverse mode only (jax.grad, jax.vjp, jax.value_and_grad, "
-            "jax.jacrev)")
+            "(jax.jvp, jax.jacfwd, jax.hessian, jax.linearize) through this op is not "
+            "supported; reverse mode is (jax.grad, jax.vjp, jax.jacrev)")
+
+    def _linear(self, primals, tangents, linear: tuple):
+        """The tangent of an op linear in the operands at ``linear`` (the
+        others, positions or indices, fixed): the op itself on their tangents,
+        zeros in place of a zero one."""
+        if all(isinstance(tangents[i], Zero) for i in linear) or not _inexact(self.out_aval):
+            return Zero(self.out_aval.to_tangent_aval())
+        args = [(_instantiate(tangents[i], self.in_avals[i]) if i in linear else x)
+                for i, x in enumerate(primals)]
+        return self(*args)
 
     def vjp_bwd(self, res, g, *accums):
         if isinstance(g, Zero):  # nothing flows back
@@ -84,12 +123,23 @@ class DiskPrimitive(VJPHiPrimitive):
     def backward(self, res, g, *accums):
         """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
         raise NotImplementedError(
-            f"jask: {self.params.get('op', type(self).__name__)} is not differentiable "
-            "(jask computes first derivatives only: a gradient's own gradient is not "
-            "supported)")
+            f"jask: {self.params.get('op', type(self).__name__)} is not differentiable in "
+            "reverse mode: it computes a derivative (a tangent or a cotangent), and reverse "
+            "mode over a derivative is not supported. Take second derivatives forward over "
+            "reverse: jax.jvp(jax.grad(f), (w,), (v,)), or jax.hessian(f) (not jax.jacrev of "
+            "jax.jacfwd)")
 
-    def batch_dim_rule(self, axis_data, dims):
-        raise NotImplementedError(VMAP_UNSUPPORTED)
+    # --- jax.vmap: a batched op is the same kind of op over one more axis ------------
+    def batch(self, axis_data, args, dims):
+        if all(d is None for d in dims):
+            return self(*args), None
+        return self.batched(int(axis_data.size), tuple(args), tuple(dims))
+
+    def batched(self, size: int, args: tuple, dims: tuple):
+        """(the op over operands carrying a batch axis at ``dims``, None for
+        none; the output's batch axis)."""
+        op = self.params.get("op", type(self).__name__.lower())
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=f"jask.{op}"))
 
     def _run(self, work_fn, args, fuse: lazy.Description | None = None):
         """Run ``work_fn`` on the disk and in-memory operands of ``args``
@@ -173,6 +223,32 @@ class DiskPrimitive(VJPHiPrimitive):
     def __eq__(self, other):
         return (type(self) is type(other) and self.in_avals == other.in_avals
                 and self.out_aval == other.out_aval and self.params == other.params)
+
+
+def _inexact(aval) -> bool:
+    return np.issubdtype(np.dtype(aval.dtype), np.inexact)
+
+
+def _zeros(aval):
+    """Zeros of ``aval`` (a DiskArray of zeros for a DiskArrayType)."""
+    if _on_disk(aval):
+        return aval.vspace_zero()
+    return jax.numpy.zeros(aval.shape, aval.dtype)
+
+
+def _instantiate(t, aval):
+    return _zeros(aval.to_tangent_aval()) if isinstance(t, Zero) else t
+
+
+def _tangent_sum(a, b):
+    """The sum of two tangents of one output (either may be ``Zero``)."""
+    if isinstance(a, Zero):
+        return b
+    if isinstance(b, Zero):
+        return a
+    if _on_disk(_aval(a)):
+        return add(a, b)
+    return a + b
 
 
 def _no_elements(aval) -> bool:
@@ -348,17 +424,200 @@ class Blockwise(DiskPrimitive):
                          name=f"{self.op}_vjp")(g, *(() if g_only else args))
 
 
+    # --- forward mode --------------------------------------------------------------
+    def tangent_nonzero(self, nzs) -> bool:
+        if not super().tangent_nonzero(nzs):
+            return False
+        rules = getattr(self.params["ufunc"], "vjps")
+        if rules is None or not _linear_reducer(self.params["reducer"]):
+            return True  # (refused, or a reducer's own rule)
+        return any(nz and rule is not None for nz, rule in zip(nzs, rules))
+
+    def tangent(self, primals, out, tangents):
+        reducer = self.reducer
+        if _linear_reducer(reducer):  # a map, a sum or a mean: linear in the map
+            return self._jvp_map(primals, tangents)
+        x, t = primals[0], tangents[0]
+        if self.ufunc.vjps != (ufuncs.PASS,) or isinstance(t, Zero):
+            raise NotImplementedError(
+                f"jask.{self.op}: forward-mode differentiation of a {reducer} reduction of "
+                f"{self.ufunc.name} is not supported (only of the array itself)")
+        info = REDUCERS[reducer]
+        if reducer in ("max", "min"):
+            return _chooser_vjp(self, x, out, t, forward=True)
+        if reducer == "prod":
+            return _prod_vjp(self, x, t, forward=True)
+        if reducer == "logsumexp":  # the softmax-weighted sum of the tangents
+            return _last(self, ufuncs.SOFTMAX_TANGENT, (t, x, out), (self.axes[0], self.out_axes),
+                         x.aval.dtype if hasattr(x, "aval") else _aval(x).dtype, True)
+        if info.skips_nan:
+            return _nan_vjp(self, x, t, forward=True)
+        if info.ddof is not None:
+            return _var_vjp(self, x, t, forward=True)
+        return super().tangent(primals, out, tangents)
+
+    def batched(self, size, args, dims):
+        return _batch_blockwise(self, size, args, dims)
+
+    def _jvp_map(self, primals, tangents):
+        """The tangent of a map (reduced by a sum or a mean, which are linear):
+        one Blockwise of the same shape and reduction whose kernel is the sum
+        of each operand's rule applied to its tangent (:class:`JVP`)."""
+        rules = self.ufunc.vjps
+        if rules is None:
+            raise NotImplementedError(
+                f"jask.{self.op}: forward-mode differentiation of this op is not supported "
+                "(it is the derivative kernel of another op: third derivatives)")
+        nz = tuple(j for j, (t, rule) in enumerate(zip(tangents, rules))
+                   if not isinstance(t, Zero) and rule is not None
+                   and np.dtype(_aval(t).dtype) != jax.dtypes.float0)
+        for j in nz:
+            if ufuncs.is_unknown(rules[j]):
+                raise NotImplementedError(rules[j].unknown)
+        if not nz:
+            return Zero(self.out_aval.to_tangent_aval())
+        kernel = JVP(self.ufunc, nz)
+        reads = kernel.reads
+        operands = (tuple(primals) if reads else ()) + tuple(tangents[j] for j in nz)
+        return Blockwise(kernel, tuple(_aval(x) for x in operands),
+                         (self.axes if reads else ()) + tuple(self.axes[j] for j in nz),
+                         (self.dtypes if reads else ()) + tuple(self.dtypes[j] for j in nz),
+                         self.shape, self.out_axes, self.out_aval.dtype, reducer=self.reducer,
+                         to_memory=not _on_disk(self.out_aval), grad=self.grad,
+                         config=self.config, name=f"{self.op}_jvp")(*operands)
+
+
+def _batch_blockwise(prim, size: int, args: tuple, dims: tuple):
+    """A Blockwise over batched operands: the batch is one more full axis
+    (the last), kept by the output, each batched operand's batch axis moved
+    last (free: an in-memory array, or a transposed view of a store) and
+    mapped to it; ``X * w`` for 16 vectors ``w`` is one pass over ``X``."""
+    if getattr(prim.ufunc.numpy, "positional", False):
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=f"jask.{prim.op}"))
+    last = len(prim.shape)
+    operands, axes = [], []
+    for x, ax, d in zip(args, prim.axes, dims):
+        if d is not None:
+            x = _batch_last(x, d)
+            ax = tuple(ax) + (last,)
+        operands.append(x)
+        axes.append(ax)
+    out = Blockwise(prim.ufunc, tuple(_aval(a) for a in operands), tuple(axes), prim.dtypes,
+                    tuple(prim.shape) + (size,), tuple(prim.out_axes) + (last,),
+                    prim.out_aval.dtype, reducer=prim.reducer,
+                    to_memory=not _on_disk(prim.out_aval), grad=prim.grad, config=prim.config,
+                    name=prim.op)(*operands)
+    return out, len(prim.out_axes)
+
+
+def _check_laid_out(x, n: int, size: int) -> None:
+    """Refuse a batch of matrices in a store that only a copy lays side by
+    side (a reshape merging two axes): stacked as one product, it is one."""
+    if _on_disk(_aval(x)) and n != 1 and size != 1:
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op="jask.dot") + (
+            " (here a batch of matrices in a store, which a product takes only as one "
+            "matrix: write the batch into the rows or columns, X @ W.T)"))
+
+
+def _moved(x, order: tuple):
+    """``x`` with its axes in ``order`` (a view of a store)."""
+    if order == tuple(range(len(order))):
+        return x
+    if not _on_disk(_aval(x)):
+        return jax.numpy.transpose(x, order)
+    return transpose(x, order)
+
+
+def _batch_first(x, d: int):
+    n = len(_aval(x).shape)
+    return _moved(x, (d,) + tuple(i for i in range(n) if i != d))
+
+
+def _swap_first(x):
+    n = len(_aval(x).shape)
+    return _moved(x, (1, 0) + tuple(range(2, n)))
+
+
+def _swap_last(x):
+    n = len(_aval(x).shape)
+    return _moved(x, tuple(range(n - 2)) + (n - 1, n - 2))
+
+
+def _reshaped(x, shape: tuple, config: Config | None = None):
+    """``x`` in ``shape`` (in memory, or a store: a view when only length-1
+    axes come or go)."""
+    source = tuple(_aval(x).shape)
+    if source == tuple(shape):
+        return x
+    if not _on_disk(_aval(x)):
+        return jax.numpy.reshape(x, shape)
+    full = tuple(n for n in source if n != 1)
+    if full and full == tuple(n for n in shape if n != 1):
+        return _squeezed(x, tuple(shape), full, config)
+    return reshape(x, shape, config=config)
+
+
+def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
+    """``x`` with length-1 axes removed or added, as an elementwise copy (one
+    a band group holds, so a batch of one stays in the pass; a reshape, a view
+    elsewhere, would end the group)."""
+    def axes_of(s):
+        out, i = [], 0
+        for n in s:
+            out.append(None if n == 1 else i)
+            i += n != 1
+        return tuple(out)
+
+    aval = _aval(x)
+    return Blockwise(ufuncs.IDENTITY, (aval,), (axes_of(aval.shape),), (None,), full,
+                     axes_of(shape), aval.dtype, config=config, name="reshape")(x)
+
+
+def _batch_last(x, d: int):
+    """``x`` with its batch axis ``d`` moved last."""
+    n = len(_aval(x).shape)
+    return _moved(x, tuple(i for i in range(n) if i != d) + (d,))
+
+
+def _linear_reducer(reducer) -> bool:
+    """None (a map), a sum or a mean: reductions linear in what they reduce."""
+    return reducer is None or reducer == "sum" or REDUCERS[reducer].mean_count is not None
+
+
 class VJP:
-    """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``."""
+    """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``.
+
+    Its own rules (:attr:`vjps`) serve forward mode over reverse (a
+    Hessian-vector product, ``jax.hessian``): it is linear in ``g``, and its
+    derivative in operand ``k`` is ``g`` times the row's ``second[(j, k)]``."""
 
     def __init__(self, ufunc, j: int):
         self.ufunc, self.j = ufunc, j
         self.name = f"{ufunc.name}_vjp"
-        self.vjps = None  # jask computes first derivatives only
         self.at_call = ufunc.at_call  # (a user's function runs in its cotangent too)
 
     def numpy(self, g, *blocks):
         return self.ufunc.vjps[self.j](g, *blocks)
+
+    @functools.cached_property
+    def vjps(self) -> tuple:
+        rule = self.ufunc.vjps[self.j]
+        if getattr(rule, "g_only", False):  # its Blockwise reads only g
+            return (ufuncs.g_only(lambda t, *g: rule(t)),)
+        second = self.ufunc.second
+        rules: list = [lambda t, g, *x: rule(t, *x)]
+        for k in range(self.ufunc.nin):
+            if second is None:
+                rules.append(ufuncs.unknown(
+                    f"jask.{self.ufunc.name}: second derivatives (jax.hessian, jax.jvp of "
+                    "jax.grad) are not supported through this op: its row has no second "
+                    "derivatives"))
+            elif (self.j, k) in second:
+                # g * f'' first: the tangent may carry a batch (jax.hessian), the rest not
+                rules.append(lambda t, g, *x, d=second[(self.j, k)]: t * (g * d(*x)))
+            else:
+                rules.append(None)
+        return tuple(rules)
 
     def __hash__(self):
         return hash((VJP, self.ufunc, self.j))
@@ -367,24 +626,82 @@ class VJP:
         return isinstance(other, VJP) and (self.ufunc, self.j) == (other.ufunc, other.j)
 
 
-def _chooser_vjp(prim, x, out, g):
+class JVP:
+    """The kernel of a map's tangent: ``sum(rules[j](t_j, *blocks))`` over
+    the operands ``nz`` whose tangent is nonzero, the rules being the row's
+    VJP rules (an elementwise Jacobian is diagonal: the cotangent times the
+    partial derivative is also the tangent's term). It reads the operands
+    (before the tangents) unless every rule reads only its tangent
+    (``reads``: ``a + b``'s tangent is ``ta + tb``)."""
+
+    def __init__(self, ufunc, nz: tuple):
+        self.ufunc, self.nz = ufunc, tuple(nz)
+        rules = ufunc.vjps
+        self.reads = not all(getattr(rules[j], "g_only", False) for j in self.nz)
+        self.name = f"{ufunc.name}_jvp"
+        self.vjps = None  # (its own derivative: third derivatives, not supported)
+        self.at_call = ufunc.at_call
+
+    def numpy(self, *blocks):
+        rules = self.ufunc.vjps
+        n = len(blocks) - len(self.nz)
+        x, ts = blocks[:n], blocks[n:]
+        out = None
+        for j, t in zip(self.nz, ts):
+            term = rules[j](t, *x)
+            if out is None:
+                out = term
+            elif (isinstance(out, np.ndarray) and out.flags.writeable and out.base is None
+                  and not any(out is b for b in blocks)  # (a rule may return its tangent)
+                  and out.shape == np.broadcast_shapes(out.shape, np.shape(term))
+                  and out.dtype == np.result_type(out, term)):
+                np.add(out, term, out=out)  # in place: one tile fewer held
+            else:
+                out = out + term
+        return out
+
+    def __hash__(self):
+        return hash((JVP, self.ufunc, self.nz))
+
+    def __eq__(self, other):
+        return isinstance(other, JVP) and (self.ufunc, self.nz) == (other.ufunc, other.nz)
+
+
+def _last(prim, row, operands, axes: tuple, dtype, forward: bool, name: str | None = None):
+    """The last map of a reduction's derivative, ``row(g, *operands)``: its
+    VJP (``g`` along the result's axes, the cotangent along the input's) or,
+    ``forward``, its JVP (``g`` a tangent along the input's axes, the
+    result's tangent summed back to the result's axes)."""
+    out_axes, x_axes = prim.out_axes, prim.axes[0]
+    if not forward:
+        return Blockwise(row, tuple(_aval(a) for a in operands), (out_axes,) + tuple(axes),
+                         (dtype,) * len(operands), prim.shape, x_axes, dtype, grad=True,
+                         config=prim.config, name=name)(*operands)
+    return Blockwise(row, tuple(_aval(a) for a in operands), (x_axes,) + tuple(axes),
+                     (dtype,) * len(operands), prim.shape, out_axes, prim.out_aval.dtype,
+                     reducer="sum", to_memory=not _on_disk(prim.out_aval), grad=prim.grad,
+                     config=prim.config, name=f"{prim.op}_jvp")(*operands)
+
+
+def _chooser_vjp(prim, x, out, g, forward: bool = False):
     """d max/min: the cotangent goes to the elements equal to the result,
-    split evenly among ties (as jax.numpy does)."""
+    split evenly among ties (as jax.numpy does); ``forward``: the tangent is
+    the mean of the tangents at the chosen elements (jax's rule)."""
     x_aval, out_aval = prim.in_avals[0], prim.out_aval
     dtype = x_aval.dtype
     axes, out_axes = prim.axes[0], prim.out_axes
     counts = Blockwise(ufuncs.TIES, (x_aval, out_aval), (axes, out_axes), (dtype, dtype),
                        prim.shape, out_axes, dtype, reducer="sum",
                        to_memory=not _on_disk(out_aval), grad=True, config=prim.config)(x, out)
-    return Blockwise(ufuncs.CHOSEN, (_aval(g), x_aval, out_aval, _aval(counts)),
-                     (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
-                     dtype, grad=True, config=prim.config)(g, x, out, counts)
+    return _last(prim, ufuncs.CHOSEN, (g, x, out, counts), (axes, out_axes, out_axes), dtype,
+                 forward)
 
 
-def _prod_vjp(prim, x, g):
+def _prod_vjp(prim, x, g, forward: bool = False):
     """d prod: each element gets the product of the others (zeros included,
     as jax.numpy): from the product of the nonzero elements and the count of
-    zeros, two reductions, then one map."""
+    zeros, two reductions, then one map (``forward``: the tangents times
+    those products, summed)."""
     x_aval, out_aval = prim.in_avals[0], prim.out_aval
     dtype = x_aval.dtype
     axes, out_axes = prim.axes[0], prim.out_axes
@@ -392,9 +709,8 @@ def _prod_vjp(prim, x, g):
     parts = [Blockwise(row, (x_aval,), (axes,), (dtype,), prim.shape, out_axes, dtype,
                        reducer=reducer, to_memory=to_memory, grad=True, config=prim.config)(x)
              for row, reducer in ((ufuncs.NONZERO_OR_ONE, "prod"), (ufuncs.IS_ZERO, "sum"))]
-    return Blockwise(ufuncs.PROD_VJP, (_aval(g), x_aval) + tuple(_aval(p) for p in parts),
-                     (out_axes, axes, out_axes, out_axes), (dtype,) * 4, prim.shape, axes,
-                     dtype, grad=True, config=prim.config)(g, x, *parts)
+    return _last(prim, ufuncs.PROD_VJP, (g, x, *parts), (axes, out_axes, out_axes), dtype,
+                 forward)
 
 
 def _mean_vjp(prim, x, g):
@@ -410,7 +726,7 @@ def _mean_vjp(prim, x, g):
     return scaled._cotangent(0, ufuncs.MUL.vjps[0], (x, inverse), g)
 
 
-def _var_vjp(prim, x, g):
+def _var_vjp(prim, x, g, forward: bool = False):
     """d var: ``2 (x - mean) / (N - ddof)`` times the cotangent, as the
     cotangent of the squared deviations ``(x - mean)**2 / (N - ddof)`` (the
     two-pass formula, whose mean carries no gradient): the mean, then one map."""
@@ -420,6 +736,7 @@ def _var_vjp(prim, x, g):
     to_memory = not _on_disk(out_aval)
     count = int(np.prod([n for d, n in enumerate(prim.shape) if d not in set(out_axes)]))
     ddof = REDUCERS[prim.reducer].ddof
+    assert ddof is not None  # (a variance's reducer)
     inverse = jax.numpy.asarray(1.0 / count if count else np.nan, dtype)
     mean = Blockwise(ufuncs.MUL, (x_aval, _aval(inverse)), (axes, ()), (dtype, dtype),
                      prim.shape, out_axes, dtype, reducer="sum", to_memory=to_memory,
@@ -429,6 +746,8 @@ def _var_vjp(prim, x, g):
                            (axes, out_axes, ()), (dtype,) * 3, prim.shape, out_axes,
                            out_aval.dtype, reducer="sum", to_memory=to_memory,
                            config=prim.config, name="var")
+    if forward:  # the mean carries no tangent (its derivative's term is zero)
+        return deviations._jvp_map((x, mean, scale), (g, Zero(_aval(mean)), Zero(_aval(scale))))
     return deviations._cotangent(0, ufuncs.SQDIFF.vjps[0], (x, mean, scale), g)
 
 
@@ -455,7 +774,7 @@ def _logsumexp_vjp(prim, x, out, g):
     return softmax._cotangent(0, ufuncs.EXP_SUB.vjps[0], (x, lse), g)
 
 
-def _nan_vjp(prim, x, g):
+def _nan_vjp(prim, x, g, forward: bool = False):
     """d nanmean, d nanvar: zero at a NaN; elsewhere the cotangent over the
     position's count (nanmean), or ``2 (x - mean) / (count - ddof)`` times
     it (nanvar). The counts (and means) are reductions of their own, read in
@@ -472,17 +791,14 @@ def _nan_vjp(prim, x, g):
 
     count = reduction(ufuncs.IS_NUMBER, "sum", "nan_count")
     ddof = REDUCERS[prim.reducer].ddof
+    name = f"{prim.op}_vjp"
     if ddof is None:
-        return Blockwise(ufuncs.NAN_MEAN_VJP, (_aval(g), x_aval, _aval(count)),
-                         (out_axes, axes, out_axes), (dtype,) * 3, prim.shape, axes, dtype,
-                         grad=True, config=prim.config, name=f"{prim.op}_vjp")(g, x, count)
+        return _last(prim, ufuncs.NAN_MEAN_VJP, (g, x, count), (axes, out_axes), dtype,
+                     forward, name)
     mean = reduction(ufuncs.IDENTITY, "nanmean", "nanmean")
     offset = jax.numpy.asarray(ddof, dtype)
-    return Blockwise(ufuncs.NAN_VAR_VJP,
-                     (_aval(g), x_aval, _aval(mean), _aval(count), _aval(offset)),
-                     (out_axes, axes, out_axes, out_axes, ()), (dtype,) * 5, prim.shape, axes,
-                     dtype, grad=True, config=prim.config,
-                     name=f"{prim.op}_vjp")(g, x, mean, count, offset)
+    return _last(prim, ufuncs.NAN_VAR_VJP, (g, x, mean, count, offset),
+                 (axes, out_axes, out_axes, ()), dtype, forward, name)
 
 # --- layout ------------------------------------------------------------------
 
@@ -498,6 +814,9 @@ class Transpose(DiskPrimitive):
 
     def expand(self, a):
         return self._run(self.disk_work(), [a])
+
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
 
     def backward(self, res, g, ca):
         inverse = tuple(int(i) for i in np.argsort(self.axes))
@@ -521,6 +840,9 @@ class Slice(DiskPrimitive):
     def expand(self, a, *starts):
         return self._run(self.disk_work(), [a, *starts])
 
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
+
     def backward(self, res, g, ca, *cstarts):
         a, *starts = res
         _accum(ca, lambda: Scatter(self.in_avals[0], self.sizes, self.config)(g, *starts))
@@ -541,6 +863,9 @@ class Scatter(DiskPrimitive):
     def expand(self, g, *starts):
         return self._run(self.disk_work(), [g, *starts])
 
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
+
 
 class Concatenate(DiskPrimitive):
     """Operands joined along ``axis`` (``stack``: along a new axis)."""
@@ -560,6 +885,9 @@ class Concatenate(DiskPrimitive):
 
     def expand(self, *arrays):
         return self._run(self.disk_work(), list(arrays))
+
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, tuple(range(len(primals))))
 
     def backward(self, res, g, *accums):
         start = 0
@@ -587,6 +915,9 @@ class Reshape(DiskPrimitive):
 
     def expand(self, a):
         return self._run(self.disk_work(), [a])
+
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
 
     def backward(self, res, g, ca):
         _accum(ca, lambda: Reshape(self.out_aval, self.in_avals[0].shape, True,
@@ -620,6 +951,9 @@ class Gather(DiskPrimitive):
     def expand(self, a, *index):
         return self._run(self.disk_work(), [a, *index])
 
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
+
     def backward(self, res, g, ca, *cindex):
         a, *index = res
         name = f"{self.op}_vjp"
@@ -649,6 +983,9 @@ class ScatterAdd(DiskPrimitive):
     def expand(self, g, *index):
         return self._run(self.disk_work(), [g, *index])
 
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
+
 
 class Cumsum(DiskPrimitive):
     """The cumulative sum of a DiskArray along ``axis`` in ``dtype``
@@ -668,6 +1005,13 @@ class Cumsum(DiskPrimitive):
 
     def expand(self, a):
         return self._run(self.disk_work(), [a])
+
+    def tangent(self, primals, out, tangents):
+        if self.kind == "prod":
+            raise NotImplementedError(
+                "jask.cumprod: forward-mode differentiation (jax.jvp, jax.hessian, jax.jvp of "
+                "jax.grad) is not supported; reverse mode is (jax.grad)")
+        return self._linear(primals, tangents, (0,))
 
     def backward(self, res, g, ca):
         aval = self.in_avals[0]
@@ -729,6 +1073,23 @@ class Sort(DiskPrimitive):
 
     def expand(self, *args):
         return self._run(self.disk_work(), list(args))
+
+    def tangent(self, primals, out, tangents):
+        if self.kind == "unsort":  # linear in g (the order is an index)
+            return self._linear(primals, tangents, (0,))
+        if self.kind != "sort":
+            return super().tangent(primals, out, tangents)
+        (x,), (t,) = primals, tangents
+        aval = self.in_avals[0]
+        n = aval.shape[self.axis]
+        index = np.dtype(np.int32 if n < 2**31 else np.int64)
+        # the sorted tangent is t taken in sort's order: t put back by the inverse order
+        perm = Sort((aval,), self.axis, "perm", index, descending=self.descending,
+                    grad=self.grad, config=self.config, name="sort_perm")(x)
+        inverse = Sort((_aval(perm),), self.axis, "argsort", index, grad=self.grad,
+                       config=self.config, name="sort_inverse")(perm)
+        return Sort((_aval(t), _aval(inverse)), self.axis, "unsort", aval.dtype,
+                    grad=self.grad, config=self.config, name="sort_jvp")(t, inverse)
 
     def backward(self, res, g, *accums):
         if self.kind != "sort":
@@ -792,6 +1153,9 @@ class Update(DiskPrimitive):
     def dce(self, used_outs):
         return True, True, self
 
+    def tangent(self, primals, out, tangents):
+        return tangents[1]  # the target now holds new
+
     def backward(self, res, g, ctarget, cnew):
         _accum(cnew, lambda: g)
 
@@ -841,6 +1205,50 @@ class Dot(DiskPrimitive):
 
     def of_nothing(self):
         return 0  # the contraction has length 0: a sum of no products
+
+    def tangent(self, primals, out, tangents):
+        """d(a @ b) = da @ b + a @ db: the same product on each tangent."""
+        (a, b), (da, db) = primals, tangents
+        left = Zero(self.out_aval) if isinstance(da, Zero) else self(da, b)
+        right = Zero(self.out_aval) if isinstance(db, Zero) else self(a, db)
+        return _tangent_sum(left, right)
+
+    def batched(self, size, args, dims):
+        """An operand not batched and a batch of vectors or matrices (``X @ w``
+        for 16 ``w``, ``X.T @ g`` for 16 cotangents ``g``): one product, the
+        batch laid side by side as the other operand's columns (on the
+        right) or rows (on the left), read transposed where the batch comes
+        first; one pass over the operand that is not batched. A batch of
+        matrices is laid out by a reshape: a view when the matrices are
+        vectors (a length-1 axis), else a copy."""
+        (a, b), (da, db) = args, dims
+        A, B = self.in_avals
+        place = dict(to_memory=not _on_disk(self.out_aval), grad=self.grad, config=self.config)
+        if da is None and db is not None and A.ndim <= 2 and B.ndim <= 2:
+            if B.ndim == 1:  # columns (or one row of values, for a 1-D a)
+                return Dot(A, _aval(b), self.ta, db == 0, self.dtype, **place)(a, b), A.ndim - 1
+            cols = _batch_last(b, db)  # (r, c, size): op(b_i) side by side
+            if self.tb:
+                cols = _swap_first(cols)
+            k, n = _aval(cols).shape[:2]
+            _check_laid_out(cols, n, size)
+            cols = _reshaped(cols, (k, n * size), self.config)
+            out = Dot(A, _aval(cols), self.ta, False, self.dtype, **place)(a, cols)
+            return _reshaped(out, tuple(_aval(out).shape[:-1]) + (n, size), self.config), A.ndim
+        if db is None and da is not None and A.ndim <= 2 and B.ndim <= 2:
+            if A.ndim == 1:  # rows
+                return Dot(_aval(a), B, da == 1, self.tb, self.dtype, **place)(a, b), 0
+            rows = _batch_first(a, da)  # (size, r, c)
+            if self.ta:
+                rows = _swap_last(rows)
+            m, k = _aval(rows).shape[1:]
+            _check_laid_out(rows, m, size)
+            rows = _reshaped(rows, (size * m, k), self.config)
+            out = Dot(_aval(rows), B, False, self.tb, self.dtype, **place)(rows, b)
+            return _reshaped(out, (size, m) + tuple(_aval(out).shape[1:]), self.config), 0
+        raise NotImplementedError(VMAP_UNSUPPORTED.format(op="jask.dot") + (
+            " (a product batches when one operand is not batched, with at most 2 axes, and "
+            "the other a batch of vectors or matrices)"))
 
     def backward(self, res, g, ca, cb):
         # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.
@@ -906,6 +1314,9 @@ class Materialize(DiskPrimitive):
     def expand(self, a):
         return self._run(self.disk_work(), [a])
 
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
+
     def backward(self, res, g, ca):
         _accum(ca, lambda: FromValue(self.in_avals[0], True, self.config)(g))
 
@@ -921,6 +1332,9 @@ class FromValue(DiskPrimitive):
 
     def expand(self, x):
         return self._run(self.disk_work(), [x])
+
+    def tangent(self, primals, out, tangents):
+        return self._linear(primals, tangents, (0,))
 
     def backward(self, res, g, cx):
         _accum(cx, lambda: Materialize(self.out_aval, self.config)(g))

@@ -48,9 +48,33 @@ def NEGATE(g, *blocks):
     return -g
 
 
+def unknown(what: str):
+    """A derivative rule jask does not have (the operand's derivative is not
+    zero, but no rule computes it): forward mode through it is refused at
+    trace time, naming ``what``, never answered with zeros."""
+    def rule(*blocks):
+        raise NotImplementedError(what)
+    rule.unknown = what  # type: ignore[attr-defined]
+    return rule
+
+
+def is_unknown(rule) -> bool:
+    return getattr(rule, "unknown", None) is not None
+
+
 @dataclass(frozen=True, eq=False)
 class Ufunc:
-    """One elementwise op: kernel, reference and VJP rules."""
+    """One elementwise op: kernel, reference, VJP rules and second derivatives.
+
+    An elementwise op's Jacobian is diagonal, so its JVP in operand ``j`` is
+    its VJP rule applied to the tangent (``vjps[j](t, *blocks)``: every rule
+    is the cotangent times the partial derivative), as ``jax.linear_transpose``
+    of a diagonal map is the map itself. ``second`` holds what the JVP of a
+    VJP rule needs (forward over reverse: Hessian-vector products,
+    ``jax.hessian``): ``second[(j, k)](*blocks)`` is the derivative of rule
+    ``j``'s factor ``vjps[j](g, *blocks) / g`` in operand ``k`` (zero where
+    absent); ``None`` for a row with no second derivatives (refused).
+    """
 
     name: str
     numpy: Callable
@@ -65,6 +89,8 @@ class Ufunc:
     #: eagerly, run at the call, never deferred: the kernel calls a user's
     #: function, whose closure the caller may change after the call (jask.map)
     at_call: bool = False
+    #: (j, k) -> the derivative of operand j's VJP factor in operand k (see above)
+    second: dict | None = field(default=None, repr=False)
 
     @property
     def nin(self) -> int:
@@ -74,10 +100,26 @@ class Ufunc:
 TABLE: dict[str, Ufunc] = {}
 
 
-def _row(name, numpy, jnp_fn, *vjps, public=True, doc="", example=None):
-    ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc, example=example)
+def _row(name, numpy, jnp_fn, *vjps, public=True, doc="", example=None, second=None):
+    ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc, example=example,
+                  second=_second(second, len(vjps)))
     TABLE[name] = ufunc
     return ufunc
+
+
+def _second(second, nin: int) -> dict | None:
+    """A row's second derivatives: a dict as given; one function, the unary
+    row's f''; ``LINEAR`` (all zero: the rules do not depend on the operands,
+    or only piecewise, as max, floor or a comparison)."""
+    if second is None:
+        return None
+    if callable(second):
+        return {(0, 0): second}
+    return dict(second)
+
+
+#: ``second=`` of a row whose VJP factors are constant wherever they are differentiable
+LINEAR: dict = {}
 
 
 def _balanced(x, y):
@@ -110,6 +152,43 @@ def _sign_or_one(a):
     return np.where(a >= 0, 1, -1).astype(a.dtype)
 
 
+def _one(*blocks):
+    return 1
+
+
+def _pow_base_base(a, b):
+    return np.where(b == 0, 0, b * (b - 1) * np.power(a, b - 2))
+
+
+def _log_or_zero(a):
+    return np.log(np.where(a == 0, 1, a))  # jax's log(_replace_zero(a))
+
+
+def _pow_base_exponent(a, b):
+    return np.where(b == 0, 0, np.power(a, b - 1) * (1 + b * _log_or_zero(a)))
+
+
+def _pow_exponent_base(a, b):
+    return np.where(a == 0, 0, np.power(a, b - 1)) + _log_or_zero(a) * b * np.power(a, b - 1)
+
+
+def _pow_exponent_exponent(a, b):
+    return np.square(_log_or_zero(a)) * np.power(a, b)
+
+
+def _r4(a, b):
+    return np.square(np.square(a) + np.square(b))
+
+
+def _arctan2_mixed(a, b):
+    return (np.square(a) - np.square(b)) / _r4(a, b)
+
+
+def _softmax_pair(a, b):
+    # exp(a - out) * exp(b - out): the derivative of either logaddexp factor
+    return _logaddexp_vjp(1, a, b) * _logaddexp_vjp(1, b, a)
+
+
 def _clip_ref(a, lo, hi):
     return jnp.minimum(jnp.maximum(a, lo), hi)
 
@@ -117,57 +196,67 @@ def _clip_ref(a, lo, hi):
 # --- arithmetic ---------------------------------------------------------------
 # Each public row carries its doc example: (arguments, expected ``.to_numpy()``)
 # with ``x = jask.from_numpy(np.array([0.0, 1.0, 2.0], np.float32))``.
-ADD = _row("add", np.add, jnp.add, PASS, PASS, doc="a + b",
+ADD = _row("add", np.add, jnp.add, PASS, PASS, doc="a + b", second=LINEAR,
            example=("x, 1.0", "array([1., 2., 3.], dtype=float32)"))
-SUB = _row("subtract", np.subtract, jnp.subtract, PASS, NEGATE, doc="a - b",
+SUB = _row("subtract", np.subtract, jnp.subtract, PASS, NEGATE, doc="a - b", second=LINEAR,
            example=("x, 1.0", "array([-1.,  0.,  1.], dtype=float32)"))
 MUL = _row("multiply", np.multiply, jnp.multiply,
            lambda g, a, b: g * b, lambda g, a, b: g * a, doc="a * b",
+           second={(0, 1): _one, (1, 0): _one},
            example=("x, x", "array([0., 1., 4.], dtype=float32)"))
 DIV = _row("divide", np.true_divide, jnp.true_divide,
            lambda g, a, b: g / b, lambda g, a, b: -g * a / (b * b), doc="a / b",
+           second={(0, 1): lambda a, b: -1 / (b * b), (1, 0): lambda a, b: -1 / (b * b),
+                   (1, 1): lambda a, b: 2 * a / (b * b * b)},
            example=("x, 2.0", "array([0. , 0.5, 1. ], dtype=float32)"))
 POW = _row("power", kernels.power, jnp.power, _pow_base, _pow_exponent, doc="a ** b",
+           second={(0, 0): _pow_base_base, (0, 1): _pow_base_exponent,
+                   (1, 0): _pow_exponent_base, (1, 1): _pow_exponent_exponent},
            example=("x, 3", "array([0., 1., 8.], dtype=float32)"))
-_row("negative", np.negative, jnp.negative, NEGATE, doc="-a",
+_row("negative", np.negative, jnp.negative, NEGATE, doc="-a", second=LINEAR,
      example=("x", "array([-0., -1., -2.], dtype=float32)"))
 _row("square", np.square, jnp.square, lambda g, a: 2 * a * g, doc="a ** 2",
+     second=lambda a: 2,
      example=("x", "array([0., 1., 4.], dtype=float32)"))
 _row("maximum", np.maximum, jnp.maximum,
      lambda g, a, b: g * _balanced(a, b), lambda g, a, b: g * _balanced(b, a),
-     doc="the larger of a and b (ties share the gradient, as in jax.numpy)",
+     doc="the larger of a and b (ties share the gradient, as in jax.numpy)", second=LINEAR,
      example=("x, 1.0", "array([1., 1., 2.], dtype=float32)"))
 _row("minimum", np.minimum, jnp.minimum,
      lambda g, a, b: g * _balanced(-a, -b), lambda g, a, b: g * _balanced(-b, -a),
-     doc="the smaller of a and b (ties share the gradient, as in jax.numpy)",
+     doc="the smaller of a and b (ties share the gradient, as in jax.numpy)", second=LINEAR,
      example=("x, 1.0", "array([0., 1., 1.], dtype=float32)"))
 _row("clip", np.clip, _clip_ref, _clip_base, _clip_lo,
      lambda g, a, lo, hi: g * _balanced(-hi, -np.maximum(a, lo)),
-     doc="a limited to [lo, hi], as minimum(maximum(a, lo), hi)",
+     doc="a limited to [lo, hi], as minimum(maximum(a, lo), hi)", second=LINEAR,
      example=("x, 0.5, 1.5", "array([0.5, 1. , 1.5], dtype=float32)"))
 _row("abs", np.abs, jnp.abs, lambda g, a: g * _sign_or_one(a), doc="absolute value",
+     second=LINEAR,
      example=("-x", "array([0., 1., 2.], dtype=float32)"))
 
 # --- transcendental -------------------------------------------------------------
-_row("exp", np.exp, jnp.exp, lambda g, a: g * np.exp(a), doc="e ** a",
+_row("exp", np.exp, jnp.exp, lambda g, a: g * np.exp(a), doc="e ** a", second=np.exp,
      example=("x", "array([1.       , 2.718282 , 7.3890557], dtype=float32)"))
 _row("log", np.log, jnp.log, lambda g, a: g / a, doc="the natural logarithm",
+     second=lambda a: -1 / np.square(a),
      example=("x + 1", "array([0.       , 0.6931472, 1.0986123], dtype=float32)"))
 _row("log1p", np.log1p, jnp.log1p, lambda g, a: g / (1 + a), doc="log(1 + a), accurate near 0",
+     second=lambda a: -1 / np.square(1 + a),
      example=("x", "array([0.       , 0.6931472, 1.0986123], dtype=float32)"))
 _row("sqrt", np.sqrt, jnp.sqrt, lambda g, a: g * 0.5 / np.sqrt(a), doc="the square root",
+     second=lambda a: -0.25 / (a * np.sqrt(a)),
      example=("x", "array([0.       , 1.       , 1.4142135], dtype=float32)"))
 _row("tanh", np.tanh, jnp.tanh, lambda g, a: g * (1 - np.square(np.tanh(a))),
-     doc="the hyperbolic tangent",
+     doc="the hyperbolic tangent", second=lambda a: -2 * np.tanh(a) * (1 - np.square(np.tanh(a))),
      example=("x", "array([0.       , 0.7615942, 0.9640276], dtype=float32)"))
 _row("arctan", np.arctan, jnp.arctan, lambda g, a: g / (1 + np.square(a)),
-     doc="the inverse tangent",
+     doc="the inverse tangent", second=lambda a: -2 * a / np.square(1 + np.square(a)),
      example=("x", "array([0.       , 0.7853982, 1.1071488], dtype=float32)"))
 
 # --- selection and comparison ------------------------------------------------------
 _row("where", np.where, jnp.where, None,
      lambda g, c, a, b: np.where(c, g, 0), lambda g, c, a, b: np.where(c, 0, g),
-     doc="a where the condition holds, else b",
+     doc="a where the condition holds, else b", second=LINEAR,
      example=("x > 0.5, x, -1.0", "array([-1.,  1.,  2.], dtype=float32)"))
 for _name, _np, _jnp, _doc, _out in [
         ("less", np.less, jnp.less, "a < b", "array([ True, False, False])"),
@@ -177,7 +266,8 @@ for _name, _np, _jnp, _doc, _out in [
          "array([False,  True,  True])"),
         ("equal", np.equal, jnp.equal, "a == b", "array([False,  True, False])"),
         ("not_equal", np.not_equal, jnp.not_equal, "a != b", "array([ True, False,  True])")]:
-    _row(_name, _np, _jnp, None, None, doc=_doc + ", as a bool array", example=("x, 1.0", _out))
+    _row(_name, _np, _jnp, None, None, doc=_doc + ", as a bool array", example=("x, 1.0", _out),
+         second=LINEAR)
 
 # --- the rest of the Array API's elementwise functions (jax.numpy's names) ----------
 # Ops whose derivative is 0 wherever it exists (floor, sign, imag, ...) have
@@ -200,6 +290,26 @@ def _remainder_divisor(g, a, b):
     plus = (mod != 0) & ((mod < 0) != (b < 0))
     return g * (plus - np.trunc(a / b))
 
+
+def _minus_three_halves(x):
+    return 1 / (x * np.sqrt(x))  # x ** -1.5
+
+
+#: f'' of the unary rows below whose derivative is not piecewise constant
+_UNARY_SECOND = {
+    "sin": lambda a: -np.sin(a), "cos": lambda a: -np.cos(a),
+    "tan": lambda a: 2 * np.tan(a) * (1 + np.square(np.tan(a))),
+    "arcsin": lambda a: a * _minus_three_halves(1 - np.square(a)),
+    "arccos": lambda a: -a * _minus_three_halves(1 - np.square(a)),
+    "sinh": np.sinh, "cosh": np.cosh,
+    "arcsinh": lambda a: -a * _minus_three_halves(np.square(a) + 1),
+    "arccosh": lambda a: -a * _minus_three_halves((a - 1) * (a + 1)),
+    "arctanh": lambda a: 2 * a / np.square(1 - np.square(a)),
+    "expm1": np.exp,
+    "log2": lambda a: -1 / (np.square(a) * np.log(2)),
+    "log10": lambda a: -1 / (np.square(a) * np.log(10)),
+    "reciprocal": lambda a: 2 / (a * a * a),
+}
 
 for _name, _kernel, _rule, _doc, _args, _out in [
         ("sin", np.sin, lambda g, a: g * np.cos(a), "the sine", "x",
@@ -252,7 +362,9 @@ for _name, _kernel, _rule, _doc, _args, _out in [
          "halves to even (ints as they are)", "x - 0.5", "array([-0.,  0.,  2.], dtype=float32)"),
         ("sign", kernels.sign, _zero, "-1, 0 or 1 by the sign of a (nan stays nan)", "x - 1",
          "array([-1.,  0.,  1.], dtype=float32)")]:
-    _row(_name, _kernel, getattr(jnp, _name), _rule, doc=_doc, example=(_args, _out))
+    # a rule that is g itself or none has no second derivative; every other is in the dict
+    _row(_name, _kernel, getattr(jnp, _name), _rule, doc=_doc, example=(_args, _out),
+         second=_UNARY_SECOND[_name] if _rule not in (PASS, _zero) else LINEAR)
 
 for _name, _doc, _args, _out in [
         ("isfinite", "a is neither infinite nor nan", "jask.log(x)",
@@ -264,8 +376,8 @@ for _name, _doc, _args, _out in [
         ("logical_not", "not a (a nonzero number is true)", "x",
          "array([ True, False, False])")]:
     _row(_name, getattr(np, _name), getattr(jnp, _name), None, doc=_doc + ", as a bool array",
-         example=(_args, _out))
-_row("invert", np.invert, jnp.invert, None,
+         example=(_args, _out), second=LINEAR)
+_row("invert", np.invert, jnp.invert, None, second=LINEAR,
      doc="``~a``: the bitwise not of an integer, the logical not of a bool",
      example=("x.astype(np.int32)", "array([-1, -2, -3], dtype=int32)"))
 
@@ -273,29 +385,37 @@ _row("arctan2", np.arctan2, jnp.arctan2,
      lambda g, a, b: g * b / (np.square(a) + np.square(b)),
      lambda g, a, b: -g * a / (np.square(a) + np.square(b)),
      doc="the angle of the point (b, a): arctan(a / b) in the right quadrant",
+     second={(0, 0): lambda a, b: -2 * a * b / _r4(a, b), (0, 1): _arctan2_mixed,
+             (1, 0): _arctan2_mixed, (1, 1): lambda a, b: 2 * a * b / _r4(a, b)},
      example=("x, 1.0", "array([0.       , 0.785398..., 1.1071488], dtype=float32)"))
 _row("hypot", np.hypot, jnp.hypot,
      lambda g, a, b: g * a / np.hypot(a, b), lambda g, a, b: g * b / np.hypot(a, b),
      doc="sqrt(a ** 2 + b ** 2), without overflow",
+     second={(0, 0): lambda a, b: np.square(b) / np.hypot(a, b) ** 3,
+             (0, 1): lambda a, b: -a * b / np.hypot(a, b) ** 3,
+             (1, 0): lambda a, b: -a * b / np.hypot(a, b) ** 3,
+             (1, 1): lambda a, b: np.square(a) / np.hypot(a, b) ** 3},
      example=("x, 1.0", "array([1.       , 1.4142135, 2.236068 ], dtype=float32)"))
 _row("logaddexp", np.logaddexp, jnp.logaddexp,
      _logaddexp_vjp, lambda g, a, b: _logaddexp_vjp(g, b, a),
      doc="log(exp(a) + exp(b)), computed stably",
+     second={(0, 0): _softmax_pair, (0, 1): lambda a, b: -_softmax_pair(a, b),
+             (1, 0): lambda a, b: -_softmax_pair(a, b), (1, 1): _softmax_pair},
      example=("x, x", "array([0.6931472, 1.6931472, 2.6931472], dtype=float32)"))
 _row("copysign", np.copysign, jnp.copysign,
      lambda g, a, b: g * np.where(np.signbit(b), -1, 1) * _sign_or_one(a), _zero,
-     doc="``|a|`` with the sign of b",
+     doc="``|a|`` with the sign of b", second=LINEAR,
      example=("1.0, x - 1", "array([-1.,  1.,  1.], dtype=float32)"))
 _row("nextafter", np.nextafter, jnp.nextafter, None, None,
      doc="the next representable number after a toward b (jax.grad refuses it; jask's "
-         "gradient is zero)",
+         "gradient is zero)", second=LINEAR,
      example=("x, 3.0", "array([1.4012985e-45, 1.0000001e+00, 2.0000002e+00], dtype=float32)"))
 _row("remainder", kernels.remainder, jnp.remainder, PASS, _remainder_divisor,
-     doc="``a % b``, with the sign of b; an integer a % 0 is 0, as in jax.numpy",
+     doc="``a % b``, with the sign of b; an integer a % 0 is 0, as in jax.numpy", second=LINEAR,
      example=("x, -1.5", "array([ 0. , -0.5, -1. ], dtype=float32)"))
 _row("floor_divide", kernels.floor_divide, jnp.floor_divide, _zero, _zero,
      doc="``a // b``, rounded down; an integer a // 0 is -1 (or -2 for a > 0, the largest value "
-         "unsigned), as in jax.numpy",
+         "unsigned), as in jax.numpy", second=LINEAR,
      example=("x - 1, 2.0", "array([-1.,  0.,  0.], dtype=float32)"))
 
 # integers and bools only (floats are refused as jax.numpy refuses them); no gradients
@@ -312,39 +432,62 @@ for _name, _kernel, _doc, _args, _out in [
         ("right_shift", kernels.right_shift, "``a >> b``, arithmetic for signed types; by a "
          "negative amount or the width or more: -1 or 0 by a's sign",
          "x.astype(np.int32) * 4, 1", "array([0, 2, 4], dtype=int32)")]:
-    _row(_name, _kernel, getattr(jnp, _name), None, None, doc=_doc, example=(_args, _out))
+    _row(_name, _kernel, getattr(jnp, _name), None, None, doc=_doc, example=(_args, _out),
+         second=LINEAR)
 for _name, _doc, _out in [("logical_and", "a and b", "array([False, False,  True])"),
                           ("logical_or", "a or b", "array([ True,  True,  True])"),
                           ("logical_xor", "a xor b", "array([ True,  True, False])")]:
     _row(_name, getattr(np, _name), getattr(jnp, _name), None, None,
-         doc=_doc + " (a nonzero number is true), as a bool array", example=("x, x - 1", _out))
+         doc=_doc + " (a nonzero number is true), as a bool array", example=("x, x - 1", _out),
+         second=LINEAR)
 
 # --- activations (jask.nn) ---------------------------------------------------------
 _row("sigmoid", expit, jax.nn.sigmoid, lambda g, a: g * expit(a) * (1 - expit(a)),
      doc="1 / (1 + exp(-a)), computed stably",
+     second=lambda a: expit(a) * (1 - expit(a)) * (1 - 2 * expit(a)),
      example=("x", "array([0.5      , 0.7310586, 0.880797 ], dtype=float32)"))
 _row("relu", lambda a: np.maximum(a, 0), jax.nn.relu, lambda g, a: g * (a > 0),
-     doc="max(a, 0); its gradient at 0 is 0, as in jax.nn.relu",
+     doc="max(a, 0); its gradient at 0 is 0, as in jax.nn.relu", second=LINEAR,
      example=("x - 1", "array([0., 0., 1.], dtype=float32)"))
 _row("softplus", lambda a: np.logaddexp(a, 0), jax.nn.softplus, lambda g, a: g * expit(a),
      doc="log(1 + exp(a)), computed stably",
+     second=lambda a: expit(a) * (1 - expit(a)),
      example=("x", "array([0.6931472, 1.3132617, 2.126928 ], dtype=float32)"))
 
 # --- internal rows: the pieces of reductions and their gradients --------------------
-IDENTITY = _row("copy", lambda a: a, lambda a: a, PASS, public=False)
-TIES = _row("ties", lambda x, m: x == m, lambda x, m: x == m, None, None, public=False)
+IDENTITY = _row("copy", lambda a: a, lambda a: a, PASS, public=False, second=LINEAR)
+TIES = _row("ties", lambda x, m: x == m, lambda x, m: x == m, None, None, public=False,
+            second=LINEAR)
+# The rows of gradients (max's, prod's, ...) carry rules too, for forward mode
+# over them (Hessian-vector products): linear in the cotangent g; a count ``n``
+# or a condition has no tangent. ``unknown`` marks what jask cannot differentiate.
 CHOSEN = _row("chosen", lambda g, x, m, n: np.where(x == m, g / n, 0),
-              lambda g, x, m, n: jnp.where(x == m, g / n, 0), None, None, None, None,
+              lambda g, x, m, n: jnp.where(x == m, g / n, 0),
+              lambda t, g, x, m, n: np.where(x == m, t / n, 0), None, None, None,
               public=False)
 # exp(x - lse) of logsumexp's gradient (the softmax): its VJP in x is g times it;
 # lse only says where the result was, so no gradient flows to it.
 EXP_SUB = _row("exp_sub", lambda x, m: np.exp(x - m),
                lambda x, m: jnp.exp(x - jax.lax.stop_gradient(m)),
-               lambda g, x, m: g * np.exp(x - m), None, public=False)
+               lambda g, x, m: g * np.exp(x - m), None, public=False,
+               # m is the row's logsumexp: the softmax depends on it, so forward mode over
+               # this rule (Hessian-vector products) takes m's tangent too
+               second={(0, 0): lambda x, m: np.exp(x - m),
+                       (0, 1): lambda x, m: -np.exp(x - m)})
+# t * exp(x - lse), summed along the reduced axes: logsumexp's tangent (the
+# softmax-weighted mean of the tangents); linear in t, its rule in x unknown
+SOFTMAX_TANGENT = _row("softmax_tangent", lambda t, x, m: t * np.exp(x - m),
+                       lambda t, x, m: t * jnp.exp(x - jax.lax.stop_gradient(m)),
+                       lambda g, t, x, m: g * np.exp(x - m),
+                       unknown("jask.logsumexp: derivatives of its tangent in x "
+                               "(reverse mode over forward: take them forward over reverse)"),
+                       None, public=False)
 # (x - mu)^2 * scale of var: mu is x's mean, where d var / d mu = 0.
 SQDIFF = _row("squared_deviation", lambda x, mu, s: np.square(x - mu) * s,
               lambda x, mu, s: jnp.square(x - jax.lax.stop_gradient(mu)) * s,
-              lambda g, x, mu, s: 2 * s * g * (x - mu), None, None, public=False)
+              lambda g, x, mu, s: 2 * s * g * (x - mu), None, None, public=False,
+              second={(0, 0): lambda x, mu, s: 2 * s, (0, 1): lambda x, mu, s: -2 * s,
+                      (0, 2): lambda x, mu, s: 2 * (x - mu)})
 
 
 # The gradients of nanmean and nanvar (zero at a NaN, as jax.numpy's): ``n`` is
@@ -359,13 +502,21 @@ def _nan_var_vjp(g, x, mu, n, ddof):
         return np.where(x == x, 2 * g * (x - mu) / (n - ddof), 0).astype(x.dtype, copy=False)
 
 
+def _nan_var_factor(tg, x, n, ddof):
+    with np.errstate(all="ignore"):
+        return np.where(x == x, 2 * tg / (n - ddof), 0).astype(x.dtype, copy=False)
+
+
 IS_NUMBER = _row("is_number", lambda a: (a == a).astype(a.dtype),
-                 lambda a: (a == a).astype(a.dtype), None, public=False)
+                 lambda a: (a == a).astype(a.dtype), None, public=False, second=LINEAR)
 NAN_MEAN_VJP = _row("nan_mean_vjp", _nan_mean_vjp, lambda g, x, n: g * x / n,
-                    None, None, None, public=False)
+                    lambda t, g, x, n: _nan_mean_vjp(t, x, n), None, None, public=False)
 NAN_VAR_VJP = _row("nan_var_vjp", _nan_var_vjp,
                    lambda g, x, mu, n, ddof: g * (x - mu) / (n - ddof),
-                   None, None, None, None, None, public=False)
+                   lambda t, g, x, mu, n, ddof: _nan_var_vjp(t, x, mu, n, ddof),
+                   lambda t, g, x, mu, n, ddof: _nan_var_factor(t * g, x, n, ddof),
+                   lambda t, g, x, mu, n, ddof: -_nan_var_factor(t * g, x, n, ddof),
+                   None, None, public=False)
 
 class FlatIndex:
     """The kernel of ``argmax`` and ``argmin`` over ``axes``: a tile, and the
@@ -416,17 +567,20 @@ def astype(dtype) -> Ufunc:
     """The row of a cast to ``dtype`` (its gradient casts back)."""
     dtype = np.dtype(dtype)
     return Ufunc(f"astype_{dtype.name}", IDENTITY.numpy, lambda a: jnp.asarray(a).astype(dtype),
-                 (PASS,), public=False, dtype=dtype)
+                 (PASS,), public=False, dtype=dtype, second=LINEAR)
 
 
 
 # --- internal rows of all, any, count_nonzero and prod's gradient --------------------
-NONZERO = _row("nonzero", lambda a: a != 0, lambda a: a != 0, None, public=False)
+NONZERO = _row("nonzero", lambda a: a != 0, lambda a: a != 0, None, public=False,
+               second=LINEAR)
 # prod's VJP (zeros included, as jax.numpy): the product of the nonzero
 # elements p, the count of zeros z, then each element's product of the others.
 NONZERO_OR_ONE = _row("nonzero_or_one", lambda a: np.where(a == 0, np.ones_like(a), a),
-                      lambda a: jnp.where(a == 0, 1, a), None, public=False)
-IS_ZERO = _row("is_zero", lambda a: a == 0, lambda a: a == 0, None, public=False)
+                      lambda a: jnp.where(a == 0, 1, a), lambda g, a: np.where(a == 0, 0, g),
+                      public=False, second=LINEAR)
+IS_ZERO = _row("is_zero", lambda a: a == 0, lambda a: a == 0, None, public=False,
+               second=LINEAR)
 
 
 def _others_product(g, x, p, z):
@@ -436,10 +590,14 @@ def _others_product(g, x, p, z):
     return g * np.where(x == 0, np.where(z == 1, p, 0), np.where(z == 0, p / safe, 0))
 
 
-PROD_VJP = _row("prod_vjp", _others_product, lambda g, x, p, z: g, None, None, None, None,
-                public=False)
+_PROD_SECOND = unknown("jask.prod: second derivatives (forward mode over prod's gradient: "
+                       "jax.hessian, a Hessian-vector product) are not supported")
+PROD_VJP = _row("prod_vjp", _others_product, lambda g, x, p, z: g,
+                lambda t, g, x, p, z: _others_product(t, x, p, z), _PROD_SECOND, _PROD_SECOND,
+                None, public=False)
 
 # cumprod's VJP (zeros included): ``c`` is the running count of zeros along the axis.
+# (Forward mode through cumprod is refused before any of these is reached.)
 FIRST_ZERO_AS_ONE = _row("first_zero_as_one",
                          lambda x, c: np.where((x == 0) & (c == 1), np.ones_like(x), x),
                          lambda x, c: x, None, None, public=False)

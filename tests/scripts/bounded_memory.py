@@ -28,6 +28,7 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from url_grid import source, upload
 
@@ -115,6 +116,23 @@ def step_ops(X, y, w) -> dict:
     return {"jit(grad) step": lambda: step(w, 1e-6), "minibatch epoch": lambda: _epoch(X, y)}
 
 
+def second_order_ops(X, y) -> dict:
+    """Forward over reverse and batches of a least-squares loss with in-memory
+    parameters, each one band group over X (issue 28): a Hessian-vector
+    product, the whole Hessian (one tangent per column of X, so its bands carry
+    128 of them) and the loss of 16 parameter vectors. Measured in a process of
+    its own (``JASK_GRID_PHASE=second``), as the step is."""
+    d = X.shape[1]
+    loss = lambda w: jask.sum(jask.square(X @ w[:, None] - y))
+    w, v = jnp.full(d, 0.01, jnp.float32), jnp.ones(d, jnp.float32)
+    W = jnp.full((16, d), 0.01, jnp.float32)
+    hvp = jax.jit(lambda w, v: jax.jvp(jax.grad(loss), (w,), (v,))[1])
+    hessian = jax.jit(jax.hessian(loss))
+    batched = jax.jit(jax.vmap(loss))
+    return {"hvp": lambda: hvp(w, v), "hessian": lambda: hessian(w),
+            "vmap loss": lambda: batched(W)}
+
+
 def _epoch(X, y) -> float:
     """A shuffled epoch of jask.batches over X and y: its two windows, the
     batches ahead and the chunks being read. Its shuffle buffer is one chunk,
@@ -165,7 +183,7 @@ def _adam_step(a, b):
 #: Ops measured on their second call: the first compiles them for these
 #: shapes, and the compiled program stays in JAX's cache (fixed memory, not
 #: tiles; the warm-up compiled them only for tiny shapes).
-COMPILED = {"jit(grad) step", "adam step"}
+COMPILED = {"jit(grad) step", "adam step", "hvp", "hessian", "vmap loss"}
 
 
 def _release() -> None:
@@ -192,7 +210,7 @@ def run_cell(folder: str) -> dict:
     results = {}
     only = os.environ.get("JASK_GRID_OPS")  # a comma-separated subset, to study one op
     phase = {"lazy": lambda: lazy_ops(a, b), "views": lambda: view_ops(a, b, X),
-             "step": lambda: step_ops(X, y, w)}.get(
+             "step": lambda: step_ops(X, y, w), "second": lambda: second_order_ops(X, y)}.get(
         os.environ.get("JASK_GRID_PHASE", ""), lambda: ops(a, b, v, X, y, w))()
     # inputs prepared (the adam step's parameter, gradient and moments are concatenated
     # copies, 2-3 MB left in the heap): the baseline of the ops is the process from here

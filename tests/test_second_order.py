@@ -1,0 +1,199 @@
+"""Second order and batches over data on disk: Hessian-vector products,
+jax.hessian, jax.jacfwd, jax.linearize and jax.vmap of GLM losses reading a
+DiskArray X, against jax.numpy on the in-memory copy, with the passes over X
+they take (jask.track)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jask
+
+#: Reads of X that count as one pass (a chunk cut at a band's edge is read twice).
+ONE_PASS = 1.2
+N, D = 3001, 12
+
+
+@pytest.fixture
+def data(small_budget, rng, dtype):
+    """float32 and float64 (x64 on) data, labels and parameters."""
+    x = rng.standard_normal((N, D)).astype(dtype)
+    y = (x @ rng.standard_normal(D) + rng.standard_normal(N) > 0).astype(dtype)
+    w = (0.1 * rng.standard_normal(D)).astype(dtype)
+    return x, y, jask.from_numpy(x), jask.from_numpy(y), jnp.asarray(w)
+
+
+def losses(X, Y):
+    """(least squares, logistic regression through the op table) on jask or jnp."""
+    if isinstance(X, jask.DiskArray):
+        square, softplus, total = jask.square, jask.nn.softplus, jask.sum
+    else:
+        square, softplus, total = jnp.square, jax.nn.softplus, jnp.sum
+    return {"least-squares": lambda w: total(square(X @ w - Y)),
+            "logistic": lambda w: total(softplus(X @ w) - Y * (X @ w)) / N}
+
+
+LOSSES = ["least-squares", "logistic"]
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_hessian_vector_product_reads_X_once(data, name, rng):
+    x, y, X, Y, w = data
+    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    v = jnp.asarray(rng.standard_normal(D).astype(w.dtype))
+    want = jax.jvp(jax.grad(ref), (w,), (v,))[1]
+    hvp = jax.jit(lambda w, v: jax.jvp(jax.grad(loss), (w,), (v,))[1])
+    np.testing.assert_allclose(jax.jvp(jax.grad(loss), (w,), (v,))[1], want, rtol=2e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(hvp(w, v), want, rtol=2e-4, atol=1e-5)
+    with jask.track() as counts:
+        got = hvp(w, v).block_until_ready()
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_hessian_matches_jax_numpy(data, name):
+    """jax.hessian (jacfwd of jacrev: a vmap of forward over reverse) of a GLM
+    loss; jitted it reads X once (X.T @ (d * (X @ I)) in one band group)."""
+    x, y, X, Y, w = data
+    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    want = jax.hessian(ref)(w)
+    np.testing.assert_allclose(jax.hessian(loss)(w), want, rtol=2e-4, atol=1e-5)
+    compiled = jax.jit(jax.hessian(loss))
+    np.testing.assert_allclose(compiled(w), want, rtol=2e-4, atol=1e-5)
+    with jask.track() as counts:
+        compiled(w).block_until_ready()
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_vmap_over_parameter_vectors_reads_X_once(data, name, rng):
+    """16 parameter vectors (an ensemble, a regularisation path): one X @ W.T."""
+    x, y, X, Y, _ = data
+    W = jnp.asarray(0.1 * rng.standard_normal((16, D)).astype(x.dtype))
+    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    want = jax.vmap(ref)(W)
+    for label, f in [("eager", jax.vmap(loss)), ("jit", jax.jit(jax.vmap(loss)))]:
+        f(W)
+        with jask.track() as counts:
+            got = f(W).block_until_ready()
+        np.testing.assert_allclose(got, want, rtol=2e-4, err_msg=label)
+        assert 0.99 <= counts.passes(X) <= ONE_PASS, (label, counts)
+    # in_axes over the parameters only, X passed in, and the gradients batched too
+    per = jax.vmap(jax.value_and_grad(lambda w, X: losses(X, Y)[name](w)), in_axes=(0, None))
+    values, grads = per(W, X)
+    want_v, want_g = jax.vmap(jax.value_and_grad(ref))(W)
+    np.testing.assert_allclose(values, want_v, rtol=2e-4)
+    np.testing.assert_allclose(grads, want_g, rtol=2e-4, atol=1e-5)
+
+
+def test_jvp_linearize_and_jacfwd_match_jax_numpy(data, rng):
+    x, y, X, Y, w = data
+    loss, ref = losses(X, Y)["logistic"], losses(x, y)["logistic"]
+    v = jnp.asarray(rng.standard_normal(D).astype(w.dtype))
+    out, tangent = jax.jvp(loss, (w,), (v,))
+    want_out, want = jax.jvp(ref, (w,), (v,))
+    np.testing.assert_allclose(out, want_out, rtol=1e-5)
+    np.testing.assert_allclose(tangent, want, rtol=1e-4, atol=1e-6)
+    out, f = jax.linearize(loss, w)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5)
+    np.testing.assert_allclose(f(v), want, rtol=1e-4, atol=1e-6)
+    # the Jacobian of an in-memory vector function of w, and a DiskArray tangent
+    jac = jax.jacfwd(lambda w: jask.sum(X * w, axis=0) + jask.max(X @ w))
+    np.testing.assert_allclose(jac(w), jax.jacfwd(lambda w: jnp.sum(x * w, 0) + jnp.max(x @ w))(w),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(TypeError, match=r"jax\.jacfwd of a function returning a DiskArray.*"
+                                         r"jax\.jvp along each direction"):
+        jax.jacfwd(lambda w: X @ w)(w)
+    _, t = jax.jvp(lambda w: jask.exp(X @ w), (w,), (v,))
+    assert isinstance(t, jask.DiskArray)
+    np.testing.assert_allclose(t.to_numpy(), np.exp(x @ w) * (x @ v), rtol=1e-4, atol=1e-6)
+
+
+def test_vmap_through_an_op_with_no_batching_rule_says_what_to_do(small_budget):
+    a = jask.from_numpy(np.ones((3, 4), np.float32))
+    for f in (lambda x: x[0], lambda x: x.T @ x):
+        with pytest.raises(NotImplementedError, match=r"jax\.vmap through .* is not supported.*"
+                                                      r"leading axis"):
+            jax.vmap(f)(a)
+
+
+def test_newtons_method_on_a_store_four_times_the_budget_converges_in_one_pass_a_step(
+        small_budget, rng):
+    """Logistic regression with a small ridge on an X of 240 kB under a 64 kB
+    budget: each Newton step's gradient and Hessian come from one jitted
+    program reading X once; |g| <= 1e-6 |g0| within 15 passes, at numpy's
+    optimum (float64 Newton on the in-memory copy)."""
+    from scipy.special import expit
+
+    n, d, ridge = 6000, 10, 1e-3
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    y = (x @ rng.standard_normal(d) + rng.standard_normal(n) > 0).astype(np.float32)
+    X, Y = jask.from_numpy(x), jask.from_numpy(y)
+    assert x.nbytes > 3 * small_budget.max_memory
+
+    def loss(w):
+        z = X @ w
+        return jask.sum(jask.nn.softplus(z) - Y * z) / n + 0.5 * ridge * jnp.sum(w * w)
+
+    step = jax.jit(lambda w: (jax.grad(loss)(w), jax.hessian(loss)(w)))
+    w = jnp.zeros(d, jnp.float32)
+    with jask.track() as counts:
+        g, H = step(w)
+        g0, steps = float(jnp.linalg.norm(g)), 1
+        while float(jnp.linalg.norm(g)) > 1e-6 * g0 and steps < 15:
+            w = w - jnp.linalg.solve(H, g)
+            g, H = step(w)
+            steps += 1
+    assert float(jnp.linalg.norm(g)) <= 1e-6 * g0, steps
+    assert counts.passes(X) <= steps * ONE_PASS and counts.passes(X) <= 15, counts
+    ref, xd, yd = np.zeros(d), x.astype(np.float64), y.astype(np.float64)
+    for _ in range(20):
+        p = expit(xd @ ref)
+        grad = xd.T @ (p - yd) / n + ridge * ref
+        hess = (xd * (p * (1 - p))[:, None]).T @ xd / n + ridge * np.eye(d)
+        ref = ref - np.linalg.solve(hess, grad)
+    np.testing.assert_allclose(w, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_newton_cg_with_hessian_vector_products_in_a_compiled_loop(small_budget, rng):
+    """Newton-CG: each step's direction from 4 conjugate-gradient iterations of
+    Hessian-vector products inside lax.fori_loop under jit; each product is one
+    pass over X, the gradient another. (jax.scipy.sparse.linalg.cg does not run:
+    its custom_linear_solve takes no hi-typed constant such as a DiskArray.)"""
+    n, d, ridge, iterations = 6000, 10, 1e-3, 4
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    y = (x @ rng.standard_normal(d) + rng.standard_normal(n) > 0).astype(np.float32)
+    X, Y = jask.from_numpy(x), jask.from_numpy(y)
+
+    def loss(w):
+        z = X @ w
+        return jask.sum(jask.nn.softplus(z) - Y * z) / n + 0.5 * ridge * jnp.sum(w * w)
+
+    @jax.jit
+    def newton_cg(w):
+        g = jax.grad(loss)(w)
+
+        def cg(i, state):
+            step, r, p, rr = state
+            hp = jax.jvp(jax.grad(loss), (w,), (p,))[1]
+            alpha = rr / (p @ hp)
+            step, r = step + alpha * p, r - alpha * hp
+            return step, r, r + (r @ r / rr) * p, r @ r
+
+        step, *_ = jax.lax.fori_loop(0, iterations, cg, (jnp.zeros_like(g), g, g, g @ g))
+        return w - step, jnp.linalg.norm(g)
+
+    w = jnp.zeros(d, jnp.float32)
+    with jask.track() as counts:
+        norms = []
+        for _ in range(8):
+            w, norm = newton_cg(w)
+            norms.append(float(norm))
+    assert norms[-1] <= 1e-6 * norms[0], norms
+    assert 0.99 * 8 * (1 + iterations) <= counts.passes(X) <= 8 * (1 + iterations) * ONE_PASS
+    from scipy.special import expit  # numpy's gradient there, in float64: ~0 (float32's w)
+    wd, xd = np.asarray(w, np.float64), x.astype(np.float64)
+    exact = xd.T @ (expit(xd @ wd) - y) / n + ridge * wd
+    assert np.linalg.norm(exact) <= 1e-5 * norms[0]
