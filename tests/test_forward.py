@@ -1,8 +1,8 @@
 """Forward mode through every op of the table (``ops_table.OPS``): ``jax.jvp``
 of each jask function against ``jax.jvp`` of its jax.numpy reference, and
 forward over reverse (``jax.jvp`` of ``jax.grad``, the Hessian-vector
-product) against the same of the reference, in float32 and float64. A new row
-of the table is tested here without new code."""
+product) against the same of the reference, in float32 (and float64, marked
+slow). A new row of the table is tested here without new code."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +18,18 @@ JVP_CASES = [c for c in OPS if c.argnums]
 NO_FORWARD = ("cumprod[",)
 #: Cases whose second derivatives jask refuses (naming the op) rather than computes.
 NO_SECOND = NO_FORWARD + ("prod[", "nanprod[", "map")  # (map: a user's function)
+
+
+@pytest.fixture(params=[np.float32, pytest.param(np.float64, marks=pytest.mark.slow)],
+                ids=lambda d: np.dtype(d).name)
+def dtype(request):
+    """float32 in CI's run; float64 (x64 on, a second compile of every case) in
+    the slow set."""
+    if request.param == np.float64:
+        with jax.enable_x64(True):
+            yield request.param
+    else:
+        yield request.param
 
 
 def _tangents(case, values, rng):
