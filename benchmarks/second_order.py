@@ -372,9 +372,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="X of 2**19 x 32 (64 MiB) under an 8MB budget")
     parser.add_argument("--rows", type=int, default=None,
-                        help="default 2**23 (1 GiB X, 32 features)")
+                        help="default 2**22 (512 MiB X, 32 features)")
     parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--budget", default=None, help="default 128MB (8MB with --quick)")
+    parser.add_argument("--budget", default=None, help="default 64MB (8MB with --quick)")
     parser.add_argument("--problems", default=",".join(PROBLEMS))
     parser.add_argument("--only", default=",".join(METHODS), help="methods, comma-separated")
     parser.add_argument("--glm-newton-tol", type=float, default=1e-5,
@@ -382,8 +382,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data-dir", default=os.path.join(os.getcwd(), ".bench_data",
                                                            "second_order"))
     args = parser.parse_args(argv)
-    rows = args.rows or (1 << 19 if args.quick else 1 << 23)
-    budget = parse_bytes(args.budget or ("8MB" if args.quick else "128MB"))
+    rows = args.rows or (1 << 19 if args.quick else 1 << 22)
+    budget = parse_bytes(args.budget or ("8MB" if args.quick else "64MB"))
     folder = os.path.join(args.data_dir, f"{rows}x{args.features}-{budget}")
     os.makedirs(folder, exist_ok=True)
     chunk_rows = max(1, budget // 16 // (args.features * 4))
