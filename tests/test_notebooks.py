@@ -45,6 +45,8 @@ SIZES = {
     "xarray.ipynb": {"JASK_NB_ROWS": "60000", "JASK_NB_BUDGET": "1MB", "JASK_NB_STEPS": "20"},
     "minibatches.ipynb": {"JASK_NB_ROWS": "200000", "JASK_NB_BUDGET": "8MB",
                           "JASK_NB_EPOCHS": "2"},
+    "newton.ipynb": {"JASK_NB_ROWS": "120000", "JASK_NB_BUDGET": "1MB",
+                     "JASK_NB_FEATURES": "8"},
     "object_storage.ipynb": {"JASK_NB_ROWS": "20000", "JASK_NB_BUDGET": "1MB",
                              "JASK_NB_STEPS": "3", "JASK_NB_FEATURES": "16"},
 }
@@ -57,6 +59,10 @@ CLAIMS = [
      r"one step read X ([\d.]+) times", 1.0),
     ("explore.ipynb", "the forward `Z @ w` and the backward `Z.T @ g` share each tile",
      r"one step read Z ([\d.]+) times", 1.0),
+    ("newton.ipynb", "so each Newton step reads\n`X` once",
+     r"one Newton step read X ([\d.]+) times", 1.0),
+    ("newton.ipynb", "one Hessian-vector product reads `X` once",
+     r"one Hessian-vector product read X ([\d.]+) times", 1.0),
     ("object_storage.ipynb", "each step is one pass over `X`",
      r"per step: ([\d.]+) passes over X", 1.0),
     ("object_storage.ipynb", "and one per array for its metadata",
@@ -225,6 +231,28 @@ def test_minibatches(tmp_path, monkeypatch):
     assert float(re.findall(r"accuracy ([\d.]+)", text)[-1]) > 0.8, text
     assert "resumed with the 11th batch: True" in text
     pngs = _pngs(nbformat.read(tmp_path / "minibatches.ipynb", as_version=4))
+    assert pngs and pngs[0].startswith(b"\x89PNG")
+    assert elapsed < RUNAWAY, elapsed
+
+
+def test_newton(tmp_path, monkeypatch):
+    nb, elapsed = _execute("newton.ipynb", tmp_path, monkeypatch)
+    text = _text(nb)
+    assert float(re.search(r"([\d.]+)x the budget", text).group(1)) > 2, text
+    totals = {name: (float(p), float(r)) for name, p, r in
+              re.findall(r"^(Newton|Newton-CG|optax.lbfgs): ([\d.]+) passes to "
+                         r"\|g\|/\|g0\| ([\d.e+-]+)$", text, re.M)}
+    assert set(totals) == {"Newton", "Newton-CG", "optax.lbfgs"}, text
+    for name, (passes, ratio) in totals.items():
+        assert ratio <= 1e-6, (name, text)
+    # issue 28's target: Newton within 15 passes, one a step plus the first
+    steps = int(re.search(r"Newton: (\d+) steps, ([\d.]+) passes", text).group(1))
+    assert totals["Newton"][0] <= min(15, steps + 1) + 0.05, text
+    assert totals["Newton"][0] < totals["optax.lbfgs"][0], text
+    for pair in ("cg", "lbfgs"):
+        assert float(re.search(rf"max \|w_newton - w_{pair}\|: ([\d.e+-]+)", text)[1]) < 1e-3
+    assert float(re.search(r"cosine\(w, w_true\) ([\d.]+)", text).group(1)) > 0.9, text
+    pngs = _pngs(nbformat.read(tmp_path / "newton.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
     assert elapsed < RUNAWAY, elapsed
 

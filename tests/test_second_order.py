@@ -197,3 +197,24 @@ def test_newton_cg_with_hessian_vector_products_in_a_compiled_loop(small_budget,
     wd, xd = np.asarray(w, np.float64), x.astype(np.float64)
     exact = xd.T @ (expit(xd @ wd) - y) / n + ridge * wd
     assert np.linalg.norm(exact) <= 1e-5 * norms[0]
+
+
+def test_conjugate_gradients_of_jax_scipy_run_eagerly_and_are_refused_clearly_under_jit(
+        data, rng):
+    """jax.scipy.sparse.linalg.cg with a Hessian-vector product as its matrix:
+    eagerly it runs (jax.numpy's answer); under jax.jit JAX lowers its
+    custom_linear_solve without jask's types, and jask says so at lowering,
+    naming the loop that works (JAX's own error was AttributeError: 'val')."""
+    x, y, X, Y, w = data
+    loss, ref = losses(X, Y)["logistic"], losses(x, y)["logistic"]
+    b = jnp.asarray(rng.standard_normal(D).astype(w.dtype))
+
+    def solve(loss):
+        return lambda w, b: jax.scipy.sparse.linalg.cg(
+            lambda v: jax.jvp(jax.grad(loss), (w,), (v,))[1], b, maxiter=4)[0]
+
+    np.testing.assert_allclose(solve(loss)(w, b), solve(ref)(w, b), rtol=1e-3, atol=1e-4)
+    with pytest.raises(NotImplementedError, match=r"jax\.jit of custom_linear_solve with a "
+                                                  r"DiskArray.*jax\.scipy\.sparse\.linalg\.cg"
+                                                  r".*lax\.while_loop"):
+        jax.jit(solve(loss))(w, b)

@@ -90,7 +90,8 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
                           linear=lambda prim: (), as_store=lambda prim: None,
                           reading_store=lambda prim, k: None,
                           broadcast=lambda prim, k: None,
-                          lift=lambda name, params, avals, out: None) -> None:
+                          lift=lambda name, params, avals, out: None,
+                          refused=None) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -191,10 +192,25 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
                 done.setdefault(hi_jaxpr, {})[whole] = lean
             except TypeError:  # not weakly referenceable: rewrite again next time
                 pass
+        if refused is not None:
+            _refuse_hi_operands_of_lo_primitives(lean.jaxpr, refused)
         return original(lean, lo_avals)
 
     lower_jaxpr._rewrites_for = is_ours  # type: ignore[attr-defined]
     pe.lower_jaxpr = lower_jaxpr  # type: ignore[assignment]
+
+
+def _refuse_hi_operands_of_lo_primitives(jaxpr, refused) -> None:
+    """Raise ``NotImplementedError(refused(name))`` for a primitive JAX
+    lowers without hi types that takes a hi-typed operand (jax 0.10's
+    ``lower_jaxpr`` fails on it with ``AttributeError: ... 'val'``): a
+    ``custom_linear_solve`` (``jax.scipy.sparse.linalg.cg``) whose matrix
+    closes over a DiskArray, for one."""
+    for eqn in jaxpr.eqns:
+        if not any(isinstance(v, core.Var) and v.aval.is_high for v in eqn.invars):
+            continue
+        if not eqn.primitive.is_high(*[v.aval for v in eqn.invars], **eqn.params):
+            raise NotImplementedError(refused(eqn.primitive.name))
 
 
 def _holds_program(eqn) -> bool:

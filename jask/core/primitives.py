@@ -1649,7 +1649,15 @@ prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
                       linear=_linear_operands, as_store=_row_store,
                       reading_store=_reading_row_store, broadcast=_broadcast_operand,
-                      lift=_lifted)
+                      lift=_lifted, refused=lambda name: (
+                          f"jax.jit of {name} with a DiskArray operand is not supported: JAX "
+                          "lowers it without jask's types ("
+                          + ("jax.scipy.sparse.linalg.cg, gmres and bicgstab are "
+                             "custom_linear_solve; " if name == "custom_linear_solve" else "")
+                          + "a matrix closing over a DiskArray, for one). Write the solver's "
+                          "loop with lax.while_loop or lax.fori_loop, which run under jax.jit "
+                          "with DiskArrays in the body (each Hessian-vector product one pass "
+                          "over the data), or call it outside jax.jit"))
 
 
 # Cotangents of a DiskArray are DiskArrays: their zero and their sum are ops
