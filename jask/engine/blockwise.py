@@ -508,6 +508,10 @@ def with_moments(inner: str) -> str | None:
     return name
 
 
+#: The reduce functions that square deviations in a slab buffer (planners count it).
+MOMENTS = (_moments, _stats)
+
+
 def stat_of(inner: str, partial) -> np.ndarray:
     """The statistic ``inner`` from the partial of a :func:`with_moments` reducer."""
     return _stat_of(inner, partial)

@@ -534,7 +534,9 @@ def fulfil_as_view(handle: int, view: StoreSpec) -> StoreSpec:
     """Give a pending handle a view its computation registered
     (:func:`register_view`): the handle becomes that view, with its base kept
     and its copy made before the base changes; the view's own handle, which
-    nothing holds, goes at the next safe point."""
+    nothing else knew, is forgotten."""
+    assert view.view is not None and view.view.base.handle, "a view of a registered store"
+    base_handle = view.view.base.handle
     with _lock:
         made = _records.get(int(view.handle))
         record = _records.get(int(handle))
@@ -549,8 +551,10 @@ def fulfil_as_view(handle: int, view: StoreSpec) -> StoreSpec:
         record.spec = StoreSpec(view.path, view.shape, view.dtype, view.chunks, record.key,
                                 view.managed, view.view)
         record.copy = made.copy if made is not None else None
-        record.base = made.base if made is not None else _records.get(view.view.base.handle)
+        record.base = made.base if made is not None else _records.get(base_handle)
         record.deferred = None
+        if made is not None and made.state is State.UNCLAIMED and made is not record:
+            _records.pop(made.key, None)  # (the view's own handle: nothing else knew it)
         _doom_dead_owners()
         if record.state is not State.OWNED:
             record.thread, record.state = threading.get_ident(), State.UNCLAIMED
