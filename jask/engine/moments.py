@@ -19,8 +19,11 @@ What "the same data" is:
   were taken. jask's own writes into a store (``update_``, in-place
   optimizer steps, ``to_memmap`` writes, a save over it) drop what is kept
   of it first (:func:`jask.store.registry.on_mutation`), and a store
-  replaced by anyone else has another version. As for pending results,
-  chunk files rewritten in place by another tool are not seen;
+  replaced by anyone else has another version. Unlike a single op's read,
+  kept moments outlive their call, so a chunk file rewritten in place by
+  another tool (zarr's own writes do that) must be seen too: the version
+  kept includes every file's inode, size and change time under the store's
+  folder (:func:`_files`, one directory walk, far cheaper than a read);
   ``lazy=False`` keeps nothing.
 * a pending result (:class:`jask.engine.lazy.Recorded`): the record itself,
   whose values are fixed at its call.
@@ -34,6 +37,7 @@ budget, the oldest dropped first.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -113,10 +117,41 @@ def statistic(desc, inputs: list, budget: int) -> Statistic | None:
             return None  # (object storage: its versions cost a request each)
         path = resolved(base.path)
         return Statistic(("store", path, base.handle, view_key(source)) + layout, reducer,
-                         path, identity(path), source, budget)
+                         path, _version(path), source, budget)
     if not isinstance(source, registry.Deferred):
         return None
     return Statistic(("pending", id(source)) + layout, reducer, None, None, source, budget)
+
+
+def _files(folder: str) -> tuple:
+    """(relative name, inode, size, change time in ns) of every file under
+    ``folder``, sorted: any chunk written, replaced or removed changes it."""
+    found = []
+    stack = [folder]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                info = entry.stat(follow_symlinks=True)
+            except FileNotFoundError:
+                continue  # removed while walking: the version differs anyway
+            found.append((os.path.relpath(entry.path, folder), info.st_ino, info.st_size,
+                          info.st_ctime_ns))
+    return tuple(sorted(found))
+
+
+def _version(path: str):
+    """A local store's version for kept moments: its identity and its files,
+    or None when there is no store."""
+    version = identity(path)
+    return None if version is None else (version, _files(path))
 
 
 def may_know(desc) -> bool:
