@@ -306,7 +306,39 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
             return eqn, prim
         return eqn.replace(invars=invars, params=dict(_prim=prim)), prim
 
+    hoisted: set = set()  # positions of later value ops moved into an earlier group
+    at = [0]  # the position being placed
+
+    def hoist() -> None:
+        """Later value ops reading only stores the held ops read, and nothing
+        made since (``X.std(0)`` after ``X - X.mean(0)``), join the group run
+        now: the same pass gives their values. Up to a barrier; never one
+        that reads a waiting value or a store made of terms."""
+        stores = {v for e in held for v in e.invars
+                  if isinstance(v, core.Var) and getattr(v.aval, "is_high", False)}
+        if not stores:
+            return
+        ready = set(jaxpr.invars) | set(jaxpr.constvars) | {
+            v for e in eqns for v in e.outvars}
+        for j in range(at[0] + 1, len(jaxpr.eqns)):
+            later = jaxpr.eqns[j]
+            prim = hi_primitive(later)
+            if (later.effects or (prim is not None and mutates(prim))
+                    or (prim is None and _holds_program(later)
+                        and not _is_pure_arithmetic(later))):
+                break
+            if prim is None or j in excluded or j in hoisted or not movable(prim):
+                continue
+            operands = [v for v in later.invars if isinstance(v, core.Var)]
+            high = [v for v in operands if getattr(v.aval, "is_high", False)]
+            if (high and all(v in stores for v in high)
+                    and all(v in ready and v not in scale_of for v in operands)):
+                held.append(later)
+                hoisted.add(j)
+
     def flush(keep=()):
+        if held and not keep:
+            hoist()
         if len(held) == 1 and not keep:
             eqns.append(held[0])
         elif held:
@@ -357,6 +389,9 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
         return frozenset().union(*(origins.get(v, ()) for v in vs if isinstance(v, core.Var)))
 
     for i, eqn in enumerate(jaxpr.eqns):
+        if i in hoisted:
+            continue  # placed already, in an earlier group
+        at[0] = i
         prim = hi_primitive(eqn)
         if prim is not None and (made_by or made_after):
             eqn, prim = as_read_from_stores(eqn, prim)

@@ -235,9 +235,12 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
     n = len(arrays)
 
     def run(*args, in_program: bool):
-        if fuse is not None and (in_program or registry.has_deferred()):
+        cfg = config or get_config()
+        if fuse is not None and (in_program or registry.has_deferred()
+                                 or lazy.statistics_together(fuse, cfg)):
             # eagerly: with the pending ops it reads, one pass, nothing between written
-            (value,) = lazy.values([(fuse, args, config or get_config())])
+            # a mean or variance: with the moments the next statistic of the same data needs
+            (value,) = lazy.values([(fuse, args, cfg)])
             if value is not None:
                 return np.asarray(value, result.dtype)
         return np.asarray(_value_alone(work, args, n, config), result.dtype)

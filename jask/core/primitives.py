@@ -211,7 +211,7 @@ class DiskPrimitive(VJPHiPrimitive):
 
     def _describe(self, kind: str, *, at_call: bool = False, **params) -> lazy.Description:
         out = self.out_aval
-        return lazy.Description(str(self.params["op"]), kind,
+        return lazy.Description(str(self.params.get("op", kind)), kind,
                                 tuple(_on_disk(a) for a in self.in_avals), tuple(out.shape),
                                 np.dtype(out.dtype), params, bool(self.params.get("grad")),
                                 at_call)
@@ -813,7 +813,9 @@ class Transpose(DiskPrimitive):
         return work.transpose(self.axes, grad=self.grad)
 
     def expand(self, a):
-        return self._run(self.disk_work(), [a])
+        # eagerly, the transpose of a pending matrix is pending too (jask.engine.lazy):
+        # Z.T @ Z of a pending Z is then one Gram band group over what Z reads
+        return self._run(self.disk_work(), [a], self._describe("transpose", axes=self.axes))
 
     def tangent(self, primals, out, tangents):
         return self._linear(primals, tangents, (0,))

@@ -25,7 +25,7 @@ from scipy.special import expit
 
 from jask.core import kernels
 from jask.core.kernels import keep_integers
-from jask.engine.blockwise import positional
+from jask.engine.blockwise import positional, unchanged
 
 __all__ = ["Ufunc", "TABLE", "PASS"]
 
@@ -455,7 +455,7 @@ _row("softplus", lambda a: np.logaddexp(a, 0), jax.nn.softplus, lambda g, a: g *
      example=("x", "array([0.6931472, 1.3132617, 2.126928 ], dtype=float32)"))
 
 # --- internal rows: the pieces of reductions and their gradients --------------------
-IDENTITY = _row("copy", lambda a: a, lambda a: a, PASS, public=False, second=LINEAR)
+IDENTITY = _row("copy", unchanged, lambda a: a, PASS, public=False, second=LINEAR)
 TIES = _row("ties", lambda x, m: x == m, lambda x, m: x == m, None, None, public=False,
             second=LINEAR)
 # The rows of gradients (max's, prod's, ...) carry rules too, for forward mode

@@ -36,7 +36,14 @@ from jask.store import prefetch, read, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["Operand", "REDUCERS", "Reducer", "broadcast_axes", "map_graph", "mean_of",
-           "nan_variance", "positional", "reduce_graph", "variance"]
+           "nan_variance", "positional", "reduce_graph", "stat_of", "unchanged", "variance",
+           "with_moments"]
+
+
+def unchanged(a):
+    """The kernel of an op that takes its operand's values as they are (a copy,
+    a reduction of the array itself): :mod:`jask.engine.moments` knows it."""
+    return a
 
 
 def positional(kernel):
@@ -285,6 +292,10 @@ class _Reducers(dict):
     never ran the :func:`mean_of` or :func:`variance` call that named it."""
 
     def __missing__(self, name: str) -> Reducer:
+        if name.startswith("moments:"):
+            made = with_moments(name[len("moments:"):])
+            if made is not None:
+                return dict.__getitem__(self, made)
         for prefix, make in (("mean(count=", mean_of), ("var(ddof=", variance),
                              ("nanvar(ddof=", nan_variance)):
             if name.startswith(prefix) and name.endswith(")"):
@@ -356,13 +367,56 @@ def _moments(block, axis):
     ``axis``, in float64 whatever the block's dtype: deviations from the
     block's own mean, so a large common offset (1e6 + noise) cancels
     before anything is squared, which the sum-of-squares formula cannot do."""
+    count, mean, m2, _ = _stats(block, axis)
+    return count, mean, m2
+
+
+#: Elements of the float64 buffer a variance's deviations are squared in, a
+#: slab of the block's rows at a time: small enough to stay in cache and be
+#: reused (a float64 copy of a whole tile, fresh memory each time, was most
+#: of a variance's time: 68 ms where its sum took 7, for 32 MiB of float32).
+SLAB = 1 << 15
+
+
+def _stats(block, axis):
+    """A block's (count, mean, M2, total) over ``axis`` in float64: the
+    moments of :func:`_moments` and the sum a mean is made from, exactly as
+    :func:`_wide_sum` adds it (so a mean taken from these partials is the
+    mean's own). The deviations are squared slab by slab of rows in one
+    reused float64 buffer."""
     count = math.prod(block.shape[d] for d in axis)  # the same at every kept position
-    wide = np.asarray(block, np.float64)
+    if block.dtype.kind != "f":
+        block = np.asarray(block, np.float64)
     with np.errstate(all="ignore"):  # an empty block: mean NaN, M2 0; nan and inf as IEEE
-        mean = np.sum(wide, axis=axis, keepdims=True) / count
-        deviations = wide - mean
-        np.square(deviations, out=deviations)
-        return count, mean, np.sum(deviations, axis=axis, keepdims=True)
+        total = np.add.reduce(block, axis=axis, dtype=np.float64, keepdims=True)
+        mean = total / count
+        return count, mean, _squared_deviations(block, mean, axis), total
+
+
+def _squared_deviations(block, mean, axis):
+    """``sum((block - mean) ** 2)`` over ``axis`` (keeping it), in float64."""
+    if block.ndim == 0 or block.size == 0:
+        deviations = np.asarray(block, np.float64) - mean
+        return np.sum(np.square(deviations), axis=axis, keepdims=True)
+    n = block.shape[0]
+    rows = max(1, SLAB // max(1, math.prod(block.shape[1:])))
+    if rows >= n:
+        deviations = np.subtract(block, mean, dtype=np.float64)
+        np.multiply(deviations, deviations, out=deviations)
+        return np.add.reduce(deviations, axis=axis, keepdims=True)
+    along = 0 in axis  # the slabs are reduced too: their sums add up
+    out = np.zeros(mean.shape) if along else np.empty(mean.shape)
+    buffer = np.empty((rows,) + block.shape[1:], np.float64)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        part = buffer[:stop - start]
+        np.subtract(block[start:stop], mean if along else mean[start:stop], out=part)
+        np.multiply(part, part, out=part)
+        if along:
+            out += np.add.reduce(part, axis=axis, keepdims=True)
+        else:
+            out[start:stop] = np.add.reduce(part, axis=axis, keepdims=True)
+    return out
 
 
 def _chan(a, b):
@@ -402,6 +456,65 @@ def variance(ddof: float = 0) -> str:
         REDUCERS[name] = Reducer(_moments, _chan, functools.partial(_variance_of, ddof),
                                  arrays=2, ddof=ddof)
     return name
+
+
+# --- a mean, a variance and a sum from one pass: (count, mean, M2, total) ----------
+
+def _add_stats(a, b):
+    """Two (count, mean, M2, total) partials as one: :func:`_chan` for the
+    moments, the totals added as a sum's partials are."""
+    return (*_chan(a[:3], b[:3]), a[3] + b[3])
+
+
+def _stat_of(inner: str, partial):
+    """The statistic ``inner`` (a mean, a variance or a sum) from a
+    (count, mean, M2, total) partial, as its own reducer would finish it."""
+    count, mean, m2, total = partial
+    reducer = REDUCERS[inner]
+    if reducer.mean_count is not None:
+        return _divided(reducer.mean_count, total)
+    if reducer.ddof is not None:
+        return _variance_of(reducer.ddof, (count, mean, m2))
+    return total
+
+
+#: The statistics :func:`with_moments` can take from one pass.
+STATISTICS = ("mean(count=", "var(ddof=", "sum")
+
+
+def with_moments(inner: str) -> str | None:
+    """The name of a reducer giving the same output as ``inner`` (a mean, a
+    variance or a float sum) whose partials are (count, mean, M2, total):
+    every other of these statistics of the same data is then known from them
+    too (:mod:`jask.engine.moments`). None for any other reducer.
+
+    Example:
+      >>> name = with_moments(variance(1))
+      >>> x = np.array([[1.0, 2.0], [3.0, 6.0]], np.float32)
+      >>> partial = REDUCERS[name].combine(REDUCERS[name].reduce(x[:1], (0,)),
+      ...                                  REDUCERS[name].reduce(x[1:], (0,)))
+      >>> REDUCERS[name].finish(partial), _stat_of(mean_of(2), partial)
+      (array([[2., 8.]]), array([[2., 4.]]))
+    """
+    if inner.startswith("moments:"):
+        return inner
+    if not inner.startswith(STATISTICS):
+        return None
+    REDUCERS[inner]  # made from its name if need be
+    name = f"moments:{inner}"
+    if dict.get(REDUCERS, name) is None:
+        REDUCERS[name] = Reducer(_stats, _add_stats, functools.partial(_stat_of, inner),
+                                 arrays=3)
+    return name
+
+
+#: The reduce functions that square deviations in a slab buffer (planners count it).
+MOMENTS = (_moments, _stats)
+
+
+def stat_of(inner: str, partial) -> np.ndarray:
+    """The statistic ``inner`` from the partial of a :func:`with_moments` reducer."""
+    return _stat_of(inner, partial)
 
 
 # --- NaN-skipping mean and variance: counts carried as partials ---------------------

@@ -39,7 +39,7 @@ import numpy as np
 from jask.base import counters, forks, memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
-from jask.engine import execute, fusion, work
+from jask.engine import execute, fusion, moments, work
 from jask.engine.plan import Plan, bands
 from jask.engine.work import room
 from jask.store import (
@@ -114,7 +114,10 @@ class Recorded(registry.Deferred):
         self.stamps = _stamps(inputs, desc.op) if self.owned_lazily else []
 
     def _fulfil(self, store: StoreSpec) -> None:
-        self.store = registry.fulfil(self.handle, store)
+        if store.view is not None and store.handle:  # a pending transpose: now a view
+            self.store = registry.fulfil_as_view(self.handle, store)
+        else:
+            self.store = registry.fulfil(self.handle, store)
         self.inputs, self.keep = [], ()  # computed: its inputs may go
 
     @property
@@ -133,7 +136,8 @@ class Recorded(registry.Deferred):
             raise self.failed
         with _running:
             try:
-                if self.store is None and self.owned_lazily and not _pending(self.inputs):
+                if self.store is None and (self.desc.kind == "transpose" or self.owned_lazily
+                                           and not _pending(self.inputs)):
                     self.run_alone()  # one op on stored data: its own plan and name
                 elif self.store is None:
                     _run_group([self], [], self.config)
@@ -240,8 +244,24 @@ def _inputs(desc: Description, args) -> list:
     return out
 
 
-def _shallow(desc: Description, inputs: list) -> fusion.Node:
-    params = desc.params
+def _pending_transpose(x) -> bool:
+    """Whether ``x`` is the pending transpose of a pending matrix (``Z.T``)."""
+    return isinstance(x, Recorded) and x.store is None and x.desc.kind == "transpose"
+
+
+def _see_through(desc: Description, inputs: list) -> tuple[dict, list]:
+    """(params, inputs) of a product reading a pending ``Z.T`` as ``Z`` transposed
+    as it is read (``ta``), so that ``Z.T @ Z`` joins the band group computing
+    ``Z`` (each band adds ``Z_band.T @ Z_band``): Z is never written."""
+    if desc.kind == "dot" and _pending_transpose(inputs[0]):
+        return ({**desc.params, "ta": not desc.params["ta"]},
+                [inputs[0].inputs[0], *inputs[1:]])
+    return desc.params, inputs
+
+
+def _shallow(desc: Description, inputs: list, resolve=lambda x: x) -> fusion.Node:
+    params, inputs = _see_through(desc, inputs)
+    inputs = [resolve(x) for x in inputs]
     if desc.kind == "dot" and isinstance(inputs[0], StoreSpec):
         base, transposed = as_transposed(inputs[0])
         if transposed:  # X.T @ u: X read in row bands, the product contracted over them
@@ -252,6 +272,9 @@ def _shallow(desc: Description, inputs: list) -> fusion.Node:
 
 def _joins(desc: Description, inputs: list) -> bool:
     """Whether the op can run in a band group with its recorded inputs."""
+    if desc.kind == "transpose" or any(_pending_transpose(x) for x in _see_through(desc,
+                                                                              inputs)[1]):
+        return False  # a pending Z.T read by anything but a product: Z.T computed first
     node = _shallow(desc, inputs)
     if not fusion.fusable(node):
         return False
@@ -259,7 +282,7 @@ def _joins(desc: Description, inputs: list) -> bool:
                                   for x in node.inputs):
         return False  # ... @ X.T: its own plan reads X as stored, once (jask.store.views)
     n = fusion.band_length(node)
-    for x in inputs:
+    for x in node.inputs:
         if isinstance(x, Recorded) and x.store is None:
             inner = _shallow(x.desc, x.inputs)
             if not inner.rows or fusion.band_length(inner) != n:
@@ -272,7 +295,8 @@ def _reads_whole(desc: Description, inputs: list) -> bool:
     whole, not by bands (``fusion.whole_inputs``)."""
     if desc.kind != "dot" or not isinstance(inputs[1], Recorded) or inputs[1].store is not None:
         return False
-    a, p = inputs[0], desc.params
+    p, inputs = _see_through(desc, inputs)
+    a = inputs[0]
     if not isinstance(a, (StoreSpec, Recorded)) or len(a.shape) != 2 or p["vectors"][0]:
         return False
     transposed = isinstance(a, StoreSpec) and as_transposed(a)[1]  # X.T @ u: by bands
@@ -288,6 +312,8 @@ def record(desc: Description, args, config: Config, work: Callable,
     if eager and execute.on_a_cluster():
         return None  # run now, on the cluster that is there now (it may be gone when read)
     inputs = _inputs(desc, args)
+    if desc.kind == "transpose":
+        return _record_transpose(desc, inputs, config, work, keep) if eager else None
     if _reads_whole(desc, inputs):
         # X @ w with w pending (along another axis): the band group reads w whole, so
         # compute it now and X @ w still joins the ops that read it by bands
@@ -320,6 +346,20 @@ def record(desc: Description, args, config: Config, work: Callable,
         x.compute()
     inputs = [x.store if isinstance(x, Recorded) and x.store is not None else x
               for x in inputs]
+    recorded = Recorded(desc, inputs, config, work, keep)
+    recorded.handle = registry.register_deferred(recorded)
+    return recorded.handle
+
+
+def _record_transpose(desc: Description, inputs: list, config: Config, work: Callable,
+                      keep: tuple) -> int | None:
+    """Eagerly, ``Z.T`` of a pending matrix ``Z``: pending too, a view of Z's store
+    once computed (a product reading it joins Z's band group instead); of
+    anything else, None (the view is made now)."""
+    (z,) = inputs
+    if not (isinstance(z, Recorded) and z.store is None and len(z.shape) == 2
+            and tuple(desc.params["axes"]) == (1, 0)):
+        return None
     recorded = Recorded(desc, inputs, config, work, keep)
     recorded.handle = registry.register_deferred(recorded)
     return recorded.handle
@@ -361,25 +401,56 @@ def values(items: list, keep=()) -> list:
     groups, each written as a store root."""
     out: list = [None] * len(items)
     groups: dict = {}
+    stats: dict = {}  # item -> the statistic whose moments it computes (eagerly)
     for i, (desc, args, config) in enumerate(items):
         inputs = _inputs(desc, args)
+        stat = _statistic(desc, inputs, config)
+        if stat is not None:
+            out[i] = moments.recall(stat)
+            if out[i] is not None:  # asked for with another statistic of the same data
+                out[i] = np.asarray(out[i]).astype(desc.dtype, copy=False).reshape(desc.shape)
+                continue
+            if moments.widens(desc) and not _shallow(desc, inputs).rows:
+                # a mean or variance over the rows: the moments of the data (one keeping
+                # the rows is finished band by band: no partial is left to keep)
+                desc = moments.widened(desc)
+                stats[i] = stat
         if _joins(desc, inputs):
             n = fusion.band_length(_shallow(desc, inputs))
             groups.setdefault(n, []).append((i, desc, inputs, config))
     roots = _kept_by_length(keep)
     for n, members in groups.items():
-        if len(members) == 1 and n not in roots and not any(
+        if len(members) == 1 and n not in roots and members[0][0] not in stats and not any(
                 isinstance(x, Recorded) and x.store is None for x in members[0][2]):
             continue  # one op on stored data: its own plan is as good
+        partials: dict = {}
         with _running:
             results = _run_group(roots.pop(n, []), [(d, x) for _, d, x, _ in members],
-                                 members[0][3])
-        for (i, *_), result in zip(members, results):
+                                 members[0][3], partials)
+        for k, ((i, *_), result) in enumerate(zip(members, results)):
             out[i] = result
+            if i in stats and k in partials:
+                moments.remember(stats[i], partials[k])
     for alone in roots.values():  # no value op of their band length
         with _running:
             _run_group(alone, [], alone[0].config)
     return out
+
+
+def statistics_together(desc: Description | None, config: Config) -> bool:
+    """Whether an eager value op is a statistic (a mean, variance or standard
+    deviation of an array's values) that :func:`values` computes with the
+    moments the next statistic of the same data needs (:mod:`jask.engine.moments`)."""
+    return (desc is not None and config.lazy and not registry.in_callback()
+            and moments.may_know(desc))
+
+
+def _statistic(desc: Description, inputs: list, config: Config):
+    """The statistic an eager value op computes (None inside a program, with
+    ``lazy=False``, or for any other op)."""
+    if registry.in_callback() or not config.lazy:
+        return None
+    return moments.statistic(desc, inputs, config.max_memory)
 
 
 def _kept_by_length(handles) -> dict:
@@ -409,7 +480,7 @@ def _build(roots: list, value_roots: list) -> _Group:
 
     def node_of(p: Recorded) -> fusion.Node:
         if id(p) not in group.node_of:
-            node = _shallow(p.desc, [resolve(x) for x in p.inputs])
+            node = _shallow(p.desc, p.inputs, resolve)
             group.node_of[id(p)] = node
             group.recorded_of[id(node)] = p
             group.order.append(node)
@@ -423,17 +494,19 @@ def _build(roots: list, value_roots: list) -> _Group:
     for p in roots:
         node_of(p)
     for desc, inputs in value_roots:
-        top = _shallow(desc, [resolve(x) for x in inputs])
+        top = _shallow(desc, inputs, resolve)
         group.tops.append(top)
         group.order.append(top)
     return group
 
 
-def _run_group(roots: list, value_roots: list, config: Config) -> list:
+def _run_group(roots: list, value_roots: list, config: Config,
+               partials: dict | None = None) -> list:
     """Compute ``roots`` (recorded stores) and ``value_roots`` ([(description,
     inputs)]) as one band group; return the values. When no band fits the
     budget, the recorded stores are computed op by op and the values are
-    None (their ops then run alone)."""
+    None (their ops then run alone). ``partials``: filled with each value
+    root's combined partial, by its position, before it was finished."""
     group = _build(roots, value_roots)
     for p in group.recorded_of.values():
         p.check_unchanged()
@@ -452,11 +525,11 @@ def _run_group(roots: list, value_roots: list, config: Config) -> list:
                 if p is not None and p.store is None:
                     p.run_alone()
             return [None] * len(value_roots)
-        return _run_fused(name, group, roots, plan, n, config)
+        return _run_fused(name, group, roots, plan, n, config, partials)
 
 
 def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
-               config: Config):
+               config: Config, partials: dict | None = None):
     order = group.order
     index = {id(x): i for i, x in enumerate(order)}
     banded = [p for p in roots if group.node_of[id(p)].rows]
@@ -475,8 +548,10 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
                                        plan.rows)
         with counters.ran_as(", ".join(node.op for node in order)):
             results = _run_naming_the_op(dsk, keys, config, plan)
-        values = {j: fusion.finish(order[j], v)
-                  for j, v in zip(value_roots, results[-1] if value_roots else ())}
+        combined = dict(zip(value_roots, results[-1] if value_roots else ()))
+        values = {j: fusion.finish(order[j], v) for j, v in combined.items()}
+        if partials is not None:
+            partials.update((k, combined[index[id(top)]]) for k, top in enumerate(group.tops))
         small = [(p, _write_whole(p, values[index[id(group.node_of[id(p)])]], config))
                  for p in reduced]
     for node, store in writes:

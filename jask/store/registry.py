@@ -530,6 +530,37 @@ def fulfil(handle: int, store: StoreSpec) -> StoreSpec:
         return out
 
 
+def fulfil_as_view(handle: int, view: StoreSpec) -> StoreSpec:
+    """Give a pending handle a view its computation registered
+    (:func:`register_view`): the handle becomes that view, with its base kept
+    and its copy made before the base changes; the view's own handle, which
+    nothing else knew, is forgotten."""
+    assert view.view is not None and view.view.base.handle, "a view of a registered store"
+    base_handle = view.view.base.handle
+    with _lock:
+        made = _records.get(int(view.handle))
+        record = _records.get(int(handle))
+        if record is None:  # dropped by another thread's sweep meanwhile: as recomputed
+            record = Record(int(handle), State.UNCLAIMED, threading.get_ident(), deferred=None)
+            _records[record.key] = record
+        else:
+            record._expect("be computed", State.UNCLAIMED, State.OWNED, State.DOOMED)
+            if record.deferred is None:
+                raise LifetimeError(
+                    f"jask: internal error, store {record.key} is computed already")
+        record.spec = StoreSpec(view.path, view.shape, view.dtype, view.chunks, record.key,
+                                view.managed, view.view)
+        record.copy = made.copy if made is not None else None
+        record.base = made.base if made is not None else _records.get(base_handle)
+        record.deferred = None
+        if made is not None and made.state is State.UNCLAIMED and made is not record:
+            _records.pop(made.key, None)  # (the view's own handle: nothing else knew it)
+        _doom_dead_owners()
+        if record.state is not State.OWNED:
+            record.thread, record.state = threading.get_ident(), State.UNCLAIMED
+        return record.spec
+
+
 def repoint(handle: int, store: StoreSpec) -> StoreSpec:
     """Make ``store`` (complete, never registered) the store behind ``handle``,
     in one step; the store it replaces goes to the trash (deleted at the next
@@ -601,9 +632,24 @@ def _same_folder(path: str) -> list:
     return found
 
 
+#: (anything kept?, told(path)) of the layers above that keep something of a
+#: store's values (:mod:`jask.engine.moments`): told before the store changes.
+_mutation_listeners: list = []
+
+
+def on_mutation(told: Callable[[str], None], keeps: Callable[[], int]) -> None:
+    """Call ``told(path)`` before jask changes the store at ``path`` (every
+    path naming its folder), whenever ``keeps()`` says something is kept."""
+    _mutation_listeners.append((keeps, told))
+
+
 def before_mutation(path: str) -> None:
     """Compute every pending store that would read ``path``, and copy every
     view of it, before it changes (through whichever path they read it)."""
+    for keeps, told in _mutation_listeners:
+        if keeps():
+            for same in _same_folder(canonical(path)):
+                told(same)
     records = list(_records.values())
     if not any(r.deferred is not None or r.copy is not None for r in records):
         return  # (nothing to look for: a loop of update_s pays little)

@@ -13,7 +13,7 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config
-from jask.engine.blockwise import REDUCERS
+from jask.engine.blockwise import MOMENTS, REDUCERS, SLAB
 from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
 from jask.engine.plan.tiles import Plan
@@ -68,6 +68,21 @@ def _partial_bytes(node: Node) -> int:
         arrays = 1 if reducer is None else REDUCERS[reducer].arrays  # a variance: mean and M2
         return math.prod(kept) * max(8, np.dtype(node.dtype).itemsize) * arrays
     return math.prod(node.shape) * max(8, np.dtype(node.dtype).itemsize)
+
+
+def _squares_deviations(node: Node) -> bool:
+    """Whether a node's reducer squares deviations in a float64 buffer (a
+    variance's, or the moments of :func:`jask.engine.blockwise.with_moments`)."""
+    reducer = node.params.get("reducer") if node.kind == "map" else None
+    return reducer is not None and REDUCERS[reducer].reduce in MOMENTS
+
+
+def _slab_bytes(node: Node, rows: int) -> int:
+    """That buffer for a band of ``rows``: a slab of rows at a time, at most
+    :data:`jask.engine.blockwise.SLAB` elements (one row if a row is longer),
+    never more than the band."""
+    row = math.prod(node.params["full_shape"][1:])
+    return 8 * min(rows * row, max(SLAB, row))
 
 
 def _out_row_bytes(node: Node) -> int:
@@ -130,6 +145,7 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
     leaf_row = sum(_row_bytes(s.shape, s.dtype) for s in leaves)
     node_row = _peak_row_bytes(nodes, keep or set())
     partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
+    squaring = [x for x in nodes if _squares_deviations(x)]
     fixed = held + memory.op_overhead(budget)
     # the task bound is the budget's, as for every op; only the bytes get a share
     most_tasks = memory.task_bound(sum(memory.nbytes(s.shape, s.dtype) for s in leaves),
@@ -141,7 +157,8 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
         extra = max((memory.read_cost(m, t)[0] for m, t in zip(models, tiles)), default=0)
         # a band task reads all its input bands before computing any node
         # (fusion.band_task): a read's buffers and the node bands never meet
-        task = rows * leaf_row + max(extra, rows * node_row) + partials
+        task = (rows * leaf_row + max(extra, rows * node_row) + partials
+                + sum(_slab_bytes(x, rows) for x in squaring))
         return memory.TileCost(name, (rows,), task, at_once, extra, -(-n // rows), 1.0, fixed)
 
     for unit in units:

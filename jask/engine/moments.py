@@ -1,0 +1,228 @@
+"""Statistics asked for together are computed together.
+
+``mu, sd = X.mean(0), X.std(0)`` asks for two reductions of the same data,
+one after the other, and each eager reduction to memory returns a value at
+once: nothing can wait for the second. So an eager mean or variance (or
+standard deviation) of an array's own values takes its partials as
+(count, mean, M2, total) in float64 (:func:`jask.engine.blockwise.with_moments`:
+Chan et al.'s moments and the sum a mean is made from, one pass), and they
+are kept here: the next mean, variance, standard deviation (any ``ddof``) or
+float sum of the same data over the same axes is finished from them without
+reading the data again. The value is the one its own reduction would give
+(a mean from the same float64 total, a variance from the same moments).
+
+What "the same data" is:
+
+* a store (or a view of one): its path, handle and view, with the store's
+  version (:func:`jask.store.identity`: the folder's and metadata's inode
+  and change time, and jask's version token) as it was when the moments
+  were taken. jask's own writes into a store (``update_``, in-place
+  optimizer steps, ``to_memmap`` writes, a save over it) drop what is kept
+  of it first (:func:`jask.store.registry.on_mutation`), and a store
+  replaced by anyone else has another version. Unlike a single op's read,
+  kept moments outlive their call, so a chunk file rewritten in place by
+  another tool (zarr's own writes do that) must be seen too: the version
+  kept includes every file's inode, size and change time under the store's
+  folder (:func:`_files`, one directory walk, far cheaper than a read);
+  ``lazy=False`` keeps nothing.
+* a pending result (:class:`jask.engine.lazy.Recorded`): the record itself,
+  whose values are fixed at its call.
+
+Only eager ops keep moments (a compiled program reads its inputs afresh at
+every call; inside one, :func:`jask.core._jax_internals.prune_before_lowering`
+puts reductions of the same data in one band group instead). At most
+:data:`KEPT` entries are kept, and at most :data:`KEPT_SHARE` of the memory
+budget, the oldest dropped first.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from jask.engine.blockwise import stat_of, unchanged, with_moments
+from jask.store import base_of, identity, registry, resolved, view_key
+from jask.store.spec import StoreSpec
+
+__all__ = ["KEPT", "KEPT_SHARE", "Statistic", "clear", "kept", "recall", "remember",
+           "statistic"]
+
+#: Most entries kept at once.
+KEPT = 16
+#: Most bytes of the memory budget the kept partials take (each holds three
+#: float64 arrays of the result's shape).
+KEPT_SHARE = 1 / 16
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A mean, variance or sum of one source's own values over some axes:
+    where its partials are kept (``key``) and how it is finished."""
+
+    key: tuple
+    reducer: str          # the op's own reducer (a mean's, a variance's, a sum's)
+    path: str | None      # the store's resolved base path (None: a pending result)
+    version: Any          # the store's version when the op was called
+    source: Any           # the store, or the pending result (weakly held)
+    budget: int
+
+
+@dataclass
+class _Entry:
+    partial: tuple
+    path: str | None
+    version: Any
+    ref: Any               # a weak reference to a pending source, else None
+    nbytes: int
+
+
+_lock = threading.Lock()
+_kept: "OrderedDict[tuple, _Entry]" = OrderedDict()
+
+
+def statistic(desc, inputs: list, budget: int) -> Statistic | None:
+    """The :class:`Statistic` an eager op computes, or None when it is none:
+    a reduction (``desc``, a :class:`jask.engine.lazy.Description`) by a
+    mean, variance or float sum of one floating array's values as they are
+    (widened exactly, never rounded), in memory."""
+    p = desc.params
+    if desc.kind != "map" or p.get("kernel") is not unchanged or len(inputs) != 1:
+        return None
+    reducer = p.get("reducer")
+    if reducer is None or with_moments(reducer) is None:
+        return None
+    if reducer.startswith("moments:"):
+        reducer = reducer[len("moments:"):]
+    (source,) = inputs
+    dtype = np.dtype(source.dtype)
+    compute = p["dtypes"][0]
+    if dtype.kind != "f" or (compute is not None and (
+            np.dtype(compute).kind != "f" or np.dtype(compute).itemsize < dtype.itemsize)):
+        return None  # only exact widenings: the moments are the source's own values'
+    full, axes = tuple(p["full_shape"]), tuple(p["axes"][0])
+    if axes != tuple(range(len(full))) or tuple(source.shape) != full:
+        return None
+    kept = {a for a in p["out_axes"] if a is not None}
+    reduced = tuple(d for d in range(len(full)) if d not in kept)
+    layout = (full, reduced, dtype.str)
+    if isinstance(source, StoreSpec):
+        base = base_of(source)
+        if "://" in base.path or not base.handle:
+            return None  # (object storage: its versions cost a request each)
+        path = resolved(base.path)
+        return Statistic(("store", path, base.handle, view_key(source)) + layout, reducer,
+                         path, _version(path), source, budget)
+    if not isinstance(source, registry.Deferred):
+        return None
+    return Statistic(("pending", id(source)) + layout, reducer, None, None, source, budget)
+
+
+def _files(folder: str) -> tuple:
+    """(relative name, inode, size, change time in ns) of every file under
+    ``folder``, sorted: any chunk written, replaced or removed changes it."""
+    found = []
+    stack = [folder]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                info = entry.stat(follow_symlinks=True)
+            except FileNotFoundError:
+                continue  # removed while walking: the version differs anyway
+            found.append((os.path.relpath(entry.path, folder), info.st_ino, info.st_size,
+                          info.st_ctime_ns))
+    return tuple(sorted(found))
+
+
+def _version(path: str):
+    """A local store's version for kept moments: its identity and its files,
+    or None when there is no store."""
+    version = identity(path)
+    return None if version is None else (version, _files(path))
+
+
+def may_know(desc) -> bool:
+    """Whether ``desc`` may be a :class:`Statistic` (its operands not looked at)."""
+    reducer = desc.params.get("reducer")
+    return (desc.kind == "map" and desc.params.get("kernel") is unchanged
+            and reducer is not None and with_moments(reducer) is not None)
+
+
+def widens(desc) -> bool:
+    """Whether :func:`widened` applies to ``desc``'s reducer (a mean or variance)."""
+    reducer = desc.params.get("reducer")
+    return (desc.params.get("kernel") is unchanged and reducer is not None
+            and reducer.startswith(("mean(count=", "var(ddof=")))
+
+
+def widened(desc):
+    """``desc`` with the reducer whose partials are the moments (same output)."""
+    params = dict(desc.params, reducer=with_moments(desc.params["reducer"]))
+    return dataclasses.replace(desc, params=params)
+
+
+def recall(stat: Statistic) -> np.ndarray | None:
+    """The statistic finished from moments kept of its source, else None."""
+    with _lock:
+        entry = _kept.get(stat.key)
+        if entry is None:
+            return None
+        alive = entry.ref() is stat.source if entry.ref is not None else (
+            entry.version is not None and entry.version == stat.version)
+        if not alive:
+            del _kept[stat.key]
+            return None
+        _kept.move_to_end(stat.key)
+        partial = entry.partial
+    return np.asarray(stat_of(stat.reducer, partial))
+
+
+def remember(stat: Statistic, partial: tuple) -> None:
+    """Keep the moments a widened reduction of ``stat``'s source gave."""
+    if stat.path is not None and stat.version is None:
+        return  # no store to know again
+    nbytes = sum(np.asarray(x).nbytes for x in partial)
+    limit = int(stat.budget * KEPT_SHARE)
+    if nbytes > limit:
+        return
+    ref = weakref.ref(stat.source) if stat.path is None else None
+    with _lock:
+        _kept[stat.key] = _Entry(tuple(partial), stat.path, stat.version, ref, nbytes)
+        _kept.move_to_end(stat.key)
+        while len(_kept) > KEPT or sum(e.nbytes for e in _kept.values()) > limit:
+            _kept.popitem(last=False)
+
+
+def _changing(path: str) -> None:
+    """A store is about to change: what is kept of it goes."""
+    with _lock:
+        for key in [k for k, e in _kept.items() if e.path == path]:
+            del _kept[key]
+
+
+def clear() -> None:
+    """Drop every kept entry."""
+    with _lock:
+        _kept.clear()
+
+
+def kept() -> int:
+    """How many entries are kept (for tests)."""
+    with _lock:
+        return len(_kept)
+
+
+registry.on_mutation(_changing, kept)
