@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math as _math
 
-from jask.array_api import _array
+from jask.array_api import _array, linalg
 from jask.array_api._creation import (
     arange,
     asarray,
@@ -149,5 +149,5 @@ __all__ = [
      "moveaxis", "nonzero", "permute_dims", "prod", "repeat", "reshape", "roll",
      "searchsorted", "sort", "squeeze", "stack", "std", "sum", "take", "take_along_axis",
      "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
-     "unstack", "var", "vecdot", "where"]
+     "unstack", "var", "vecdot", "where", "linalg"]
 __all__ += sorted(FUNCTIONS)

@@ -1,0 +1,212 @@
+"""What other projects' Array API code calls on jask.array_api: ``linalg``,
+``x[key] = v`` and ``x.at``, ``unique_*``.
+
+Each family is one table of cases, each a function of a namespace and its
+input arrays, run on DiskArrays (through ``jask.array_api``) and on the
+in-memory copy (through ``jax.numpy``); values and dtypes are compared.
+Inputs have shapes the 64 KB budget splits into many tiles.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jask
+import jask.array_api as xp
+
+RNG = np.random.default_rng(0)
+DATA = {
+    "X": RNG.standard_normal((3000, 7)).astype(np.float32),   # 84 KB: tall, over the budget
+    "S": (lambda a: a @ a.T + 7 * np.eye(7))(RNG.standard_normal((7, 7))).astype(np.float32),
+    "B": RNG.standard_normal((7, 3)).astype(np.float32),
+    "v": RNG.standard_normal(7).astype(np.float32),
+    "w": RNG.standard_normal((60, 50)).astype(np.float32),   # 12 KB: several tiles
+    "c": RNG.integers(0, 5, 5000).astype(np.int32) * 3,       # labels, 20 KB
+    "f": np.round(RNG.standard_normal((90, 40)), 1).astype(np.float32),  # repeats, signs
+}
+
+
+def _inputs(ns):
+    return {k: ns.asarray(v) for k, v in DATA.items()}
+
+
+def _np(x):
+    if isinstance(x, jask.DiskArray):
+        return x.to_numpy()
+    return np.asarray(x)
+
+
+def _check(got, want, name, rtol=2e-5, atol=2e-5):
+    got = list(got) if isinstance(got, tuple) else [got]
+    want = list(want) if isinstance(want, tuple) else [want]
+    assert len(got) == len(want), name
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        # the namespace's arrays: DiskArrays, 0-d values in memory
+        assert isinstance(g, jask.DiskArray) or w.ndim == 0, (name, type(g))
+        assert _np(g).dtype == w.dtype, (name, _np(g).dtype, w.dtype)
+        assert _np(g).shape == w.shape, (name, _np(g).shape, w.shape)
+        np.testing.assert_allclose(_np(g), w, rtol=rtol, atol=atol, err_msg=name)
+
+
+def _reconstructs(ns, q_r):
+    """Q @ R (and Q's orthogonality), which is unique where Q and R are not."""
+    q, r = q_r
+    return q @ r, ns.matrix_transpose(q) @ q if ns is jnp else xp.matrix_transpose(q) @ q
+
+
+#: (case id, function of (namespace, its linalg, inputs)); jnp's linalg is the reference
+LINALG = [
+    ("cholesky", lambda ns, la, d: la.cholesky(d["S"])),
+    ("cholesky-upper", lambda ns, la, d: la.cholesky(d["S"], upper=True)),
+    ("det", lambda ns, la, d: la.det(d["S"])),
+    ("eigh-gram", lambda ns, la, d: la.eigh(ns.matmul(ns.matrix_transpose(d["X"]), d["X"]))[0]),
+    ("eigvalsh", lambda ns, la, d: la.eigvalsh(d["S"])),
+    ("inv", lambda ns, la, d: la.inv(d["S"])),
+    ("solve", lambda ns, la, d: la.solve(d["S"], d["B"])),
+    ("solve-vector", lambda ns, la, d: la.solve(d["S"], d["v"])),
+    ("slogdet", lambda ns, la, d: tuple(la.slogdet(d["S"]))),
+    ("pinv", lambda ns, la, d: la.pinv(d["B"])),
+    ("matrix_rank", lambda ns, la, d: la.matrix_rank(d["B"])),
+    ("matrix_power", lambda ns, la, d: la.matrix_power(d["S"], 3)),
+    ("svdvals", lambda ns, la, d: la.svdvals(d["w"][:30, :40])),
+    ("svd-S", lambda ns, la, d: la.svd(d["w"][:30, :40], full_matrices=False)[1]),
+    ("qr-small", lambda ns, la, d: ns.matmul(*la.qr(d["B"]))),
+    ("diagonal", lambda ns, la, d: la.diagonal(d["S"], offset=1)),
+    ("trace", lambda ns, la, d: la.trace(d["S"])),
+    ("outer", lambda ns, la, d: la.outer(d["v"], d["X"][:50, 0])),
+    ("cross", lambda ns, la, d: la.cross(d["X"][:, :3], d["X"][:, 3:6])),
+    ("vector_norm-2", lambda ns, la, d: la.vector_norm(d["X"], axis=1)),
+    ("vector_norm-all", lambda ns, la, d: la.vector_norm(d["X"])),
+    ("vector_norm-1-keep", lambda ns, la, d: la.vector_norm(d["w"], axis=0, ord=1,
+                                                           keepdims=True)),
+    ("vector_norm-inf", lambda ns, la, d: la.vector_norm(d["X"], axis=0, ord=float("inf"))),
+    ("vector_norm-3", lambda ns, la, d: la.vector_norm(d["w"], axis=(0, 1), ord=3)),
+    ("vector_norm-0", lambda ns, la, d: la.vector_norm(d["f"], axis=1, ord=0)),
+    ("matrix_norm-fro", lambda ns, la, d: la.matrix_norm(d["X"])),
+    ("matrix_norm-nuc", lambda ns, la, d: la.matrix_norm(d["S"], ord="nuc")),
+    ("matmul", lambda ns, la, d: la.matmul(d["X"], d["B"])),
+    ("vecdot", lambda ns, la, d: la.vecdot(d["X"], d["v"])),
+    ("tensordot", lambda ns, la, d: la.tensordot(d["X"], d["B"], axes=1)),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in LINALG])
+def test_linalg_matches_jax_numpy(case, small_budget):
+    f = dict(LINALG)[case]
+    want = f(jnp, jnp.linalg, {k: jnp.asarray(v) for k, v in DATA.items()})
+    got = f(xp, xp.linalg, _inputs(xp))
+    _check(got, want, case, rtol=2e-4, atol=2e-4)
+
+
+def test_linalg_accepts_jax_arrays_and_refuses_what_does_not_fit(small_budget):
+    S = jnp.asarray(DATA["S"])
+    assert isinstance(xp.linalg.inv(S), jask.DiskArray)  # jax arrays in, the namespace's out
+    w, v = xp.linalg.eigh(xp.asarray(DATA["S"]))  # a named tuple, fields kept
+    assert xp.linalg.eigh(S).eigenvalues.shape == (7,)
+    big = xp.asarray(RNG.standard_normal((3000, 70)).astype(np.float32))  # 820 KB, wide enough
+    with pytest.raises(MemoryError, match=r"linalg\.inv: a DiskArray of shape \(3000, 70\).*"
+                                          r"X\.T @ X"):
+        xp.linalg.inv(big)
+    with pytest.raises(TypeError, match="inside jax.jit"):
+        jax.jit(lambda a: xp.linalg.inv(a).shape)(xp.asarray(DATA["S"]))
+
+
+#: (case id, key, value): x[key] = value on a copy of w (60 x 50)
+WRITES = [
+    ("int", 3, 1.5),
+    ("negative-int", (-1, -2), 7.0),
+    ("row-slice", slice(10, 40), np.arange(50, dtype=np.float32)),
+    ("strided", (slice(1, None, 7), slice(None, None, 3)), -2.0),
+    ("column", (slice(None), 4), np.arange(60, dtype=np.float32)),
+    ("ellipsis", (Ellipsis, slice(45, None)), np.ones((60, 5), np.float32) * 4),
+    ("int-array", (np.array([5, 0, 59, 5]), slice(None)), 9.0),
+    ("int-array-values", (slice(None), np.array([1, 3, 49])), np.arange(3, dtype=np.float32)),
+    ("mask-1d-values", (np.arange(60) % 3 == 0,), np.arange(20 * 50, dtype=np.float32)
+     .reshape(20, 50)),
+    ("bool-axis", (slice(None), np.arange(50) % 4 == 0), np.arange(13, dtype=np.float32)),
+    ("mask-numpy", DATA["w"] > 0.5, 0.0),
+    ("mask-disk", "disk-mask", -1.0),
+    ("mask-size-1-value", DATA["w"] < -1, np.full((1,), 8.0, np.float32)),
+    ("everything", slice(None), 3.0),
+    ("int-value-cast", (0, slice(None)), 2),  # a Python int into float32
+    ("disk-value", slice(0, 60, 2), "disk-value"),
+]
+
+
+def _numpy_key(key, w):
+    if isinstance(key, str):
+        return w > 0.0
+    return key
+
+
+@pytest.mark.parametrize("case", [c[0] for c in WRITES])
+def test_setitem_matches_numpy(case, small_budget):
+    _, key, value = next(c for c in WRITES if c[0] == case)
+    w = DATA["w"]
+    want = w.copy()
+    if isinstance(value, str):  # a DiskArray value: every other row of -w
+        value_np = -w[::2]
+        value = xp.asarray(value_np)
+    else:
+        value_np = value
+    want[_numpy_key(key, w)] = value_np
+    x = xp.asarray(w)
+    key_jask = xp.asarray(w) > 0.0 if isinstance(key, str) else key
+    before, view = x.to_numpy(), x[5:20]
+    filename = x.filename
+    x[key_jask] = value
+    np.testing.assert_array_equal(x.to_numpy(), want, err_msg=case)
+    assert x.dtype == np.float32 and x.filename == filename
+    np.testing.assert_array_equal(view.to_numpy(), before[5:20])  # views keep their values
+    # the functional form gives the same, inside jit too (for keys known at trace time)
+    y = xp.asarray(w)
+    np.testing.assert_array_equal(y.at[key_jask].set(value).to_numpy(), want, err_msg=case)
+    np.testing.assert_array_equal(y.to_numpy(), w)
+    if not isinstance(key, str):
+        got = jax.jit(lambda y, v: y.at[key].set(v))(y, value)
+        np.testing.assert_array_equal(got.to_numpy(), want, err_msg=case)
+
+
+@pytest.mark.parametrize("method", ["add", "multiply", "min", "max", "subtract", "power"])
+def test_at_methods_match_jax(method, small_budget):
+    w = DATA["w"]
+    key = (slice(3, 50, 2), np.array([0, 7, 49]))
+    value = np.float32(1.5)
+    want = getattr(jnp.asarray(w).at[key], method)(value)
+    got = getattr(xp.asarray(w).at[key], method)(value)
+    np.testing.assert_allclose(got.to_numpy(), np.asarray(want), rtol=1e-6)
+
+
+def test_pending_results_keep_their_values(small_budget):
+    x = xp.asarray(DATA["w"])
+    pending = x * 2.0  # lazy: computed when first read
+    x[0] = 100.0
+    np.testing.assert_array_equal(pending.to_numpy(), DATA["w"] * 2.0)
+    assert float(x.to_numpy()[0, 0]) == 100.0
+
+
+def test_bad_writes_are_refused_before_writing(small_budget):
+    x = xp.asarray(DATA["w"])
+    stamp = x.to_numpy()
+    cases = [
+        ((slice(None), 2), np.ones(59), ValueError, r"shape \(59,\) does not broadcast"),
+        ((70, 0), 1.0, IndexError, "out of bounds"),
+        ((np.array([0, 60]), slice(None)), 1.0, IndexError, "index 60 is out of bounds"),
+        (DATA["w"] > 0, np.ones(3), ValueError, "must be a scalar here"),
+        ((np.array([0, 1]), np.array([2, 3])), 1.0, IndexError, "several axes"),
+        ((None, 0), 1.0, IndexError, "newaxis"),
+        ((np.ones((2, 2), int), 0), 1.0, IndexError, "1-D integer or boolean"),
+    ]
+    for key, value, error, match in cases:
+        with pytest.raises(error, match=match):
+            x[key] = value
+        np.testing.assert_array_equal(x.to_numpy(), stamp)  # nothing was written
+    with pytest.raises(IndexError, match="repeated indices"):
+        x.at[np.array([1, 1]), 0].add(1.0)
+    with pytest.raises(TypeError, match=r"x\.at\[index\]\.set\(value\)"):
+        jax.jit(lambda y: y.__setitem__(0, 1.0))(x)
+    with pytest.raises(AttributeError, match="no method 'frobnicate'"):
+        x.at[0].frobnicate(1.0)
