@@ -210,3 +210,93 @@ def test_bad_writes_are_refused_before_writing(small_budget):
         jax.jit(lambda y: y.__setitem__(0, 1.0))(x)
     with pytest.raises(AttributeError, match="no method 'frobnicate'"):
         x.at[0].frobnicate(1.0)
+
+
+def _with_nans():
+    f = DATA["f"].copy()
+    f[3, 4] = f[80, 0] = f[80, 1] = np.nan
+    f[0, 0], f[0, 1] = 0.0, -0.0
+    return f
+
+
+#: (case id, the data): unique_* of each, through jask.array_api and jax.numpy
+UNIQUE = [
+    ("labels-1d", DATA["c"]),                     # 20 KB: several bands
+    ("floats-2d", DATA["f"]),                     # many values, one row per band or more
+    ("nans-and-zeros", _with_nans()),
+    ("bool", DATA["f"] > 0),
+    ("int8-3d", DATA["c"][:4800].reshape(40, 12, 10).astype(np.int8)),
+    ("one-value", np.full((70, 90), 2, np.uint16)),
+    ("wide-rows", np.tile(DATA["c"][:3], (2, 4000))),  # a row over a band: the flat copy
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in UNIQUE])
+@pytest.mark.parametrize("function", ["unique_values", "unique_counts", "unique_inverse",
+                                      "unique_all"])
+def test_unique_matches_jax_numpy(case, function, small_budget):
+    data = dict(UNIQUE)[case]
+    want = getattr(jnp, function)(jnp.asarray(data))
+    got = getattr(xp, function)(xp.asarray(data))
+    want = tuple(want) if isinstance(want, tuple) else (want,)
+    got = tuple(got) if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert isinstance(g, jask.DiskArray), (case, function)
+        w = np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, (case, function, g.shape, w.shape)
+        np.testing.assert_array_equal(g.to_numpy(), w, err_msg=f"{case} {function}")
+        if w.dtype.kind == "f":  # the zero's sign too: the one at its first position
+            np.testing.assert_array_equal(np.signbit(g.to_numpy()), np.signbit(w))
+    # jask's top level keeps jax.numpy's habits: the values in memory
+    assert isinstance(jask.unique_values(xp.asarray(data)), jax.Array)
+
+
+def test_unique_refusals(small_budget):
+    many = xp.asarray(np.arange(5000, dtype=np.float32))  # 5,000 values: 20 KB x 5 held
+    with pytest.raises(MemoryError, match=r"unique_values: a DiskArray of shape \(5000,\) has "
+                                          r"more unique values"):
+        xp.unique_values(many)
+    with pytest.raises(TypeError, match="inside jax.jit"):
+        jax.jit(lambda x: jask.unique_values(x))(xp.asarray(DATA["c"]))
+
+
+#: (case id, the data, the mask): x[mask] with the mask a DiskArray, against numpy
+DISK_MASKS = [
+    ("rows", DATA["X"], DATA["X"][:, 0] > 0.3),
+    ("vector", DATA["v"], DATA["v"] > 0),
+    ("none-true", DATA["v"], DATA["v"] > 99),
+    ("columns", DATA["w"], (slice(None), DATA["w"][0] > 0)),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in DISK_MASKS])
+def test_disk_masks_match_numpy(case, small_budget):
+    _, data, mask = next(c for c in DISK_MASKS if c[0] == case)
+    key = (tuple(xp.asarray(m) if isinstance(m, np.ndarray) else m for m in mask)
+           if isinstance(mask, tuple) else xp.asarray(mask))
+    got = xp.asarray(data)[key]
+    np.testing.assert_array_equal(_np(got), data[mask], err_msg=case)
+
+
+def test_disk_masks_over_the_in_memory_share_are_refused(small_budget):
+    big = xp.asarray(np.ones((300, 70), np.float32))
+    with pytest.raises(IndexError, match=r"over the in-memory share.*jask\.where"):
+        big[big > 0]  # a 21,000-element mask: over 8 KB
+    with pytest.raises(IndexError, match="inside jit"):
+        jax.jit(lambda x, m: x[m])(xp.asarray(DATA["v"]), xp.asarray(DATA["v"] > 0))
+
+
+@pytest.mark.parametrize("case", ["vector", "rows-small", "rows-large", "3d"])
+def test_iteration_matches_numpy(case, small_budget):
+    data = {"vector": DATA["v"], "rows-small": DATA["X"][:40], "rows-large": DATA["w"].T,
+            "3d": DATA["c"][:600].reshape(5, 6, 20)}[case]
+    got = [_np(r) for r in xp.asarray(data)]
+    assert len(got) == len(data)
+    for g, w in zip(got, data):
+        np.testing.assert_array_equal(g, w, err_msg=case)
+
+
+def test_iteration_refusals(small_budget):
+    with pytest.raises(TypeError, match="not iterable"):  # JAX's own refusal of a tracer
+        jax.jit(lambda x: [r for r in x][0])(xp.asarray(DATA["v"]))

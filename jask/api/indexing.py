@@ -16,8 +16,9 @@ budget). ``take`` gathers whole positions along an axis by
 indices held in memory (traced ones too: one program serves every batch
 of indices), its VJP adding the cotangent back where they point. Shapes
 that depend on values (``x[mask]``, ``nonzero``) run only on values known
-outside ``jit``; a DiskArray is never written through ``x[i] = v``
-(``update_`` is the one op that writes into a store).
+outside ``jit``. ``x[i] = v`` (outside ``jit``) is ``update_`` of
+``x.at[i].set(v)``: :func:`scatter` builds the new value, ``update_``'s swap
+stores it.
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import DiskArray, disk_type
 
-__all__ = ["getitem", "setitem", "scatter", "AT_METHODS", "At", "take", "take_along_axis",
-           "nonzero", "dynamic_slice", "concatenate", "stack", "reshape"]
+__all__ = ["getitem", "setitem", "scatter", "AT_METHODS", "At", "iterate", "take",
+           "take_along_axis", "nonzero", "dynamic_slice", "concatenate", "stack", "reshape"]
 
 _SUPPORTED = ("jask supports basic indexing of DiskArrays: integers, slices with a positive "
               "step, and ...")
@@ -101,11 +102,18 @@ def _by_array(x, aval, axis: int, index, config):
         index = np.asarray(index)
     if np.dtype(index.dtype) != np.bool_:
         return take(x, index, axis=axis, config=config)
+    if disk_type(index) is not None and not is_tracer(index) and not is_tracer(x) \
+            and memory.fits_in_memory(_shape_of(index), np.bool_, config):
+        index = primitives.materialize(index, config=config)  # a mask on disk, known here
     if is_tracer(index) or disk_type(index) is not None:
+        what = ("inside jit its shape depends on the mask's values, known only when it runs"
+                if is_tracer(index) or is_tracer(x) else
+                f"the mask ({exact_bytes(memory.nbytes(_shape_of(index), np.bool_))}) "
+                "is over the in-memory share of the budget, and its shape depends on the "
+                "mask's values")
         raise IndexError(
-            f"x[mask] on a DiskArray of shape {aval.shape}: its shape depends on the mask's "
-            "values, known only when it runs; use jask.where(mask, x, 0) (same shape), or "
-            "index with a mask computed outside jit (a numpy array)")
+            f"x[mask] on a DiskArray of shape {aval.shape}: {what}; use jask.where(mask, x, 0) "
+            "(same shape), or index with a mask computed outside jit")
     mask = np.asarray(index)
     shape = aval.shape[axis:axis + mask.ndim]
     if mask.shape != shape:
@@ -162,6 +170,39 @@ def getitem(x, index, *, config: Config | None = None):
         # an integer drops an axis, as a reduction does: a small result is in memory
         return primitives.materialize(part, config=config)
     return part
+
+
+def iterate(x, *, config: Config | None = None):
+    """``iter(x)``: the subarrays along ``x``'s first axis, as ``x[i]`` gives
+    them (in memory when small), read a band of rows at a time outside
+    ``jax.jit``; a traced DiskArray cannot be iterated (its values are not
+    known), nor a 0-d one.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> [float(v) for v in jask.from_numpy(np.array([1.0, 2.0]))]
+      [1.0, 2.0]
+    """
+    aval = disk_type(x)
+    if aval is None:
+        yield from iter(x)
+        return
+    if not isinstance(x, DiskArray):
+        raise TypeError("iterating over a traced DiskArray (inside jax.jit): its values are "
+                        "not known until it runs; use jax.lax.map over jask.dynamic_slice, "
+                        "or iterate outside jit")
+    if aval.ndim == 0:
+        raise TypeError("iteration over a 0-d DiskArray")
+    row = aval.shape[1:]
+    if not _small(disk_type(getitem(x, slice(0, 1)) if aval.shape[0] else x), config):
+        for i in range(aval.shape[0]):  # each row a DiskArray of its own
+            yield getitem(x, i, config=config)
+        return
+    per_row = memory.nbytes(row, aval.dtype) or 1
+    rows = max(1, memory.in_memory_limit(config) // per_row)
+    for start in range(0, aval.shape[0], rows):
+        band = primitives.materialize(getitem(x, slice(start, start + rows)), config=config)
+        yield from band
 
 
 def _small(aval, config: Config | None) -> bool:

@@ -225,6 +225,7 @@ def install() -> None:
     setattr(DiskArrayType, "T", aval_property(transpose_all))
     setattr(DiskArrayType, "at", aval_property(indexing.At))
     setattr(DiskArray, "at", property(indexing.At))
+    setattr(DiskArray, "__iter__", indexing.iterate)
     setattr(DiskArrayType, "mT", aval_property(matrix_transpose))
     setattr(DiskArray, "mT", property(matrix_transpose))
     setattr(DiskArrayType, "__jax_array__", aval_method(_jax_array))
