@@ -101,6 +101,58 @@ def test_linalg_matches_jax_numpy(case, small_budget):
     _check(got, want, case, rtol=2e-4, atol=2e-4)
 
 
+#: (case id, the tall or wide data): qr and svd out of core, by tall-skinny QR
+TALL = [
+    ("tall", DATA["X"]),                                            # 3000 x 7, float32
+    ("tall-scaled", DATA["X"] * np.logspace(0, 3, 7, dtype=np.float32)),  # condition 1e3
+    ("tall-float64", RNG.standard_normal((2000, 5))),
+    ("wide", np.ascontiguousarray(DATA["X"].T)),                    # svd only
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in TALL])
+def test_tall_qr_and_svd_out_of_core(case, small_budget):
+    data = dict(TALL)[case]
+    x = xp.asarray(data)
+    assert data.nbytes > 8000  # over the in-memory share of the 64 KB budget: out of core
+    ref = np.linalg.svd(data.astype(np.float64), compute_uv=False)
+    u, s, vh = xp.linalg.svd(x, full_matrices=False)
+    assert all(isinstance(a, jask.DiskArray) for a in (u, s, vh))
+    assert (u.shape, s.shape, vh.shape) == tuple(
+        np.shape(a) for a in jnp.linalg.svd(jnp.asarray(data), full_matrices=False))
+    eps = np.finfo(u.dtype).eps
+    np.testing.assert_allclose(s.to_numpy(), ref, rtol=50 * eps, atol=0)  # as numpy's, to ulps
+    U, S, Vh = u.to_numpy(), s.to_numpy(), vh.to_numpy()
+    np.testing.assert_allclose((U * S) @ Vh, data, atol=200 * eps * ref[0])
+    k = min(data.shape)
+    cond = ref[0] / ref[-1]
+    np.testing.assert_allclose(U.T @ U, np.eye(k), atol=50 * eps * cond)
+    np.testing.assert_allclose(Vh @ Vh.T, np.eye(k), atol=50 * eps)
+    if data.shape[0] < data.shape[1]:
+        return
+    q, r = xp.linalg.qr(x)
+    Q, R = q.to_numpy(), r.to_numpy()
+    np.testing.assert_allclose(Q @ R, data, atol=200 * eps * ref[0])
+    np.testing.assert_allclose(Q.T @ Q, np.eye(k), atol=50 * eps)  # refined: orthonormal
+    np.testing.assert_array_equal(np.triu(R), R)
+    _, want_r = np.linalg.qr(data.astype(np.float64))
+    np.testing.assert_allclose(np.abs(R), np.abs(want_r), rtol=1e-3, atol=1e-3 * ref[0])
+
+
+def test_tall_factorizations_refuse_what_they_cannot_do(small_budget):
+    x = xp.asarray(DATA["X"])
+    with pytest.raises(ValueError, match="full_matrices=False only"):
+        xp.linalg.svd(x)
+    with pytest.raises(ValueError, match="mode 'reduced' only"):
+        xp.linalg.qr(x, mode="complete")
+    deficient = np.concatenate([DATA["X"][:, :3], DATA["X"][:, :3]], axis=1)
+    with pytest.raises(np.linalg.LinAlgError, match="rank deficient"):
+        xp.linalg.qr(xp.asarray(deficient))
+    s = xp.linalg.svd(xp.asarray(deficient), full_matrices=False).S.to_numpy()
+    np.testing.assert_allclose(s[:3], np.linalg.svd(deficient, compute_uv=False)[:3],
+                               rtol=1e-5)
+
+
 def test_linalg_accepts_jax_arrays_and_refuses_what_does_not_fit(small_budget):
     S = jnp.asarray(DATA["S"])
     assert isinstance(xp.linalg.inv(S), jask.DiskArray)  # jax arrays in, the namespace's out

@@ -6,6 +6,9 @@ Two kinds of function, by what their inputs are:
   jask's own ops: ``matmul``, ``tensordot``, ``vecdot``, ``matrix_transpose``,
   ``outer``, ``vector_norm`` (any axes and order), ``matrix_norm`` with
   ``ord="fro"``, ``cross``.
+* **Tall matrices out of core**: ``qr`` and ``svd`` of a tall (``svd``: or
+  wide) DiskArray too large for memory, by tall-skinny QR (the ``R`` s of
+  bands of rows, one read, then ``Q`` or ``U`` streamed as ``X @ small``).
 * **Factorizations and solves** (``cholesky``, ``det``, ``eigh``, ``eigvalsh``,
   ``inv``, ``matrix_power``, ``matrix_rank``, ``pinv``, ``qr``, ``slogdet``,
   ``solve``, ``svd``, ``svdvals``, ``diagonal``, ``trace``, the other norms):
@@ -31,7 +34,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -54,6 +57,17 @@ __all__ = ["cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "m
            "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv",
            "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "trace", "vecdot",
            "vector_norm", "in_memory"]
+
+
+class _QR(NamedTuple):
+    Q: Any
+    R: Any
+
+
+class _SVD(NamedTuple):
+    U: Any
+    S: Any
+    Vh: Any
 
 
 def in_memory(op: str, *arrays):
@@ -167,15 +181,82 @@ pinv = _in_memory_op("pinv", jnp.linalg.pinv, """Moore-Penrose pseudo-inverses, 
       >>> xp.linalg.pinv(xp.asarray(np.array([[2.0], [0.0]]))).to_numpy()
       array([[0.5, 0. ]], dtype=float32)
     """)
-qr = _in_memory_op("qr", jnp.linalg.qr, """QR factorizations ``(Q, R)``
-    (``mode="reduced"`` or ``"complete"``), in memory.
+_qr_in_memory = _in_memory_op("qr", jnp.linalg.qr, "")
+
+
+def _tall(x) -> bool:
+    """Whether ``x`` is a concrete tall 2-D DiskArray over the in-memory
+    share whose ``n x n`` factor fits in it: factorized by tall-skinny QR."""
+    aval = disk_type(x)
+    if aval is None or not isinstance(x, DiskArray) or aval.ndim != 2:
+        return False
+    m, n = aval.shape
+    return (m >= n and not memory.fits_in_memory(aval.shape, aval.dtype)
+            and memory.fits_in_memory((4 * n, n), np.float64))
+
+
+def _tsqr_r(x) -> np.ndarray:
+    """The R of a tall DiskArray ``x`` (n x n, float64, in memory) by
+    tall-skinny QR: the R of each band of rows (at most a quarter of the
+    in-memory share, so a band and its factorization's workspace fit), stacked
+    and factorized again whenever they would outgrow a band. One read of x."""
+    m, n = x.shape
+    rows = max(n, memory.in_memory_limit() // 4 // (8 * n))
+    stack: list[np.ndarray] = []
+    held = 0
+    for start in range(0, m, rows):
+        band = np.asarray(interop.materialize(x[start:start + rows]), np.float64)
+        stack.append(np.linalg.qr(band, mode="r"))
+        held += stack[-1].shape[0]
+        if held >= rows:
+            stack, held = [np.linalg.qr(np.concatenate(stack), mode="r")], n
+    r = np.linalg.qr(np.concatenate(stack), mode="r")
+    if r.shape[0] < n:  # fewer rows than columns in all: pad, as numpy's R is n x n
+        r = np.concatenate([r, np.zeros((n - r.shape[0], n))])
+    return r
+
+
+def _sign_fixed(r: np.ndarray) -> np.ndarray:
+    """R with a non-negative diagonal (Q's columns flipped to match)."""
+    d = np.where(np.diag(r) < 0, -1.0, 1.0)
+    return r * d[:, None]
+
+
+def qr(x, /, *, mode="reduced"):
+    """QR factorization ``(Q, R)``: ``jax.numpy.linalg.qr`` in memory for an
+    input within the in-memory share; for a tall DiskArray over it (``m >=
+    n``, ``R`` small), out of core by tall-skinny QR: ``R`` from the ``R`` s
+    of bands of rows (one read), ``Q = X @ R^-1`` streamed, then once more on
+    ``Q`` so that its columns are orthonormal to working precision (three reads
+    of ``X`` in all). There ``mode`` is ``"reduced"`` (``Q`` is ``m x n``, a
+    DiskArray; ``R`` in memory, its diagonal non-negative) and a
+    rank-deficient ``X`` is refused (its ``Q`` is not unique).
 
     Example:
       >>> import numpy as np, jask.array_api as xp
       >>> q, r = xp.linalg.qr(xp.asarray(np.array([[3.0, 1.0], [4.0, 2.0]])))
       >>> np.allclose(np.asarray(q.to_numpy() @ r.to_numpy()), [[3, 1], [4, 2]])
       True
-    """)
+    """
+    if not _tall(x):
+        return _qr_in_memory(x, mode=mode)
+    if mode != "reduced":
+        raise ValueError(f"jask.array_api.linalg.qr: a tall DiskArray of shape "
+                         f"{tuple(x.shape)} is factorized in mode 'reduced' only (its "
+                         f"'complete' Q would be {x.shape[0]} x {x.shape[0]}), not {mode!r}")
+    dtype = np.dtype(x.dtype)
+    r1 = _sign_fixed(_tsqr_r(x))
+    d = np.abs(np.diag(r1))
+    if d.size and d.min() <= d.max() * x.shape[1] * np.finfo(dtype).eps:
+        raise np.linalg.LinAlgError(
+            f"jask.array_api.linalg.qr: the DiskArray of shape {tuple(x.shape)} is rank "
+            "deficient, so its Q is not unique; use svd")
+    q1 = matmul(x, np.asarray(np.linalg.inv(r1), dtype))
+    r2 = _sign_fixed(_tsqr_r(q1))
+    q = matmul(q1, np.asarray(np.linalg.inv(r2), dtype))
+    return _QR(q, own(np.asarray(r2 @ r1, q.dtype)))  # in the dtype jask gave Q
+
+
 slogdet = _in_memory_op("slogdet", jnp.linalg.slogdet, """Signs and logarithms of the
     absolute determinants, ``(sign, logabsdet)``, in memory.
 
@@ -194,14 +275,40 @@ solve = _in_memory_op("solve", jnp.linalg.solve, """The solution ``x`` of ``x1 @
       >>> xp.linalg.solve(a, b).to_numpy()
       array([1. , 0.5], dtype=float32)
     """)
-svd = _in_memory_op("svd", jnp.linalg.svd, """Singular value decompositions ``(U, S, Vh)``
-    (``full_matrices`` as the standard), in memory.
+_svd_in_memory = _in_memory_op("svd", jnp.linalg.svd, "")
+
+
+def svd(x, /, *, full_matrices=True):
+    """Singular value decomposition ``(U, S, Vh)``: ``jax.numpy.linalg.svd`` in
+    memory for an input within the in-memory share; for a tall (or, through
+    its transpose, wide) DiskArray over it whose ``n x n`` factor is small, out
+    of core: the ``R`` of a tall-skinny QR (one read), ``R = U_r S Vh`` in
+    memory, ``U = X @ (Vh.T / S)`` streamed (a DiskArray; columns of zero
+    singular values are zero). There ``full_matrices=False`` is required.
 
     Example:
       >>> import numpy as np, jask.array_api as xp
       >>> xp.linalg.svd(xp.asarray(np.diag([1.0, 5.0])), full_matrices=False).S.to_numpy()
       array([5., 1.], dtype=float32)
-    """)
+    """
+    wide = disk_type(x) is not None and len(x.shape) == 2 and x.shape[0] < x.shape[1]
+    if not (_tall(x) or (wide and isinstance(x, DiskArray) and _tall(matrix_transpose(x)))):
+        return _svd_in_memory(x, full_matrices=full_matrices)
+    if full_matrices:
+        raise ValueError(f"jask.array_api.linalg.svd: a DiskArray of shape {tuple(x.shape)} "
+                         "over the in-memory share is factorized with full_matrices=False only "
+                         "(its full U would be square in its long side)")
+    if wide:
+        u, s_, vh = svd(matrix_transpose(x), full_matrices=False)
+        return _SVD(matrix_transpose(vh), s_, matrix_transpose(u))
+    dtype = np.dtype(x.dtype)
+    _, s_, vh = np.linalg.svd(_tsqr_r(x))
+    keep = s_ > s_.max(initial=0.0) * max(x.shape) * np.finfo(dtype).eps
+    scale = np.where(keep, 1.0 / np.where(keep, s_, 1.0), 0.0)
+    u = matmul(x, np.asarray(vh.T * scale, dtype))
+    return _SVD(u, own(np.asarray(s_, u.dtype)), own(np.asarray(vh, u.dtype)))
+
+
 svdvals = _in_memory_op("svdvals", jnp.linalg.svdvals, """Singular values, descending,
     in memory.
 

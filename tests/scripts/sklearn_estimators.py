@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -56,7 +57,7 @@ from sklearn.preprocessing import (  # noqa: E402
 
 import jask  # noqa: E402
 
-D = 8  # features
+D = 20  # features (more than randomized PCA's 3 + 10 oversamples)
 
 #: (name, make the estimator, y: None / "regression" / "classes" / "positive", what it is fitted on)
 ESTIMATORS = [
@@ -157,7 +158,15 @@ def _compare(got: dict, want: dict) -> str | None:
     return None
 
 
-def run(budget: str, factor: float) -> list[dict]:
+class Timeout(Exception):
+    """An estimator that ran past ``--timeout`` seconds (a row of the table)."""
+
+
+def _alarm(signum, frame):
+    raise Timeout("still running")
+
+
+def run(budget: str, factor: float, timeout: int = 120) -> list[dict]:
     jask.set_memory_budget(budget, scratch_dir=tempfile.mkdtemp(prefix="jask-sklearn-"))
     n = int(factor * jask.get_config().max_memory / (D * 4))
     rng = np.random.default_rng(0)
@@ -170,6 +179,8 @@ def run(budget: str, factor: float) -> list[dict]:
             want = _outputs(make().fit(y) if X is None else make().fit(X, y), X, y)
             sklearn.set_config(array_api_dispatch=True)
             t = time.perf_counter()
+            signal.signal(signal.SIGALRM, _alarm)
+            signal.alarm(timeout)
             try:
                 dX = None if X is None else jask.from_numpy(X)
                 dy = None if y is None else jask.from_numpy(y)
@@ -184,6 +195,7 @@ def run(budget: str, factor: float) -> list[dict]:
                 row = {"estimator": name, "result": type(e).__name__,
                        "detail": f"{_where(e)}: {first[:150]}"}
             finally:
+                signal.alarm(0)
                 sklearn.set_config(array_api_dispatch=False)
         row["seconds"] = round(time.perf_counter() - t, 2)
         rows.append(row)
@@ -195,11 +207,12 @@ def main() -> None:
     parser.add_argument("--budget", default="4MB")
     parser.add_argument("--factor", type=float, default=3.0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per estimator")
     parser.add_argument("--only", nargs="*", help="estimator names to run")
     args = parser.parse_args()
     if args.only:
         ESTIMATORS[:] = [e for e in ESTIMATORS if e[0] in args.only]
-    rows = run(args.budget, args.factor)
+    rows = run(args.budget, args.factor, args.timeout)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         return
