@@ -339,6 +339,17 @@ def test_disk_masks_over_the_in_memory_share_are_refused(small_budget):
         jax.jit(lambda x, m: x[m])(xp.asarray(DATA["v"]), xp.asarray(DATA["v"] > 0))
 
 
+def test_zero_d_bounds_and_disk_indices(small_budget):
+    x, w = xp.asarray(DATA["w"]), DATA["w"]
+    n = xp.sum(xp.asarray(DATA["v"] > 0))  # a 0-d integer result, as clients slice with
+    np.testing.assert_array_equal(x[:n, n:].to_numpy(), w[:int(n), int(n):])
+    idx = np.array([3, 0, 59, 3])
+    np.testing.assert_array_equal(_np(x[xp.asarray(idx)]), w[idx])
+    np.testing.assert_array_equal(_np(xp.take(x, xp.asarray(idx), axis=0)), w[idx])
+    with pytest.raises(IndexError, match="slice bounds must be Python ints"):
+        x[:1.5]
+
+
 @pytest.mark.parametrize("case", ["vector", "rows-small", "rows-large", "3d"])
 def test_iteration_matches_numpy(case, small_budget):
     data = {"vector": DATA["v"], "rows-small": DATA["X"][:40], "rows-large": DATA["w"].T,
@@ -352,3 +363,27 @@ def test_iteration_matches_numpy(case, small_budget):
 def test_iteration_refusals(small_budget):
     with pytest.raises(TypeError, match="not iterable"):  # JAX's own refusal of a tracer
         jax.jit(lambda x: [r for r in x][0])(xp.asarray(DATA["v"]))
+
+
+#: (case id, table, mode): take of a small table at 20,000 indices on disk (over the share)
+LOOKUPS = [
+    ("classes", np.array([3, 7, 11], np.int32), None),
+    ("floats-fill", np.array([0.5, -1.0, 2.0, 8.0], np.float32), "fill"),
+    ("clip", np.array([0.5, -1.0, 2.0], np.float32), "clip"),
+    ("wrap", np.array([True, False, True]), "wrap"),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in LOOKUPS])
+def test_take_of_a_small_table_at_disk_indices(case, small_budget):
+    _, table, mode = next(c for c in LOOKUPS if c[0] == case)
+    idx = RNG.integers(-5, 6, 20000).astype(np.int32)  # out of range ones too
+    want = jnp.take(jnp.asarray(table), idx, mode=mode)
+    for t in (xp.asarray(table), jnp.asarray(table)):
+        got = jask.take(t, xp.asarray(idx), mode=mode)
+        assert isinstance(got, jask.DiskArray), case
+        assert got.dtype == want.dtype, case
+        np.testing.assert_array_equal(got.to_numpy(), np.asarray(want), err_msg=case)
+    inside = np.clip(idx, -3, 2)  # x[indices] as scikit-learn's classes_[pred] does
+    np.testing.assert_array_equal(xp.asarray(table)[xp.asarray(inside)].to_numpy(),
+                                  np.asarray(jnp.asarray(table)[inside]))

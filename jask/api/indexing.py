@@ -37,6 +37,7 @@ from jask.base.sizes import exact_bytes
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import DiskArray, disk_type
+from jask.core.ufuncs import Ufunc
 
 __all__ = ["getitem", "setitem", "scatter", "AT_METHODS", "At", "iterate", "take",
            "take_along_axis", "nonzero", "dynamic_slice", "concatenate", "stack", "reshape"]
@@ -61,9 +62,24 @@ def _index_tuple(index, shape) -> list:
     return index + [slice(None)] * (len(shape) - len(index))
 
 
+def _bound(part):
+    """A slice bound as a Python int when it is a concrete 0-d integer array
+    (``x[:xp.sum(mask)]``: a ``jax.Array``, numpy value, or a one-element
+    DiskArray), else as given (refused below when it is no int)."""
+    if part is None or isinstance(part, numbers.Integral) or is_tracer(part):
+        return part
+    if isinstance(part, DiskArray) and part.size == 1 and part.dtype.kind in "iu":
+        return int(primitives.materialize(part).reshape(()))
+    if isinstance(part, (np.ndarray, np.generic, jax.Array)) and np.ndim(part) == 0 \
+            and np.dtype(part.dtype).kind in "iu":
+        return int(part)
+    return part
+
+
 def _entry(i, n: int, axis: int, shape) -> tuple:
     """(start, (size, step) or None) for one axis of a basic index."""
     if isinstance(i, slice):
+        i = slice(*(_bound(part) for part in (i.start, i.stop, i.step)))
         for part in (i.start, i.stop, i.step):
             if part is not None and (is_tracer(part) or not isinstance(part, numbers.Integral)):
                 raise IndexError(f"{_SUPPORTED}; slice bounds must be Python ints (got {i!r}); "
@@ -479,11 +495,19 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
              [10.,  8., 11.]])
     """
     aval = disk_type(x)
+    if isinstance(indices, DiskArray) and not is_tracer(x) and np.ndim(x) <= 1 \
+            and not memory.fits_in_memory(_shape_of(indices), indices.dtype, config) \
+            and memory.fits_in_memory(_shape_of(x), x.dtype, config):
+        return _lookup(x, indices, mode, fill_value, config)
     if aval is None:
         return jnp.take(x, indices, axis=axis, mode=mode, fill_value=fill_value)
+    if isinstance(indices, DiskArray) \
+            and memory.fits_in_memory(_shape_of(indices), indices.dtype, config):
+        indices = primitives.materialize(indices, config=config)  # small: read them here
     if disk_type(indices) is not None:
-        raise TypeError("jask.take: indices must be in memory (a numpy or JAX array); for a "
-                        "DiskArray of indices use jask.materialize(indices) if it fits")
+        raise TypeError("jask.take: indices must be in memory (a numpy or JAX array, or a "
+                        "DiskArray within the in-memory share of the budget, read outside "
+                        "jit); for larger ones use jask.materialize(indices) if they fit")
     if axis is None:
         x = reshape(x, (-1,), config=config)
         aval, axis = disk_type(x), 0
@@ -514,6 +538,50 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     if not shape:
         return jnp.reshape(primitives.materialize(taken, config=config), ())
     return reshape(taken, shape, config=config) if indices.ndim != 1 else taken
+
+
+class _Lookup:
+    """The kernel of :func:`_lookup`: a small table's elements at a tile of
+    indices (numpy's, with jax.numpy.take's modes)."""
+
+    def __init__(self, table: np.ndarray, mode: str | None, fill):
+        self.table, self.mode, self.fill = table, mode, fill
+
+    def __call__(self, idx):
+        n = self.table.shape[0]
+        i = idx.astype(np.int64)
+        if self.mode == "clip":
+            return self.table[np.clip(i, 0, n - 1)]
+        if self.mode == "wrap":
+            return self.table[i % n]
+        i = np.where(i < 0, i + n, i)
+        inside = (0 <= i) & (i < n)
+        out = self.table[np.where(inside, i, 0)]
+        return np.where(inside, out, np.asarray(self.fill, self.table.dtype))
+
+
+def _lookup(x, indices, mode, fill_value, config):
+    """``take`` of a small 1-D ``x`` (within the in-memory share) at a
+    DiskArray of indices too large for memory: an elementwise op over the
+    indices' tiles, ``x`` sent whole to each task. Not differentiable in
+    ``x`` (a concrete table only: a traced one takes the gather)."""
+    if mode not in (None, "fill", "promise_in_bounds", "clip", "wrap"):
+        raise ValueError(f"jask.take: mode {mode!r} is not one of 'fill', 'clip', 'wrap'")
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"jask.take: indices must be integers, got {indices.dtype}")
+    table = np.asarray(primitives.materialize(x, config=config) if disk_type(x) is not None
+                       else x).reshape(-1)
+    if table.size == 0:
+        raise IndexError("jask.take: cannot take elements from an empty array, as "
+                         "jax.numpy.take cannot")
+    fill = _fill(table.dtype) if fill_value is None else fill_value
+    kind = None if mode in (None, "promise_in_bounds") else mode
+    reference = table.copy()
+
+    def ref(i):
+        return jnp.take(jnp.asarray(reference), i, mode=kind or "fill", fill_value=fill)
+    row = Ufunc("take-lookup", _Lookup(table, kind, fill), ref, (None,), public=False)
+    return elementwise.apply(row, indices, config=config)
 
 
 def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None = None):
