@@ -34,7 +34,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 import jax.numpy as jnp
 import numpy as np
@@ -195,6 +195,11 @@ def _tall(x) -> bool:
             and memory.fits_in_memory((4 * n, n), np.float64))
 
 
+def _r(a: np.ndarray) -> np.ndarray:
+    """The R of ``a``'s QR (numpy's ``mode="r"``, which returns R alone)."""
+    return cast(np.ndarray, np.linalg.qr(a, mode="r"))
+
+
 def _tsqr_r(x) -> np.ndarray:
     """The R of a tall DiskArray ``x`` (n x n, float64, in memory) by
     tall-skinny QR: the R of each band of rows (at most a quarter of the
@@ -206,11 +211,11 @@ def _tsqr_r(x) -> np.ndarray:
     held = 0
     for start in range(0, m, rows):
         band = np.asarray(interop.materialize(x[start:start + rows]), np.float64)
-        stack.append(np.linalg.qr(band, mode="r"))
+        stack.append(_r(band))
         held += stack[-1].shape[0]
         if held >= rows:
-            stack, held = [np.linalg.qr(np.concatenate(stack), mode="r")], n
-    r = np.linalg.qr(np.concatenate(stack), mode="r")
+            stack, held = [_r(np.concatenate(stack))], n
+    r = _r(np.concatenate(stack))
     if r.shape[0] < n:  # fewer rows than columns in all: pad, as numpy's R is n x n
         r = np.concatenate([r, np.zeros((n - r.shape[0], n))])
     return r
