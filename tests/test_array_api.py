@@ -260,7 +260,7 @@ def test_docstring_examples():
     out = io.StringIO()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     ran = 0
-    for module in (xp, _dtypes, _creation, _functions, _array):
+    for module in (xp, _dtypes, _creation, _functions, _array, xp.linalg):
         for test in doctest.DocTestFinder().find(module):
             runner.run(test, out=out.write)
             ran += len(test.examples)

@@ -50,8 +50,6 @@ from jask.array_api._functions import (
     tensordot,
     vecdot,
 )
-from jask.base import memory
-from jask.base.sizes import exact_bytes
 
 __all__ = ["cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul",
            "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv",
@@ -88,15 +86,9 @@ def in_memory(op: str, *arrays):
             raise TypeError(f"jask.array_api.linalg.{op} of a DiskArray inside jax.jit: the "
                             "factorizations run in memory on concrete arrays; call it outside "
                             "jit, or pass jask.materialize(x)")
-        if aval is not None and not memory.fits_in_memory(aval.shape, aval.dtype):
-            need = memory.nbytes(aval.shape, aval.dtype)
-            raise MemoryError(
-                f"jask.array_api.linalg.{op}: a DiskArray of shape {tuple(aval.shape)} "
-                f"({exact_bytes(need)}) is over the in-memory share of the budget "
-                f"({exact_bytes(memory.in_memory_limit())}), and {op} reads its input whole; "
-                "for a tall matrix X, factorize its Gram matrix X.T @ X (streamed, d x d) "
-                "instead (eigh, cholesky, solve)")
-        out.append(interop.materialize(a) if aval is not None else jnp.asarray(a))
+        out.append(interop.read_small(
+            a, f"jask.array_api.linalg.{op}", "for a tall matrix X, factorize its Gram matrix "
+            "X.T @ X (streamed, d x d) instead (eigh, cholesky, solve)"))
     return out
 
 
@@ -191,8 +183,8 @@ def _tall(x) -> bool:
     if aval is None or not isinstance(x, DiskArray) or aval.ndim != 2:
         return False
     m, n = aval.shape
-    return (m >= n and not memory.fits_in_memory(aval.shape, aval.dtype)
-            and memory.fits_in_memory((4 * n, n), np.float64))
+    return (m >= n and not interop.fits_in_memory(aval.shape, aval.dtype)
+            and interop.fits_in_memory((4 * n, n), np.float64))
 
 
 def _r(a: np.ndarray) -> np.ndarray:
@@ -206,7 +198,7 @@ def _tsqr_r(x) -> np.ndarray:
     in-memory share, so a band and its factorization's workspace fit), stacked
     and factorized again whenever they would outgrow a band. One read of x."""
     m, n = x.shape
-    rows = max(n, memory.in_memory_limit() // 4 // (8 * n))
+    rows = max(n, interop.in_memory_share() // 4 // (8 * n))
     stack: list[np.ndarray] = []
     held = 0
     for start in range(0, m, rows):
@@ -431,8 +423,6 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002
     else:
         raise ValueError(f"jask.array_api.linalg.vector_norm: ord must be a number, inf or "
                          f"-inf, got {ord!r}")
-    if disk_type(out) is None and np.dtype(out.dtype) != np.dtype(x.dtype):
-        out = jnp.asarray(out, x.dtype)
     return own(out)
 
 
