@@ -238,6 +238,12 @@ def test_pending_results_keep_their_values(small_budget):
     x[0] = 100.0
     np.testing.assert_array_equal(pending.to_numpy(), DATA["w"] * 2.0)
     assert float(x.to_numpy()[0, 0]) == 100.0
+    y = xp.asarray(DATA["w"]) * 2.0  # writing into a pending result itself
+    z = y + 1.0
+    y[0] = 5.0
+    np.testing.assert_array_equal(y.to_numpy()[0], np.full(50, 5.0, np.float32))
+    np.testing.assert_array_equal(y.to_numpy()[1:], DATA["w"][1:] * 2.0)
+    np.testing.assert_array_equal(z.to_numpy(), DATA["w"] * 2.0 + 1.0)
 
 
 def test_bad_writes_are_refused_before_writing(small_budget):
