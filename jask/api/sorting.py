@@ -1,4 +1,4 @@
-"""Sorting and searching: ``sort``, ``argsort`` along an axis, ``searchsorted``.
+"""Sorting and searching: ``sort``, ``argsort`` along an axis, ``searchsorted``, ``unique_*``.
 
 ``sort`` and ``argsort`` write a new DiskArray of ``x``'s shape; each task
 holds whole lanes of the sorted axis for a block of the other axes (a lane
@@ -7,6 +7,11 @@ Ties, NaNs and ``descending`` follow jax.numpy exactly (a stable sort, NaNs
 last, ``-0.0`` equal to ``0.0``). ``sort``'s gradient is jax's: the
 cotangent gathered back by the order the sort put elements in.
 With no DiskArray operand each is its ``jax.numpy`` counterpart.
+
+``unique_values``, ``unique_counts``, ``unique_inverse`` and ``unique_all`` do
+not sort (a sort holds whole lanes, and the flattened array is one lane): they
+read the array once, a band of whole rows at a time, and merge each band's
+unique elements into those found so far, which are held in memory.
 """
 from __future__ import annotations
 
