@@ -141,7 +141,15 @@ from jask.api.nan_functions import (
 from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
 from jask.api.save import save
 from jask.api.scans import cumprod, cumsum, cumulative_prod, cumulative_sum
-from jask.api.sorting import argsort, searchsorted, sort
+from jask.api.sorting import (
+    argsort,
+    searchsorted,
+    sort,
+    unique_all,
+    unique_counts,
+    unique_inverse,
+    unique_values,
+)
 from jask.api.stats import reset_stats, stats, track
 from jask.api.truth import all, any, count_nonzero
 from jask.api.update import update_
@@ -179,7 +187,8 @@ __all__ = [
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var", "zarr_store",
     "visualize", "where",
     "all", "any", "count_nonzero", "prod", "matrix_transpose",
-    "argsort", "sort", "searchsorted", "cumprod", "cumulative_prod", "cumulative_sum",
+    "argsort", "sort", "searchsorted", "unique_all", "unique_counts", "unique_inverse",
+    "unique_values", "cumprod", "cumulative_prod", "cumulative_sum",
     "tensordot", "vecdot",
     "batches",
     "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan2", "arctanh", "asin",

@@ -161,7 +161,7 @@ def test_missing_functions_name_themselves():
 def test_data_dependent_shapes_are_refused_with_a_way_out():
     # nonzero: until jask has its own (for values known outside jit)
     refused = ("nonzero",) if _functions._find("nonzero") is None else ()
-    for name in refused + ("unique_all", "unique_counts", "unique_inverse", "unique_values"):
+    for name in refused:  # unique_*: tests/test_array_api_ecosystem.py
         with pytest.raises(NotImplementedError, match="depends on the data.*materialize"):
             getattr(xp, name)(np.ones(3))
 
@@ -221,8 +221,8 @@ def test_array_attributes(small_budget):
         [1][one]
     with pytest.raises(TypeError, match=r"shape \(2, 3\)"):
         bool(x)
-    with pytest.raises(TypeError, match="update_"):
-        x[0] = 1.0
+    x[0] = 1.0  # the standard's __setitem__ (tests/test_array_api_ecosystem.py)
+    assert x.to_numpy()[0].tolist() == [1.0, 1.0, 1.0]
 
 
 def test_namespace_and_mT_under_jit(small_budget):
@@ -260,7 +260,7 @@ def test_docstring_examples():
     out = io.StringIO()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     ran = 0
-    for module in (xp, _dtypes, _creation, _functions, _array):
+    for module in (xp, _dtypes, _creation, _functions, _array, xp.linalg):
         for test in doctest.DocTestFinder().find(module):
             runner.run(test, out=out.write)
             ran += len(test.examples)

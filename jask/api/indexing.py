@@ -16,8 +16,9 @@ budget). ``take`` gathers whole positions along an axis by
 indices held in memory (traced ones too: one program serves every batch
 of indices), its VJP adding the cotangent back where they point. Shapes
 that depend on values (``x[mask]``, ``nonzero``) run only on values known
-outside ``jit``; a DiskArray is never written through ``x[i] = v``
-(``update_`` is the one op that writes into a store).
+outside ``jit``. ``x[i] = v`` (outside ``jit``) is ``update_`` of
+``x.at[i].set(v)``: :func:`scatter` builds the new value, ``update_``'s swap
+stores it.
 """
 from __future__ import annotations
 
@@ -29,15 +30,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api import elementwise
+from jask.api.update import update_
 from jask.base import memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
-from jask.core.array import disk_type
+from jask.core.array import DiskArray, disk_type
+from jask.core.ufuncs import Ufunc
 
-__all__ = ["getitem", "setitem", "take", "take_along_axis", "nonzero", "dynamic_slice",
-           "concatenate", "stack", "reshape"]
+__all__ = ["getitem", "setitem", "scatter", "AT_METHODS", "At", "iterate", "take",
+           "take_along_axis", "nonzero", "dynamic_slice", "concatenate", "stack", "reshape"]
 
 _SUPPORTED = ("jask supports basic indexing of DiskArrays: integers, slices with a positive "
               "step, and ...")
@@ -59,9 +62,24 @@ def _index_tuple(index, shape) -> list:
     return index + [slice(None)] * (len(shape) - len(index))
 
 
+def _bound(part):
+    """A slice bound as a Python int when it is a concrete 0-d integer array
+    (``x[:xp.sum(mask)]``: a ``jax.Array``, numpy value, or a one-element
+    DiskArray), else as given (refused below when it is no int)."""
+    if part is None or isinstance(part, numbers.Integral) or is_tracer(part):
+        return part
+    if isinstance(part, DiskArray) and part.size == 1 and part.dtype.kind in "iu":
+        return int(primitives.materialize(part).reshape(()))
+    if isinstance(part, (np.ndarray, np.generic, jax.Array)) and np.ndim(part) == 0 \
+            and np.dtype(part.dtype).kind in "iu":
+        return int(part)
+    return part
+
+
 def _entry(i, n: int, axis: int, shape) -> tuple:
     """(start, (size, step) or None) for one axis of a basic index."""
     if isinstance(i, slice):
+        i = slice(*(_bound(part) for part in (i.start, i.stop, i.step)))
         for part in (i.start, i.stop, i.step):
             if part is not None and (is_tracer(part) or not isinstance(part, numbers.Integral)):
                 raise IndexError(f"{_SUPPORTED}; slice bounds must be Python ints (got {i!r}); "
@@ -100,11 +118,18 @@ def _by_array(x, aval, axis: int, index, config):
         index = np.asarray(index)
     if np.dtype(index.dtype) != np.bool_:
         return take(x, index, axis=axis, config=config)
+    if disk_type(index) is not None and not is_tracer(index) and not is_tracer(x) \
+            and memory.fits_in_memory(_shape_of(index), np.bool_, config):
+        index = primitives.materialize(index, config=config)  # a mask on disk, known here
     if is_tracer(index) or disk_type(index) is not None:
+        what = ("inside jit its shape depends on the mask's values, known only when it runs"
+                if is_tracer(index) or is_tracer(x) else
+                f"the mask ({exact_bytes(memory.nbytes(_shape_of(index), np.bool_))}) "
+                "is over the in-memory share of the budget, and its shape depends on the "
+                "mask's values")
         raise IndexError(
-            f"x[mask] on a DiskArray of shape {aval.shape}: its shape depends on the mask's "
-            "values, known only when it runs; use jask.where(mask, x, 0) (same shape), or "
-            "index with a mask computed outside jit (a numpy array)")
+            f"x[mask] on a DiskArray of shape {aval.shape}: {what}; use jask.where(mask, x, 0) "
+            "(same shape), or index with a mask computed outside jit")
     mask = np.asarray(index)
     shape = aval.shape[axis:axis + mask.ndim]
     if mask.shape != shape:
@@ -163,29 +188,281 @@ def getitem(x, index, *, config: Config | None = None):
     return part
 
 
+def iterate(x, *, config: Config | None = None):
+    """``iter(x)``: the subarrays along ``x``'s first axis, as ``x[i]`` gives
+    them (in memory when small), read a band of rows at a time outside
+    ``jax.jit``; a traced DiskArray cannot be iterated (its values are not
+    known), nor a 0-d one.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> [float(v) for v in jask.from_numpy(np.array([1.0, 2.0]))]
+      [1.0, 2.0]
+    """
+    aval = disk_type(x)
+    if aval is None:
+        yield from iter(x)
+        return
+    if not isinstance(x, DiskArray):
+        raise TypeError("iterating over a traced DiskArray (inside jax.jit): its values are "
+                        "not known until it runs; use jax.lax.map over jask.dynamic_slice, "
+                        "or iterate outside jit")
+    if aval.ndim == 0:
+        raise TypeError("iteration over a 0-d DiskArray")
+    row = aval.shape[1:]
+    if not _small(disk_type(getitem(x, slice(0, 1)) if aval.shape[0] else x), config):
+        for i in range(aval.shape[0]):  # each row a DiskArray of its own
+            yield getitem(x, i, config=config)
+        return
+    per_row = memory.nbytes(row, aval.dtype) or 1
+    rows = max(1, memory.in_memory_limit(config) // per_row)
+    for start in range(0, aval.shape[0], rows):
+        band = primitives.materialize(getitem(x, slice(start, start + rows)), config=config)
+        yield from band
+
+
 def _small(aval, config: Config | None) -> bool:
     """Whether a result goes to memory, by the rule reductions use."""
     return memory.fits_in_memory(aval.shape, aval.dtype, config)
 
 
+#: what ``x.at[key].<method>(v)`` does at the selected positions: (x's values, v) -> new
+AT_METHODS = {"set": None, "add": elementwise.add, "subtract": elementwise.subtract,
+              "multiply": elementwise.multiply, "divide": elementwise.divide,
+              "power": elementwise.power, "min": elementwise.minimum,
+              "max": elementwise.maximum}
+
+
+def _is_array(i) -> bool:
+    return (isinstance(i, (np.ndarray, jax.Array, list)) or is_tracer(i)
+            or disk_type(i) is not None)
+
+
+def _positions(i, n: int, axis: int, shape, method: str):
+    """(positions along the axis as an integer array, whether the axis stays),
+    for one entry of an index; positions in memory (jnp when traced)."""
+    if isinstance(i, slice) or (isinstance(i, (numbers.Integral, np.integer))
+                                and not isinstance(i, bool)):
+        start, size = _entry(i, n, axis, shape)
+        if size is None:
+            return np.asarray([start]), False
+        return np.arange(start, start + size[0] * size[1], size[1])[:size[0]], True
+    if not _is_array(i):
+        return _entry(i, n, axis, shape)  # raises, naming what was given
+    if disk_type(i) is not None:
+        if not memory.fits_in_memory(_shape_of(i), i.dtype):
+            raise MemoryError(f"x[key] = v: the index array on axis {axis} "
+                              f"({exact_bytes(memory.nbytes(_shape_of(i), i.dtype))}) "
+                              "is over the in-memory share of the budget")
+        i = primitives.materialize(i)
+    if isinstance(i, list):
+        i = np.asarray(i)
+    xp = jnp if is_tracer(i) else np
+    if np.dtype(i.dtype) == np.bool_:
+        if is_tracer(i):
+            raise IndexError(f"x.at[mask] with a traced mask on axis {axis}: the number of "
+                             "positions depends on its values; use jask.where(mask, v, x)")
+        if i.shape != (n,):
+            raise IndexError(f"a boolean index of shape {i.shape} on axis {axis} of shape "
+                             f"{shape} must have shape ({n},)")
+        return np.flatnonzero(np.asarray(i)), True
+    if not jnp.issubdtype(i.dtype, jnp.integer) or i.ndim != 1:
+        raise IndexError(f"x[key] = v takes 1-D integer or boolean arrays on an axis, got "
+                         f"{i.dtype} of shape {tuple(i.shape)} on axis {axis}")
+    if xp is np:
+        i = np.asarray(i)
+        if i.size and not (-n <= i.min() and i.max() < n):
+            raise IndexError(f"index {int(i.min() if i.min() < -n else i.max())} is out of "
+                             f"bounds for axis {axis} with size {n} (shape {shape})")
+        if method != "set" and len(np.unique(i % n)) != i.size:
+            raise IndexError(f"x.at[key].{method}(v) with repeated indices on axis {axis}: "
+                             "each position is updated once here (jax.numpy adds repeats up); "
+                             "combine the repeats first")
+    return i % n, True
+
+
+def scatter(x, index, value, method: str = "set", *, config: Config | None = None):
+    """``x.at[index].<method>(value)``: a new array, ``x`` with the positions
+    ``index`` selects set to ``value`` (``"set"``) or combined with it
+    (``"add"``, ``"multiply"``, ``"min"``, ...), as ``jax.numpy``'s ``.at``;
+    ``x`` itself is unchanged. Written tile by tile as a ``where`` over ``x``
+    (one pass; an index array of one axis is turned into a mask and a gather
+    of ``value`` along that axis, both of that axis's length), so it runs on
+    arrays of any size and under ``jit``. The index is a basic one (integers,
+    slices, ``...``), one 1-D integer or boolean array on one axis, or one
+    boolean mask of ``x``'s shape (a DiskArray too). ``value`` broadcasts to
+    the selected region and is cast to ``x``'s dtype; with a mask of more
+    than one axis it is a scalar (a where over ``x``, for a mask of any size).
+    As in numpy, an index array on one axis selects whole positions along it;
+    arrays on several axes (numpy pairs them up) are refused.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.zeros((2, 4)))
+      >>> x.at[:, 1::2].set(np.array([1.0, 2.0])).to_numpy()
+      array([[0., 1., 0., 2.],
+             [0., 1., 0., 2.]])
+      >>> x.at[x == 0].add(5.0).to_numpy()[0]
+      array([5., 5., 5., 5.])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return getattr(jnp.asarray(x).at[index], method)(value)
+    if method not in AT_METHODS:
+        raise AttributeError(f"x.at[key] has no method {method!r}; one of "
+                             f"{', '.join(AT_METHODS)}")
+    shape = tuple(aval.shape)
+    combine = AT_METHODS[method]
+    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+    mask_shape = _shape_of(mask) if _is_array(mask) else None
+    if mask_shape == shape and np.dtype(mask.dtype) != np.bool_ and len(shape) > 1:
+        raise IndexError(f"an integer array of x's shape {shape} is no index of x[key] = v; "
+                         "give a boolean mask, or one 1-D index array")
+    if mask_shape == shape and np.dtype(mask.dtype) == np.bool_ \
+            and (len(shape) > 1 or _size(value) == 1):
+        # one mask of x's shape: a where over x, for a mask of any size
+        if _size(value) != 1:
+            raise ValueError(
+                f"x[mask] = v with a mask of x's shape {shape}: v must be a scalar here (one "
+                f"value per True element, {_size(value)} given, is not supported for a mask "
+                "of more than one axis); use x = jask.where(mask, values, x) with values of "
+                "x's shape")
+        new = value if combine is None else combine(x, value, config=config)
+        return _in_dtype(elementwise.where(mask, new, x, config=config), aval.dtype, config)
+    if any(i is None for i in (index if isinstance(index, tuple) else (index,))):
+        raise IndexError("x[key] = v: np.newaxis / None in the key is not supported")
+    entries = _index_tuple(index, shape)
+    if sum(_is_array(i) for i in entries) > 1:
+        raise IndexError("x[key] = v with index arrays on several axes is not supported (numpy "
+                         "pairs them up elementwise); use one index array, slices and integers")
+    picked = [_positions(i, n, k, shape, method) for k, (i, n) in enumerate(zip(entries, shape))]
+    region = tuple(len(p) for p, kept in picked if kept)
+    _check_broadcast(value, region, "x[key] = v", f"the selected region {region}")
+    v = value
+    vshape = _shape_of(v)
+    if vshape:
+        full = (1,) * (len(region) - len(vshape)) + tuple(vshape)
+        kept = iter(full)
+        target = tuple(next(kept) if k else 1 for _, k in picked)
+        v = jnp.reshape(jnp.asarray(v), target) if disk_type(v) is None \
+            else reshape(v, target, config=config)
+    out = None
+    masks = []
+    for axis, ((p, _), n) in enumerate(zip(picked, shape)):
+        whole = not is_tracer(p) and len(p) == n and np.array_equal(np.asarray(p), np.arange(n))
+        if whole:
+            continue
+        xp = jnp if is_tracer(p) else np
+        m = xp.zeros(n, bool)
+        m = m.at[p].set(True) if xp is jnp else _np_set(m, p, True)
+        masks.append((axis, m))
+        if _shape_of(v) and _shape_of(v)[axis] != 1:
+            g = xp.zeros(n, np.int32)
+            g = g.at[p].set(jnp.arange(len(p))) if xp is jnp \
+                else _np_set(g, p, np.arange(len(p)))
+            v = take(v, g, axis=axis, config=config) if disk_type(v) is not None \
+                else jnp.take(jnp.asarray(v), g, axis=axis)
+    new = v if combine is None else combine(x, v, config=config)
+    out = new
+    for axis, m in reversed(masks):
+        cond = m.reshape((1,) * axis + (shape[axis],) + (1,) * (len(shape) - axis - 1))
+        out = elementwise.where(cond, out, x, config=config)
+    if not masks:  # every position selected: the new value everywhere
+        out = elementwise.where(True, out, x, config=config)
+    return _in_dtype(out, aval.dtype, config)
+
+
+class At:
+    """``x.at``: ``x.at[key].set(v)``, ``.add(v)``, ``.multiply(v)``, ``.min(v)``,
+    ... (:func:`scatter`) and ``.get()`` (``x[key]``), as ``jax.Array.at``.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.from_numpy(np.zeros(3)).at[1].set(7.0).to_numpy()
+      array([0., 7., 0.])
+    """
+
+    def __init__(self, x):
+        self.x = x
+
+    def __getitem__(self, index):
+        return _AtIndex(self.x, index)
+
+
+class _AtIndex:
+    def __init__(self, x, index):
+        self.x, self.index = x, index
+
+    def get(self):
+        return getitem(self.x, self.index)
+
+    def __getattr__(self, method):
+        if method not in AT_METHODS:
+            raise AttributeError(f"x.at[key] has no method {method!r}; one of get, "
+                                 f"{', '.join(AT_METHODS)}")
+
+        def update(value):
+            return scatter(self.x, self.index, value, method)
+        update.__name__ = method
+        return update
+
+
+def _shape_of(value) -> tuple:
+    """The shape of a DiskArray, a traced one, an in-memory array or a scalar
+    (never reading a DiskArray, as ``np.shape`` would)."""
+    aval = disk_type(value)
+    return tuple(aval.shape) if aval is not None else tuple(np.shape(value))
+
+
+def _size(value) -> int:
+    return math.prod(_shape_of(value))
+
+
+def _np_set(a: np.ndarray, where, value) -> np.ndarray:
+    a[where] = value  # a fresh array of this function's own: later entries win, as in numpy
+    return a
+
+
+def _check_broadcast(value, shape: tuple, what: str, name: str) -> None:
+    vshape = _shape_of(value)
+    try:
+        ok = np.broadcast_shapes(tuple(vshape), shape) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{what}: a value of shape {tuple(vshape)} does not broadcast to "
+                         f"{name}")
+
+
+def _in_dtype(out, dtype, config):
+    if np.dtype(out.dtype) == np.dtype(dtype):
+        return out
+    return elementwise.astype(out, dtype, config=config)
+
+
 def setitem(x, index, value):
-    """``x[index] = value``: refused, as for a jax.Array. A DiskArray is a
-    value; ``x.update_(new)`` (:func:`jask.update_`) writes a whole new
-    value into its store.
+    """``x[index] = value`` (the Array API standard's ``__setitem__``), outside
+    ``jax.jit``: ``x``'s store is replaced by ``x.at[index].set(value)``
+    (:func:`scatter`, one pass) with :func:`jask.update_`'s atomic swap, so a
+    reader sees all old or all new values, views of ``x`` and pending results
+    that read it keep the values they had, and ``x.filename`` stays. The key
+    and value are checked before anything is written. Inside ``jit`` (a
+    traced ``x``) it is refused: write ``x = x.at[index].set(value)``.
 
     Example:
       >>> import numpy as np, jask
       >>> x = jask.from_numpy(np.zeros(3))
+      >>> before = x[1:]
       >>> x[0] = 1.0
-      Traceback (most recent call last):
-      ...
-      TypeError: DiskArrays are immutable values, as jax.Arrays are: ... use x.update_(new_value)
-      (jask.update_), ...
+      >>> x.to_numpy(), before.to_numpy()
+      (array([1., 0., 0.]), array([0., 0.]))
     """
-    raise TypeError(
-        "DiskArrays are immutable values, as jax.Arrays are: x[index] = value is not supported. "
-        "To write into x's store use x.update_(new_value) (jask.update_), e.g. "
-        "x.update_(jask.where(mask, value, x)) with a mask of the positions to change")
+    if not isinstance(x, DiskArray):
+        raise TypeError(
+            "x[index] = value on a traced DiskArray (inside jax.jit): a DiskArray is written "
+            "in place only outside jit; inside, write x = x.at[index].set(value), which "
+            "works in both (then x.update_(x_new) outside jit stores it)")
+    update_(x, scatter(x, index, value))
 
 
 def _fill(dtype) -> object:
@@ -218,11 +495,19 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
              [10.,  8., 11.]])
     """
     aval = disk_type(x)
+    if isinstance(indices, DiskArray) and not is_tracer(x) and np.ndim(x) <= 1 \
+            and not memory.fits_in_memory(_shape_of(indices), indices.dtype, config) \
+            and memory.fits_in_memory(_shape_of(x), x.dtype, config):
+        return _lookup(x, indices, mode, fill_value, config)
     if aval is None:
         return jnp.take(x, indices, axis=axis, mode=mode, fill_value=fill_value)
+    if isinstance(indices, DiskArray) \
+            and memory.fits_in_memory(_shape_of(indices), indices.dtype, config):
+        indices = primitives.materialize(indices, config=config)  # small: read them here
     if disk_type(indices) is not None:
-        raise TypeError("jask.take: indices must be in memory (a numpy or JAX array); for a "
-                        "DiskArray of indices use jask.materialize(indices) if it fits")
+        raise TypeError("jask.take: indices must be in memory (a numpy or JAX array, or a "
+                        "DiskArray within the in-memory share of the budget, read outside "
+                        "jit); for larger ones use jask.materialize(indices) if they fit")
     if axis is None:
         x = reshape(x, (-1,), config=config)
         aval, axis = disk_type(x), 0
@@ -253,6 +538,50 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     if not shape:
         return jnp.reshape(primitives.materialize(taken, config=config), ())
     return reshape(taken, shape, config=config) if indices.ndim != 1 else taken
+
+
+class _Lookup:
+    """The kernel of :func:`_lookup`: a small table's elements at a tile of
+    indices (numpy's, with jax.numpy.take's modes)."""
+
+    def __init__(self, table: np.ndarray, mode: str | None, fill):
+        self.table, self.mode, self.fill = table, mode, fill
+
+    def __call__(self, idx):
+        n = self.table.shape[0]
+        i = idx.astype(np.int64)
+        if self.mode == "clip":
+            return self.table[np.clip(i, 0, n - 1)]
+        if self.mode == "wrap":
+            return self.table[i % n]
+        i = np.where(i < 0, i + n, i)
+        inside = (0 <= i) & (i < n)
+        out = self.table[np.where(inside, i, 0)]
+        return np.where(inside, out, np.asarray(self.fill, self.table.dtype))
+
+
+def _lookup(x, indices, mode, fill_value, config):
+    """``take`` of a small 1-D ``x`` (within the in-memory share) at a
+    DiskArray of indices too large for memory: an elementwise op over the
+    indices' tiles, ``x`` sent whole to each task. Not differentiable in
+    ``x`` (a concrete table only: a traced one takes the gather)."""
+    if mode not in (None, "fill", "promise_in_bounds", "clip", "wrap"):
+        raise ValueError(f"jask.take: mode {mode!r} is not one of 'fill', 'clip', 'wrap'")
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"jask.take: indices must be integers, got {indices.dtype}")
+    table = np.asarray(primitives.materialize(x, config=config) if disk_type(x) is not None
+                       else x).reshape(-1)
+    if table.size == 0:
+        raise IndexError("jask.take: cannot take elements from an empty array, as "
+                         "jax.numpy.take cannot")
+    fill = _fill(table.dtype) if fill_value is None else fill_value
+    kind = None if mode in (None, "promise_in_bounds") else mode
+    reference = table.copy()
+
+    def ref(i):
+        return jnp.take(jnp.asarray(reference), i, mode=kind or "fill", fill_value=fill)
+    row = Ufunc("take-lookup", _Lookup(table, kind, fill), ref, (None,), public=False)
+    return elementwise.apply(row, indices, config=config)
 
 
 def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None = None):

@@ -18,6 +18,7 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config, get_config
+from jask.base.sizes import exact_bytes
 from jask.core import primitives
 from jask.core.array import DiskArray, disk_type
 from jask.core.lifetime import collect_if_idle
@@ -165,3 +166,52 @@ def materialize(x, *, config: Config | None = None) -> jax.Array:
     if disk_type(x) is None:
         return jnp.asarray(x)  # already in memory
     return primitives.materialize(x, config=config)
+
+
+def fits_in_memory(shape, dtype, *, config: Config | None = None) -> bool:
+    """Whether an array of this shape and dtype fits the in-memory share of
+    the budget (an eighth): the rule by which jask puts a result in memory,
+    for the layers built on this one (:mod:`jask.array_api`).
+
+    Example:
+      >>> import jask
+      >>> jask.set_memory_budget("1MB")
+      >>> fits_in_memory((100, 100), "float32"), fits_in_memory((1000, 1000), "float32")
+      (True, False)
+    """
+    return memory.fits_in_memory(tuple(shape), dtype, config)
+
+
+def in_memory_share(*, config: Config | None = None) -> int:
+    """The bytes of the in-memory share of the budget (see :func:`fits_in_memory`).
+
+    Example:
+      >>> import jask
+      >>> jask.set_memory_budget("1MB")
+      >>> in_memory_share()
+      125000
+    """
+    return memory.in_memory_limit(config)
+
+
+def read_small(x, op: str, instead: str, *, config: Config | None = None) -> jax.Array:
+    """``x`` read whole into memory (:func:`materialize`) when it fits the
+    in-memory share; a larger DiskArray is a ``MemoryError`` naming ``op``,
+    its size, the share and ``instead``, raised before anything is read.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.set_memory_budget("1MB")
+      >>> read_small(jask.from_numpy(np.ones(3)), "inv", "").shape
+      (3,)
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return jnp.asarray(x)
+    if not memory.fits_in_memory(aval.shape, aval.dtype, config):
+        raise MemoryError(
+            f"{op}: a DiskArray of shape {tuple(aval.shape)} "
+            f"({exact_bytes(memory.nbytes(aval.shape, aval.dtype))}) is over the in-memory "
+            f"share of the budget ({exact_bytes(memory.in_memory_limit(config))}), and {op} "
+            f"reads its input whole; {instead}")
+    return materialize(x, config=config)

@@ -11,9 +11,11 @@ Results are DiskArrays, except 0-d values, which are in-memory ``jax.Array`` s
 
 Every function is a thin wrapper over a jask function, looked up by name when
 called: a function whose jask counterpart does not exist yet raises a
-``NotImplementedError`` naming it. What cannot be planned before reading the
-data (``nonzero``, ``unique_*``, boolean-mask indexing) is refused with what
-to do instead. Complex data types are not offered.
+``NotImplementedError`` naming it. What depends on the data's values
+(``unique_*``, boolean masks on disk, iteration, ``x[key] = v``) runs on
+concrete arrays outside ``jax.jit``, and is refused inside it with what to do
+instead. ``linalg`` is the standard's extension (:mod:`jask.array_api.linalg`).
+Complex data types are not offered.
 
 Example:
   >>> import numpy as np, jask, jask.array_api as xp
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import math as _math
 
-from jask.array_api import _array
+from jask.array_api import _array, linalg
 from jask.array_api._creation import (
     arange,
     asarray,
@@ -149,5 +151,5 @@ __all__ = [
      "moveaxis", "nonzero", "permute_dims", "prod", "repeat", "reshape", "roll",
      "searchsorted", "sort", "squeeze", "stack", "std", "sum", "take", "take_along_axis",
      "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
-     "unstack", "var", "vecdot", "where"]
+     "unstack", "var", "vecdot", "where", "linalg"]
 __all__ += sorted(FUNCTIONS)

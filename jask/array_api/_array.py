@@ -110,12 +110,6 @@ def __dlpack_device__(self, /):
     return (1, 0)  # kDLCPU
 
 
-def __setitem__(self, key, value):
-    raise TypeError("a DiskArray is a value and cannot be assigned into: write a whole new "
-                    "value into its store with x.update_(new_value), or build the new value "
-                    "with jask.where / jask.concatenate")
-
-
 def install() -> None:
     """Set the standard's attributes on DiskArray (and its tracers' type).
 
@@ -125,7 +119,7 @@ def install() -> None:
     for name, f in {"__array_namespace__": __array_namespace__, "to_device": to_device,
                     "__bool__": __bool__, "__float__": __float__, "__int__": __int__,
                     "__complex__": __complex__, "__index__": __index__,
-                    "__setitem__": __setitem__, "__dlpack__": __dlpack__,
+                    "__dlpack__": __dlpack__,
                     "__dlpack_device__": __dlpack_device__}.items():
         setattr(DiskArray, name, f)
     for name, f in {"device": device, "mT": matrix_transpose}.items():

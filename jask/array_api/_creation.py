@@ -45,6 +45,8 @@ def own(value):
       >>> type(own(jnp.ones(2))).__name__, type(own(jnp.float32(1))).__name__
       ('DiskArray', 'ArrayImpl')
     """
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # eigh's, svd's named tuples
+        return type(value)(*(own(v) for v in value))
     if isinstance(value, (tuple, list)):
         return type(value)(own(v) for v in value)
     if disk_type(value) is not None or np.ndim(value) == 0:

@@ -450,14 +450,52 @@ def nonzero(x, /):
       [[1, 2]]
     """
     return tuple(own(tuple(indexing.nonzero(x))))
-unique_all = _refuse("unique_all", "use jax.numpy.unique_all on a small array brought in with "
-                     "jask.materialize (or sort along an axis and compare neighbours)")
-unique_counts = _refuse("unique_counts", "use jax.numpy.unique_counts on a small array "
-                        "brought in with jask.materialize")
-unique_inverse = _refuse("unique_inverse", "use jax.numpy.unique_inverse on a small array "
-                         "brought in with jask.materialize")
-unique_values = _refuse("unique_values", "use jax.numpy.unique_values on a small array "
-                        "brought in with jask.materialize")
+
+
+def unique_values(x, /):
+    """The unique elements of ``x``, sorted (:func:`jask.unique_values`: out of
+    core, a sort then one read of the sorted array; NaNs each their own).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.unique_values(xp.asarray([3, 1, 3])).to_numpy()
+      array([1, 3], dtype=int32)
+    """
+    return own(sorting.unique_values(x))
+
+
+def unique_counts(x, /):
+    """``(values, counts)`` of ``x``'s unique elements (:func:`jask.unique_counts`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.unique_counts(xp.asarray([3, 1, 3])).counts.to_numpy()
+      array([1, 2], dtype=int32)
+    """
+    return own(sorting.unique_counts(x))
+
+
+def unique_inverse(x, /):
+    """``(values, inverse_indices)``, ``inverse_indices`` of ``x``'s shape
+    (:func:`jask.unique_inverse`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.unique_inverse(xp.asarray([3, 1, 3])).inverse_indices.to_numpy()
+      array([1, 0, 1], dtype=int32)
+    """
+    return own(sorting.unique_inverse(x))
+
+
+def unique_all(x, /):
+    """``(values, indices, inverse_indices, counts)`` (:func:`jask.unique_all`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.unique_all(xp.asarray([3, 1, 3])).indices.to_numpy()
+      array([1, 0], dtype=int32)
+    """
+    return own(sorting.unique_all(x))
 
 
 # --- manipulation -------------------------------------------------------------------
