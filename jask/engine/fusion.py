@@ -292,7 +292,23 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
             dsk[key] = (combine_bands, reducers, *keys[i:i + FAN_IN])
             nxt.append(key)
         keys, level = nxt, level + 1
-    return dsk, keys
+    return _combines_early(dsk, keys[0]), keys
+
+
+def _combines_early(dsk: dict, root: tuple) -> dict:
+    """``dsk`` listed with each combine right after its last input (a task
+    run in the listed order, as :mod:`jask.engine.execute` runs one worker's
+    graph, then holds at most ``FAN_IN`` partials per level of the tree, not
+    every band's)."""
+    listed: dict = {}
+
+    def visit(key):
+        for arg in dsk[key][2:] if dsk[key][0] is combine_bands else ():
+            visit(arg)
+        listed[key] = dsk[key]
+
+    visit(root)
+    return listed
 
 
 def _reducer(node: Node) -> str:
