@@ -1,4 +1,5 @@
 """Band groups without JAX: the graph layer against numpy, and its planner."""
+import re
 import weakref
 
 import dask
@@ -44,20 +45,22 @@ def _least_squares_group(X, y, w):
                                                                   HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 300), k=st.integers(1, 9), chunk_rows=st.integers(1, 120),
        chunk_cols=st.integers(1, 9), rows=st.integers(1, 200), codec=st.booleans(),
-       f64=st.booleans())
+       f64=st.booleans(), strip=st.integers(0, 60), w_stored=st.booleans())
 def test_a_band_group_computes_what_numpy_does(tmp_path_factory, n, k, chunk_rows, chunk_cols,
-                                               rows, codec, f64):
+                                               rows, codec, f64, strip, w_stored):
+    """Whatever the band, the strips a band computes at once (0: whole), and
+    ``w`` in memory or a store read whole."""
     dtype = np.float64 if f64 else np.float32
     rng = np.random.default_rng(n * 31 + k)
     Xn, yn, w = (rng.standard_normal(s).astype(dtype) for s in ((n, k), (n,), (k,)))
     folder = tmp_path_factory.mktemp("g")
     X = _store(folder / "X", Xn, (chunk_rows, chunk_cols), codec)
     y = _store(folder / "y", yn, (max(1, chunk_rows // 2),), False)
-    order = _least_squares_group(X, y, w)
+    order = _least_squares_group(X, y, _store(folder / "w", w, (k,), False) if w_stored else w)
     out_path = folder / "d"
     d_store = _store(out_path, np.zeros(n, dtype), (min(rows, n),), False)
     dsk, keys = fusion.group_graph("test", tuple(order), ((order[1], d_store),), (2, 4),
-                                   n, min(rows, n))
+                                   n, min(rows, n), strip)
     loss, grad = dask.get(dsk, keys[-1])
     d = Xn @ w - yn
     tol = dict(rtol=1e-4, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-10)
@@ -81,8 +84,12 @@ def test_a_band_plan_fits_the_budget_or_is_refused(n, k, chunk_rows, chunk_cols,
     try:
         plan = bands.plan_bands("test", order, [X, y], 4 * k, n, budget, workers,
                                 keep={id(order[2]), id(order[4])})
-    except jask.BudgetError as err:  # refused: more bands than one op may run
-        assert "MAX_TASKS" in str(err)
+    except jask.BudgetError as err:  # refused: more bands than one op may run, or no one row fits
+        if "no band of rows" in str(err):
+            needs = int(re.search(r"a band of one row needs (\d+) bytes", str(err))[1])
+            assert needs > budget * bands.BAND_SHARE
+        else:
+            assert "MAX_TASKS" in str(err)
         return
     if plan is None:
         return
