@@ -113,8 +113,8 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
     its own partials; the partials waiting in the fan-in tree are held once
     (:func:`waiting_partials`). Node bands and partials grow with the width
     of what a band carries (a Hessian's ``d`` tangents, ``X @ W``'s ``k``
-    columns), so the band shrinks as they grow; a group whose one-row band
-    cannot fit is refused (:func:`check_one_row`).
+    columns), so the band shrinks as they grow; a group whose partials of
+    values computed in the band cannot fit is refused (:func:`check_one_row`).
 
     Example:
       >>> x = StoreSpec("", (1000, 100), np.dtype("float64"), (100, 100))
@@ -157,8 +157,7 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
         return memory.TileCost(name, (rows,), task, at_once, extra, bands, 1.0,
                                fixed + partial * waiting_partials(bands))
 
-    check_one_row(name, nodes, leaves, n, leaf_row + node_row + 2 * partial + fixed, share,
-                  budget)
+    check_one_row(name, nodes, leaves, n, budget)
 
     def largest(fits, hi: int) -> int:
         """The largest k in [1, hi] that fits (given that 1 does)."""
@@ -208,29 +207,30 @@ def waiting_partials(bands: int) -> int:
     return (FAN_IN - 1) * levels + 2 if levels else 0
 
 
-def check_one_row(name: str, nodes: list, leaves: list, n: int, one_row: int, share: int,
-                  budget: int) -> None:
-    """Refuse a group that cannot fit a band of one row, before anything is
-    read: what one row carries and what the group holds whatever the band (its
-    own partials, such as a Hessian's ``d x d`` Gram matrix, and in-memory
-    operands such as its ``d x d`` tangent basis), reads aside, are over the
-    budget, so no band is small enough. Run op by op, such a group would write
-    every intermediate that wide and read its inputs once per op: it is
-    refused, naming its width, as its one pass cannot be had."""
-    if one_row <= share:
+def check_one_row(name: str, nodes: list, leaves: list, n: int, budget: int) -> None:
+    """Refuse, before anything is read, a group whose band of one row cannot
+    fit because of what it carries: the partials of a reduction over rows of
+    values computed in the band (a Hessian's ``d x d`` Gram matrix ``X.T @ G``
+    of its ``d``-wide tangents ``G``), two at once at least whatever the band,
+    with the op's overhead, are over the budget. Run op by op, such a group
+    would write its ``d``-wide intermediates to disk and read ``X`` once per
+    op: refused instead, naming its width. (A group over-budget for its chunks
+    or in-memory operands runs op by op, as unfused.)"""
+    carried = [x for x in nodes if not x.rows and any(isinstance(i, Node) for i in x.inputs)]
+    if not carried:
         return
-    widest = max(nodes, key=lambda x: _out_row_bytes(x) + _temp_row_bytes(x))
-    reduced = [x for x in nodes if not x.rows]
-    partial = max(reduced, key=_partial_bytes) if reduced else None
+    widest = max(carried, key=_partial_bytes)
+    needs = 2 * sum(_partial_bytes(x) for x in carried) + memory.op_overhead(budget)
+    share = int(budget * BAND_SHARE)
+    if needs <= share:
+        return
     data = " and ".join(f"{s.shape} {np.dtype(s.dtype).name}" for s in leaves) or f"{n} rows"
+    width = math.prod(widest.shape)
     raise memory.BudgetError(
-        f"jask.{name}: no band of rows of {data} fits the memory budget: one row "
-        f"carries {math.prod(widest.shape[1:])} values (jask.{widest.op}, "
-        f"{exact_bytes(_out_row_bytes(widest) + _temp_row_bytes(widest))} a row)"
-        + (f" and its partials {partial.shape} (jask.{partial.op}, "
-           f"{exact_bytes(_partial_bytes(partial))} each, held "
-           f"two at once at least)" if partial is not None else "")
-        + f"; a band of one row needs {exact_bytes(one_row)}, over the "
-        f"{exact_bytes(share)} a band group may plan of the budget of {exact_bytes(budget)}. "
-        "Take fewer parameters or vectors at once (a Hessian in blocks of its columns: "
-        "jax.vmap of a Hessian-vector product over some basis vectors), or raise the budget")
+        f"jask.{name}: no band of rows of {data} fits the memory budget: its partials "
+        f"{widest.shape} (jask.{widest.op} of values computed in the band, {width} values, "
+        f"{exact_bytes(_partial_bytes(widest))} each, two at once at least) need "
+        f"{exact_bytes(needs)} with the op's overhead, over the {exact_bytes(share)} a band "
+        f"group may plan of the budget of {exact_bytes(budget)}. Take fewer parameters or "
+        "vectors at once (a Hessian in blocks of its columns: jax.vmap of a Hessian-vector "
+        "product over some basis vectors), or raise the budget")
