@@ -153,3 +153,28 @@ def test_finished_tasks_results_are_released_before_the_graph_ends():
     (total,) = execute.run(graph, keys, workers=2)
     assert total[0][0] == sum(range(200))
     assert len(made) == 200 and alive[0] <= 2 * FAN_IN, alive
+
+
+def test_a_band_too_wide_for_whole_chunk_rows_is_computed_in_strips(tmp_path):
+    """X @ V carries 512 values a row, X 16: no band of whole compressed chunk
+    rows (each read once) fits with its nodes, so the band is read whole and its
+    nodes computed in strips of rows, within the budget, with numpy's values."""
+    f = np.dtype("float32")
+    rng = np.random.default_rng(1)
+    xn, v = rng.standard_normal((20_000, 16)).astype(f), rng.standard_normal((16, 512)).astype(f)
+    X = _store(tmp_path / "X", xn, (10_000, 16), True)
+    xv = fusion.Node("dot", "dot", [X, v], (20_000, 512), f,
+                     dict(ta=False, tb=False, vectors=(None, None)))
+    total = fusion.Node("sum", "map", [xv], (512,), f,
+                        dict(kernel=np.square, axes=((0, 1),), dtypes=(f,),
+                             full_shape=xv.shape, out_axes=(1,), reducer="sum"))
+    order = [xv, total]
+    budget = 8 * 10**6
+    plan = bands.plan_bands("test", order, [X], v.nbytes, 20_000, budget, 2,
+                            keep={id(total)})
+    assert plan is not None and plan.rows == 10_000 and 0 < plan.strip < plan.rows, plan
+    assert plan.cost.total <= budget * bands.BAND_SHARE
+    dsk, keys = fusion.group_graph("test", tuple(order), (), (1,), 20_000, plan.rows, plan.strip)
+    (got,) = dask.get(dsk, keys[-1])
+    np.testing.assert_allclose(fusion.finish(total, got), np.sum(np.square(xn @ v), 0),
+                               rtol=1e-4)
