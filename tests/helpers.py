@@ -16,6 +16,8 @@ SMALL_BUDGET = "64KB"
 
 #: The child-process scripts some tests run (tests/scripts/).
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+#: The checkout these tests belong to: what child processes import jask from.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tolerance(dtype):
@@ -85,8 +87,10 @@ def run_script(name, *args, timeout, env=None):
     """Run tests/scripts/``name`` to the end in a child process (``env``: more
     environment variables); fail with the end of its stderr unless it exits 0,
     else return its last-line report."""
+    # the child imports the jask under test (this checkout's), not an installed one
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     out = subprocess.run(script_command(name, *args), capture_output=True, text=True,
-                         timeout=timeout, env={**os.environ, **env} if env else None)
+                         timeout=timeout, env={**os.environ, **(env or {}), "PYTHONPATH": path})
     assert out.returncode == 0, out.stderr[-3000:]
     return last_json(out.stdout)
 

@@ -218,3 +218,67 @@ def test_conjugate_gradients_of_jax_scipy_run_eagerly_and_are_refused_clearly_un
                                                   r"DiskArray.*jax\.scipy\.sparse\.linalg\.cg"
                                                   r".*lax\.while_loop"):
         jax.jit(solve(loss))(w, b)
+
+
+def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratch, monkeypatch):
+    """The band planner counts what a band carries: d tangents for the Hessian
+    (X_b @ I, the d-wide tangents through the loss, the d x d partial X_b.T @ G_b
+    and the partials waiting to be added), k values for vmap (X_b @ W.T): the
+    band shrinks as d or k grows and stays within the budget."""
+    from jask.engine.plan import bands
+    budget = 4 * 10**6
+    jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
+    rng = np.random.default_rng(0)
+    n, d = 40_000, 64
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    X = jask.from_numpy(x)
+    Y = jask.from_numpy(rng.standard_normal(n).astype(np.float32))
+    loss = losses(X, Y)["least-squares"]
+    planned = []
+    plan_bands = bands.plan_bands
+
+    def recording(*args, **kwargs):
+        plan = plan_bands(*args, **kwargs)
+        planned.append(plan)
+        return plan
+
+    monkeypatch.setattr(bands, "plan_bands", recording)
+
+    def band_of(f, *args):
+        planned.clear()
+        jax.block_until_ready(f(*args))
+        (plan,) = planned
+        assert plan.cost.total <= budget * bands.BAND_SHARE
+        return plan
+
+    w = jnp.zeros(d, jnp.float32)
+    hvp = band_of(jax.jit(lambda w, v: jax.jvp(jax.grad(loss), (w,), (v,))[1]), w, w)
+    hessian = band_of(jax.jit(jax.hessian(loss)), w)
+    # the same X, the same budget: the Hessian's band holds d tangents a row
+    assert hessian.rows < hvp.rows, (hessian.rows, hvp.rows)
+    # its task holds the d-wide tangents of its rows and the d x d float64 partial
+    assert hessian.cost.task_bytes >= hessian.rows * d * 4 * 3 + d * d * 8
+    batched = jax.jit(jax.vmap(loss))
+    few = band_of(batched, jnp.zeros((4, d), jnp.float32))
+    many = band_of(batched, jnp.zeros((256, d), jnp.float32))
+    assert many.rows < few.rows / 4, (many.rows, few.rows)
+
+
+# JAX logs the failed callback with its traceback, and pytest's log capture keeps
+# that record (and through its frames, this test's stores) until the test is torn
+# down: the plugin's leak check would see them alive (as in test_errors.py).
+@pytest.mark.jask_allow_leaks
+def test_a_hessian_whose_one_row_band_cannot_fit_is_refused_before_reading(jask_scratch):
+    """512 parameters under 4 MB: a 2 MiB float64 partial per band, dozens held
+    at once by the fan-in tree, whatever the band: refused, naming the width."""
+    budget = 4 * 10**6
+    jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
+    rng = np.random.default_rng(0)
+    wide = jask.from_numpy(rng.standard_normal((2_000, 512)).astype(np.float32))
+    loss = losses(wide, jask.from_numpy(np.zeros(2_000, np.float32)))["least-squares"]
+    with jask.track() as counts, pytest.raises(Exception, match="no band of rows") as err:
+        jax.block_until_ready(jax.jit(jax.hessian(loss))(jnp.zeros(512, jnp.float32)))
+    message = str(err.value)
+    assert "(512, 512)" in message and "262144 values" in message, message
+    assert f"{budget} bytes" in message and "(2000, 512)" in message, message
+    assert counts.passes(wide) == 0, counts

@@ -225,25 +225,62 @@ def _compute(node: Node, values: dict, rows: slice, read_only: bool = False):
 
 
 def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
-              rows: slice) -> tuple:
+              rows: slice, strip: int = 0) -> tuple:
     """Compute one band of every node in ``order``; write the bands of the
-    store roots; return the partials of the value roots."""
-    values: dict = {}
-    out = []
+    store roots; return the partials of the value roots.
+
+    With ``strip``, the band's nodes are computed ``strip`` rows at a time
+    over the input bands read whole: the band stays whole chunk rows (each
+    chunk read once) while what its nodes carry per row (a Hessian's ``d``
+    tangents) is held for one strip only; the bands of the nodes written or
+    returned along the rows are assembled whole, the partials added."""
+    inputs: dict = {}
     for node in order:  # every input band first: a read's buffers never meet node bands
-        _compute(node, values, rows, read_only=True)
-    for i, node in enumerate(order):
-        values[id(node)] = _compute(node, values, rows)
-        for j in last_use[i]:  # drop what no later node reads
-            if j not in values_out and order[j] not in [n for n, _ in writes]:
-                values.pop(id(order[j]), None)
+        _compute(node, inputs, rows, read_only=True)
+    step = strip if 0 < strip < rows.stop - rows.start else rows.stop - rows.start
+    kept = {id(node) for node, _ in writes} | {id(order[j]) for j in values_out
+                                                if order[j].rows}
+    assembled: dict = {}
+    partials: dict = {}
+    for start in range(rows.start, rows.stop, step):
+        part = slice(start, min(rows.stop, start + step))
+        cut = slice(start - rows.start, part.stop - rows.start)
+        values = dict(inputs) if part == rows else {
+            k: v if _whole(k) else v[cut] for k, v in inputs.items()}
+        for i, node in enumerate(order):
+            values[id(node)] = _compute(node, values, part)
+            for j in last_use[i]:  # drop what no later node reads
+                if j not in values_out and id(order[j]) not in kept:
+                    values.pop(id(order[j]), None)
+        for key, value in values.items():  # stores read whole: once per band
+            if _whole(key):
+                inputs[key] = value
+        for node in order:
+            if id(node) in kept:
+                block = values[id(node)]
+                if part == rows:
+                    assembled[id(node)] = block
+                    continue
+                if id(node) not in assembled:
+                    assembled[id(node)] = np.empty((rows.stop - rows.start,) + block.shape[1:],
+                                                   block.dtype)
+                assembled[id(node)][cut] = block
+        for j in values_out:
+            if not order[j].rows:
+                value = values[id(order[j])]
+                partials[j] = value if j not in partials else REDUCERS[_reducer(order[j])][1](
+                    partials[j], value)
+        del values
     for node, store in writes:
-        block = values[id(node)]
+        block = assembled[id(node)]
         region = (rows,) + tuple(slice(0, d) for d in store.shape[1:])
         write(store, region, block.reshape(tuple(r.stop - r.start for r in region)))
-    for j in values_out:
-        out.append(values[id(order[j])])
-    return tuple(out)
+    return tuple(assembled[id(order[j])] if order[j].rows else partials[j] for j in values_out)
+
+
+def _whole(key) -> bool:
+    """Whether a band task's cached value is a store read whole (``w`` of ``X @ w``)."""
+    return type(key) is tuple and len(key) == 2 and key[0] == "whole"
 
 
 def combine_bands(reducers: tuple, *results) -> tuple:
@@ -263,11 +300,12 @@ def combine_bands(reducers: tuple, *results) -> tuple:
 
 
 def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: int,
-                rows: int) -> tuple[dict, list]:
+                rows: int, strip: int = 0) -> tuple[dict, list]:
     """The Dask graph of a group: one task per band, then a fan-in tree
     combining the value roots' partials (the last key's value: their tuple).
 
-    ``value_roots`` are indices into ``order``.
+    ``value_roots`` are indices into ``order``; ``strip``: rows computed at
+    once within a band (0: the whole band; see :func:`band_task`).
     """
     token = uuid.uuid4().hex
     band_name = key_name(name, token)
@@ -278,7 +316,7 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
     for i, start in enumerate(range(0, n, rows)):
         key = (band_name, i)
         dsk[key] = (band_task, order, last_use, writes, value_roots,
-                    slice(start, min(n, start + rows)))
+                    slice(start, min(n, start + rows)), strip)
         keys.append(key)
     if not value_roots:
         return dsk, keys
@@ -292,7 +330,23 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
             dsk[key] = (combine_bands, reducers, *keys[i:i + FAN_IN])
             nxt.append(key)
         keys, level = nxt, level + 1
-    return dsk, keys
+    return _combines_early(dsk, keys[0]), keys
+
+
+def _combines_early(dsk: dict, root: tuple) -> dict:
+    """``dsk`` listed with each combine right after its last input (a task
+    run in the listed order, as :mod:`jask.engine.execute` runs one worker's
+    graph, then holds at most ``FAN_IN`` partials per level of the tree, not
+    every band's)."""
+    listed: dict = {}
+
+    def visit(key):
+        for arg in dsk[key][2:] if dsk[key][0] is combine_bands else ():
+            visit(arg)
+        listed[key] = dsk[key]
+
+    visit(root)
+    return listed
 
 
 def _reducer(node: Node) -> str:

@@ -545,7 +545,7 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
                 config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks, grad=p.desc.grad))
             writes.append((group.node_of[id(p)], store))
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
-                                       plan.rows)
+                                       plan.rows, plan.strip)
         with counters.ran_as(", ".join(node.op for node in order)):
             results = _run_naming_the_op(dsk, keys, config, plan)
         combined = dict(zip(value_roots, results[-1] if value_roots else ()))

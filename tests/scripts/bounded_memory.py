@@ -121,7 +121,10 @@ def second_order_ops(X, y) -> dict:
     parameters, each one band group over X (issue 28): a Hessian-vector
     product, the whole Hessian (one tangent per column of X, so its bands carry
     128 of them) and the loss of 16 parameter vectors. Measured in a process of
-    its own (``JASK_GRID_PHASE=second``), as the step is."""
+    its own (``JASK_GRID_PHASE=second``), as the step is, one op a process
+    (``JASK_GRID_OPS``): a compiled Hessian's program and JAX's caches of it
+    stay after it returns, not tiles of the next op. Warmed up on tiny arrays
+    like every op, so their first compile of each kind is the process's."""
     d = X.shape[1]
     loss = lambda w: jask.sum(jask.square(X @ w[:, None] - y))
     w, v = jnp.full(d, 0.01, jnp.float32), jnp.ones(d, jnp.float32)
@@ -293,7 +296,8 @@ def warm_up(folder: str, width: int) -> int:
     tw = jask.from_numpy(np.ones((8, 1), np.float32))
     tv = jask.from_numpy(np.ones((8, 4), np.float32))
     for name, op in {**ops(tiny, tiny + 1.0, tv, tX, ty, tw), **view_ops(tiny, tiny, tX),
-                     **lazy_ops(tiny, tiny), **step_ops(tX, ty, tw)}.items():
+                     **lazy_ops(tiny, tiny), **step_ops(tX, ty, tw),
+                     **second_order_ops(tX, ty)}.items():
         result = jax.block_until_ready(op())
         del result
     rows = jask.from_numpy(np.ones((8, width), np.float32))

@@ -13,6 +13,7 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config
+from jask.base.sizes import exact_bytes
 from jask.engine.blockwise import MOMENTS, REDUCERS, SLAB
 from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
@@ -20,7 +21,7 @@ from jask.engine.plan.tiles import Plan
 from jask.store import read_model, view_key
 from jask.store.spec import StoreSpec
 
-__all__ = ["BAND_SHARE", "group", "plan_bands"]
+__all__ = ["BAND_SHARE", "check_one_row", "group", "plan_bands", "waiting_partials"]
 
 
 def group(name: str, order: list, keep: set, returned: list, config: Config) -> Plan | None:
@@ -124,7 +125,11 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
     its chunks is read once); one band task holds its input bands (and the
     buffers a read needs), the node bands alive at once (``keep``: the ids
     of nodes written or returned, alive to the end) with a temporary, and
-    the partials waiting to be combined.
+    its own partials; the partials waiting in the fan-in tree are held once
+    (:func:`waiting_partials`). Node bands and partials grow with the width
+    of what a band carries (a Hessian's ``d`` tangents, ``X @ W``'s ``k``
+    columns), so the band shrinks as they grow; a group whose partials of
+    values computed in the band cannot fit is refused (:func:`check_one_row`).
 
     Example:
       >>> x = StoreSpec("", (1000, 100), np.dtype("float64"), (100, 100))
@@ -144,37 +149,106 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
         units = [chunk_rows] + ([1] if models[biggest].raw and chunk_rows > 1 else [])
     leaf_row = sum(_row_bytes(s.shape, s.dtype) for s in leaves)
     node_row = _peak_row_bytes(nodes, keep or set())
-    partials = sum(_partial_bytes(x) for x in nodes if not x.rows) * (FAN_IN + 1)
+    kept_row = sum(_out_row_bytes(x) for x in nodes if id(x) in (keep or set()))
+    partial = sum(_partial_bytes(x) for x in nodes if not x.rows)
     squaring = [x for x in nodes if _squares_deviations(x)]
     fixed = held + memory.op_overhead(budget)
     # the task bound is the budget's, as for every op; only the bytes get a share
     most_tasks = memory.task_bound(sum(memory.nbytes(s.shape, s.dtype) for s in leaves),
                                    budget)
-    budget = int(budget * BAND_SHARE)
+    share = int(budget * BAND_SHARE)
 
-    def cost(rows: int, at_once: int) -> memory.TileCost:
+    def cost(rows: int, at_once: int, strip: int = 0) -> memory.TileCost:
         tiles = [(rows,) + tuple(s.shape[1:]) for s in leaves]
         extra = max((memory.read_cost(m, t)[0] for m, t in zip(models, tiles)), default=0)
         # a band task reads all its input bands before computing any node
-        # (fusion.band_task): a read's buffers and the node bands never meet
-        task = (rows * leaf_row + max(extra, rows * node_row) + partials
+        # (fusion.band_task): a read's buffers and the node bands never meet.
+        # In strips, the nodes kept whole are assembled beside one strip's nodes,
+        # and the strips' partials are added up
+        nodes_held = (rows * node_row if not strip else
+                      rows * kept_row + strip * node_row + partial)
+        # its partial beside one strip's product of a contraction (tasks.strip_product),
+        # and a variance's slab of squared deviations
+        task = (rows * leaf_row + max(extra, nodes_held) + 2 * partial
                 + sum(_slab_bytes(x, rows) for x in squaring))
-        return memory.TileCost(name, (rows,), task, at_once, extra, -(-n // rows), 1.0, fixed)
+        bands = -(-n // rows)
+        return memory.TileCost(name, (rows,), task, at_once, extra, bands, 1.0,
+                               fixed + partial * waiting_partials(bands))
+
+    check_one_row(name, nodes, leaves, n, budget)
+
+    def largest(fits, hi: int) -> int:
+        """The largest k in [1, hi] that fits (given that 1 does)."""
+        lo = 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return lo
 
     for unit in units:
         most = -(-n // unit)
         for at_once in range(workers, 0, -1):
-            if cost(unit, at_once).total > budget:
-                continue
-            # the most rows that fit, but bands enough for every worker
-            lo, hi = 1, max(1, -(-most // at_once))
-            while lo < hi:  # the largest multiple of unit that fits
-                mid = (lo + hi + 1) // 2
-                if cost(mid * unit, at_once).total <= budget:
-                    lo = mid
-                else:
-                    hi = mid - 1
+            # the most rows that fit, but bands enough for every worker (fewer
+            # bands wait for fewer combines: cost is not monotone in rows, so
+            # the band found is checked)
+            lo = largest(lambda m: cost(m * unit, at_once).total <= share,
+                         max(1, -(-most // at_once)))
             rows = min(n, lo * unit)
-            if -(-n // rows) <= most_tasks:
+            if cost(rows, at_once).total <= share and -(-n // rows) <= most_tasks:
                 return Plan(name, (rows,), None, -(-n // rows), cost(rows, at_once))
+    # No whole band fits: one chunk row a band (each chunk read once), its nodes
+    # computed in strips (what a band carries per row, a Hessian's d tangents,
+    # held for one strip only)
+    rows = units[0]
+    for at_once in range(workers, 0, -1):
+        if cost(rows, at_once, 1).total > share or -(-n // rows) > most_tasks:
+            continue
+        strip = largest(lambda k: cost(rows, at_once, k).total <= share, rows)
+        return Plan(name, (rows,), None, -(-n // rows), cost(rows, at_once, strip),
+                    strip=strip)
     return None
+
+
+def waiting_partials(bands: int) -> int:
+    """Partials a group's fan-in tree holds at once besides the running band
+    tasks' own: up to ``FAN_IN - 1`` finished ones waiting at each level (the
+    combines are listed right after their inputs, :func:`fusion.group_graph`),
+    and a combine's running sum with the next.
+
+    Example:
+      >>> waiting_partials(1), waiting_partials(8), waiting_partials(97)
+      (0, 9, 23)
+    """
+    levels = 0
+    while bands > 1:
+        bands, levels = -(-bands // FAN_IN), levels + 1
+    return (FAN_IN - 1) * levels + 2 if levels else 0
+
+
+def check_one_row(name: str, nodes: list, leaves: list, n: int, budget: int) -> None:
+    """Refuse, before anything is read, a group whose band of one row cannot
+    fit because of what it carries: the partials of a reduction over rows of
+    values computed in the band (a Hessian's ``d x d`` Gram matrix ``X.T @ G``
+    of its ``d``-wide tangents ``G``), two at once at least whatever the band,
+    with the op's overhead, are over the budget. Run op by op, such a group
+    would write its ``d``-wide intermediates to disk and read ``X`` once per
+    op: refused instead, naming its width. (A group over-budget for its chunks
+    or in-memory operands runs op by op, as unfused.)"""
+    carried = [x for x in nodes if not x.rows and any(isinstance(i, Node) for i in x.inputs)]
+    if not carried:
+        return
+    widest = max(carried, key=_partial_bytes)
+    needs = 2 * sum(_partial_bytes(x) for x in carried) + memory.op_overhead(budget)
+    share = int(budget * BAND_SHARE)
+    if needs <= share:
+        return
+    data = " and ".join(f"{s.shape} {np.dtype(s.dtype).name}" for s in leaves) or f"{n} rows"
+    width = math.prod(widest.shape)
+    raise memory.BudgetError(
+        f"jask.{name}: no band of rows of {data} fits the memory budget: its partials "
+        f"{widest.shape} (jask.{widest.op} of values computed in the band, {width} values, "
+        f"{exact_bytes(_partial_bytes(widest))} each, two at once at least) need "
+        f"{exact_bytes(needs)} with the op's overhead, over the {exact_bytes(share)} a band "
+        f"group may plan of the budget of {exact_bytes(budget)}. Take fewer parameters or "
+        "vectors at once (a Hessian in blocks of its columns: jax.vmap of a Hessian-vector "
+        "product over some basis vectors), or raise the budget")

@@ -61,7 +61,8 @@ class Plan:
     tasks that compute tiles (not a reduction's combine tasks) and ``cost``
     is what one task holds and how many run at once (:mod:`jask.base.memory`).
     A product also streams its contraction in ``k_tile`` runs, split
-    ``splits`` ways.
+    ``splits`` ways. A band group whose band is computed in strips of rows
+    has ``strip`` (0: the whole band at once).
     """
 
     op: str
@@ -74,6 +75,7 @@ class Plan:
     splits: int = 1
     decoded: tuple = ()
     passes: tuple = ()  # a product: how many times it reads each operand (dot_passes)
+    strip: int = 0
 
     def __post_init__(self):
         if self.tasks > MAX_TASKS:  # every planner's plan: refused before a graph exists
