@@ -324,8 +324,8 @@ def unique_inverse(x, *, config: Config | None = None):
 def unique_all(x, *, config: Config | None = None):
     """``(values, indices, inverse_indices, counts)``, as
     ``jax.numpy.unique_all``: ``indices`` the first position of each value in
-    ``x`` flattened (a stable :func:`argsort` out of core, gathered at the
-    runs' starts), in memory as ``values`` and ``counts`` are;
+    ``x`` flattened (kept beside each value as the bands are merged), in
+    memory as ``values`` and ``counts`` are;
     ``inverse_indices`` as :func:`unique_inverse`'s.
 
     Example:
