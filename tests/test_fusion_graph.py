@@ -1,5 +1,4 @@
 """Band groups without JAX: the graph layer against numpy, and its planner."""
-import re
 import weakref
 
 import dask
@@ -84,13 +83,8 @@ def test_a_band_plan_fits_the_budget_or_is_refused(n, k, chunk_rows, chunk_cols,
     try:
         plan = bands.plan_bands("test", order, [X, y], 4 * k, n, budget, workers,
                                 keep={id(order[2]), id(order[4])})
-    except jask.BudgetError as err:  # refused: more bands than one op may run, or no one row fits
-        if "no band of rows" in str(err):  # the partials of X.T @ (2 d), k values, and sum
-            needs = int(re.search(r"need (\d+) bytes", str(err))[1])
-            assert needs == 2 * (8 * k + 8) + jask.base.memory.op_overhead(budget)  # and the loss
-            assert needs > budget * bands.BAND_SHARE
-        else:
-            assert "MAX_TASKS" in str(err)
+    except jask.BudgetError as err:  # refused: more bands than one op may run
+        assert "MAX_TASKS" in str(err)
         return
     if plan is None:
         return

@@ -264,21 +264,21 @@ def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratc
     assert many.rows < few.rows / 4, (many.rows, few.rows)
 
 
-# JAX logs the failed callback with its traceback, and pytest's log capture keeps
-# that record (and through its frames, this test's stores) until the test is torn
-# down: the plugin's leak check would see them alive (as in test_errors.py).
-@pytest.mark.jask_allow_leaks
-def test_a_hessian_whose_one_row_band_cannot_fit_is_refused_before_reading(jask_scratch):
-    """512 parameters under 4 MB: a 2 MiB float64 partial per band, dozens held
-    at once by the fan-in tree, whatever the band: refused, naming the width."""
+def test_a_hessian_whose_one_row_band_cannot_fit_runs_op_by_op(jask_scratch):
+    """512 parameters under 4 MB: a 2 MiB float64 partial per band, two held
+    at once at least, whatever the band: no band group can hold it, so the
+    Hessian's ops run one by one, each within the budget (X read more than
+    once), with jax.numpy's values."""
     budget = 4 * 10**6
     jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
     rng = np.random.default_rng(0)
-    wide = jask.from_numpy(rng.standard_normal((2_000, 512)).astype(np.float32))
-    loss = losses(wide, jask.from_numpy(np.zeros(2_000, np.float32)))["least-squares"]
-    with jask.track() as counts, pytest.raises(Exception, match="no band of rows") as err:
-        jax.block_until_ready(jax.jit(jax.hessian(loss))(jnp.zeros(512, jnp.float32)))
-    message = str(err.value)
-    assert "(512, 512)" in message and "262144 values" in message, message
-    assert f"{budget} bytes" in message and "(2000, 512)" in message, message
-    assert counts.passes(wide) == 0, counts
+    x = rng.standard_normal((2_000, 512)).astype(np.float32)
+    wide, zeros = jask.from_numpy(x), np.zeros(2_000, np.float32)
+    loss = losses(wide, jask.from_numpy(zeros))["least-squares"]
+    ref = losses(jnp.asarray(x), jnp.asarray(zeros))["least-squares"]
+    w = jnp.zeros(512, jnp.float32)
+    with jask.track() as counts:
+        got = jax.block_until_ready(jax.jit(jax.hessian(loss))(w))
+    assert counts.graphs > 1, counts  # op by op, not one band group
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jax.hessian(ref)(w)),
+                               rtol=1e-4, atol=1e-2)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from jask.base import forks
 from jask.engine.blockwise import stat_of, unchanged, with_moments
 from jask.store import base_of, identity, registry, resolved, view_key
 from jask.store.spec import StoreSpec
@@ -82,7 +82,7 @@ class _Entry:
     nbytes: int
 
 
-_lock = threading.Lock()
+_lock = forks.lock()
 _kept: "OrderedDict[tuple, _Entry]" = OrderedDict()
 
 

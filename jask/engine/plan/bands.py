@@ -13,7 +13,6 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config
-from jask.base.sizes import exact_bytes
 from jask.engine.blockwise import MOMENTS, REDUCERS, SLAB
 from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
@@ -21,7 +20,7 @@ from jask.engine.plan.tiles import Plan
 from jask.store import read_model, view_key
 from jask.store.spec import StoreSpec
 
-__all__ = ["BAND_SHARE", "check_one_row", "group", "plan_bands", "waiting_partials"]
+__all__ = ["BAND_SHARE", "fits_one_row", "group", "plan_bands", "waiting_partials"]
 
 
 def group(name: str, order: list, keep: set, returned: list, config: Config) -> Plan | None:
@@ -129,7 +128,7 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
     (:func:`waiting_partials`). Node bands and partials grow with the width
     of what a band carries (a Hessian's ``d`` tangents, ``X @ W``'s ``k``
     columns), so the band shrinks as they grow; a group whose partials of
-    values computed in the band cannot fit is refused (:func:`check_one_row`).
+    values computed in the band cannot fit runs op by op (:func:`fits_one_row`).
 
     Example:
       >>> x = StoreSpec("", (1000, 100), np.dtype("float64"), (100, 100))
@@ -175,7 +174,8 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
         return memory.TileCost(name, (rows,), task, at_once, extra, bands, 1.0,
                                fixed + partial * waiting_partials(bands))
 
-    check_one_row(name, nodes, leaves, n, budget)
+    if not fits_one_row(nodes, budget):
+        return None  # run op by op, as unfused (its ops plan their own tiles)
 
     def largest(fits, hi: int) -> int:
         """The largest k in [1, hi] that fits (given that 1 does)."""
@@ -225,30 +225,14 @@ def waiting_partials(bands: int) -> int:
     return (FAN_IN - 1) * levels + 2 if levels else 0
 
 
-def check_one_row(name: str, nodes: list, leaves: list, n: int, budget: int) -> None:
-    """Refuse, before anything is read, a group whose band of one row cannot
-    fit because of what it carries: the partials of a reduction over rows of
-    values computed in the band (a Hessian's ``d x d`` Gram matrix ``X.T @ G``
-    of its ``d``-wide tangents ``G``), two at once at least whatever the band,
-    with the op's overhead, are over the budget. Run op by op, such a group
-    would write its ``d``-wide intermediates to disk and read ``X`` once per
-    op: refused instead, naming its width. (A group over-budget for its chunks
-    or in-memory operands runs op by op, as unfused.)"""
+def fits_one_row(nodes: list, budget: int) -> bool:
+    """Whether a band of one row can hold what the group carries: the
+    partials of a reduction over rows of values computed in the band (a
+    Hessian's ``d x d`` Gram matrix ``X.T @ G`` of its ``d``-wide tangents
+    ``G``), two at once at least whatever the band, with the op's overhead.
+    A group that cannot runs op by op, as unfused: each op plans its own
+    tiles within the budget, at the price of its intermediates written and
+    ``X`` read once per op."""
     carried = [x for x in nodes if not x.rows and any(isinstance(i, Node) for i in x.inputs)]
-    if not carried:
-        return
-    widest = max(carried, key=_partial_bytes)
     needs = 2 * sum(_partial_bytes(x) for x in carried) + memory.op_overhead(budget)
-    share = int(budget * BAND_SHARE)
-    if needs <= share:
-        return
-    data = " and ".join(f"{s.shape} {np.dtype(s.dtype).name}" for s in leaves) or f"{n} rows"
-    width = math.prod(widest.shape)
-    raise memory.BudgetError(
-        f"jask.{name}: no band of rows of {data} fits the memory budget: its partials "
-        f"{widest.shape} (jask.{widest.op} of values computed in the band, {width} values, "
-        f"{exact_bytes(_partial_bytes(widest))} each, two at once at least) need "
-        f"{exact_bytes(needs)} with the op's overhead, over the {exact_bytes(share)} a band "
-        f"group may plan of the budget of {exact_bytes(budget)}. Take fewer parameters or "
-        "vectors at once (a Hessian in blocks of its columns: jax.vmap of a Hessian-vector "
-        "product over some basis vectors), or raise the budget")
+    return not carried or needs <= int(budget * BAND_SHARE)
