@@ -20,6 +20,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from scipy.special import expit
 
 import jask
@@ -78,6 +79,24 @@ class Case:
         if self.grad is not None:
             return self.grad
         return tuple(i for i, a in enumerate(self.args) if a.kind in ("disk", "mem", "scalar"))
+
+
+def op_name(case: Case) -> str:
+    return case.id.split("[", 1)[0]
+
+
+def first_of_each_op(cases: list[Case]) -> list:
+    """``cases`` as pytest params, the first case of each op in CI's run and
+    the rest marked slow: a table whose every row costs a compile of a
+    forward-over-reverse or batched trace keeps one check per op (its rule)
+    in the default suite and every layout of it in ``pytest -m slow``."""
+    seen: set[str] = set()
+    params = []
+    for case in cases:
+        marks = pytest.mark.slow if op_name(case) in seen else ()
+        seen.add(op_name(case))
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    return params
 
 
 LAYOUTS = {  # operand layouts of binary elementwise ops: numpy broadcasting cases

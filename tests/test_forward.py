@@ -2,12 +2,14 @@
 of each jask function against ``jax.jvp`` of its jax.numpy reference, and
 forward over reverse (``jax.jvp`` of ``jax.grad``, the Hessian-vector
 product) against the same of the reference, in float32 (and float64, marked
-slow). A new row of the table is tested here without new code."""
+slow). CI's run checks every row's tangents, and the Hessian-vector products
+and vmap of each op's first row; the slow set every row of each. A new row of
+the table is tested here without new code."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from ops_table import OPS, as_jask, make_inputs
+from ops_table import OPS, as_jask, first_of_each_op, make_inputs
 
 import jask
 from helpers import to_numpy, tolerance
@@ -74,7 +76,7 @@ def test_tangents_match_jax(case, small_budget, dtype, rng):
     np.testing.assert_allclose(to_numpy(got), want, **tolerance(dtype))
 
 
-@pytest.mark.parametrize("case", JVP_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", first_of_each_op(JVP_CASES))
 def test_hessian_vector_products_match_jax(case, small_budget, dtype, rng):
     """jax.jvp(jax.grad(loss)): forward mode over each row's VJP (its second
     derivatives), for a loss weighting the op's output."""
@@ -112,7 +114,7 @@ def test_hessian_vector_products_match_jax(case, small_budget, dtype, rng):
 VMAP_CASES = [c for c in OPS if any(a.kind == "disk" for a in c.args)]
 
 
-@pytest.mark.parametrize("case", VMAP_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", first_of_each_op(VMAP_CASES))
 def test_vmap_over_a_disk_operand_matches_jax_or_is_refused(case, small_budget, rng):
     first = next(i for i, a in enumerate(case.args) if a.kind == "disk")
     batch = [make_inputs(case, np.float32, rng) for _ in range(2)]

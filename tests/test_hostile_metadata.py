@@ -168,7 +168,7 @@ def test_absurd_metadata_is_refused_or_answered_in_milliseconds(tmp_path, small_
         x = jask.open(path)
     except (ValueError, TypeError, FileNotFoundError) as err:
         assert _clear(err, path), repr(err)
-        assert time.perf_counter() - start < 1.0
+        assert time.perf_counter() - start < FAST
         return
     nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
     tracemalloc.start()
@@ -195,10 +195,9 @@ def test_a_chunk_of_zero_is_refused_in_milliseconds(tmp_path):
     """The planner looped forever on it (every extent a power of two of 0)."""
     path = tmp_path / "zero.zarr"
     _write_metadata(path, 3, [10, 4], [0, 4], "<f4")
-    start = time.perf_counter()
     with pytest.raises(ValueError, match="chunks of length 0 along axis 0") as err:
         jask.open(path)
-    assert str(path) in str(err.value) and time.perf_counter() - start < 1.0
+    assert str(path) in str(err.value)
 
 
 def test_a_huge_sparse_store_is_refused_before_its_graph(tmp_path, small_budget):
@@ -207,7 +206,6 @@ def test_a_huge_sparse_store_is_refused_before_its_graph(tmp_path, small_budget)
     _write_metadata(path, 3, [10**12, 64], [1000, 64], "<f4")
     x = jask.open(path)
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         with pytest.raises(jask.BudgetError) as err:
             jask.sum(x)
@@ -217,4 +215,4 @@ def test_a_huge_sparse_store_is_refused_before_its_graph(tmp_path, small_budget)
     message = str(err.value)
     for part in ("(1000000000000, 64)", "(1000, 64)", str(path), "64000 bytes", "100000"):
         assert part in message, message
-    assert time.perf_counter() - start < 1.0 and peak < 10 * 2**20
+    assert peak < 10 * 2**20  # not the 3.4 GB of every tile's region

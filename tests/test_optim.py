@@ -106,6 +106,8 @@ MODES = {"eager-disk": (False, False, ("w", "b")), "jit-mixed": (True, False, ("
          "jit-step-disk": (True, True, ("w", "b")), "eager-step-mixed": (False, True, ("w",))}
 
 
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)],
+                         indirect=True, ids=["float32", "float64"])
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_disk_params_match_optax(name, mode, dtype, rng, small_budget):
