@@ -34,8 +34,9 @@ the suites' small arrays take the disk-backed paths.
   ``jax.Array``s, so unwrapped the tests would run on jax.numpy (a first run
   here did: 182 of 279 "passed" on jax.numpy); the wrapper takes
   ``get_namespace(jask.array_api.asarray([1]))``, i.e. ``jask.array_api``.
-  ``SCIPY_ARRAY_API=1``. No test file is changed. Modules: ``sklearn.tests.test_common`` (``check_array_api_input``
-  over every estimator whose tags declare support),
+  ``SCIPY_ARRAY_API=1``. No test file is changed. Modules:
+  ``sklearn.tests.test_common`` (``check_array_api_input`` over every estimator whose
+  tags declare support),
   ``sklearn.metrics.tests.test_common`` (metric compliance),
   ``sklearn.utils.tests.test_array_api`` (helpers),
   ``sklearn.decomposition.tests.test_pca``,
