@@ -12,7 +12,9 @@ from helpers import SMALL_BUDGET
 #: Scripts the doctest collection must not import: sklearn_estimators.py needs
 #: scikit-learn (not in the test extra: a fresh environment has none) and sets
 #: SCIPY_ARRAY_API for its own process, which would leak into the tests'.
-collect_ignore = ["scripts/sklearn_estimators.py"]
+#: scripts/external/ holds pytest plugins for other projects' suites
+#: (external_suites.py), which import array-api-extra and scikit-learn.
+collect_ignore = ["scripts/sklearn_estimators.py", "scripts/external"]
 
 DTYPES = [np.float32, np.float64]
 
