@@ -67,6 +67,60 @@ def test_hessian_matches_jax_numpy(data, name):
     assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
 
 
+#: jax.hessian's programs as a Newton step compiles them: (loss, program, budget). The
+#: value and gradient beside the Hessian make a larger group, which needs a band of more
+#: than 64 KB (at 64 KB no band of it fits, with or without the Hessian: op by op).
+HESSIAN_PROGRAMS = [
+    ("least-squares", "hessian", "64KB"),
+    ("logistic", "hessian", "64KB"),
+    ("least-squares", "value, gradient and hessian", "128KB"),
+    ("logistic", "value, gradient and hessian", "128KB"),
+]
+
+
+def _program(kind: str, loss):
+    if kind == "hessian":
+        return jax.hessian(loss)
+    return lambda w: (jax.value_and_grad(loss)(w), jax.hessian(loss)(w))
+
+
+@pytest.mark.parametrize("name, kind, budget", HESSIAN_PROGRAMS)
+def test_a_jitted_hessian_is_one_weighted_gram_product_in_one_pass(
+        data, jask_scratch, monkeypatch, name, kind, budget):
+    """jit(jax.hessian(loss)) of a GLM: X.T @ (c * (X @ I)), the d tangents of
+    forward over reverse through the loss's kernels, is computed as the
+    weighted Gram matrix X.T @ (c * X) per band (c: each row's weight, the
+    loss's kernels on one column): in the one band group no node carries more
+    than one value a row but c * X itself, X is read once, and the values are
+    jax.numpy's (x64 off and on)."""
+    from jask.engine.plan import bands
+    x, y, X, Y, w = data
+    jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
+    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    compiled = jax.jit(_program(kind, loss))
+    want = _program(kind, ref)(w)
+    planned = []
+    plan_bands = bands.plan_bands
+
+    def recording(name, nodes, *args, **kwargs):
+        plan = plan_bands(name, nodes, *args, **kwargs)
+        planned.append((list(nodes), plan))
+        return plan
+
+    monkeypatch.setattr(bands, "plan_bands", recording)
+    compiled(w)
+    planned.clear()
+    with jask.track() as counts:
+        got = jax.block_until_ready(compiled(w))
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, r, rtol=2e-4, atol=1e-5), got, want)
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+    assert len(counts.ran) == 1 and counts.ran[0].startswith("fused_"), counts.ran
+    (nodes, plan), = planned
+    assert plan is not None
+    wide = [node.op for node in nodes if node.rows and int(np.prod(node.shape[1:])) > 1]
+    assert wide == ["weighted_gram"], [(node.op, node.shape) for node in nodes]
+
+
 @pytest.mark.parametrize("name", LOSSES)
 def test_vmap_over_parameter_vectors_reads_X_once(data, name, rng):
     """16 parameter vectors (an ensemble, a regularisation path): one X @ W.T."""
