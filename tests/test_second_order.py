@@ -55,7 +55,7 @@ def test_hessian_vector_product_reads_X_once(data, name, rng):
 @pytest.mark.parametrize("name", LOSSES)
 def test_hessian_matches_jax_numpy(data, name):
     """jax.hessian (jacfwd of jacrev: a vmap of forward over reverse) of a GLM
-    loss; jitted it reads X once (X.T @ (d * (X @ I)) in one band group)."""
+    loss; jitted it reads X once (X.T @ (c * X) in one band group: see below)."""
     x, y, X, Y, w = data
     loss, ref = losses(X, Y)[name], losses(x, y)[name]
     want = jax.hessian(ref)(w)
@@ -275,10 +275,10 @@ def test_conjugate_gradients_of_jax_scipy_run_eagerly_and_are_refused_clearly_un
 
 
 def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratch, monkeypatch):
-    """The band planner counts what a band carries: d tangents for the Hessian
-    (X_b @ I, the d-wide tangents through the loss, the d x d partial X_b.T @ G_b
-    and the partials waiting to be added), k values for vmap (X_b @ W.T): the
-    band shrinks as d or k grows and stays within the budget."""
+    """The band planner counts what a band carries: for the Hessian the
+    weighted rows c * X_b (d wide, beside X_b) and the d x d partial
+    X_b.T @ (c * X_b) and the partials waiting to be added, k values for vmap
+    (X_b @ W.T): the band shrinks as d or k grows and stays within the budget."""
     from jask.engine.plan import bands
     budget = 4 * 10**6
     jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
@@ -308,9 +308,9 @@ def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratc
     w = jnp.zeros(d, jnp.float32)
     hvp = band_of(jax.jit(lambda w, v: jax.jvp(jax.grad(loss), (w,), (v,))[1]), w, w)
     hessian = band_of(jax.jit(jax.hessian(loss)), w)
-    # the same X, the same budget: the Hessian's band holds d tangents a row
+    # the same X, the same budget: the Hessian's band holds c * X_b, d values a row
     assert hessian.rows < hvp.rows, (hessian.rows, hvp.rows)
-    # its task holds the d-wide tangents of its rows and the d x d float64 partial
+    # its task holds X_b, c * X_b and its temporary, and the d x d float64 partial
     assert hessian.cost.task_bytes >= hessian.rows * d * 4 * 3 + d * d * 8
     batched = jax.jit(jax.vmap(loss))
     few = band_of(batched, jnp.zeros((4, d), jnp.float32))
