@@ -184,7 +184,7 @@ def _map(op, kernel, inputs, axes, full, out_axes, linear, reducer=None):
                             linear=linear))
 
 
-def _tangent_chains(X, y, M, tb):
+def _tangent_chains(X, Xn, y, M, tb):
     """name -> (G, whether X.T @ G is a weighted Gram product, G in numpy of
     (T, y)): maps of the tangent product T = X @ M (M.T with ``tb``)."""
     n = X.shape[0]
@@ -198,12 +198,19 @@ def _tangent_chains(X, y, M, tb):
                             ((0, 1),))
     scaled = mul(T, y, ((0, 1), (0,)))
     rowsum = _map("sum", np.positive, [T], ((0, 1),), full, (0,), (), reducer="sum")
+    # a weight from another product with a matrix (a forward X @ w[:, None]): not T's
+    other = fusion.Node("dot", "dot", [X, np.full((X.shape[1], 1), 0.5)], (n, 1),
+                        np.dtype("float64"), dict(ta=False, tb=False, vectors=(None, None)))
+    residual = _map("subtract", np.subtract, [other, y], ((0, 1), (0,)), (n, 1), (0, 1),
+                    ((0, 1),))
     return T, {
         "c * T": (scaled, True, lambda t, y: y[:, None] * t),
         "T itself": (T, True, lambda t, y: t),
         "c * T + T": (add(scaled, T), True, lambda t, y: y[:, None] * t + t),
         "c * T + c": (add(scaled, _map("copy", np.positive, [y], ((0,),), full, (0, 1),
                                        ((0,),))), False, lambda t, y: y[:, None] * t + y[:, None]),
+        "T * (X @ v - y)": (mul(T, residual, ((0, 1), (0, None))), True,
+                            lambda t, y: t * (0.5 * Xn.sum(1, keepdims=True) - y[:, None])),
         "T * T": (mul(T, T, ((0, 1), (0, 1))), False, lambda t, y: t * t),
         "T * rowsum(T)": (mul(T, rowsum, ((0, 1), (0,))), False,
                           lambda t, y: t * t.sum(1, keepdims=True)),
@@ -211,8 +218,8 @@ def _tangent_chains(X, y, M, tb):
 
 
 @pytest.mark.parametrize("tb", [True, False])
-@pytest.mark.parametrize("name", ["c * T", "T itself", "c * T + T", "c * T + c", "T * T",
-                                  "T * rowsum(T)"])
+@pytest.mark.parametrize("name", ["c * T", "T itself", "c * T + T", "T * (X @ v - y)",
+                                  "c * T + c", "T * T", "T * rowsum(T)"])
 def test_a_contraction_with_a_batch_of_tangents_is_a_weighted_gram_product_only_when_linear(
         tmp_path, name, tb):
     """X.T @ G, G computed from the tangents T = X @ M (jax.hessian's X @ I):
@@ -227,11 +234,12 @@ def test_a_contraction_with_a_batch_of_tangents_is_a_weighted_gram_product_only_
     y = _store(tmp_path / "y", yn, (50,), False)
     for k, cheaper in [(p, True), (1, False)]:
         M = rng.standard_normal((k, p) if tb else (p, k))
-        T, chains = _tangent_chains(X, y, M, tb)
+        T, chains = _tangent_chains(X, Xn, y, M, tb)
         G, weighted, numpy_g = chains[name]
         top = fusion.Node("dot", "dot", [X, G], (p, k), np.dtype("float64"),
                           dict(ta=True, tb=False, vectors=(None, None)))
         order = [T] + [x for x in _inputs_first(G) if x is not T] + [top]
+        assert all(x in order for x in _inputs_first(G))
         new, swaps = gram.rewrite(order, {id(top)})
         assert bool(swaps) == (weighted and cheaper), (name, k)
         final = swaps.get(id(top), top)

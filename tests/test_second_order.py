@@ -73,6 +73,8 @@ def test_hessian_matches_jax_numpy(data, name):
 HESSIAN_PROGRAMS = [
     ("least-squares", "hessian", "64KB"),
     ("logistic", "hessian", "64KB"),
+    # X @ w[:, None]: the forward product is a product with a matrix too (one column)
+    ("least-squares, w a column", "hessian", "64KB"),
     ("least-squares", "value, gradient and hessian", "128KB"),
     ("logistic", "value, gradient and hessian", "128KB"),
 ]
@@ -96,7 +98,12 @@ def test_a_jitted_hessian_is_one_weighted_gram_product_in_one_pass(
     from jask.engine.plan import bands
     x, y, X, Y, w = data
     jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
-    loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    if name == "least-squares, w a column":
+        Yc, yc = jask.from_numpy(y[:, None]), y[:, None]
+        loss = lambda w: jask.sum(jask.square(X @ w[:, None] - Yc))  # noqa: E731
+        ref = lambda w: jnp.sum(jnp.square(x @ w[:, None] - yc))  # noqa: E731
+    else:
+        loss, ref = losses(X, Y)[name], losses(x, y)[name]
     compiled = jax.jit(_program(kind, loss))
     want = _program(kind, ref)(w)
     planned = []

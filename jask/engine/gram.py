@@ -64,24 +64,24 @@ def _tangent_product(node: Node) -> _Linear | None:
     return _Linear(node, 1)
 
 
-def _linear_map(node: Node, linear: dict, tainted: set) -> _Linear | None:
+def _linear_map(node: Node, linear: dict, tainted: dict) -> _Linear | None:
     """A map whose operands reached by one tangent product are exactly one
     group it is linear in, all of them along one full axis that no other
-    operand has; every other axis but the rows of length 1. ``tainted``: the
-    ids of the nodes computed from a tangent product (the other operands
-    must not be)."""
+    operand has; every other axis but the rows of length 1. ``tainted``: for
+    each node, the ids of the tangent products it is computed from (the
+    other operands must not be computed from this one's)."""
     p = node.params
     if node.kind != "map" or p.get("reducer") is not None or is_positional(p["kernel"]):
         return None
     reached = [j for j, x in enumerate(node.inputs) if isinstance(x, Node) and id(x) in linear]
     if not reached or tuple(reached) not in {tuple(sorted(g)) for g in p.get("linear", ())}:
         return None
-    if any(isinstance(x, Node) and id(x) in tainted
-           for j, x in enumerate(node.inputs) if j not in reached):
-        return None  # an operand computed from the tangents, not linearly: not c * T
     bases = {id(linear[id(node.inputs[j])].base) for j in reached}
     if len(bases) != 1:
         return None
+    if any(isinstance(x, Node) and bases <= tainted.get(id(x), set())
+           for j, x in enumerate(node.inputs) if j not in reached):
+        return None  # an operand computed from the tangents, not linearly: not c * T
     first = linear[id(node.inputs[reached[0]])]
     cols = set()
     for j in reached:
@@ -103,7 +103,7 @@ def _linear_map(node: Node, linear: dict, tainted: set) -> _Linear | None:
     return _Linear(first.base, p["out_axes"].index(axis))
 
 
-def _gram(node: Node, linear: dict, tainted: set) -> tuple[Node, Node] | None:
+def _gram(node: Node, linear: dict, tainted: dict) -> tuple[Node, Node] | None:
     """For ``X.T @ G`` with ``G = c * (X2 @ M)``: (G, the product ``X2 @ M``),
     when the weighted Gram matrix is the cheaper product."""
     if node.kind != "dot" or node._dot_case() != "contract" or not node.params["ta"]:
@@ -112,7 +112,7 @@ def _gram(node: Node, linear: dict, tainted: set) -> tuple[Node, Node] | None:
     if (node.params["vectors"] != (None, None) or isinstance(a, np.ndarray)
             or len(a.shape) != 2 or not isinstance(g, Node) or id(g) not in linear
             or len(g.shape) != 2 or linear[id(g)].col != 1
-            or isinstance(a, Node) and id(a) in tainted):
+            or isinstance(a, Node) and id(linear[id(g)].base) in tainted.get(id(a), set())):
         return None
     base = linear[id(g)].base
     x2, m = base.inputs
@@ -166,7 +166,7 @@ def rewrite(order: list, keep: set) -> tuple[list, dict]:
     returned) holds them. Returns (the new order, {id(replaced): new node});
     ``order`` itself, and no replacements, when nothing matches."""
     linear: dict = {}
-    tainted: set = set()  # computed from a tangent product
+    tainted: dict = {}  # id(node) -> the tangent products it is computed from
     swaps: dict = {}
     memo: dict = {}
     out: list = []
@@ -174,8 +174,12 @@ def rewrite(order: list, keep: set) -> tuple[list, dict]:
         lin = _tangent_product(node) or _linear_map(node, linear, tainted)
         if lin is not None:
             linear[id(node)] = lin
-        if lin is not None or any(isinstance(x, Node) and id(x) in tainted for x in node.inputs):
-            tainted.add(id(node))
+        bases = set().union(*(tainted.get(id(x), set()) for x in node.inputs
+                              if isinstance(x, Node)))
+        if _tangent_product(node) is not None:
+            bases.add(id(node))
+        if bases:
+            tainted[id(node)] = bases
         found = _gram(node, linear, tainted)
         if found is None:
             out.append(node)
