@@ -3,6 +3,7 @@ import weakref
 
 import dask
 import numpy as np
+import pytest
 import zarr
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -172,3 +173,94 @@ def test_a_band_too_wide_for_whole_chunk_rows_is_computed_in_strips(tmp_path):
     (got,) = dask.get(dsk, keys[-1])
     np.testing.assert_allclose(fusion.finish(total, got), np.sum(np.square(xn @ v), 0),
                                rtol=1e-4)
+
+
+def _map(op, kernel, inputs, axes, full, out_axes, linear, reducer=None):
+    f = np.dtype("float64")
+    shape = tuple(1 if a is None else full[a] for a in out_axes)
+    return fusion.Node(op, "map", inputs, shape, f,
+                       dict(kernel=kernel, axes=axes, dtypes=(f,) * len(inputs),
+                            full_shape=full, out_axes=out_axes, reducer=reducer,
+                            linear=linear))
+
+
+def _tangent_chains(X, Xn, y, M, tb):
+    """name -> (G, whether X.T @ G is a weighted Gram product, G in numpy of
+    (T, y)): maps of the tangent product T = X @ M (M.T with ``tb``)."""
+    n = X.shape[0]
+    k = M.shape[0] if tb else M.shape[1]
+    T = fusion.Node("dot", "dot", [X, M], (n, k), np.dtype("float64"),
+                    dict(ta=False, tb=tb, vectors=(None, None)))
+    full = (n, k)
+    mul = lambda a, b, axes: _map("multiply", np.multiply, [a, b], axes, full, (0, 1),  # noqa: E731
+                                  ((0,), (1,)))
+    add = lambda a, b: _map("add", np.add, [a, b], ((0, 1), (0, 1)), full, (0, 1),  # noqa: E731
+                            ((0, 1),))
+    scaled = mul(T, y, ((0, 1), (0,)))
+    rowsum = _map("sum", np.positive, [T], ((0, 1),), full, (0,), (), reducer="sum")
+    # a weight from another product with a matrix (a forward X @ w[:, None]): not T's
+    other = fusion.Node("dot", "dot", [X, np.full((X.shape[1], 1), 0.5)], (n, 1),
+                        np.dtype("float64"), dict(ta=False, tb=False, vectors=(None, None)))
+    residual = _map("subtract", np.subtract, [other, y], ((0, 1), (0,)), (n, 1), (0, 1),
+                    ((0, 1),))
+    return T, {
+        "c * T": (scaled, True, lambda t, y: y[:, None] * t),
+        "T itself": (T, True, lambda t, y: t),
+        "c * T + T": (add(scaled, T), True, lambda t, y: y[:, None] * t + t),
+        "c * T + c": (add(scaled, _map("copy", np.positive, [y], ((0,),), full, (0, 1),
+                                       ((0,),))), False, lambda t, y: y[:, None] * t + y[:, None]),
+        "T * (X @ v - y)": (mul(T, residual, ((0, 1), (0, None))), True,
+                            lambda t, y: t * (0.5 * Xn.sum(1, keepdims=True) - y[:, None])),
+        "T * T": (mul(T, T, ((0, 1), (0, 1))), False, lambda t, y: t * t),
+        "T * rowsum(T)": (mul(T, rowsum, ((0, 1), (0,))), False,
+                          lambda t, y: t * t.sum(1, keepdims=True)),
+    }
+
+
+@pytest.mark.parametrize("tb", [True, False])
+@pytest.mark.parametrize("name", ["c * T", "T itself", "c * T + T", "T * (X @ v - y)",
+                                  "c * T + c", "T * T", "T * rowsum(T)"])
+def test_a_contraction_with_a_batch_of_tangents_is_a_weighted_gram_product_only_when_linear(
+        tmp_path, name, tb):
+    """X.T @ G, G computed from the tangents T = X @ M (jax.hessian's X @ I):
+    rewritten as (X.T @ (c * X)) @ M (jask.engine.gram) exactly when G is c * T
+    for a weight c per row, with numpy's value either way; never for a few
+    tangents, where the products as written are cheaper."""
+    from jask.engine import gram
+    rng = np.random.default_rng(1)
+    n, p = 301, 6
+    Xn, yn = rng.standard_normal((n, p)), rng.standard_normal(n)
+    X = _store(tmp_path / "X", Xn, (50, p), False)
+    y = _store(tmp_path / "y", yn, (50,), False)
+    for k, cheaper in [(p, True), (1, False)]:
+        M = rng.standard_normal((k, p) if tb else (p, k))
+        T, chains = _tangent_chains(X, Xn, y, M, tb)
+        G, weighted, numpy_g = chains[name]
+        top = fusion.Node("dot", "dot", [X, G], (p, k), np.dtype("float64"),
+                          dict(ta=True, tb=False, vectors=(None, None)))
+        order = [T] + [x for x in _inputs_first(G) if x is not T] + [top]
+        assert all(x in order for x in _inputs_first(G))
+        new, swaps = gram.rewrite(order, {id(top)})
+        assert bool(swaps) == (weighted and cheaper), (name, k)
+        final = swaps.get(id(top), top)
+        assert final is new[-1] and all(id(x) not in swaps for x in new)
+        if swaps:  # the tangents are gone: nothing a row wider than X's own
+            assert T not in new and [x.op for x in new if x.rows and x.shape[1:] not in
+                                     ((), (1,))] == (["weighted_gram"] if G is not T else [])
+        dsk, keys = fusion.group_graph("test", tuple(new), (), (len(new) - 1,), n, 64)
+        (partial,) = dask.get(dsk, keys[-1])
+        t = Xn @ (M.T if tb else M)
+        np.testing.assert_allclose(fusion.finish(final, partial), Xn.T @ numpy_g(t, yn),
+                                   rtol=1e-10, atol=1e-10)
+
+
+def _inputs_first(node) -> list:
+    out: list = []
+
+    def visit(x):
+        if isinstance(x, fusion.Node) and all(x is not y for y in out):
+            for i in x.inputs:
+                visit(i)
+            out.append(x)
+    visit(node)
+    return out

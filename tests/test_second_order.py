@@ -55,7 +55,7 @@ def test_hessian_vector_product_reads_X_once(data, name, rng):
 @pytest.mark.parametrize("name", LOSSES)
 def test_hessian_matches_jax_numpy(data, name):
     """jax.hessian (jacfwd of jacrev: a vmap of forward over reverse) of a GLM
-    loss; jitted it reads X once (X.T @ (d * (X @ I)) in one band group)."""
+    loss; jitted it reads X once (X.T @ (c * X) in one band group: see below)."""
     x, y, X, Y, w = data
     loss, ref = losses(X, Y)[name], losses(x, y)[name]
     want = jax.hessian(ref)(w)
@@ -65,6 +65,67 @@ def test_hessian_matches_jax_numpy(data, name):
     with jask.track() as counts:
         compiled(w).block_until_ready()
     assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+
+
+#: jax.hessian's programs as a Newton step compiles them: (loss, program, budget). The
+#: value and gradient beside the Hessian make a larger group, which needs a band of more
+#: than 64 KB (at 64 KB no band of it fits, with or without the Hessian: op by op).
+HESSIAN_PROGRAMS = [
+    ("least-squares", "hessian", "64KB"),
+    ("logistic", "hessian", "64KB"),
+    # X @ w[:, None]: the forward product is a product with a matrix too (one column)
+    ("least-squares, w a column", "hessian", "64KB"),
+    ("least-squares", "value, gradient and hessian", "128KB"),
+    ("logistic", "value, gradient and hessian", "128KB"),
+]
+
+
+def _program(kind: str, loss):
+    if kind == "hessian":
+        return jax.hessian(loss)
+    return lambda w: (jax.value_and_grad(loss)(w), jax.hessian(loss)(w))
+
+
+@pytest.mark.parametrize("name, kind, budget", HESSIAN_PROGRAMS)
+def test_a_jitted_hessian_is_one_weighted_gram_product_in_one_pass(
+        data, jask_scratch, monkeypatch, name, kind, budget):
+    """jit(jax.hessian(loss)) of a GLM: X.T @ (c * (X @ I)), the d tangents of
+    forward over reverse through the loss's kernels, is computed as the
+    weighted Gram matrix X.T @ (c * X) per band (c: each row's weight, the
+    loss's kernels on one column): in the one band group no node carries more
+    than one value a row but c * X itself, X is read once, and the values are
+    jax.numpy's (x64 off and on)."""
+    from jask.engine.plan import bands
+    x, y, X, Y, w = data
+    jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
+    if name == "least-squares, w a column":
+        Yc, yc = jask.from_numpy(y[:, None]), y[:, None]
+        loss = lambda w: jask.sum(jask.square(X @ w[:, None] - Yc))  # noqa: E731
+        ref = lambda w: jnp.sum(jnp.square(x @ w[:, None] - yc))  # noqa: E731
+    else:
+        loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    compiled = jax.jit(_program(kind, loss))
+    want = _program(kind, ref)(w)
+    planned = []
+    plan_bands = bands.plan_bands
+
+    def recording(name, nodes, *args, **kwargs):
+        plan = plan_bands(name, nodes, *args, **kwargs)
+        planned.append((list(nodes), plan))
+        return plan
+
+    monkeypatch.setattr(bands, "plan_bands", recording)
+    compiled(w)
+    planned.clear()
+    with jask.track() as counts:
+        got = jax.block_until_ready(compiled(w))
+    jax.tree.map(lambda g, r: np.testing.assert_allclose(g, r, rtol=2e-4, atol=1e-5), got, want)
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+    assert len(counts.ran) == 1 and counts.ran[0].startswith("fused_"), counts.ran
+    (nodes, plan), = planned
+    assert plan is not None
+    wide = [node.op for node in nodes if node.rows and int(np.prod(node.shape[1:])) > 1]
+    assert wide == ["weighted_gram"], [(node.op, node.shape) for node in nodes]
 
 
 @pytest.mark.parametrize("name", LOSSES)
@@ -221,10 +282,10 @@ def test_conjugate_gradients_of_jax_scipy_run_eagerly_and_are_refused_clearly_un
 
 
 def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratch, monkeypatch):
-    """The band planner counts what a band carries: d tangents for the Hessian
-    (X_b @ I, the d-wide tangents through the loss, the d x d partial X_b.T @ G_b
-    and the partials waiting to be added), k values for vmap (X_b @ W.T): the
-    band shrinks as d or k grows and stays within the budget."""
+    """The band planner counts what a band carries: for the Hessian the
+    weighted rows c * X_b (d wide, beside X_b) and the d x d partial
+    X_b.T @ (c * X_b) and the partials waiting to be added, k values for vmap
+    (X_b @ W.T): the band shrinks as d or k grows and stays within the budget."""
     from jask.engine.plan import bands
     budget = 4 * 10**6
     jask.set_memory_budget(budget, scratch_dir=jask_scratch.path)
@@ -254,9 +315,9 @@ def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratc
     w = jnp.zeros(d, jnp.float32)
     hvp = band_of(jax.jit(lambda w, v: jax.jvp(jax.grad(loss), (w,), (v,))[1]), w, w)
     hessian = band_of(jax.jit(jax.hessian(loss)), w)
-    # the same X, the same budget: the Hessian's band holds d tangents a row
+    # the same X, the same budget: the Hessian's band holds c * X_b, d values a row
     assert hessian.rows < hvp.rows, (hessian.rows, hvp.rows)
-    # its task holds the d-wide tangents of its rows and the d x d float64 partial
+    # its task holds X_b, c * X_b and its temporary, and the d x d float64 partial
     assert hessian.cost.task_bytes >= hessian.rows * d * 4 * 3 + d * d * 8
     batched = jax.jit(jax.vmap(loss))
     few = band_of(batched, jnp.zeros((4, d), jnp.float32))

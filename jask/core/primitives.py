@@ -342,7 +342,7 @@ class Blockwise(DiskPrimitive):
                 self._describe("map", at_call=self.ufunc.at_call, kernel=self.ufunc.numpy,
                                axes=self.axes, dtypes=self.dtypes,
                                full_shape=self.shape, out_axes=self.out_axes,
-                               reducer=self.reducer))
+                               reducer=self.reducer, linear=_kernel_linear(self)))
 
     def expand(self, *args):
         work_fn, fuse = self.fusion()
@@ -1550,6 +1550,18 @@ def _linear_operands(prim) -> tuple:
     if ufunc is ufuncs.MUL:
         return ({0: None}, {1: None})
     return ()
+
+
+def _kernel_linear(prim) -> tuple:
+    """The groups of operand positions a Blockwise's kernel is linear in,
+    jointly, the others fixed (for :mod:`jask.engine.gram`): those of
+    :func:`_linear_operands`, and a tangent kernel's tangents (:class:`JVP`:
+    its operands after the primals it reads)."""
+    ufunc = prim.params["ufunc"]
+    if isinstance(ufunc, JVP):
+        n = len(prim.in_avals)
+        return (tuple(range(n - len(ufunc.nz), n)),)
+    return tuple(tuple(sorted(group)) for group in _linear_operands(prim))
 
 
 def _along_rows(prim) -> bool:

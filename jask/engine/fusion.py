@@ -42,7 +42,7 @@ from jask.engine.tasks import strip_product
 from jask.store import read, view_key, write
 from jask.store.spec import StoreSpec
 
-__all__ = ["Node", "fusable", "group_graph", "last_uses"]
+__all__ = ["Node", "finish", "fusable", "group_graph", "last_uses", "partial_shape"]
 
 
 @dataclass(eq=False)
@@ -375,8 +375,25 @@ def _finished(reducer: str | None, partial):
     return partial if done is None else done(partial)
 
 
+def partial_shape(node: Node) -> tuple:
+    """The shape of a node's partials: its own, but for a weighted Gram
+    product (``then``: :mod:`jask.engine.gram`), whose partials are the
+    ``p x p2`` Gram matrix its result is a product of."""
+    then = node.params.get("then") if node.kind == "dot" else None
+    if then is None:
+        return tuple(node.shape)
+    m, tb = then
+    return tuple(node.shape[:-1]) + (m.shape[1] if tb else m.shape[0],)
+
+
 def finish(node: Node, partial: np.ndarray) -> np.ndarray:
-    """A value root's whole result from its combined partial."""
+    """A value root's whole result from its combined partial (a weighted
+    Gram matrix times the tangents ``M`` it was taken for: ``then``)."""
     if node.kind == "map" and not node.rows:
         partial = _finished(node.params["reducer"], partial)
+    then = node.params.get("then") if node.kind == "dot" else None
+    if then is not None:
+        m, tb = then
+        m = np.asarray(m, partial.dtype)
+        partial = np.asarray(partial).reshape(partial_shape(node)) @ (m.T if tb else m)
     return np.asarray(partial).astype(node.dtype, copy=False).reshape(node.shape)

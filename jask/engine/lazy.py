@@ -39,7 +39,7 @@ import numpy as np
 from jask.base import counters, forks, memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
-from jask.engine import execute, fusion, moments, work
+from jask.engine import execute, fusion, gram, moments, work
 from jask.engine.plan import Plan, bands
 from jask.engine.work import room
 from jask.store import (
@@ -513,7 +513,14 @@ def _run_group(roots: list, value_roots: list, config: Config,
     n = fusion.band_length(group.order[-1])
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
-    plan = bands.group(name, group.order, keep, group.tops, config)
+    fused, plan = _weighted(group, keep), None
+    if fused is not group:  # a weighted Gram product in place of the tangents it reads
+        fused_keep = {id(fused.node_of[id(p)]) for p in roots} | {id(t) for t in fused.tops}
+        plan = bands.group(name, fused.order, fused_keep, fused.tops, config)
+        if plan is None:
+            fused = group
+    if plan is None:
+        plan = bands.group(name, group.order, keep, group.tops, config)
     read = [x for node in group.order for x in node.inputs if isinstance(x, StoreSpec)]
     # the Owners of the stores read, held until the snapshot's check is over (fulfilling a
     # root lets go of its inputs: another thread's sweep could delete them mid-check)
@@ -525,7 +532,19 @@ def _run_group(roots: list, value_roots: list, config: Config,
                 if p is not None and p.store is None:
                     p.run_alone()
             return [None] * len(value_roots)
-        return _run_fused(name, group, roots, plan, n, config, partials)
+        return _run_fused(name, fused, roots, plan, n, config, partials)
+
+
+def _weighted(group: _Group, keep: set) -> _Group:
+    """``group`` with each contraction of data with a batch of tangents
+    (``jax.hessian``'s ``X.T @ (c * (X @ M))``) as a weighted Gram product
+    (:func:`jask.engine.gram.rewrite`); ``group`` itself when none is found."""
+    order, swaps = gram.rewrite(group.order, keep)
+    if not swaps:
+        return group
+    node_of = {k: swaps.get(id(v), v) for k, v in group.node_of.items()}
+    recorded_of = {id(node_of[id(p)]): p for p in group.recorded_of.values()}
+    return _Group(order, node_of, recorded_of, [swaps.get(id(t), t) for t in group.tops])
 
 
 def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,

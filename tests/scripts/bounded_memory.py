@@ -119,8 +119,9 @@ def step_ops(X, y, w) -> dict:
 def second_order_ops(X, y) -> dict:
     """Forward over reverse and batches of a least-squares loss with in-memory
     parameters, each one band group over X (issue 28): a Hessian-vector
-    product, the whole Hessian (one tangent per column of X, so its bands carry
-    128 of them) and the loss of 16 parameter vectors. Measured in a process of
+    product, the whole Hessian (a weighted Gram product X.T @ (c * X): its bands
+    carry c * X beside X and a 128 x 128 float64 partial) and the loss of 16
+    parameter vectors. Measured in a process of
     its own (``JASK_GRID_PHASE=second``), as the step is, one op a process
     (``JASK_GRID_OPS``): a compiled Hessian's program and JAX's caches of it
     stay after it returns, not tiles of the next op. Warmed up on tiny arrays

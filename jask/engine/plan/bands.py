@@ -15,7 +15,7 @@ from jask.base import memory
 from jask.base.config import Config
 from jask.engine.blockwise import MOMENTS, REDUCERS, SLAB
 from jask.engine.builders import FAN_IN
-from jask.engine.fusion import Node, band_length, last_uses, whole_inputs
+from jask.engine.fusion import Node, band_length, last_uses, partial_shape, whole_inputs
 from jask.engine.plan.tiles import Plan
 from jask.store import read_model, view_key
 from jask.store.spec import StoreSpec
@@ -43,6 +43,9 @@ def group(name: str, order: list, keep: set, returned: list, config: Config) -> 
                 leaves.setdefault(view_key(x), x)
             elif isinstance(x, np.ndarray):
                 held += x.nbytes
+        then = node.params.get("then") if node.kind == "dot" else None
+        if then is not None:  # a weighted Gram product's tangents, for its finish
+            held += then[0].nbytes
     held += sum(2 * memory.nbytes(top.shape, top.dtype) for top in returned if top.rows)
     if not all(band_length(x) == n for x in order):
         return None
@@ -67,7 +70,7 @@ def _partial_bytes(node: Node) -> int:
         reducer = node.params["reducer"]
         arrays = 1 if reducer is None else REDUCERS[reducer].arrays  # a variance: mean and M2
         return math.prod(kept) * max(8, np.dtype(node.dtype).itemsize) * arrays
-    return math.prod(node.shape) * max(8, np.dtype(node.dtype).itemsize)
+    return math.prod(partial_shape(node)) * max(8, np.dtype(node.dtype).itemsize)
 
 
 def _squares_deviations(node: Node) -> bool:
