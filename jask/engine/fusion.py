@@ -203,7 +203,8 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     # float64 as a reduction's partials are
     ab, bb = _band_of(a, values, rows), _band_of(b, values, rows)
     n = rows.stop - rows.start
-    partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows, a.shape[0])
+    partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows, a.shape[0],
+                            wide=bool(p.get("wide")))
     return partial.reshape(ab.shape[1:] + bb.shape[1:])
 
 
@@ -375,8 +376,13 @@ def _finished(reducer: str | None, partial):
     return partial if done is None else done(partial)
 
 
-def finish(node: Node, partial: np.ndarray) -> np.ndarray:
-    """A value root's whole result from its combined partial."""
+def finish(node: Node, partial: np.ndarray, wide: bool = False) -> np.ndarray:
+    """A value root's whole result from its combined partial; ``wide``: a
+    float result as float64, not yet rounded to its dtype (for arithmetic
+    on it that cancels: see ``jask.core.dispatch.to_values``)."""
     if node.kind == "map" and not node.rows:
         partial = _finished(node.params["reducer"], partial)
-    return np.asarray(partial).astype(node.dtype, copy=False).reshape(node.shape)
+    dtype = node.dtype
+    if wide and np.dtype(dtype).kind == "f":
+        dtype = np.promote_types(dtype, np.float64)
+    return np.asarray(partial).astype(dtype, copy=False).reshape(node.shape)
