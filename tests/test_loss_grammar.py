@@ -16,12 +16,16 @@ in the scalar cotangent it waits for; a row's ``logsumexp`` (an in-memory
 vector) too: its gradient, the softmax, recomputes the row's logsumexp in
 the band, a jask op reading it along the rows reads it as a store made
 again in the band, and jax.numpy's elementwise arithmetic on it (``abs``,
-``where``) follows as jask ops on that store. Still two passes (pinned
-below as strict xfails, and left out of the draws): a whole-array
-reduction's value inside a row-wise expression before a non-linear op
-(``square(x - mean(x))``), and a cotangent waiting for a reduction's value
-(``sqrt``, ``log``, a product or ratio of reductions) that reaches a row's
-logsumexp through arithmetic on it (``sqrt(sum(abs(logsumexp(X * v, 1))))``).
+``where``) follows as jask ops on that store. A centred second moment
+(``sum(square(x - mean(x)))``, or its mean) reads X once: it is one reduction
+of ``x`` with Chan's (count, mean, M2) partials, and its gradient ``2 (x -
+m)`` is linear in the mean, taken out as a scalar. Still two passes (pinned
+below as strict xfails, and left out of the draws): a cotangent waiting for
+a reduction's value (``sqrt``, ``log``, a product or ratio of reductions)
+that reaches a row's logsumexp through arithmetic on it
+(``sqrt(sum(abs(logsumexp(X * v, 1))))``) or a centred moment (``2 c (x -
+m)``: linear in ``c`` and in ``m``, not in both), and a centred moment of a
+row's logsumexp (its cotangent waits for the mean, then the softmax reads X).
 """
 import jax
 import jax.numpy as jnp
@@ -82,6 +86,9 @@ def _reduction(depth):
     return st.one_of(
         st.tuples(st.sampled_from(("sum", "mean")), st.one_of(_rows(depth), _mats(depth))),
         st.tuples(st.just("rows_then_w"), _mats(depth)),
+        # a centred second moment (the mean must be known before the squares)
+        st.tuples(st.sampled_from(("sum", "mean")), st.tuples(st.just("square"), st.tuples(
+            st.just("centred"), st.one_of(_rows(depth), _mats(depth))))),
     )
 
 
@@ -246,20 +253,28 @@ PINNED = [
     # jax.numpy's arithmetic on a row's logsumexp, its derivative needing the value (was 2)
     ("sum", ("abs", ("logsumexp", ("Xv",)))),
     ("mean", ("leaky", ("sub", ("logsumexp", ("tanh", ("Xv",))), ("Xw",)))),
+    # centred second moments: Chan's (count, mean, M2) partials, the gradient's
+    # terms with the mean taken out (were 2: the mean, then the squares)
+    ("sum", ("square", ("centred", ("Xw",)))),
+    ("plus", ("mean", ("square", ("centred", ("tanh", ("Xv",))))),
+     ("times", 0.5, ("sum", ("abs", ("Xw",))))),
+    ("over_n", ("sum", ("square", ("centred", ("standardised",))))),
 ]
 
 
-#: Losses that still read X more than once (issue 30, open): a whole-array
-#: reduction's value inside a row-wise expression before a non-linear op (a
-#: mean subtracted, then squared: two passes, the mean, then the rest).
-#: Strict: when they pass, they move to PINNED.
+#: Losses that still read X more than once (issue 30, open). Strict: when
+#: they pass, they move to PINNED.
 TWO_PASSES = [
-    ("sum", ("square", ("centred", ("Xw",)))),
+    # a centred second moment under a waiting cotangent: its gradient 2 c (x - m)
+    # is linear in c and in m, but not in both (the product of the two scalars
+    # is not taken out)
+    ("root", ("sum", ("square", ("centred", ("Xw",))))),
     # a cotangent waiting for a reduction's value (root, log, a product or
     # ratio of two reductions) reaching a row's logsumexp through arithmetic
     # on it: the backward pass runs after the forward one (found by the draws)
     ("root", ("sum", ("abs", ("logsumexp", ("Xv",))))),
     ("product", ("rows_then_w", ("X",)), ("sum", ("select", ("Xw",), ("logsumexp", ("Xv",))))),
+    ("sum", ("square", ("centred", ("logsumexp", ("Xv",))))),  # found by the draws
 ]
 
 #: In-memory arithmetic whose derivative needs a reduction's value.
@@ -267,12 +282,16 @@ WAITING = ("root", "log", "product", "ratio")
 
 
 def _known_two_passes(expr, waiting=False, under_op=False) -> bool:
-    """Whether ``expr`` is of TWO_PASSES' shapes: a centred row, or a row's
-    logsumexp under arithmetic with a waiting cotangent above it."""
+    """Whether ``expr`` is of TWO_PASSES' shapes: a centred second moment
+    or a row's logsumexp under arithmetic, with a waiting cotangent above; or
+    the moment of a row's logsumexp (an in-memory vector: its cotangent
+    ``2 (l - mean(l))`` waits for the mean, then the softmax reads X)."""
     if not isinstance(expr, tuple):
         return False
     name, *args = expr
-    if name == "centred" or name == "logsumexp" and waiting and under_op:
+    if name == "centred" and (waiting or "logsumexp" in repr(args)):
+        return True
+    if name == "logsumexp" and waiting and under_op:
         return True
     waiting = waiting or name in WAITING
     under_op = under_op or name in UNARY + BINARY + ("select",) and name != "scale"
@@ -286,8 +305,9 @@ def test_pinned_losses_read_each_store_once(problem, loss):
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
                    reason="the backward pass needs a forward reduction's value")
-@pytest.mark.parametrize("loss", TWO_PASSES, ids=["centred", "root of a row's lse",
-                                                 "product with a row's lse"])
+@pytest.mark.parametrize("loss", TWO_PASSES, ids=["root of centred", "root of a row's lse",
+                                                 "product with a row's lse",
+                                                 "centred row's lse"])
 def test_losses_needing_forward_values_still_read_X_twice(problem, loss):
     check_one_pass(problem, loss)
 
@@ -306,3 +326,38 @@ def test_drawn_losses_read_each_store_once(problem, loss):
 @example(loss=PINNED[-1])
 def test_many_drawn_losses_read_each_store_once(problem, loss):
     check_one_pass(problem, loss)
+
+
+@pytest.mark.parametrize("transform", [jax.value_and_grad, jax.grad], ids=["value_and_grad",
+                                                                          "grad"])
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_centred_moment_one_pass_and_accurate_on_offset_data(small_budget, transform,
+                                                             reduction):
+    """``sum(square(e - mean(e)))`` on data of mean 1000 (spread 1): one pass,
+    value and gradient within jax.numpy's float32 error of float64. Neither
+    ``sum(e * e) - n * m * m`` nor ``X.T @ e - m * (X.T @ 1)`` rounded to
+    float32 can: they cancel six digits here."""
+    jask.set_memory_budget("256KB", scratch_dir=small_budget.scratch_dir)
+    rng = np.random.default_rng(3)
+    Xn = (rng.standard_normal((N, D)) + 1000).astype(np.float32)
+    w = jnp.asarray(0.3 * rng.standard_normal(D).astype(np.float32))
+    X = jask.from_numpy(Xn)
+
+    def loss(lib, w, X):
+        e = X @ w
+        return getattr(lib, reduction)(lib.square(e - lib.mean(e)))
+
+    step = jax.jit(transform(lambda w, X: loss(jask, w, X)))
+    step(w, X)
+    with jask.track() as counts:
+        got = jax.block_until_ready(step(w, X))
+    assert counts.passes(X) <= ONE_PASS and counts.bytes_written == 0, counts
+    expect = transform(lambda w, X: loss(jnp, w, X))(w, jnp.asarray(Xn))
+    with jax.enable_x64(True):
+        exact = transform(lambda w, X: loss(jnp, w, X))(
+            jnp.asarray(np.asarray(w, np.float64)), jnp.asarray(Xn.astype(np.float64)))
+    for g, e, x in zip(*map(jax.tree.leaves, (got, expect, exact)), strict=True):
+        x = np.asarray(x)
+        error = np.max(np.abs(np.asarray(g, np.float64) - x))
+        jnp_error = np.max(np.abs(np.asarray(e, np.float64) - x))
+        assert error <= max(jnp_error, 1e-6 * np.max(np.abs(x))), (error, jnp_error)

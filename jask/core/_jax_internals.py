@@ -91,6 +91,8 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
                           reading_store=lambda prim, k: None,
                           broadcast=lambda prim, k: None,
                           lift=lambda name, params, avals, out: None,
+                          centred=lambda reduce, square, sub, mean: None,
+                          widen=lambda prim: prim, unread=lambda prim: (),
                           refused=None) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
@@ -144,6 +146,12 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
       (``X @ w``, ...) beside the loss. A program lowered inside another's
       lowering returns its stores to that program, which may still fuse
       them: they stay as they are.
+    * First of all, a centred second moment written out, ``sum(square(x -
+      mean(x)))`` (``centred(reduce, square, sub, mean)``, the four ops'
+      primitives: the op computing it from ``x`` alone, or None), is computed
+      from ``x`` in one pass (Chan's (count, mean, M2) partials), so it need
+      not wait for the mean; its gradient reads ``x - mean(x)`` linearly
+      (``2 g (x - m)``), which the step above takes the mean out of.
     * Last, a ``mutates`` op is given the values of ``is_ours``'s ops made
       earlier in this jaxpr and never read again (``forgetting(prim,
       avals)``: the op with those as extra operands), so that it need not
@@ -166,12 +174,15 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
             return hi_jaxpr
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
+        moments = _centred_moments(jaxpr, centred, unread)
+        if moments is not jaxpr:
+            jaxpr, _ = pe.dce_jaxpr(moments, [True] * len(moments.outvars), instantiate=True)
         returned = _returned_stores(jaxpr, is_ours) if whole else []
         excluded: frozenset = frozenset()
         while True:
             try:
                 jaxpr = _defer(jaxpr, movable, mutates, merge, returned, linear,
-                               (as_store, reading_store, lift), broadcast, excluded)
+                               (as_store, reading_store, lift), broadcast, excluded, widen)
                 break
             except _NotLinear as err:  # a term reached a reader that is not linear in it:
                 if not err.origins or err.origins <= excluded:  # again without its makers
@@ -198,6 +209,61 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
 
     lower_jaxpr._rewrites_for = is_ours  # type: ignore[attr-defined]
     pe.lower_jaxpr = lower_jaxpr  # type: ignore[assignment]
+
+
+def _centred_moments(jaxpr, centred, unread=lambda prim: ()):
+    """The jaxpr with each ``reduce(square(x - mean(x)))`` equation whose
+    four ops ``centred`` recognises by the op it names reading ``x`` (see
+    :func:`prune_before_lowering`), or ``jaxpr`` itself. The square and the
+    difference stay for their other readers (the backward pass), or go with
+    the dead code; an op reading the square only for its type (``unread(prim)``:
+    the positions of such operands; a mean's VJP) is given ``x`` instead,
+    which is of the same type and ready sooner."""
+    maker = {v: e for e in jaxpr.eqns for v in e.outvars}
+
+    def made(v, arity):
+        eqn = maker.get(v) if isinstance(v, core.Var) else None
+        if eqn is None or hi_primitive(eqn) is None or len(eqn.invars) != arity:
+            return None
+        return eqn
+
+    eqns = list(jaxpr.eqns)
+    for j, other in enumerate(eqns):  # jit(grad): no moment left, only the mean's VJP
+        positions = set(unread(hi_primitive(other))) if hi_primitive(other) else set()
+        invars = list(other.invars)
+        for k in positions:
+            square = made(invars[k], 1)
+            sub = square and made(square.invars[0], 2)
+            mean = sub and made(sub.invars[1], 1)
+            if (mean is not None and mean.invars[0] is sub.invars[0]
+                    and sub.invars[0].aval == invars[k].aval
+                    and centred(None, *(hi_primitive(e) for e in (square, sub, mean)))):
+                invars[k] = sub.invars[0]  # x: ready before the mean
+        if invars != list(other.invars):
+            eqns[j] = other.replace(invars=invars)
+    for i, eqn in enumerate(eqns):
+        if hi_primitive(eqn) is None or len(eqn.invars) != 1:
+            continue
+        square = made(eqn.invars[0], 1)
+        sub = square and made(square.invars[0], 2)
+        mean = sub and made(sub.invars[1], 1)
+        if mean is None or mean.invars[0] is not sub.invars[0]:
+            continue
+        prim = centred(*(hi_primitive(e) for e in (eqn, square, sub, mean)))
+        if prim is None:
+            continue
+        x, squares = sub.invars[0], square.outvars[0]
+        eqns[i] = eqn.replace(invars=[x], params=dict(_prim=prim))
+        if x.aval != squares.aval:
+            continue
+        for j, other in enumerate(eqns):
+            positions = set(unread(hi_primitive(other))) if hi_primitive(other) else set()
+            if any(k in positions for k, v in enumerate(other.invars) if v is squares):
+                eqns[j] = other.replace(invars=[x if v is squares and k in positions else v
+                                                for k, v in enumerate(other.invars)])
+    if all(a is b for a, b in zip(eqns, jaxpr.eqns)):
+        return jaxpr
+    return jaxpr.replace(eqns=eqns)
 
 
 def _refuse_hi_operands_of_lo_primitives(jaxpr, refused) -> None:
@@ -232,7 +298,7 @@ def _returned_stores(jaxpr, is_ours) -> list:
 def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
            row_stores=(lambda prim: None, lambda prim, k: None,
                        lambda name, params, avals, out: None),
-           broadcast=lambda prim, k: None, excluded=frozenset()):
+           broadcast=lambda prim, k: None, excluded=frozenset(), widen=lambda prim: prim):
     """See :func:`prune_before_lowering`: move value ops to their first
     reader; those waiting at the end also take the ``returned`` stores.
 
@@ -339,13 +405,17 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
     def flush(keep=()):
         if held and not keep:
             hoist()
-        if len(held) == 1 and not keep:
+        outs = [v for e in held for v in e.outvars]
+        post, rest = _host_arithmetic(outs, after)
+        if len(held) == 1 and not keep and not post:
             eqns.append(held[0])
         elif held:
-            prim = merge([hi_primitive(e) for e in held], [v.aval for v in keep])
+            extra = (post[0],) if post else ()
+            prim = merge([hi_primitive(e) for e in held], [v.aval for v in keep], *extra)
             eqns.append(held[-1].replace(invars=[v for e in held for v in e.invars] + list(keep),
-                                         outvars=[v for e in held for v in e.outvars],
+                                         outvars=outs + (post[1] if post else []),
                                          params=dict(_prim=prim)))
+            after[:] = rest
         elif keep:  # no value op waits: the stores alone, one op of no outputs
             made = next(e for e in reversed(eqns) if hi_primitive(e) is not None)
             eqns.append(made.replace(invars=list(keep), outvars=[],
@@ -399,7 +469,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
             terms = _linear_terms(eqn, linear(prim), waiting, scale_of, unit_of,
                                   lambda k, prim=prim: broadcast(prim, k))
             if terms is not None:
-                copies, restore = _distributed(eqn, *terms, scale_of)
+                copies, restore = _distributed(eqn, *terms, scale_of, widen)
                 for v in eqn.outvars:
                     if v in scale_of:
                         origins[v] = made_them(eqn.invars) | {i}
@@ -417,6 +487,51 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
     if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
         return jaxpr
     return jaxpr.replace(eqns=eqns)
+
+
+#: JAX's arithmetic a merged op finishes on the host, in float64 (``merge``'s
+#: ``post``): the sums of terms that restore a result whose scalars were taken
+#: out (:func:`_distributed`), which cancel when a scalar is a mean.
+_HOST = ("mul", "add", "add_any", "sub", "neg", "convert_element_type")
+
+
+def _host_arithmetic(outs, after):
+    """The equations of ``after`` computable from the merged op's ``outs``
+    and numbers alone by :data:`_HOST`'s arithmetic, as ``((description,
+    outvars), the others)`` (``((), [])`` and ``after`` when there are
+    none): each description ``(name, operands, shape, dtype)``, an operand
+    ``("value", k)`` (``outs`` first, then the descriptions' results) or
+    ``("number", x)``."""
+    index = {v: k for k, v in enumerate(outs)}
+    described: list = []
+    outvars: list = []
+    rest: list = []
+    for eqn in after:
+        operands: list | None = []
+        out = eqn.outvars[0] if len(eqn.outvars) == 1 else None
+        if (eqn.primitive.name not in _HOST or out is None or isinstance(out, core.DropVar)
+                or getattr(out.aval, "is_high", False)
+                or not np.issubdtype(out.aval.dtype, np.floating)
+                or not any(isinstance(v, core.Var) and v in index for v in eqn.invars)):
+            operands = None
+        for v in eqn.invars if operands is not None else ():
+            if isinstance(v, core.Literal) and np.shape(v.val) == ():
+                operands.append(("number", float(np.asarray(v.val))))
+            elif isinstance(v, core.Var) and v in index:
+                operands.append(("value", index[v]))
+            else:
+                operands = None
+                break
+        if operands is None:
+            rest.append(eqn)
+            continue
+        index[out] = len(outs) + len(described)
+        described.append((eqn.primitive.name, tuple(operands), tuple(out.aval.shape),
+                          np.dtype(out.aval.dtype)))
+        outvars.append(out)
+    if not described:
+        return (), after
+    return (tuple(described), outvars), rest
 
 
 def _unit(v, waiting, unit_of):
@@ -538,7 +653,7 @@ class _NotLinear(Exception):
         self.origins = origins
 
 
-def _distributed(eqn, group, terms, scale_of):
+def _distributed(eqn, group, terms, scale_of, widen=lambda prim: prim):
     """The op distributed over its operands' terms: ``(copies, restore)``.
 
     A signed sum of stores runs nothing: its result's terms are its
@@ -546,7 +661,9 @@ def _distributed(eqn, group, terms, scale_of):
     runs once per term of it, with the term's unit in its place; each copy's
     store is a term of the result (``scale_of``), and an in-memory result is
     the sum of each copy's times its scalar (``restore``, equations to run
-    after the copies)."""
+    after the copies). A copy of several is ``widen``'s: its terms may
+    cancel (``X.T @ e - m * (X.T @ 1)``), so it keeps float64 partials, and
+    the sum is finished in float64 too (``merge``'s ``post``)."""
     from jax import lax
 
     restore: list = []
@@ -575,7 +692,8 @@ def _distributed(eqn, group, terms, scale_of):
         invars[k] = unit
         outvars = [v if n == 0 and len(terms[k]) == 1 and getattr(v.aval, "is_high", False)
                    else core.Var(v.aval) for v in eqn.outvars]
-        copies.append(eqn.replace(invars=invars, outvars=outvars))
+        prim = hi_primitive(eqn) if len(terms[k]) == 1 else widen(hi_primitive(eqn))
+        copies.append(eqn.replace(invars=invars, outvars=outvars, params=dict(_prim=prim)))
         for j, v in enumerate(outvars):
             outs[j].append((v, scalar))
     for v, pieces in zip(eqn.outvars, outs):

@@ -26,7 +26,7 @@ from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.engine import lazy, work
-from jask.engine.blockwise import REDUCERS, Operand, reduce_partial
+from jask.engine.blockwise import REDUCERS, Operand, reduce_partial, variance
 from jask.engine.plan import Plan
 
 
@@ -1183,10 +1183,11 @@ class Dot(DiskPrimitive):
     (the gradient of an in-memory operand)."""
 
     def __init__(self, a, b, ta: bool, tb: bool, dtype, *, to_memory: bool = False,
-                 grad: bool = False, config: Config | None = None):
+                 grad: bool = False, config: Config | None = None, wide: bool = False):
         shape = _matmul_shape(a.shape, b.shape, ta, tb)
         super().__init__((a, b), _out_type(shape, dtype, not to_memory), op="dot", ta=ta,
-                         tb=tb, dtype=np.dtype(dtype), grad=grad, config=config)
+                         tb=tb, dtype=np.dtype(dtype), grad=grad, config=config,
+                         **({"wide": True} if wide else {}))
 
     def _vectors(self) -> tuple:
         A, B = self.in_avals
@@ -1199,7 +1200,8 @@ class Dot(DiskPrimitive):
 
     def fusion(self):
         return (self.disk_work(),
-                self._describe("dot", ta=self.ta, tb=self.tb, vectors=self._vectors()))
+                self._describe("dot", ta=self.ta, tb=self.tb, vectors=self._vectors(),
+                               **({"wide": True} if self.params.get("wide") else {})))
 
     def expand(self, a, b):
         work_fn, fuse = self.fusion()
@@ -1438,19 +1440,23 @@ class Together(DiskPrimitive):
     those reading the same rows share one band group. ``keep``: the types of
     stores the program returns, extra operands computed in the same group
     (not each on its own when claimed). Made only by the scheduler, after
-    differentiation (it has no VJP)."""
+    differentiation (it has no VJP). ``post``: arithmetic on the values
+    finished in float64 before they are rounded, results after the ops'
+    (see :func:`jask.core.dispatch.to_values`)."""
 
-    def __init__(self, prims: tuple, keep: tuple = ()):
+    def __init__(self, prims: tuple, keep: tuple = (), post: tuple = ()):
+        outs = tuple(p.out_aval for p in prims) + tuple(
+            ShapedArray(shape, dtype) for *_, shape, dtype in post)
         super().__init__(tuple(a for p in prims for a in p.in_avals) + tuple(keep),
-                         tuple(p.out_aval for p in prims), op="together", prims=tuple(prims),
-                         keep=len(keep))
+                         outs, op="together", prims=tuple(prims), keep=len(keep),
+                         post=tuple(post))
 
     def expand(self, *args):
         ops, i = [], 0
         for p in self.prims:
             ops.append(p.value_op(args[i:i + len(p.in_avals)]))
             i += len(p.in_avals)
-        return dispatch.to_values(ops, keep=args[i:])
+        return dispatch.to_values(ops, keep=args[i:], post=self.post)
 
     def plan(self, stores, config: Config | None = None) -> Plan:
         raise NotImplementedError(
@@ -1541,6 +1547,8 @@ def _linear_operands(prim) -> tuple:
     if not isinstance(prim, Blockwise) or prim.params["reducer"] not in (None, "sum"):
         return ()
     ufunc = prim.params["ufunc"]
+    if isinstance(ufunc, VJP) and ufunc.ufunc is ufuncs.TABLE["square"]:
+        return ({0: None}, {1: None})  # 2 * x * g: linear in g, and in x
     if isinstance(ufunc, VJP) or ufunc is ufuncs.IDENTITY:
         return ({0: None},)
     if ufunc is ufuncs.ADD and prim.params["reducer"] is None:
@@ -1562,6 +1570,82 @@ def _kernel_linear(prim) -> tuple:
         n = len(prim.in_avals)
         return (tuple(range(n - len(ufunc.nz), n)),)
     return tuple(tuple(sorted(group)) for group in _linear_operands(prim))
+
+
+def _widened(prim):
+    """A product contracting the rows as one whose partials are taken in
+    float64 throughout (``Dot``'s ``wide``), for a term of a sum that cancels
+    (``X.T @ e - m * (X.T @ 1)``, ``m`` the mean of ``e``: see
+    :func:`prune_before_lowering`): float32 products of 1,024-row strips lost
+    three digits there on data of mean 100. Any other op as it is."""
+    if not isinstance(prim, Dot) or prim.params.get("wide"):
+        return prim
+    a, b = prim.in_avals
+    return Dot(a, b, prim.ta, prim.tb, prim.dtype, to_memory=not _on_disk(prim.out_aval),
+               grad=prim.grad, config=prim.config, wide=True)
+
+
+def _unread(prim) -> tuple:
+    """The operands a VJP reads only for their type (a rule reading only the
+    cotangent, position 0, or the other factor of a product): see
+    :func:`prune_before_lowering`."""
+    if not isinstance(prim, Blockwise) or not isinstance(prim.params["ufunc"], VJP):
+        return ()
+    vjp = prim.params["ufunc"]
+    if vjp.ufunc is ufuncs.MUL:  # d(a * b) = g * b for a: a itself is not read (a mean's VJP)
+        return (1 + vjp.j,)
+    if not getattr(vjp.ufunc.vjps[vjp.j], "g_only", False):
+        return ()
+    return tuple(range(1, len(prim.in_avals)))
+
+
+def _centred_moment(reduce, square, sub, mean):
+    """``sum(square(x - mean(x)))`` (or its ``mean``) over all of ``x``,
+    from the four ops' primitives, as one reduction of ``x`` whose partials
+    are (count, mean, M2) in float64, combined by Chan's update (the
+    ``"m2"`` reducer, or the variance for a mean): no pass for the mean
+    first, and no ``sum(x * x) - n * m * m``, whose cancellation a float32
+    result cannot afford. None for anything else; with no ``reduce``, True
+    when the other three are ``square(x - mean(x))``. See
+    :func:`prune_before_lowering`."""
+    def whole(prim) -> bool:  # a reduction of a stored x over all its axes
+        p = prim.params
+        return (isinstance(prim, Blockwise) and p["ufunc"] is ufuncs.IDENTITY
+                and p["out_axes"] == () and not _on_disk(prim.out_aval)
+                and _on_disk(prim.in_avals[0]) and p["axes"][0] == tuple(range(len(p["shape"])))
+                and tuple(prim.in_avals[0].shape) == tuple(p["shape"]))
+
+    def elementwise(prim, ufunc) -> bool:
+        p = prim.params
+        return (isinstance(prim, Blockwise) and p["ufunc"] is ufunc and p["reducer"] is None
+                and _on_disk(prim.out_aval) and _on_disk(prim.in_avals[0])
+                and tuple(prim.in_avals[0].shape) == tuple(p["shape"]) == tuple(prim.out_aval.shape)
+                and p["axes"][0] == p["out_axes"] == tuple(range(len(p["shape"])))
+                and p["dtypes"][0] in (None, prim.in_avals[0].dtype))
+
+    if not ((reduce is None or whole(reduce)) and whole(mean)
+            and elementwise(square, ufuncs.TABLE["square"]) and elementwise(sub, ufuncs.SUB)):
+        return None
+    x = mean.in_avals[0]
+    kinds = {np.dtype(a.dtype).kind for a in (x, mean.out_aval, sub.out_aval)
+             + ((reduce.out_aval,) if reduce is not None else ())}
+    count = REDUCERS[mean.params["reducer"]].mean_count
+    if (kinds != {"f"} or count != int(np.prod(x.shape)) or sub.in_avals[1].shape != ()
+            or sub.params["axes"][1] != () or mean.params["dtypes"][0] not in (None, x.dtype)
+            or np.dtype(sub.out_aval.dtype) != np.dtype(x.dtype)):
+        return None
+    if reduce is None:
+        return True
+    if reduce.params["reducer"] == "sum":
+        reducer = "m2"
+    elif REDUCERS[reduce.params["reducer"]].mean_count == count:
+        reducer = variance(0)
+    else:
+        return None
+    p = reduce.params
+    return Blockwise(ufuncs.IDENTITY, (x,), p["axes"], (None,), p["shape"], (),
+                     reduce.out_aval.dtype, reducer=reducer, to_memory=True, grad=p["grad"],
+                     config=p["config"], name="squared_deviations")
 
 
 def _along_rows(prim) -> bool:
@@ -1659,11 +1743,14 @@ def _lifted(name: str, params: dict, avals: list, out):
 # would run them), and run the value ops that can wait together (one pass).
 prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_value_op,
                       mutates=lambda prim: isinstance(prim, DiskPrimitive) and prim.mutates(),
-                      merge=lambda prims, keep: Together(tuple(prims), tuple(keep)),
+                      merge=lambda prims, keep, post=(): Together(tuple(prims), tuple(keep),
+                                                                 tuple(post)),
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
                       linear=_linear_operands, as_store=_row_store,
                       reading_store=_reading_row_store, broadcast=_broadcast_operand,
-                      lift=_lifted, refused=lambda name: (
+                      lift=_lifted, centred=_centred_moment, widen=_widened,
+                      unread=_unread,
+                      refused=lambda name: (
                           f"jax.jit of {name} with a DiskArray operand is not supported: JAX "
                           "lowers it without jask's types ("
                           + ("jax.scipy.sparse.linalg.cg, gmres and bicgstab are "

@@ -458,6 +458,17 @@ def variance(ddof: float = 0) -> str:
     return name
 
 
+def _second_moment_of(partial):
+    return partial[2]
+
+
+#: The sum of squared deviations from the mean, ``sum(square(x - mean(x)))``,
+#: in one pass: :func:`variance`'s (count, mean, M2) partials, finished as M2
+#: itself (a centred second moment written out in a loss, see
+#: ``jask.core.primitives._centred_moment``).
+REDUCERS["m2"] = Reducer(_moments, _chan, _second_moment_of, arrays=2)
+
+
 # --- a mean, a variance and a sum from one pass: (count, mean, M2, total) ----------
 
 def _add_stats(a, b):

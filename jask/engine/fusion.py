@@ -203,7 +203,8 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     # float64 as a reduction's partials are
     ab, bb = _band_of(a, values, rows), _band_of(b, values, rows)
     n = rows.stop - rows.start
-    partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows, a.shape[0])
+    partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows, a.shape[0],
+                            wide=bool(p.get("wide")))
     return partial.reshape(ab.shape[1:] + bb.shape[1:])
 
 
@@ -386,9 +387,11 @@ def partial_shape(node: Node) -> tuple:
     return tuple(node.shape[:-1]) + (m.shape[1] if tb else m.shape[0],)
 
 
-def finish(node: Node, partial: np.ndarray) -> np.ndarray:
+def finish(node: Node, partial: np.ndarray, wide: bool = False) -> np.ndarray:
     """A value root's whole result from its combined partial (a weighted
-    Gram matrix times the tangents ``M`` it was taken for: ``then``)."""
+    Gram matrix times the tangents ``M`` it was taken for: ``then``);
+    ``wide``: a float result as float64, not yet rounded to its dtype (for
+    arithmetic on it that cancels: see ``jask.core.dispatch.to_values``)."""
     if node.kind == "map" and not node.rows:
         partial = _finished(node.params["reducer"], partial)
     then = node.params.get("then") if node.kind == "dot" else None
@@ -396,4 +399,7 @@ def finish(node: Node, partial: np.ndarray) -> np.ndarray:
         m, tb = then
         m = np.asarray(m, partial.dtype)
         partial = np.asarray(partial).reshape(partial_shape(node)) @ (m.T if tb else m)
-    return np.asarray(partial).astype(node.dtype, copy=False).reshape(node.shape)
+    dtype = node.dtype
+    if wide and np.dtype(dtype).kind == "f":
+        dtype = np.promote_types(dtype, np.float64)
+    return np.asarray(partial).astype(dtype, copy=False).reshape(node.shape)

@@ -392,13 +392,14 @@ def forget(handles) -> None:
             recorded.forgotten = True  # (an eager result passed in stays: it is owned)
 
 
-def values(items: list, keep=()) -> list:
+def values(items: list, keep=(), wide: bool = False) -> list:
     """Compute ops returning in-memory values, ``items`` = [(description,
     args, config)], together with the recorded stores they read: one band
     group per band length. An entry is None where its op must run alone
     (it cannot join a group, or no band fits the budget). ``keep``: handles
     of recorded stores (the program returns them) computed in the same
-    groups, each written as a store root."""
+    groups, each written as a store root. ``wide``: float values of a group
+    come back as float64, not rounded to their dtype (:func:`fusion.finish`)."""
     out: list = [None] * len(items)
     groups: dict = {}
     stats: dict = {}  # item -> the statistic whose moments it computes (eagerly)
@@ -426,7 +427,7 @@ def values(items: list, keep=()) -> list:
         partials: dict = {}
         with _running:
             results = _run_group(roots.pop(n, []), [(d, x) for _, d, x, _ in members],
-                                 members[0][3], partials)
+                                 members[0][3], partials, wide)
         for k, ((i, *_), result) in enumerate(zip(members, results)):
             out[i] = result
             if i in stats and k in partials:
@@ -501,12 +502,13 @@ def _build(roots: list, value_roots: list) -> _Group:
 
 
 def _run_group(roots: list, value_roots: list, config: Config,
-               partials: dict | None = None) -> list:
+               partials: dict | None = None, wide: bool = False) -> list:
     """Compute ``roots`` (recorded stores) and ``value_roots`` ([(description,
     inputs)]) as one band group; return the values. When no band fits the
     budget, the recorded stores are computed op by op and the values are
     None (their ops then run alone). ``partials``: filled with each value
-    root's combined partial, by its position, before it was finished."""
+    root's combined partial, by its position, before it was finished;
+    ``wide``: float values as float64 (:func:`fusion.finish`)."""
     group = _build(roots, value_roots)
     for p in group.recorded_of.values():
         p.check_unchanged()
@@ -532,7 +534,7 @@ def _run_group(roots: list, value_roots: list, config: Config,
                 if p is not None and p.store is None:
                     p.run_alone()
             return [None] * len(value_roots)
-        return _run_fused(name, fused, roots, plan, n, config, partials)
+        return _run_fused(name, fused, roots, plan, n, config, partials, wide)
 
 
 def _weighted(group: _Group, keep: set) -> _Group:
@@ -548,7 +550,7 @@ def _weighted(group: _Group, keep: set) -> _Group:
 
 
 def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
-               config: Config, partials: dict | None = None):
+               config: Config, partials: dict | None = None, wide: bool = False):
     order = group.order
     index = {id(x): i for i, x in enumerate(order)}
     banded = [p for p in roots if group.node_of[id(p)].rows]
@@ -577,6 +579,8 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
         group.recorded_of[id(node)]._fulfil(store)
     for p, store in small:
         p._fulfil(store)
+    if wide:
+        return [fusion.finish(top, combined[index[id(top)]], wide=True) for top in group.tops]
     return [values[index[id(top)]] for top in group.tops]
 
 

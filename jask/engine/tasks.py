@@ -182,23 +182,29 @@ def _strips(k: slice):
         start = stop
 
 
-def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int) -> np.ndarray:
+def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
+                  wide: bool = False) -> np.ndarray:
     """``left @ right`` over the contraction rows ``k`` (of the whole
     operands, ``length`` rows: strips are cut at :data:`STRIP`'s multiples
     there), one BLAS call per strip, added in :func:`partial_dtype`; in that
-    dtype throughout when ``length`` is one strip or less.
+    dtype throughout when ``length`` is one strip or less, or with ``wide``
+    (each strip widened as it is multiplied: a term of a sum that cancels).
 
     Example:
       >>> x = np.full((10_000, 2), 0.1, np.float32)
       >>> strip_product(x.T, x, slice(0, 10_000), 10_000).dtype
       dtype('float64')
     """
+    to = partial_dtype(np.result_type(left, right))
     if length <= STRIP:
-        wide = partial_dtype(np.result_type(left, right))
-        left, right = left.astype(wide, copy=False), right.astype(wide, copy=False)
+        left, right = left.astype(to, copy=False), right.astype(to, copy=False)
     acc = None
     for strip in _strips(k):
-        prod = left[..., strip] @ right[..., strip, :]
+        if wide:
+            prod = left[..., strip].astype(to, copy=False) @ right[..., strip, :].astype(
+                to, copy=False)
+        else:
+            prod = left[..., strip] @ right[..., strip, :]
         if acc is None:
             acc = prod.astype(partial_dtype(prod.dtype))
         else:
