@@ -123,14 +123,14 @@ def _answering_the_namespace(f):
         return own(f(*(unwrap(a) for a in args)))
     operator.__name__ = getattr(f, "__name__", "operator")
     operator.__doc__ = f.__doc__
-    operator._jask_namespace = True  # type: ignore[attr-defined]
+    operator._jask_namespace = True
     return operator
 
 
 def _setitem(f):
     def setitem(self, key, value):
         return f(self, unwrap(key), unwrap(value))
-    setitem._jask_namespace = True  # type: ignore[attr-defined]
+    setitem._jask_namespace = True
     setitem.__doc__ = f.__doc__
     return setitem
 
@@ -138,7 +138,7 @@ def _setitem(f):
 def _iterate(f):
     def iterate(self):
         return (own(row) for row in f(self))
-    iterate._jask_namespace = True  # type: ignore[attr-defined]
+    iterate._jask_namespace = True
     iterate.__doc__ = f.__doc__
     return iterate
 
@@ -165,11 +165,12 @@ def install() -> None:
         if not getattr(f, "_jask_namespace", False):
             setattr(DiskArray, f"__{name}__", _answering_the_namespace(f))
             setattr(DiskArrayType, f"_{name}", staticmethod(_answering_the_namespace(f)))
-    if not getattr(DiskArray.__setitem__, "_jask_namespace", False):
-        f = DiskArray.__setitem__
+    f = getattr(DiskArray, "__setitem__")
+    if not getattr(f, "_jask_namespace", False):
         setattr(DiskArray, "__setitem__", _setitem(f))
         setattr(DiskArrayType, "_setitem", staticmethod(_setitem(f)))
-    if not getattr(DiskArray.__iter__, "_jask_namespace", False):
-        setattr(DiskArray, "__iter__", _iterate(DiskArray.__iter__))
+    f = getattr(DiskArray, "__iter__")
+    if not getattr(f, "_jask_namespace", False):
+        setattr(DiskArray, "__iter__", _iterate(f))
     # a traced DiskArray asks its type (jit-compiled code written for the standard)
     setattr(DiskArrayType, "__array_namespace__", aval_method(__array_namespace__))

@@ -211,7 +211,7 @@ class InMemoryArray(Array):
         return _At(self._value)
 
     def __array_namespace__(self, /, *, api_version=None):
-        return DiskArray.__array_namespace__(self, api_version=api_version)  # type: ignore
+        return DiskArray.__array_namespace__(self, api_version=api_version)
 
     def to_device(self, device, /, *, stream=None):
         if device != DISK:
