@@ -500,7 +500,10 @@ def test_in_jit_the_namespace_stays_closed(small_budget):
     mean = DATA["X"].astype(np.float64).mean(0)
     np.testing.assert_allclose(float(total), float(np.sum(mean * mean)), rtol=1e-4)
     np.testing.assert_allclose(centred.to_numpy(), DATA["X"] - mean, atol=1e-5)
-    # jax.grad wants a jax value: jnp.asarray(r) gives it, through the namespace's functions
+    # jax.grad needs its function's value as a jax value: a 0-d result being differentiated
+    # is the tracer itself (under jit too, and through jit's outputs)
     w = jnp.ones(7, jnp.float32)
-    g = jax.grad(lambda w: jnp.asarray(xp.sum(X @ w)))(w)
-    np.testing.assert_allclose(np.asarray(g), DATA["X"].astype(np.float64).sum(0), rtol=1e-4)
+    want = DATA["X"].astype(np.float64).sum(0)
+    for grad in (jax.grad(lambda w: xp.sum(X @ w)), jax.jit(jax.grad(lambda w: xp.sum(X @ w))),
+                 jax.grad(jax.jit(lambda w: xp.sum(X @ w)))):
+        np.testing.assert_allclose(np.asarray(grad(w)), want, rtol=1e-4)

@@ -17,8 +17,9 @@ the namespace's arrays, ``jax.Array`` s and numpy arrays alike; under
 ``jax.jit`` an InMemoryArray holds a tracer and passes the jit boundary (a
 pytree). jask's top level (``jask.sum``, ``jask.unique_values``, ...) and the
 jax-style methods (``x.sum()``) keep jax.numpy's habit of answering small
-results as ``jax.Array`` s; ``jax.grad`` wants its function's value as one
-(``jnp.asarray(r)``, or ``jask.sum``).
+results as ``jax.Array`` s. Inside ``jax.grad`` (``vjp``, ``jvp``) a 0-d
+result is the differentiated tracer itself: JAX needs its function's value as
+a jax value.
 
 Every function is a thin wrapper over a jask function, looked up by name when
 called: a function whose jask counterpart does not exist yet raises a

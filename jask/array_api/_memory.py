@@ -16,7 +16,11 @@ arrays and numpy arrays alike (an :class:`InMemoryArray` is unwrapped to its
 ``jax.Array`` before jask's function sees it). An :class:`InMemoryArray` is a
 pytree (one leaf, its value), so it passes in and out of ``jax.jit`` and
 ``jax.tree_util`` as the value it holds; ``jnp.asarray(r)`` and jax.numpy's
-functions take it (``__jax_array__``).
+functions take it (``__jax_array__``). The one exception: a 0-d value being
+differentiated (a tracer of ``jax.grad``, ``jax.vjp``, ``jax.jvp``) stays the
+tracer, because JAX's differentiation needs its function's value as a jax
+value (``jax.grad(lambda w: xp.sum(X @ w))`` works as ``jask.sum`` does; a
+traced scalar meets DiskArrays through their operators as it always did).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jask.api import DiskArray, disk_type, interop
+from jask.api import DiskArray, disk_type, interop, is_differentiated
 from jask.array_api._dtypes import DISK
 
 __all__ = ["Array", "InMemoryArray", "own", "unwrap", "namespace_function"]
@@ -85,7 +89,7 @@ def own(value):
         return type(value)(*(own(v) for v in value))
     if isinstance(value, (tuple, list)):
         return type(value)(own(v) for v in value)
-    if type(value) is InMemoryArray or disk_type(value) is not None:
+    if type(value) is InMemoryArray or disk_type(value) is not None or _loss(value):
         return value
     if isinstance(value, (jax.Array, jax.core.Tracer, np.ndarray, np.generic)):
         return InMemoryArray(jnp.asarray(value))
@@ -153,9 +157,9 @@ class InMemoryArray(Array):
     ``jax.Array``), ``r.at[key].set(v)`` and jax.Array's common methods
     (``sum``, ``astype``, ``item``, ...). Its operators are the namespace's
     functions, so mixed with a DiskArray they stream as those do. It is a
-    pytree of one leaf: ``jax.jit`` takes and returns it. ``jax.grad`` needs
-    its function's value as a ``jax.Array``: return ``jnp.asarray(r)`` (or
-    use jask's top level, ``jask.sum``, which answers in ``jax.Array`` s).
+    pytree of one leaf: ``jax.jit`` takes and returns it. Inside ``jax.grad``
+    (and ``vjp``, ``jvp``) a 0-d result is the differentiated tracer itself,
+    which JAX needs as its function's value.
 
     Example:
       >>> import numpy as np, jask, jask.array_api as xp
@@ -349,5 +353,15 @@ class _AtKey:
         return call
 
 
-jax.tree_util.register_pytree_node(
-    InMemoryArray, lambda a: ((a._value,), None), lambda _, leaves: InMemoryArray(leaves[0]))
+def _loss(value) -> bool:
+    """Whether ``value`` is a 0-d value being differentiated, which stays JAX's:
+    ``jax.grad`` needs its function's value as a jax value."""
+    return is_differentiated(value) and not value.shape
+
+
+def _unflatten(_, leaves):
+    # a 0-d value being differentiated stays JAX's (jax.grad(jax.jit(f)))
+    return leaves[0] if _loss(leaves[0]) else InMemoryArray(leaves[0])
+
+
+jax.tree_util.register_pytree_node(InMemoryArray, lambda a: ((a._value,), None), _unflatten)
