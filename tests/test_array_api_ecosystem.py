@@ -44,8 +44,8 @@ def _check(got, want, name, rtol=2e-5, atol=2e-5):
     assert len(got) == len(want), name
     for g, w in zip(got, want):
         w = np.asarray(w)
-        # the namespace's arrays: DiskArrays, 0-d values in memory
-        assert isinstance(g, jask.DiskArray) or w.ndim == 0, (name, type(g))
+        # the namespace's arrays: DiskArrays, small results in memory behind its type
+        assert isinstance(g, xp.Array) and not isinstance(g, jax.Array), (name, type(g))
         assert _np(g).dtype == w.dtype, (name, _np(g).dtype, w.dtype)
         assert _np(g).shape == w.shape, (name, _np(g).shape, w.shape)
         np.testing.assert_allclose(_np(g), w, rtol=rtol, atol=atol, err_msg=name)
@@ -117,7 +117,8 @@ def test_tall_qr_and_svd_out_of_core(case, small_budget):
     assert data.nbytes > 8000  # over the in-memory share of the 64 KB budget: out of core
     ref = np.linalg.svd(data.astype(np.float64), compute_uv=False)
     u, s, vh = xp.linalg.svd(x, full_matrices=False)
-    assert all(isinstance(a, jask.DiskArray) for a in (u, s, vh))
+    # DiskArrays or small ones in memory: all the namespace's, never a bare jax.Array
+    assert all(isinstance(a, xp.Array) and not isinstance(a, jax.Array) for a in (u, s, vh))
     assert (u.shape, s.shape, vh.shape) == tuple(
         np.shape(a) for a in jnp.linalg.svd(jnp.asarray(data), full_matrices=False))
     eps = np.finfo(u.dtype).eps
@@ -155,7 +156,8 @@ def test_tall_factorizations_refuse_what_they_cannot_do(small_budget):
 
 def test_linalg_accepts_jax_arrays_and_refuses_what_does_not_fit(small_budget):
     S = jnp.asarray(DATA["S"])
-    assert isinstance(xp.linalg.inv(S), jask.DiskArray)  # jax arrays in, the namespace's out
+    inv = xp.linalg.inv(S)  # jax arrays in, the namespace's out (small: in memory)
+    assert isinstance(inv, xp.InMemoryArray) and inv.__array_namespace__() is xp
     w, v = xp.linalg.eigh(xp.asarray(DATA["S"]))  # a named tuple, fields kept
     assert xp.linalg.eigh(S).eigenvalues.shape == (7,)
     big = xp.asarray(RNG.standard_normal((3000, 70)).astype(np.float32))  # 820 KB, wide enough
@@ -307,7 +309,7 @@ def test_unique_matches_jax_numpy(case, function, small_budget):
     got = tuple(got) if isinstance(got, tuple) else (got,)
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        assert isinstance(g, jask.DiskArray), (case, function)
+        assert isinstance(g, xp.Array) and not isinstance(g, jax.Array), (case, function)
         w = np.asarray(w)
         assert g.dtype == w.dtype and g.shape == w.shape, (case, function, g.shape, w.shape)
         np.testing.assert_array_equal(g.to_numpy(), w, err_msg=f"{case} {function}")
@@ -400,3 +402,115 @@ def test_take_of_a_small_table_at_disk_indices(case, small_budget):
     inside = np.clip(idx, -3, 2)  # x[indices] as scikit-learn's classes_[pred] does
     np.testing.assert_array_equal(xp.asarray(table)[xp.asarray(inside)].to_numpy(),
                                   np.asarray(jnp.asarray(table)[inside]))
+
+
+#: (case id, function of the inputs): results of every kind that are 0-d or small, each an
+#: array of jask.array_api (a DiskArray or an InMemoryArray), never a bare jax.Array
+CLOSED = [
+    ("sum-all", lambda d: xp.sum(d["X"])),
+    ("mean-axis", lambda d: xp.mean(d["X"], axis=0)),
+    ("var-keepdims", lambda d: xp.var(d["w"], axis=1, keepdims=True)),
+    ("max", lambda d: xp.max(d["c"])),
+    ("argmax", lambda d: xp.argmax(d["X"], axis=0)),
+    ("all", lambda d: xp.all(d["X"] > -100.0)),
+    ("count_nonzero", lambda d: xp.count_nonzero(d["c"])),
+    ("vecdot-scalar", lambda d: xp.vecdot(d["v"], d["v"])),
+    ("matmul-vectors", lambda d: d["v"] @ d["v"]),
+    ("matmul-gram", lambda d: xp.matrix_transpose(d["X"]) @ d["X"]),
+    ("linalg-inv", lambda d: xp.linalg.inv(d["S"])),
+    ("linalg-det", lambda d: xp.linalg.det(d["S"])),
+    ("linalg-eigh", lambda d: xp.linalg.eigh(d["S"]).eigenvalues),
+    ("linalg-norm", lambda d: xp.linalg.vector_norm(d["X"])),
+    ("index-scalar", lambda d: d["X"][3, 2]),
+    ("index-row", lambda d: d["X"][3]),
+    ("index-small-scalar", lambda d: xp.mean(d["X"], axis=0)[2]),
+    ("asarray-0d", lambda d: xp.asarray(2.5)),
+    ("full-0d", lambda d: xp.full((), 3, dtype=xp.int32)),
+    ("reshape-0d", lambda d: xp.reshape(xp.asarray([1.5]), ())),
+    ("compare-0d", lambda d: xp.sum(d["X"]) > 0.0),
+    ("compare-operator", lambda d: xp.mean(d["X"]) == xp.mean(d["X"])),
+    ("arithmetic-0d", lambda d: 2.0 * xp.sum(d["X"]) - 1),
+    ("elementwise-small", lambda d: xp.sqrt(xp.abs(xp.mean(d["X"], axis=0)))),
+    ("unique", lambda d: xp.unique_values(d["c"])),
+    ("where-small", lambda d: xp.where(xp.mean(d["X"], axis=0) > 0, 1.0, 0.0)),
+    ("iterate-row", lambda d: next(iter(d["X"]))),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CLOSED])
+def test_the_namespace_is_closed(case, small_budget):
+    import array_api_compat
+    f = dict(CLOSED)[case]
+    data = _inputs(xp)
+    got = f(data)
+    assert isinstance(got, xp.Array) and not isinstance(got, jax.Array), (case, type(got))
+    assert got.__array_namespace__() is xp
+    # beside the DiskArray it came from, one namespace and one device
+    assert array_api_compat.array_namespace(got, data["X"]) is xp, case
+    assert got.device == data["X"].device == xp.DISK
+    assert array_api_compat.device(got) == xp.DISK
+    # and the namespace takes it back, with DiskArrays and jax arrays alike
+    again = xp.add(got, jnp.zeros(got.shape, got.dtype)) if got.dtype != np.bool_ \
+        else xp.logical_or(got, jnp.zeros(got.shape, bool))
+    assert isinstance(again, xp.Array) and not isinstance(again, jax.Array), case
+    np.testing.assert_array_equal(_np(again), _np(got))
+
+
+def test_in_memory_arrays_behave_as_arrays(small_budget):
+    X = xp.asarray(DATA["X"])
+    m = xp.mean(X, axis=0)                      # (7,), in memory
+    assert isinstance(m, xp.InMemoryArray) and m.shape == (7,) and m.dtype == xp.float32
+    want = DATA["X"].astype(np.float64).mean(0)
+    np.testing.assert_allclose(np.asarray(m), want, rtol=1e-5)
+    np.testing.assert_allclose(np.from_dlpack(m), want, rtol=1e-5)
+    np.testing.assert_allclose(jnp.asarray(m), want, rtol=1e-5)   # __jax_array__
+    np.testing.assert_allclose(jnp.sin(m), np.sin(want), rtol=1e-5)
+    s = xp.sum(xp.asarray(DATA["c"]))
+    assert int(s) == int(DATA["c"].sum()) and [0, 1, 2][s - s + 1] == 1   # __index__
+    assert float(m[0]) == pytest.approx(want[0], rel=1e-5) and bool(m[0] == m[0])
+    assert isinstance(X - m, jask.DiskArray)     # broadcast against the disk: streamed
+    assert isinstance(m - X, jask.DiskArray)
+    assert isinstance(X @ m, jask.DiskArray) and isinstance(m @ m, xp.InMemoryArray)
+    assert isinstance(np.float32(2) * m, xp.InMemoryArray)  # numpy defers, as to jax.Array
+    assert isinstance(np.ones(7, np.float32) + m, xp.InMemoryArray)
+    S = xp.linalg.inv(xp.asarray(DATA["S"]))
+    assert S.mT.shape == (7, 7) and S.T.shape == (7, 7) and S.to_device(xp.DISK) is S
+    np.testing.assert_array_equal(_np(X[:, xp.argmax(m)]), DATA["X"][:, int(np.argmax(want))])
+    k = xp.sum(xp.asarray(DATA["v"] > 0))
+    assert X[:k].shape == (int(k), 7)           # a 0-d result as a slice bound
+    m2 = xp.asarray(m)
+    assert m2 is m                              # asarray of the namespace's own array
+    m2 = xp.asarray(m, copy=True)
+    m2[0] = 100.0                               # __setitem__ rebinds: no one else sees it
+    assert float(m2[0]) == 100.0 and float(m[0]) != 100.0
+    assert float(m.at[1].set(5.0)[1]) == 5.0 and isinstance(m.at[1].set(5.0), xp.InMemoryArray)
+    assert [float(v) for v in xp.asarray(m)][:2] == [float(m[0]), float(m[1])]
+    with pytest.raises(ValueError, match="live on"):
+        m.to_device("cpu")
+    # jask's top level keeps jax.numpy's habit: small results as jax.Arrays
+    assert isinstance(jask.mean(X, axis=0), jax.Array) and isinstance(jask.sum(m), jax.Array)
+
+
+def test_in_jit_the_namespace_stays_closed(small_budget):
+    X = xp.asarray(DATA["X"])
+
+    @jax.jit
+    def f(X, b):
+        m = xp.mean(X, axis=0)                  # a tracer behind the namespace's type
+        assert isinstance(m, xp.InMemoryArray) and m.__array_namespace__() is xp
+        assert isinstance(b, xp.InMemoryArray)  # taken in as a pytree
+        return xp.sum(m * b), X - m
+
+    b = xp.mean(X, axis=0)
+    total, centred = f(X, b)
+    assert isinstance(total, xp.InMemoryArray) and isinstance(centred, jask.DiskArray)
+    mean = DATA["X"].astype(np.float64).mean(0)
+    np.testing.assert_allclose(float(total), float(np.sum(mean * mean)), rtol=1e-4)
+    np.testing.assert_allclose(centred.to_numpy(), DATA["X"] - mean, atol=1e-5)
+    # jax.grad needs its function's value as a jax value: a 0-d result being differentiated
+    # is the tracer itself (under jit too, and through jit's outputs)
+    w = jnp.ones(7, jnp.float32)
+    want = DATA["X"].astype(np.float64).sum(0)
+    for grad in (jax.grad(lambda w: xp.sum(X @ w)), jax.jit(jax.grad(lambda w: xp.sum(X @ w))),
+                 jax.grad(jax.jit(lambda w: xp.sum(X @ w)))):
+        np.testing.assert_allclose(np.asarray(grad(w)), want, rtol=1e-4)

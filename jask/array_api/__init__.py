@@ -6,8 +6,20 @@ Cubed's do), so code written for the standard runs out of core, and its
 signatures are the standard's (``concat``, ``permute_dims``, ``pow``,
 ``astype(x, dtype, copy=, device=)``, ``sum(x, axis=, dtype=, keepdims=)``),
 while ``jask.*`` keeps jax.numpy's names and answers small results in memory.
-Results are DiskArrays, except 0-d values, which are in-memory ``jax.Array`` s
-(jask makes no 0-d store; ``float(xp.sum(x))`` reads as it would).
+A closed namespace: every result is an array of it (``isinstance(r, xp.Array)``),
+a DiskArray, or where jask answers in memory (0-d values, reductions and
+products within an eighth of the budget, ``x[i]`` of a small row, small
+``linalg`` results) an :class:`InMemoryArray`: a ``jax.Array`` behind the
+namespace's type, never a bare one, so ``array_namespace(result, X)`` is this
+namespace and devices agree (``DISK``). The standard's operators of a DiskArray
+(``x[key]``, ``x @ y``, ``iter(x)``) answer the same way. Every function takes
+the namespace's arrays, ``jax.Array`` s and numpy arrays alike; under
+``jax.jit`` an InMemoryArray holds a tracer and passes the jit boundary (a
+pytree). jask's top level (``jask.sum``, ``jask.unique_values``, ...) and the
+jax-style methods (``x.sum()``) keep jax.numpy's habit of answering small
+results as ``jax.Array`` s. Inside ``jax.grad`` (``vjp``, ``jvp``) a 0-d
+result is the differentiated tracer itself: JAX needs its function's value as
+a jax value.
 
 Every function is a thin wrapper over a jask function, looked up by name when
 called: a function whose jask counterpart does not exist yet raises a
@@ -124,6 +136,7 @@ from jask.array_api._functions import (
     vecdot,
     where,
 )
+from jask.array_api._memory import Array, InMemoryArray
 
 __array_api_version__ = "2024.12"
 
@@ -139,7 +152,8 @@ globals().update(FUNCTIONS)
 _array.install()
 
 __all__ = [
-    "__array_namespace_info__", "DISK", "Device", "e", "inf", "nan", "pi", "newaxis",
+    "__array_namespace_info__", "Array", "InMemoryArray", "DISK", "Device", "e", "inf", "nan",
+     "pi", "newaxis",
      "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
      "float16", "float32", "float64", "can_cast", "finfo", "iinfo", "isdtype", "result_type",
      "check_dtype", "default_float", "default_int", "jask_function", "ELEMENTWISE",

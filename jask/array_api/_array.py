@@ -4,7 +4,12 @@
 conversions of a one-element array (``bool(x)``, ``float(x)``, ``int(x)``,
 ``operator.index(x)``, ``complex(x)``), set on :class:`DiskArray` (and, where
 a tracer finds them, on its type) by :func:`install`, as
-:mod:`jask.api.methods` sets the operators.
+:mod:`jask.api.methods` sets the operators. The standard's operators that can
+answer in memory (``x[key]``, ``x @ y``, ``iter(x)``) are wrapped so that they
+answer the namespace's arrays (:class:`~jask.array_api.InMemoryArray` for a
+small result) and take them (``x[i]`` with ``i`` an InMemoryArray); the other
+operators always answer DiskArrays and take InMemoryArrays as they take
+``jax.Array`` s.
 """
 from __future__ import annotations
 
@@ -13,8 +18,10 @@ import sys
 from jax.experimental.hijax import aval_method, aval_property
 
 from jask.api import DiskArray, DiskArrayType
+from jask.api import methods as _methods  # noqa: F401 - DiskArray's operators, wrapped below
 from jask.array_api._dtypes import DISK
 from jask.array_api._functions import matrix_transpose as _matrix_transpose
+from jask.array_api._memory import own, unwrap
 
 __all__ = ["install", "API_VERSIONS"]
 
@@ -110,6 +117,32 @@ def __dlpack_device__(self, /):
     return (1, 0)  # kDLCPU
 
 
+def _answering_the_namespace(f):
+    """A DiskArray operator taking and answering the namespace's arrays."""
+    def operator(*args):
+        return own(f(*(unwrap(a) for a in args)))
+    operator.__name__ = getattr(f, "__name__", "operator")
+    operator.__doc__ = f.__doc__
+    operator._jask_namespace = True
+    return operator
+
+
+def _setitem(f):
+    def setitem(self, key, value):
+        return f(self, unwrap(key), unwrap(value))
+    setitem._jask_namespace = True
+    setitem.__doc__ = f.__doc__
+    return setitem
+
+
+def _iterate(f):
+    def iterate(self):
+        return (own(row) for row in f(self))
+    iterate._jask_namespace = True
+    iterate.__doc__ = f.__doc__
+    return iterate
+
+
 def install() -> None:
     """Set the standard's attributes on DiskArray (and its tracers' type).
 
@@ -126,5 +159,18 @@ def install() -> None:
         setattr(DiskArray, name, property(f))
         setattr(DiskArrayType, name, aval_property(f))
     setattr(DiskArrayType, "to_device", aval_method(to_device))
+    # the standard's operators that may answer in memory answer the namespace's arrays
+    for name in ("getitem", "matmul", "rmatmul"):
+        f = getattr(DiskArray, f"__{name}__")
+        if not getattr(f, "_jask_namespace", False):
+            setattr(DiskArray, f"__{name}__", _answering_the_namespace(f))
+            setattr(DiskArrayType, f"_{name}", staticmethod(_answering_the_namespace(f)))
+    f = getattr(DiskArray, "__setitem__")
+    if not getattr(f, "_jask_namespace", False):
+        setattr(DiskArray, "__setitem__", _setitem(f))
+        setattr(DiskArrayType, "_setitem", staticmethod(_setitem(f)))
+    f = getattr(DiskArray, "__iter__")
+    if not getattr(f, "_jask_namespace", False):
+        setattr(DiskArray, "__iter__", _iterate(f))
     # a traced DiskArray asks its type (jit-compiled code written for the standard)
     setattr(DiskArrayType, "__array_namespace__", aval_method(__array_namespace__))

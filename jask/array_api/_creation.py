@@ -3,8 +3,8 @@
 ``zeros``, ``ones``, ``full``, ``empty``, ``arange``, ``linspace``, ``eye`` and
 the ``*_like`` s write a new store tile by tile (:mod:`jask.api.creation`: each
 tile computed from its position), so code written for the standard exercises
-the out-of-core path. A 0-d result is an in-memory ``jax.Array``: jask makes no
-0-d store (its reductions to a scalar answer in memory too). ``empty`` is
+the out-of-core path. A 0-d result is an in-memory array of the namespace
+(:class:`~jask.array_api.InMemoryArray`): jask makes no 0-d store. ``empty`` is
 ``zeros`` (a store's chunks must be written to exist).
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from jask.api import creation, disk_type
 from jask.api.elementwise import astype as _astype
 from jask.api.elementwise import where
 from jask.array_api._dtypes import DISK, check_dtype, default_float, default_int
+from jask.array_api._memory import InMemoryArray, own, unwrap, wrap_module
 
 __all__ = ["asarray", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
            "empty_like", "full_like", "arange", "linspace", "eye", "tril", "triu",
@@ -32,26 +33,6 @@ def check_device(op: str, device) -> None:
     if device is not None and device != DISK:
         raise ValueError(f"jask.array_api.{op}: jask arrays live on {DISK!r}, not on "
                          f"{device!r}; move data in or out with asarray / jask.materialize")
-
-
-def own(value):
-    """A result as the namespace returns it: DiskArrays (and tracers of
-    them) as they are, a non-0-d in-memory value written to a DiskArray, a
-    0-d one kept in memory (jask makes no 0-d store). Tuples element-wise.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> from jask.array_api._creation import own
-      >>> type(own(jnp.ones(2))).__name__, type(own(jnp.float32(1))).__name__
-      ('DiskArray', 'ArrayImpl')
-    """
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # eigh's, svd's named tuples
-        return type(value)(*(own(v) for v in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(own(v) for v in value)
-    if disk_type(value) is not None or np.ndim(value) == 0:
-        return value
-    return creation.to_disk(value)
 
 
 def _scalar_dtype(op: str, value) -> np.dtype:
@@ -81,6 +62,14 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     check_device("asarray", device)
     if dtype is not None:
         dtype = check_dtype("asarray", dtype)
+    if type(obj) is InMemoryArray:  # the namespace's own array: itself, as the standard says
+        if dtype is not None and dtype != obj.dtype:
+            if copy is False:
+                raise ValueError("jask.array_api.asarray: converting to another dtype needs a "
+                                 "copy, and copy=False was given")
+            return own(obj._value.astype(dtype))
+        return own(jnp.array(obj._value)) if copy else obj
+    obj = unwrap(obj)  # a list of the namespace's arrays
     if disk_type(obj) is not None:
         if dtype is not None and dtype != obj.dtype:
             if copy is False:
@@ -93,7 +82,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
                          "written to disk, a copy, and copy=False was given")
     if hasattr(obj, "dtype") and not isinstance(obj, np.ndarray | np.generic):  # jax values
         value = jnp.asarray(obj) if dtype is None else jnp.asarray(obj).astype(dtype)
-        return own(value)
+        return own(value) if value.ndim == 0 else creation.to_disk(value)
     if dtype is None:
         dtype = (check_dtype("asarray", obj.dtype) if isinstance(obj, np.ndarray | np.generic)
                  else _scalar_dtype("asarray", obj))
@@ -107,7 +96,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
                                 f"{dtype.name}")
     value = value.astype(dtype)
     if value.ndim == 0:
-        return jnp.asarray(value)
+        return own(jnp.asarray(value))
     return creation.from_numpy(value)
 
 
@@ -312,3 +301,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
     """
     check_device("from_dlpack", device)
     return asarray(np.from_dlpack(x), copy=None if copy is None else True)
+
+
+# every creation function takes the namespace's arrays and answers them (asarray does itself)
+wrap_module(globals(), [n for n in __all__ if n not in ("asarray", "check_device", "own")])

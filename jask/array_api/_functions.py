@@ -8,8 +8,9 @@ raises a ``NotImplementedError`` naming it). The others are short functions
 with the standard's signature below, each calling its jask function through
 the imports at the top of this module.
 
-Results are returned as :func:`~jask.array_api._creation.own` says:
-DiskArrays, except 0-d values, which stay in memory.
+Results are returned as :func:`~jask.array_api._memory.own` says: DiskArrays,
+and :class:`~jask.array_api.InMemoryArray` s where jask answers in memory (0-d
+values, small reductions); every function takes both (and jax and numpy arrays).
 """
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ from jask.api import (
     sorting,
     truth,
 )
-from jask.array_api._creation import check_device, full, own
+from jask.array_api._creation import check_device, full
 from jask.array_api._dtypes import check_dtype
+from jask.array_api._memory import namespace_function, own, wrap_module
 
 __all__ = ["ELEMENTWISE", "jask_function"]
 
@@ -164,7 +166,8 @@ def _elementwise(name: str, nin: int, names: tuple) -> Callable:
     return op
 
 
-FUNCTIONS: dict[str, Callable] = {name: _elementwise(name, nin, tuple(names))
+FUNCTIONS: dict[str, Callable] = {name: namespace_function(_elementwise(name, nin,
+                                                                         tuple(names)))
                                   for name, (nin, *names) in ELEMENTWISE.items()}
 
 
@@ -807,3 +810,9 @@ def argsort(x, /, *, axis=-1, descending=False, stable=True):
     return own(sorting.argsort(x, axis=axis, descending=descending,
                                                       stable=stable))
 
+
+
+# every function takes the namespace's arrays (unwrapped) and answers them
+wrap_module(globals(), [n for n, v in list(globals().items())
+                        if callable(v) and not n.startswith("_") and n not in __all__
+                        and getattr(v, "__module__", None) == __name__])

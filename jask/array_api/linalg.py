@@ -19,8 +19,9 @@ Two kinds of function, by what their inputs are:
   places in memory); a larger one is refused before anything is read, naming
   its size, the limit and the streamed way (``X.T @ X``, then ``eigh``).
 
-Results are the namespace's arrays (:func:`~jask.array_api._creation.own`):
-DiskArrays, 0-d values in memory; the named tuples (``eigh``, ``qr``,
+Results are the namespace's arrays (:func:`~jask.array_api._memory.own`):
+DiskArrays, and small results in memory as
+:class:`~jask.array_api.InMemoryArray` s; the named tuples (``eigh``, ``qr``,
 ``slogdet``, ``svd``) keep jax.numpy's field names. In-memory inputs
 (``jax.Array``, numpy) are accepted everywhere.
 
@@ -40,7 +41,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api import DiskArray, disk_type, elementwise, interop, reductions
-from jask.array_api._creation import own
 from jask.array_api._functions import (
     concat,
     matmul,
@@ -50,6 +50,7 @@ from jask.array_api._functions import (
     tensordot,
     vecdot,
 )
+from jask.array_api._memory import own, wrap_module
 
 __all__ = ["cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul",
            "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv",
@@ -444,3 +445,7 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002
         return vector_norm(x, axis=(ndim - 2, ndim - 1), keepdims=keepdims)
     (value,) = in_memory("matrix_norm", x)
     return own(jnp.linalg.matrix_norm(value, keepdims=keepdims, ord=ord))
+
+
+# every function takes the namespace's arrays (unwrapped) and answers them
+wrap_module(globals(), [n for n in __all__ if n != "in_memory"])

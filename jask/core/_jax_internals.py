@@ -24,6 +24,14 @@ def is_tracer(x) -> bool:
     return isinstance(x, core.Tracer)
 
 
+def is_differentiated(x) -> bool:
+    """True for a value being differentiated: a tracer of ``jax.grad``,
+    ``jax.vjp``, ``jax.jvp`` or ``jax.linearize`` (their functions' values
+    must be jax values, not objects holding them)."""
+    from jax._src.interpreters import ad
+    return isinstance(x, (ad.JVPTracer, ad.LinearizeTracer))
+
+
 def numpy_caller() -> str | None:
     """The public ``jax.numpy`` function the current call came through
     (``"mean"`` inside ``jnp.mean``), read from the call stack; None if none."""
