@@ -147,9 +147,12 @@ def getitem(x, index, *, config: Config | None = None):
     basic index (integers, slices with a positive step, ``...``), or one
     integer or boolean array
     on one axis (the others ``:``; see :func:`take`). An integer drops its
-    axis, as a reduction does, and by the same rule the result is an
-    in-memory ``jax.Array`` when it takes at most 1/8 of the budget (always
-    when every axis has one: a 0-d value), a DiskArray beyond.
+    axis, as a reduction does, and by the same rule the result is in memory
+    when it takes at most 1/8 of the budget (always when every axis has one:
+    a 0-d value), a DiskArray beyond: a ``jax.Array`` from this function, and
+    from ``x[index]`` (the Array API's indexing: a DiskArray is
+    ``jask.array_api``'s array) the namespace's ``InMemoryArray`` around it,
+    which jax.numpy takes as it takes a ``jax.Array``.
 
     Example:
       >>> import numpy as np, jask
@@ -158,9 +161,11 @@ def getitem(x, index, *, config: Config | None = None):
       array([[ 4.,  6.],
              [ 8., 10.]])
       >>> x[-1]
+      InMemoryArray(array([ 8.,  9., 10., 11.], dtype=float32))
+      >>> getitem(x, -1)
       Array([ 8.,  9., 10., 11.], dtype=float32)
       >>> x[1, 2], x[:, [3, 0]].to_numpy()[0]
-      (Array(6., dtype=float32), array([3., 0.]))
+      (InMemoryArray(array(6., dtype=float32)), array([3., 0.]))
     """
     aval = disk_type(x)
     if aval is None:
