@@ -28,12 +28,11 @@ the suites' small arrays take the disk-backed paths.
   ``sklearn.utils._array_api.yield_namespaces`` yield ``"jask.array_api"``
   only, which every Array API parametrization
   (``yield_namespace_device_dtype_combinations``, the estimator checks'
-  ``check_array_api_input``) goes through, and wraps ``_array_api_for_tests``
-  for that one name: scikit-learn's helper takes a namespace as
-  ``get_namespace(module.asarray(1))``, and jask's 0-d arrays are
-  ``jax.Array``s, so unwrapped the tests would run on jax.numpy (a first run
-  here did: 182 of 279 "passed" on jax.numpy); the wrapper takes
-  ``get_namespace(jask.array_api.asarray([1]))``, i.e. ``jask.array_api``.
+  ``check_array_api_input``) goes through, and checks that
+  ``_array_api_for_tests`` answers jask's namespace: scikit-learn's helper
+  takes it as ``get_namespace(module.asarray(1))``, which before jask's
+  namespace was closed was a ``jax.Array`` (a first run here "passed" 182 of
+  279 on jax.numpy); the check stops the run rather than count jax.numpy's.
   ``SCIPY_ARRAY_API=1``. No test file is changed. Modules:
   ``sklearn.tests.test_common`` (``check_array_api_input`` over every estimator whose
   tags declare support),
