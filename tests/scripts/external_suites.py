@@ -45,13 +45,12 @@ the suites' small arrays take the disk-backed paths.
   namespace's name changed, run with xarray's installed ``xarray.tests``
   package (its conftest, helpers) importable. ``test_duck_array_wrapping.py``:
   one entry added to its ``NAMESPACE_ARRAYS`` table, namespace
-  ``jask_xarray_namespace`` (``external/jask_xarray_namespace.py``:
-  ``jask.array_api`` plus the name ``DiskArray``, which the file reads as the
-  array type; constructor ``asarray``; no xfails), and to
+  ``jask.array_api`` (array type ``Array``, the namespace's type of every
+  result, DiskArray or InMemoryArray; constructor ``asarray``; no xfails), and to
   ``NAMESPACE_REQUIREMENTS``; ``-k jask`` selects its parametrizations.
   ``test_array_api.py``: its two lines naming ``array_api_strict`` (the
   namespace ``xp`` and its array type ``Array``) name ``jask.array_api`` and
-  ``jask.DiskArray``. Issue 27's "duck-array and Array API tests" (130 there;
+  ``jask.array_api.Array``. Issue 27's "duck-array and Array API tests" (130 there;
   these two files give 98 + 13 = 111 today; ``test_namedarray.py`` takes no
   namespace parameter and is not run).
 
@@ -90,8 +89,8 @@ SKLEARN_MODULES = [
 
 XARRAY_JASK_ENTRY = '''
 # external_suites.py: jask's namespace (the only change to this copy)
-NAMESPACE_ARRAYS["jask_xarray_namespace"] = {
-    "attrs": {"array": "DiskArray", "constructor": "asarray"},
+NAMESPACE_ARRAYS["jask.array_api"] = {
+    "attrs": {"array": "Array", "constructor": "asarray"},
     "xfails": {},
 }
 '''
@@ -132,7 +131,7 @@ def prepare_xarray(work):
                        XARRAY_JASK_ENTRY + "\nNAMESPACE_REQUIREMENTS = {")
     text = _substitute(text, '    "sparse": requires_sparse,\n}',
                        '    "sparse": requires_sparse,\n'
-                       '    "jask_xarray_namespace": pytest.mark.jask,\n}')
+                       '    "jask.array_api": pytest.mark.jask,\n}')
     wrapping = os.path.join(work, "test_duck_array_wrapping.py")
     with open(wrapping, "w") as fh:
         fh.write(text)
@@ -141,7 +140,7 @@ def prepare_xarray(work):
     text = _substitute(text, 'xp = pytest.importorskip("array_api_strict")',
                        'xp = pytest.importorskip("jask.array_api")')
     text = _substitute(text, "from array_api_strict._array_object import Array",
-                       "from jask import DiskArray as Array")
+                       "from jask.array_api import Array")
     api = os.path.join(work, "test_array_api.py")
     with open(api, "w") as fh:
         fh.write(text)
