@@ -514,3 +514,19 @@ def test_in_jit_the_namespace_stays_closed(small_budget):
     for grad in (jax.grad(lambda w: xp.sum(X @ w)), jax.jit(jax.grad(lambda w: xp.sum(X @ w))),
                  jax.grad(jax.jit(lambda w: xp.sum(X @ w)))):
         np.testing.assert_allclose(np.asarray(grad(w)), want, rtol=1e-4)
+
+
+@pytest.mark.parametrize("function", ["var", "std"])
+@pytest.mark.parametrize("kwargs", [{}, {"correction": 1}, {"ddof": 1}, {"axis": 0, "ddof": 0},
+                                    {"axis": 1, "correction": 2.0}], ids=str)
+def test_var_and_std_take_correction_or_numpys_ddof(function, kwargs, small_budget):
+    """xarray's ``std``/``var`` pass ``ddof``; the standard names it ``correction``."""
+    data = DATA["f"]
+    want = getattr(jnp, function)(jnp.asarray(data), **kwargs)
+    got = getattr(xp, function)(xp.asarray(data), **kwargs)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=1e-6)
+
+
+def test_correction_and_ddof_together_are_refused(small_budget):
+    with pytest.raises(ValueError, match="correction or ddof, not both"):
+        xp.var(xp.asarray(DATA["f"]), correction=1, ddof=1)

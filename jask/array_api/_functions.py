@@ -246,26 +246,40 @@ def mean(x, /, *, axis=None, keepdims=False):
     return own(reductions.mean(x, axis=axis, keepdims=keepdims))
 
 
-def var(x, /, *, axis=None, correction=0.0, keepdims=False):
-    """Variance over ``axis``, divided by ``n - correction``.
+def _correction(name, correction, ddof):
+    """The standard's ``correction``, or numpy's and jax.numpy's ``ddof`` for
+    it (xarray's ``std``/``var`` pass ``ddof``), as jax.numpy takes them:
+    either, not both."""
+    if correction is not None and ddof is not None:
+        raise ValueError(f"jask.array_api.{name}: give correction or ddof, not both "
+                         f"(correction={correction}, ddof={ddof})")
+    return correction if correction is not None else (ddof if ddof is not None else 0)
+
+
+def var(x, /, *, axis=None, correction=None, keepdims=False, ddof=None):
+    """Variance over ``axis``, divided by ``n - correction`` (``ddof``: the
+    same, by numpy's name).
 
     Example:
       >>> import jask.array_api as xp
       >>> float(xp.var(xp.arange(4.0), correction=1))
       1.6666666...
     """
-    return own(reductions.var(x, axis=axis, keepdims=keepdims, ddof=correction))
+    return own(reductions.var(x, axis=axis, keepdims=keepdims,
+                              ddof=_correction("var", correction, ddof)))
 
 
-def std(x, /, *, axis=None, correction=0.0, keepdims=False):
-    """Standard deviation over ``axis``, with ``n - correction`` degrees of freedom.
+def std(x, /, *, axis=None, correction=None, keepdims=False, ddof=None):
+    """Standard deviation over ``axis``, with ``n - correction`` degrees of
+    freedom (``ddof``: the same, by numpy's name).
 
     Example:
       >>> import jask.array_api as xp
       >>> float(xp.std(xp.asarray([1.0, 3.0])))
       1.0
     """
-    return own(reductions.std(x, axis=axis, keepdims=keepdims, ddof=correction))
+    return own(reductions.std(x, axis=axis, keepdims=keepdims,
+                              ddof=_correction("std", correction, ddof)))
 
 
 def max(x, /, *, axis=None, keepdims=False):  # noqa: A001
