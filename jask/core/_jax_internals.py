@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 from jax._src import core
+from jax._src.interpreters import ad
 
 
 def is_eager() -> bool:
@@ -28,7 +29,6 @@ def is_differentiated(x) -> bool:
     """True for a value being differentiated: a tracer of ``jax.grad``,
     ``jax.vjp``, ``jax.jvp`` or ``jax.linearize`` (their functions' values
     must be jax values, not objects holding them)."""
-    from jax._src.interpreters import ad
     return isinstance(x, (ad.JVPTracer, ad.LinearizeTracer))
 
 
@@ -51,7 +51,6 @@ def numpy_caller() -> str | None:
 
 def wants_cotangent(accum) -> bool:
     """Whether a VJP accumulator collects a cotangent (its input needs one)."""
-    from jax._src.interpreters import ad
     return not isinstance(accum, ad.NullAccum)
 
 
