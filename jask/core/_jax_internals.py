@@ -100,7 +100,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
                           lift=lambda name, params, avals, out: None,
                           centred=lambda reduce, square, sub, mean: None,
                           widen=lambda prim: prim, unread=lambda prim: (),
-                          refused=None) -> None:
+                          pure=lambda prim: False, refused=None) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -153,7 +153,14 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
       (``X @ w``, ...) beside the loss. A program lowered inside another's
       lowering returns its stores to that program, which may still fuse
       them: they stay as they are.
-    * First of all, a centred second moment written out, ``sum(square(x -
+    * First of all, an op that ``pure(prim)`` says computes its outputs from
+      its operands alone, met again with an equal primitive on the same
+      operands, is computed once (``X * w - mean(X * w)`` traces ``X * w``
+      twice): its later copies' readers read the first's outputs. Not
+      across an op that ``mutates`` or a nested program (either may change
+      a store between the two). Then the other rewrites see one value where
+      the user wrote one value twice.
+    * Then a centred second moment written out, ``sum(square(x -
       mean(x)))`` (``centred(reduce, square, sub, mean)``, the four ops'
       primitives: the op computing it from ``x`` alone, or None), is computed
       from ``x`` in one pass (Chan's (count, mean, M2) partials), so it need
@@ -181,6 +188,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
             return hi_jaxpr
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
+        jaxpr = _common_values(jaxpr, pure, mutates)
         moments = _centred_moments(jaxpr, centred, unread)
         if moments is not jaxpr:
             jaxpr, _ = pe.dce_jaxpr(moments, [True] * len(moments.outvars), instantiate=True)
@@ -216,6 +224,40 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
 
     lower_jaxpr._rewrites_for = is_ours  # type: ignore[attr-defined]
     pe.lower_jaxpr = lower_jaxpr  # type: ignore[assignment]
+
+
+def _common_values(jaxpr, pure, mutates):
+    """The jaxpr with each equation of a ``pure`` primitive that repeats an
+    earlier one (an equal primitive on the same operands, no op that
+    ``mutates`` nor nested program between them) read through the earlier
+    one's outputs, or ``jaxpr`` itself (see :func:`prune_before_lowering`;
+    the copies are left to dead-code elimination)."""
+    seen: dict = {}
+    same: dict = {}  # a later copy's output -> the first's
+    eqns = []
+    for eqn in jaxpr.eqns:
+        invars = [same.get(v, v) if isinstance(v, core.Var) else v for v in eqn.invars]
+        if invars != list(eqn.invars):
+            eqn = eqn.replace(invars=invars)
+        eqns.append(eqn)
+        prim = hi_primitive(eqn)
+        if (prim is not None and mutates(prim)) or (prim is None and _holds_program(eqn)):
+            seen.clear()
+            continue
+        if prim is None or not pure(prim) or not all(isinstance(v, core.Var) for v in invars):
+            continue
+        key = (prim, tuple(invars))
+        first = seen.setdefault(key, eqn)
+        if first is eqn:
+            continue
+        if any(isinstance(v, core.DropVar) for v in first.outvars):
+            seen[key] = eqn  # (an output of the first left unread: the copy's is read)
+        else:
+            same.update(zip(eqn.outvars, first.outvars))
+    if not same:
+        return jaxpr
+    outvars = [same.get(v, v) if isinstance(v, core.Var) else v for v in jaxpr.outvars]
+    return jaxpr.replace(eqns=eqns, outvars=outvars)
 
 
 def _centred_moments(jaxpr, centred, unread=lambda prim: ()):

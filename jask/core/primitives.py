@@ -1599,6 +1599,19 @@ def _unread(prim) -> tuple:
     return tuple(range(1, len(prim.in_avals)))
 
 
+def _pure(prim) -> bool:
+    """Whether an op's outputs follow from its operands alone, so that two
+    equal ones on the same operands are one value (see
+    :func:`prune_before_lowering`): elementwise ops and reductions, products,
+    views and reshapes; never a write, nor a kernel calling a user's function
+    (``jask.map``: its closure may change between the two)."""
+    if not isinstance(prim, (Blockwise, Dot, Transpose, Slice, Reshape)) or prim.mutates():
+        return False
+    ufunc = prim.params.get("ufunc")
+    return not (getattr(ufunc, "at_call", False)
+                or getattr(getattr(ufunc, "ufunc", None), "at_call", False))
+
+
 def _centred_moment(reduce, square, sub, mean):
     """``sum(square(x - mean(x)))`` (or its ``mean``) over all of ``x``,
     from the four ops' primitives, as one reduction of ``x`` whose partials
@@ -1749,7 +1762,7 @@ prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_
                       linear=_linear_operands, as_store=_row_store,
                       reading_store=_reading_row_store, broadcast=_broadcast_operand,
                       lift=_lifted, centred=_centred_moment, widen=_widened,
-                      unread=_unread,
+                      unread=_unread, pure=_pure,
                       refused=lambda name: (
                           f"jax.jit of {name} with a DiskArray operand is not supported: JAX "
                           "lowers it without jask's types ("
