@@ -324,6 +324,19 @@ def _posted(values: list, post: Sequence) -> list:
     return every[len(values):]
 
 
+def posted_traced(values: list, post: Sequence) -> tuple:
+    """``post``'s results (see :func:`to_values`) by jax.numpy on traced
+    ``values``, in their own dtypes (for ops run each alone)."""
+    every = list(values)
+    for name, operands, shape, dtype in post:
+        args = [every[x] if kind == "value" else x for kind, x in operands]
+        op = {"mul": jax.numpy.multiply, "add": jax.numpy.add, "add_any": jax.numpy.add,
+              "sub": jax.numpy.subtract, "neg": jax.numpy.negative,
+              "convert_element_type": lambda x: x}[name]
+        every.append(jax.numpy.broadcast_to(jax.numpy.asarray(op(*args), dtype), shape))
+    return tuple(every[len(values):])
+
+
 def forget(arrays: Sequence[DiskArray]) -> None:
     """Mark recorded results no op will read again (see :mod:`jask.engine.lazy`),
     in program order, so that a following ``update_`` does not compute them."""

@@ -1452,10 +1452,16 @@ class Together(DiskPrimitive):
                          post=tuple(post))
 
     def expand(self, *args):
-        ops, i = [], 0
+        parts, i = [], 0
         for p in self.prims:
-            ops.append(p.value_op(args[i:i + len(p.in_avals)]))
+            parts.append(args[i:i + len(p.in_avals)])
             i += len(p.in_avals)
+        if any(_no_elements(a) for p in self.prims for a in (*p.in_avals, p.out_aval)):
+            # an op over no elements has no bands to share (its value comes from shapes,
+            # DiskPrimitive._run): each op as if alone, the returned stores when claimed
+            values = [p.expand(*part) for p, part in zip(self.prims, parts)]
+            return tuple(values) + dispatch.posted_traced(values, self.post)
+        ops = [p.value_op(part) for p, part in zip(self.prims, parts)]
         return dispatch.to_values(ops, keep=args[i:], post=self.post)
 
     def plan(self, stores, config: Config | None = None) -> Plan:
@@ -1643,7 +1649,8 @@ def _centred_moment(reduce, square, sub, mean):
     kinds = {np.dtype(a.dtype).kind for a in (x, mean.out_aval, sub.out_aval)
              + ((reduce.out_aval,) if reduce is not None else ())}
     count = REDUCERS[mean.params["reducer"]].mean_count
-    if (kinds != {"f"} or count != int(np.prod(x.shape)) or sub.in_avals[1].shape != ()
+    if (kinds != {"f"} or count != int(np.prod(x.shape)) or not count  # (no elements: as written)
+            or sub.in_avals[1].shape != ()
             or sub.params["axes"][1] != () or mean.params["dtypes"][0] not in (None, x.dtype)
             or np.dtype(sub.out_aval.dtype) != np.dtype(x.dtype)):
         return None
