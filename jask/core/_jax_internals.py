@@ -244,9 +244,9 @@ def _common_values(jaxpr, pure, mutates):
         if (prim is not None and mutates(prim)) or (prim is None and _holds_program(eqn)):
             seen.clear()
             continue
-        if prim is None or not pure(prim) or not all(isinstance(v, core.Var) for v in invars):
+        if prim is None or not pure(prim):
             continue
-        key = (prim, tuple(invars))
+        key = (prim, tuple(v if isinstance(v, core.Var) else _literal_key(v) for v in invars))
         first = seen.setdefault(key, eqn)
         if first is eqn:
             continue
@@ -258,6 +258,12 @@ def _common_values(jaxpr, pure, mutates):
         return jaxpr
     outvars = [same.get(v, v) if isinstance(v, core.Var) else v for v in jaxpr.outvars]
     return jaxpr.replace(eqns=eqns, outvars=outvars)
+
+
+def _literal_key(literal) -> tuple:
+    """A jaxpr literal (``2 * Y``'s 2) by its type and bytes."""
+    value = np.asarray(literal.val)
+    return ("literal", value.dtype.str, value.shape, value.tobytes())
 
 
 def _centred_moments(jaxpr, centred, unread=lambda prim: ()):
