@@ -186,7 +186,7 @@ def _squared(source, full: tuple):
             or tuple(desc.params["full_shape"]) != full or tuple(desc.shape) != full
             or tuple(desc.params["out_axes"]) != tuple(range(len(full)))):
         return None
-    ins, axes, kernel = source.inputs, desc.params["axes"], desc.params["kernel"]
+    ins, axes, kernel = getattr(source, "inputs"), desc.params["axes"], desc.params["kernel"]
     whole = tuple(range(len(full)))
     if any(d and tuple(a) != whole for d, a in zip(desc.on_disk, axes)):
         return None
@@ -194,14 +194,20 @@ def _squared(source, full: tuple):
         d = ins[0]
     elif kernel is np.multiply and desc.on_disk == (True, True) and ins[0] is ins[1]:
         d = ins[0]
-    elif (getattr(kernel, "__name__", "") == "power" and desc.on_disk == (True, False)
+    elif (_named(kernel, "jask.core.kernels.power") and desc.on_disk == (True, False)
           and np.ndim(ins[1]) == 0 and ins[1] == 2):
         d = ins[0]
     else:
         return None
-    if any(c not in (None, np.dtype(source.dtype)) for c in desc.params["dtypes"][:1]):
+    if any(c not in (None, np.dtype(desc.dtype)) for c in desc.params["dtypes"][:1]):
         return None
     return d if isinstance(d, registry.Deferred) and getattr(d, "store", 1) is None else None
+
+
+def _named(kernel, name: str) -> bool:
+    """Whether ``kernel`` is the function of that dotted name (the op table's
+    kernels live above this layer)."""
+    return f"{getattr(kernel, '__module__', '')}.{getattr(kernel, '__qualname__', '')}" == name
 
 
 def _deviation(d, full: tuple):
