@@ -19,7 +19,9 @@ again in the band, and jax.numpy's elementwise arithmetic on it (``abs``,
 ``where``) follows as jask ops on that store. A centred second moment
 (``sum(square(x - mean(x)))``, or its mean) reads X once: it is one reduction
 of ``x`` with Chan's (count, mean, M2) partials, and its gradient ``2 (x -
-m)`` is linear in the mean, taken out as a scalar. Still two passes (pinned
+m)`` is linear in the mean, taken out as a scalar; so does one of a chain
+written out twice (``X * v - mean(X * v)``: an op repeated on the same
+operands is one value). Still two passes (pinned
 below as strict xfails, and left out of the draws): a cotangent waiting for
 a reduction's value (``sqrt``, ``log``, a product or ratio of reductions)
 that reaches a row's logsumexp through arithmetic on it

@@ -1,7 +1,8 @@
 """Statistics asked for together are computed together (issue 30).
 
 Eagerly, ``mu, sd = X.mean(0), X.std(0)`` reads X once (the mean's pass
-keeps the moments the std needs: jask.engine.moments); ``Z.T @ Z`` of a
+keeps the moments the std needs: jask.engine.moments), and so does
+``sum(square(x - x.mean()))`` of a stored or pending x; ``Z.T @ Z`` of a
 pending ``Z = (X - mu) / sd`` is a Gram band group over X, Z never written;
 the standardise-and-sum chain reads X twice, eagerly and under jax.jit (the
 mean and std of the same X in one band group). Counted with jask.track
