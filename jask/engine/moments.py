@@ -9,8 +9,9 @@ Chan et al.'s moments and the sum a mean is made from, one pass), and they
 are kept here: the next mean, variance, standard deviation (any ``ddof``) or
 float sum of the same data over the same axes is finished from them without
 reading the data again, and so is a sum or mean of ``square(x - m)`` with ``m``
-that mean as it was returned (:func:`centred`: the centred moment written out). The value is the one its own reduction would give
-(a mean from the same float64 total, a variance from the same moments).
+that mean as it was returned (:func:`centred`: the centred moment written
+out). The value is the one its own reduction would give (a mean from the
+same float64 total, a variance from the same moments).
 
 What "the same data" is:
 
