@@ -450,3 +450,21 @@ def test_a_repeated_op_is_not_one_value_across_a_write(small_budget):
     before, after = f(X)
     np.testing.assert_allclose(float(before), 2 * xn.astype(np.float64).sum(), rtol=1e-6)
     np.testing.assert_allclose(float(after), 2 * (xn.astype(np.float64) + 1).sum(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("c1, c2", [(1 / 3, 0.1), (0.7, 1 / 7), (1e-3, 3.3)])
+def test_arithmetic_on_reductions_values_is_jax_numpys(small_budget, c1, c2):
+    """Only the sums restoring a result from its terms (a mean taken out)
+    are finished in float64; the loss's own arithmetic on the values is
+    JAX's, in float32, as written: bit for bit what jax.numpy makes of the
+    same values (in float64 on the host, 1/3 * s + 0.1 * m - 0.1 * s was an
+    ulp off it)."""
+    jask.set_memory_budget("256KB", scratch_dir=small_budget.scratch_dir)
+    X = jask.from_numpy(np.random.default_rng(0).random((5000, 8)).astype(np.float32))
+    c1, c2 = np.float32(c1), np.float32(c2)
+
+    def loss(s, m):
+        return s * c1 + m * c2 - s * c2
+
+    got = jax.jit(lambda X: loss(jask.sum(X), jask.mean(X * X)))(X)
+    assert got == jax.jit(loss)(jask.sum(X), jask.mean(X * X))

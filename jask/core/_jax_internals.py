@@ -369,6 +369,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
     eqns: list = []
     held: list = []
     after: list = []  # pure in-memory equations reading held values, in order
+    restoring: set = set()  # those of after restoring a result from its terms (their ids)
     waiting: set = set()  # outputs of held and after equations
     scale_of: dict = {}  # a store -> [(unit, scalar)]: it is the sum of scalar * unit
     unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
@@ -461,7 +462,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
         if held and not keep:
             hoist()
         outs = [v for e in held for v in e.outvars]
-        post, rest = _host_arithmetic(outs, after)
+        post, rest = _host_arithmetic(outs, after, restoring)
         if len(held) == 1 and not keep and not post:
             eqns.append(held[0])
         elif held:
@@ -478,6 +479,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
         eqns.extend(after)
         held.clear()
         after.clear()
+        restoring.clear()
         waiting.clear()
         made_by.clear()
         made_after.clear()
@@ -531,6 +533,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
                 for copy in copies:
                     place(copy, hi_primitive(copy))
                 after.extend(restore)
+                restoring.update(id(e) for e in restore)
                 waiting.update(v for e in restore for v in e.outvars)
                 continue
         if any(isinstance(v, core.Var) and v in scale_of for v in eqn.invars):
@@ -550,13 +553,20 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
 _HOST = ("mul", "add", "add_any", "sub", "neg", "convert_element_type")
 
 
-def _host_arithmetic(outs, after):
-    """The equations of ``after`` computable from the merged op's ``outs``
-    and numbers alone by :data:`_HOST`'s arithmetic, as ``((description,
-    outvars), the others)`` (``((), [])`` and ``after`` when there are
-    none): each description ``(name, operands, shape, dtype)``, an operand
-    ``("value", k)`` (``outs`` first, then the descriptions' results) or
-    ``("number", x)``."""
+def _host_arithmetic(outs, after, restoring=frozenset()):
+    """The equations of ``after`` that restore a result from its terms
+    (``restoring``: their ids) or compute what those read, computable from
+    the merged op's ``outs`` and numbers alone by :data:`_HOST`'s
+    arithmetic, as ``((description, outvars), the others)`` (``((), [])``
+    and ``after`` when there are none): each description ``(name, operands,
+    shape, dtype)``, an operand ``("value", k)`` (``outs`` first, then the
+    descriptions' results) or ``("number", x)``. Any other arithmetic on
+    the values (``sum(r * r) * (1 / n)``) stays JAX's, in the values' own
+    dtype, as written."""
+    needed: set = set()  # the restoring equations and those computing what they read
+    for eqn in reversed(after):
+        if id(eqn) in restoring or any(v in needed for v in eqn.outvars):
+            needed.update(v for v in (*eqn.outvars, *eqn.invars) if isinstance(v, core.Var))
     index = {v: k for k, v in enumerate(outs)}
     described: list = []
     outvars: list = []
@@ -564,7 +574,8 @@ def _host_arithmetic(outs, after):
     for eqn in after:
         operands: list | None = []
         out = eqn.outvars[0] if len(eqn.outvars) == 1 else None
-        if (eqn.primitive.name not in _HOST or out is None or isinstance(out, core.DropVar)
+        if (eqn.primitive.name not in _HOST or out is None or out not in needed
+                or isinstance(out, core.DropVar)
                 or getattr(out.aval, "is_high", False)
                 or not np.issubdtype(out.aval.dtype, np.floating)
                 or not any(isinstance(v, core.Var) and v in index for v in eqn.invars)):
