@@ -27,7 +27,8 @@ a reduction's value (``sqrt``, ``log``, a product or ratio of reductions)
 that reaches a row's logsumexp through arithmetic on it
 (``sqrt(sum(abs(logsumexp(X * v, 1))))``) or a centred moment (``2 c (x -
 m)``: linear in ``c`` and in ``m``, not in both), and a centred moment of a
-row's logsumexp (its cotangent waits for the mean, then the softmax reads X).
+row's logsumexp (its cotangent waits for the mean, then the softmax reads X),
+and jax.nn's softplus of a row's logsumexp (a custom derivative, not lifted).
 """
 import jax
 import jax.numpy as jnp
@@ -284,6 +285,9 @@ TWO_PASSES = [
     ("root", ("sum", ("abs", ("logsumexp", ("Xv",))))),
     ("product", ("rows_then_w", ("X",)), ("sum", ("select", ("Xw",), ("logsumexp", ("Xv",))))),
     ("sum", ("square", ("centred", ("logsumexp", ("Xv",))))),  # found by the draws
+    # softplus (jax.nn's, a custom derivative: a nested program, not arithmetic
+    # lifted onto a store) of a row's logsumexp: the backward pass waits for it
+    ("sum", ("abs", ("softplus", ("logsumexp", ("Xv",))))),  # found by the draws
 ]
 
 #: In-memory arithmetic whose derivative needs a reduction's value.
@@ -294,13 +298,16 @@ def _known_two_passes(expr, waiting=False, under_op=False) -> bool:
     """Whether ``expr`` is of TWO_PASSES' shapes: a centred second moment
     or a row's logsumexp under arithmetic, with a waiting cotangent above; or
     the moment of a row's logsumexp (an in-memory vector: its cotangent
-    ``2 (l - mean(l))`` waits for the mean, then the softmax reads X)."""
+    ``2 (l - mean(l))`` waits for the mean, then the softmax reads X); or
+    jax.nn's softplus of a row's logsumexp."""
     if not isinstance(expr, tuple):
         return False
     name, *args = expr
     if name == "centred" and (waiting or "logsumexp" in repr(args)):
         return True
     if name == "logsumexp" and waiting and under_op:
+        return True
+    if name == "softplus" and "logsumexp" in repr(args):
         return True
     waiting = waiting or name in WAITING
     under_op = under_op or name in UNARY + BINARY + ("select",) and name != "scale"
@@ -316,7 +323,8 @@ def test_pinned_losses_read_each_store_once(problem, loss):
                    reason="the backward pass needs a forward reduction's value")
 @pytest.mark.parametrize("loss", TWO_PASSES, ids=["root of centred", "root of a row's lse",
                                                  "product with a row's lse",
-                                                 "centred row's lse"])
+                                                 "centred row's lse",
+                                                 "softplus of a row's lse"])
 def test_losses_needing_forward_values_still_read_X_twice(problem, loss):
     check_one_pass(problem, loss)
 
