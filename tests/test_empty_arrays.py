@@ -149,6 +149,11 @@ ROWS = [
     same("jit matmul", lambda m, x: jax.jit(lambda x: x @ right(x))(x)),
     same("jit mean axis 0", lambda m, x: jax.jit(lambda x: m.mean(x + 1.0, axis=0))(x)),
     same("jit grad mean", lambda m, x: jax.jit(grad_of(lambda x: m.mean(x * x)))(x)),
+    # value ops merged into one callback (they would share a band group)
+    same("jit value_and_grad of two reductions", lambda m, x: jax.jit(jax.value_and_grad(
+        lambda v: m.sum(x * v) + m.mean(x)))(jnp.ones(last(x)))),
+    same("jit value_and_grad centred", lambda m, x: jax.jit(jax.value_and_grad(
+        lambda v: m.sum(m.square(x * v - m.mean(x * v)))))(jnp.ones(last(x)))),
 ]
 
 

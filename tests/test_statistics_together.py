@@ -1,7 +1,8 @@
 """Statistics asked for together are computed together (issue 30).
 
 Eagerly, ``mu, sd = X.mean(0), X.std(0)`` reads X once (the mean's pass
-keeps the moments the std needs: jask.engine.moments); ``Z.T @ Z`` of a
+keeps the moments the std needs: jask.engine.moments), and so does
+``sum(square(x - x.mean()))`` of a stored or pending x; ``Z.T @ Z`` of a
 pending ``Z = (X - mu) / sd`` is a Gram band group over X, Z never written;
 the standardise-and-sum chain reads X twice, eagerly and under jax.jit (the
 mean and std of the same X in one band group). Counted with jask.track
@@ -211,3 +212,52 @@ def test_the_standardise_and_sum_chain_reads_X_twice(data, mode):
         assert t.ran[0] == "fused_var (mean, var)", t.ran
     mean, std, x = _exact(xn)
     np.testing.assert_allclose(got, float((((x - mean) / std) ** 2).sum()), rtol=1e-5)
+
+
+W = np.linspace(0.5, 1.5, D).astype(np.float32)
+B = np.linspace(-1, 1, D).astype(np.float32)
+
+#: Eager centred moments of stored and pending data: the mean's pass keeps the
+#: moments, and ``sum(square(x - m))`` of that very mean is finished from
+#: them (each read X twice: the mean, then the squares).
+CENTRED = {
+    "stored, all": lambda L, X: L.sum(L.square(X - L.mean(X))),
+    "X * w, all, mean": lambda L, X: (lambda x: L.mean(L.square(x - L.mean(x))))(X * W),
+    "X * w + b, axis 0": lambda L, X: (lambda x: L.sum((x - L.mean(x, 0)) ** 2, 0))(X * W + B),
+    "keepdims": lambda L, X: (lambda x: L.mean(L.square(x - L.mean(x, 0, keepdims=True)), 0,
+                                               keepdims=True))(X * W + B),
+    "d * d, m - x": lambda L, X: (lambda x: (lambda d: L.sum(d * d))(L.mean(x) - x))(X * W),
+}
+
+
+@pytest.mark.parametrize("spelling", list(CENTRED))
+def test_a_centred_moment_reads_X_once_eagerly(data, spelling):
+    X, xn = data
+    f = CENTRED[spelling]
+    moments.clear()
+    with jask.track() as t:
+        got = np.asarray(f(jask, X), np.float64)
+    assert t.passes(X) == 1.0, t  # was 2
+    assert t.bytes_written == 0, t
+    expect = np.asarray(f(jax.numpy, jax.numpy.asarray(xn)), np.float64)
+    exact = f(np, xn.astype(np.float64))
+    scale = np.max(np.abs(exact))
+    assert np.max(np.abs(got - exact)) <= max(np.max(np.abs(expect - exact)), 1e-7 * scale)
+
+
+def test_a_centred_moment_about_another_centre_or_of_changed_data_is_computed(data):
+    """Only the mean as it was returned, of the data as it is, is finished
+    from the kept moments: another centre, or a store changed since, is read."""
+    X, xn = data
+    x = xn.astype(np.float64)
+    m = X.mean()
+    with jask.track() as t:
+        got = float(jask.sum(jask.square(X - (m + 1))))
+    assert t.passes(X) == 1.0, t
+    np.testing.assert_allclose(got, ((x - (float(m) + 1)) ** 2).sum(), rtol=1e-5)
+    m = X.mean()
+    X.update_(jask.from_numpy(xn * 3))
+    with jask.track() as t:
+        got = float(jask.sum(jask.square(X - m)))
+    assert t.passes(X) == 1.0, t
+    np.testing.assert_allclose(got, ((x * 3 - float(m)) ** 2).sum(), rtol=1e-5)

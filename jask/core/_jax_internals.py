@@ -100,7 +100,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
                           lift=lambda name, params, avals, out: None,
                           centred=lambda reduce, square, sub, mean: None,
                           widen=lambda prim: prim, unread=lambda prim: (),
-                          refused=None) -> None:
+                          pure=lambda prim: False, refused=None) -> None:
     """Rewrite a jaxpr holding ``is_ours``'s primitives before JAX lowers it.
 
     * Dead code goes first. ``jax.jit`` lowers the jaxpr it traced as is,
@@ -153,7 +153,14 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
       (``X @ w``, ...) beside the loss. A program lowered inside another's
       lowering returns its stores to that program, which may still fuse
       them: they stay as they are.
-    * First of all, a centred second moment written out, ``sum(square(x -
+    * First of all, an op that ``pure(prim)`` says computes its outputs from
+      its operands alone, met again with an equal primitive on the same
+      operands, is computed once (``X * w - mean(X * w)`` traces ``X * w``
+      twice): its later copies' readers read the first's outputs. Not
+      across an op that ``mutates`` or a nested program (either may change
+      a store between the two). Then the other rewrites see one value where
+      the user wrote one value twice.
+    * Then a centred second moment written out, ``sum(square(x -
       mean(x)))`` (``centred(reduce, square, sub, mean)``, the four ops'
       primitives: the op computing it from ``x`` alone, or None), is computed
       from ``x`` in one pass (Chan's (count, mean, M2) partials), so it need
@@ -181,6 +188,7 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
             return hi_jaxpr
         jaxpr, _ = pe.dce_jaxpr(hi_jaxpr.jaxpr, [True] * len(hi_jaxpr.jaxpr.outvars),
                                 instantiate=True)
+        jaxpr = _common_values(jaxpr, pure, mutates)
         moments = _centred_moments(jaxpr, centred, unread)
         if moments is not jaxpr:
             jaxpr, _ = pe.dce_jaxpr(moments, [True] * len(moments.outvars), instantiate=True)
@@ -216,6 +224,46 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
 
     lower_jaxpr._rewrites_for = is_ours  # type: ignore[attr-defined]
     pe.lower_jaxpr = lower_jaxpr  # type: ignore[assignment]
+
+
+def _common_values(jaxpr, pure, mutates):
+    """The jaxpr with each equation of a ``pure`` primitive that repeats an
+    earlier one (an equal primitive on the same operands, no op that
+    ``mutates`` nor nested program between them) read through the earlier
+    one's outputs, or ``jaxpr`` itself (see :func:`prune_before_lowering`;
+    the copies are left to dead-code elimination)."""
+    seen: dict = {}
+    same: dict = {}  # a later copy's output -> the first's
+    eqns = []
+    for eqn in jaxpr.eqns:
+        invars = [same.get(v, v) if isinstance(v, core.Var) else v for v in eqn.invars]
+        if invars != list(eqn.invars):
+            eqn = eqn.replace(invars=invars)
+        eqns.append(eqn)
+        prim = hi_primitive(eqn)
+        if (prim is not None and mutates(prim)) or (prim is None and _holds_program(eqn)):
+            seen.clear()
+            continue
+        if prim is None or not pure(prim):
+            continue
+        key = (prim, tuple(v if isinstance(v, core.Var) else _literal_key(v) for v in invars))
+        first = seen.setdefault(key, eqn)
+        if first is eqn:
+            continue
+        if any(isinstance(v, core.DropVar) for v in first.outvars):
+            seen[key] = eqn  # (an output of the first left unread: the copy's is read)
+        else:
+            same.update(zip(eqn.outvars, first.outvars))
+    if not same:
+        return jaxpr
+    outvars = [same.get(v, v) if isinstance(v, core.Var) else v for v in jaxpr.outvars]
+    return jaxpr.replace(eqns=eqns, outvars=outvars)
+
+
+def _literal_key(literal) -> tuple:
+    """A jaxpr literal (``2 * Y``'s 2) by its type and bytes."""
+    value = np.asarray(literal.val)
+    return ("literal", value.dtype.str, value.shape, value.tobytes())
 
 
 def _centred_moments(jaxpr, centred, unread=lambda prim: ()):
@@ -321,6 +369,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
     eqns: list = []
     held: list = []
     after: list = []  # pure in-memory equations reading held values, in order
+    restoring: set = set()  # those of after restoring a result from its terms (their ids)
     waiting: set = set()  # outputs of held and after equations
     scale_of: dict = {}  # a store -> [(unit, scalar)]: it is the sum of scalar * unit
     unit_of: dict = {}  # a waiting in-memory value -> (it with 1 for its scalar, the scalar)
@@ -413,7 +462,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
         if held and not keep:
             hoist()
         outs = [v for e in held for v in e.outvars]
-        post, rest = _host_arithmetic(outs, after)
+        post, rest = _host_arithmetic(outs, after, restoring)
         if len(held) == 1 and not keep and not post:
             eqns.append(held[0])
         elif held:
@@ -430,6 +479,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
         eqns.extend(after)
         held.clear()
         after.clear()
+        restoring.clear()
         waiting.clear()
         made_by.clear()
         made_after.clear()
@@ -483,6 +533,7 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
                 for copy in copies:
                     place(copy, hi_primitive(copy))
                 after.extend(restore)
+                restoring.update(id(e) for e in restore)
                 waiting.update(v for e in restore for v in e.outvars)
                 continue
         if any(isinstance(v, core.Var) and v in scale_of for v in eqn.invars):
@@ -502,13 +553,20 @@ def _defer(jaxpr, movable, mutates, merge, returned=(), linear=lambda prim: (),
 _HOST = ("mul", "add", "add_any", "sub", "neg", "convert_element_type")
 
 
-def _host_arithmetic(outs, after):
-    """The equations of ``after`` computable from the merged op's ``outs``
-    and numbers alone by :data:`_HOST`'s arithmetic, as ``((description,
-    outvars), the others)`` (``((), [])`` and ``after`` when there are
-    none): each description ``(name, operands, shape, dtype)``, an operand
-    ``("value", k)`` (``outs`` first, then the descriptions' results) or
-    ``("number", x)``."""
+def _host_arithmetic(outs, after, restoring=frozenset()):
+    """The equations of ``after`` that restore a result from its terms
+    (``restoring``: their ids) or compute what those read, computable from
+    the merged op's ``outs`` and numbers alone by :data:`_HOST`'s
+    arithmetic, as ``((description, outvars), the others)`` (``((), [])``
+    and ``after`` when there are none): each description ``(name, operands,
+    shape, dtype)``, an operand ``("value", k)`` (``outs`` first, then the
+    descriptions' results) or ``("number", x)``. Any other arithmetic on
+    the values (``sum(r * r) * (1 / n)``) stays JAX's, in the values' own
+    dtype, as written."""
+    needed: set = set()  # the restoring equations and those computing what they read
+    for eqn in reversed(after):
+        if id(eqn) in restoring or any(v in needed for v in eqn.outvars):
+            needed.update(v for v in (*eqn.outvars, *eqn.invars) if isinstance(v, core.Var))
     index = {v: k for k, v in enumerate(outs)}
     described: list = []
     outvars: list = []
@@ -516,7 +574,8 @@ def _host_arithmetic(outs, after):
     for eqn in after:
         operands: list | None = []
         out = eqn.outvars[0] if len(eqn.outvars) == 1 else None
-        if (eqn.primitive.name not in _HOST or out is None or isinstance(out, core.DropVar)
+        if (eqn.primitive.name not in _HOST or out is None or out not in needed
+                or isinstance(out, core.DropVar)
                 or getattr(out.aval, "is_high", False)
                 or not np.issubdtype(out.aval.dtype, np.floating)
                 or not any(isinstance(v, core.Var) and v in index for v in eqn.invars)):

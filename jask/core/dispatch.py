@@ -256,6 +256,11 @@ ValueOp = tuple
 POST: dict[str, Callable] = {"mul": np.multiply, "add": np.add, "add_any": np.add,
                              "sub": np.subtract, "neg": np.negative,
                              "convert_element_type": lambda x: x}
+#: The same by jax.numpy, on traced values (:func:`posted_traced`).
+POST_TRACED: dict[str, Callable] = {"mul": jax.numpy.multiply, "add": jax.numpy.add,
+                                    "add_any": jax.numpy.add, "sub": jax.numpy.subtract,
+                                    "neg": jax.numpy.negative,
+                                    "convert_element_type": lambda x: x}
 
 
 def to_values(ops: Sequence[ValueOp], keep: Sequence[DiskArray] = (),
@@ -322,6 +327,17 @@ def _posted(values: list, post: Sequence) -> list:
         args = [np.asarray(every[x] if kind == "value" else x, wide) for kind, x in operands]
         every.append(np.broadcast_to(POST[name](*args), shape))
     return every[len(values):]
+
+
+def posted_traced(values: list, post: Sequence) -> tuple:
+    """``post``'s results (see :func:`to_values`) by jax.numpy on traced
+    ``values``, in their own dtypes (for ops run each alone)."""
+    every = list(values)
+    for name, operands, shape, dtype in post:
+        args = [every[x] if kind == "value" else x for kind, x in operands]
+        result = POST_TRACED[name](*args)
+        every.append(jax.numpy.broadcast_to(jax.numpy.asarray(result, dtype), shape))
+    return tuple(every[len(values):])
 
 
 def forget(arrays: Sequence[DiskArray]) -> None:

@@ -1452,10 +1452,16 @@ class Together(DiskPrimitive):
                          post=tuple(post))
 
     def expand(self, *args):
-        ops, i = [], 0
+        parts, i = [], 0
         for p in self.prims:
-            ops.append(p.value_op(args[i:i + len(p.in_avals)]))
+            parts.append(args[i:i + len(p.in_avals)])
             i += len(p.in_avals)
+        if any(_no_elements(a) for p in self.prims for a in (*p.in_avals, p.out_aval)):
+            # an op over no elements has no bands to share (its value comes from shapes,
+            # DiskPrimitive._run): each op as if alone, the returned stores when claimed
+            values = [p.expand(*part) for p, part in zip(self.prims, parts)]
+            return tuple(values) + dispatch.posted_traced(values, self.post)
+        ops = [p.value_op(part) for p, part in zip(self.prims, parts)]
         return dispatch.to_values(ops, keep=args[i:], post=self.post)
 
     def plan(self, stores, config: Config | None = None) -> Plan:
@@ -1599,6 +1605,19 @@ def _unread(prim) -> tuple:
     return tuple(range(1, len(prim.in_avals)))
 
 
+def _pure(prim) -> bool:
+    """Whether an op's outputs follow from its operands alone, so that two
+    equal ones on the same operands are one value (see
+    :func:`prune_before_lowering`): elementwise ops and reductions, products,
+    views and reshapes; never a write, nor a kernel calling a user's function
+    (``jask.map``: its closure may change between the two)."""
+    if not isinstance(prim, (Blockwise, Dot, Transpose, Slice, Reshape)) or prim.mutates():
+        return False
+    ufunc = prim.params.get("ufunc")
+    return not (getattr(ufunc, "at_call", False)
+                or getattr(getattr(ufunc, "ufunc", None), "at_call", False))
+
+
 def _centred_moment(reduce, square, sub, mean):
     """``sum(square(x - mean(x)))`` (or its ``mean``) over all of ``x``,
     from the four ops' primitives, as one reduction of ``x`` whose partials
@@ -1630,7 +1649,8 @@ def _centred_moment(reduce, square, sub, mean):
     kinds = {np.dtype(a.dtype).kind for a in (x, mean.out_aval, sub.out_aval)
              + ((reduce.out_aval,) if reduce is not None else ())}
     count = REDUCERS[mean.params["reducer"]].mean_count
-    if (kinds != {"f"} or count != int(np.prod(x.shape)) or sub.in_avals[1].shape != ()
+    if (kinds != {"f"} or count != int(np.prod(x.shape)) or not count  # (no elements: as written)
+            or sub.in_avals[1].shape != ()
             or sub.params["axes"][1] != () or mean.params["dtypes"][0] not in (None, x.dtype)
             or np.dtype(sub.out_aval.dtype) != np.dtype(x.dtype)):
         return None
@@ -1749,7 +1769,7 @@ prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_
                       linear=_linear_operands, as_store=_row_store,
                       reading_store=_reading_row_store, broadcast=_broadcast_operand,
                       lift=_lifted, centred=_centred_moment, widen=_widened,
-                      unread=_unread,
+                      unread=_unread, pure=_pure,
                       refused=lambda name: (
                           f"jax.jit of {name} with a DiskArray operand is not supported: JAX "
                           "lowers it without jask's types ("

@@ -405,6 +405,10 @@ def values(items: list, keep=(), wide: bool = False) -> list:
     stats: dict = {}  # item -> the statistic whose moments it computes (eagerly)
     for i, (desc, args, config) in enumerate(items):
         inputs = _inputs(desc, args)
+        if not registry.in_callback() and config.lazy:
+            out[i] = moments.centred(desc, inputs, config.max_memory)
+            if out[i] is not None:  # sum(square(x - mean(x))), the moments kept of x
+                continue
         stat = _statistic(desc, inputs, config)
         if stat is not None:
             out[i] = moments.recall(stat)

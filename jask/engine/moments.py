@@ -8,8 +8,10 @@ standard deviation) of an array's own values takes its partials as
 Chan et al.'s moments and the sum a mean is made from, one pass), and they
 are kept here: the next mean, variance, standard deviation (any ``ddof``) or
 float sum of the same data over the same axes is finished from them without
-reading the data again. The value is the one its own reduction would give
-(a mean from the same float64 total, a variance from the same moments).
+reading the data again, and so is a sum or mean of ``square(x - m)`` with ``m``
+that mean as it was returned (:func:`centred`: the centred moment written
+out). The value is the one its own reduction would give (a mean from the
+same float64 total, a variance from the same moments).
 
 What "the same data" is:
 
@@ -47,12 +49,12 @@ from typing import Any
 import numpy as np
 
 from jask.base import forks
-from jask.engine.blockwise import stat_of, unchanged, with_moments
+from jask.engine.blockwise import REDUCERS, stat_of, unchanged, with_moments
 from jask.store import base_of, identity, registry, resolved, view_key
 from jask.store.spec import StoreSpec
 
-__all__ = ["KEPT", "KEPT_SHARE", "Statistic", "clear", "kept", "recall", "remember",
-           "statistic"]
+__all__ = ["KEPT", "KEPT_SHARE", "Statistic", "centred", "clear", "kept", "recall",
+           "remember", "statistic"]
 
 #: Most entries kept at once.
 KEPT = 16
@@ -124,6 +126,113 @@ def statistic(desc, inputs: list, budget: int) -> Statistic | None:
     return Statistic(("pending", id(source)) + layout, reducer, None, None, source, budget)
 
 
+def centred(desc, inputs: list, budget: int) -> np.ndarray | None:
+    """An eager sum or mean of ``square(x - m)`` over some axes (``desc``,
+    its pending operand in ``inputs``), ``m`` the mean of ``x`` over those
+    axes as it was returned, finished from the moments kept of ``x`` when
+    that mean was taken: ``M2 + n (mean - m) ** 2`` in float64, without
+    reading ``x`` again (``sum(square(x - mean(x)))`` otherwise reads it a
+    second time, for nothing the moments do not hold). None for anything
+    else, or when nothing is kept of ``x``."""
+    p = desc.params
+    reducer = p.get("reducer")
+    if (desc.kind != "map" or p.get("kernel") is not unchanged or len(inputs) != 1
+            or not (reducer == "sum" or str(reducer).startswith("mean(count="))):
+        return None
+    full = tuple(p["full_shape"])
+    if 0 in full:
+        return None  # (no elements: the op's own answer, from shapes)
+    deviation = _squared(inputs[0], full)
+    found = deviation is not None and _deviation(deviation, full)
+    if not found or p["dtypes"][0] not in (None, np.dtype(desc.dtype)):
+        return None
+    x, m, m_axes = found
+    dtype = np.dtype(x.dtype)
+    if (dtype.kind != "f" or np.dtype(deviation.dtype) != dtype
+            or np.dtype(desc.dtype) != dtype or tuple(p["axes"][0]) != tuple(range(len(full)))):
+        return None
+    kept_axes = {a for a in p["out_axes"] if a is not None}
+    reduced = tuple(d for d in range(len(full)) if d not in kept_axes)
+    # m in the partial's shape (the reduced axes of length 1): it may vary only along kept axes
+    where = [1] * len(full)
+    for n, a in zip(m.shape, m_axes):
+        if a is not None:  # (None: a length-1 axis of m's own)
+            where[a] = n
+    if any(where[a] != 1 for a in reduced) or any(
+            where[a] not in (1, full[a]) for a in range(len(full))):
+        return None
+    mean_desc = dataclasses.replace(desc, params=dict(p, reducer="sum"))
+    stat = statistic(mean_desc, [x], budget)
+    partial = None if stat is None else _kept_partial(stat)
+    if partial is None or (reducer != "sum" and REDUCERS[reducer].mean_count != int(
+            np.prod([full[a] for a in reduced]))):
+        return None
+    count, mean, m2, total = (np.asarray(a) for a in partial)
+    with np.errstate(all="ignore"):
+        returned = (total / np.float64(np.prod([full[a] for a in reduced]))).astype(dtype)
+        offset = np.broadcast_to(np.asarray(m).reshape(where), returned.shape)
+        if not np.array_equal(offset, returned, equal_nan=True):
+            return None  # another centre: jax.numpy's own arithmetic on it is the answer
+        value = m2 + count * np.square(mean - offset.astype(np.float64))
+        if reducer != "sum":
+            value = value / np.float64(REDUCERS[reducer].mean_count)
+    return value.astype(desc.dtype).reshape(desc.shape)
+
+
+def _squared(source, full: tuple):
+    """The pending ``d`` that ``source`` squares (``square(d)``, ``d * d``,
+    ``d ** 2``) over all of ``full``, or None."""
+    desc = getattr(source, "desc", None)
+    if (not isinstance(source, registry.Deferred) or getattr(source, "store", 1) is not None
+            or desc is None or desc.kind != "map" or desc.params.get("reducer") is not None
+            or tuple(desc.params["full_shape"]) != full or tuple(desc.shape) != full
+            or tuple(desc.params["out_axes"]) != tuple(range(len(full)))):
+        return None
+    ins, axes, kernel = getattr(source, "inputs"), desc.params["axes"], desc.params["kernel"]
+    whole = tuple(range(len(full)))
+    if any(d and tuple(a) != whole for d, a in zip(desc.on_disk, axes)):
+        return None
+    if kernel is np.square and desc.on_disk == (True,):
+        d = ins[0]
+    elif kernel is np.multiply and desc.on_disk == (True, True) and ins[0] is ins[1]:
+        d = ins[0]
+    elif (_named(kernel, "jask.core.kernels.power") and desc.on_disk == (True, False)
+          and np.ndim(ins[1]) == 0 and ins[1] == 2):
+        d = ins[0]
+    else:
+        return None
+    if any(c not in (None, np.dtype(desc.dtype)) for c in desc.params["dtypes"][:1]):
+        return None
+    return d if isinstance(d, registry.Deferred) and getattr(d, "store", 1) is None else None
+
+
+def _named(kernel, name: str) -> bool:
+    """Whether ``kernel`` is the function of that dotted name (the op table's
+    kernels live above this layer)."""
+    return f"{getattr(kernel, '__module__', '')}.{getattr(kernel, '__qualname__', '')}" == name
+
+
+def _deviation(d, full: tuple):
+    """(x, m, m's axes) for a pending ``d = x - m`` (or ``m - x``) over all of
+    ``full``, ``x`` stored or pending and ``m`` in memory, or None."""
+    desc = getattr(d, "desc", None)
+    if (desc is None or desc.kind != "map" or desc.params.get("kernel") is not np.subtract
+            or desc.params.get("reducer") is not None or tuple(desc.shape) != full
+            or tuple(desc.params["full_shape"]) != full
+            or tuple(desc.params["out_axes"]) != tuple(range(len(full)))
+            or sorted(desc.on_disk) != [False, True]):
+        return None
+    k = desc.on_disk.index(True)
+    x, m = d.inputs[k], d.inputs[1 - k]
+    axes, dtypes = desc.params["axes"], desc.params["dtypes"]
+    if (tuple(axes[k]) != tuple(range(len(full))) or tuple(x.shape) != full
+            or dtypes[k] not in (None, np.dtype(x.dtype)) or not isinstance(m, np.ndarray)
+            or np.dtype(dtypes[1 - k] or m.dtype) != np.dtype(x.dtype)
+            or np.dtype(m.dtype) != np.dtype(x.dtype)):
+        return None
+    return x, m, tuple(axes[1 - k])
+
+
 def _files(folder: str) -> tuple:
     """(relative name, inode, size, change time in ns) of every file under
     ``folder``, sorted: any chunk written, replaced or removed changes it."""
@@ -179,6 +288,12 @@ def widened(desc):
 
 def recall(stat: Statistic) -> np.ndarray | None:
     """The statistic finished from moments kept of its source, else None."""
+    partial = _kept_partial(stat)
+    return None if partial is None else np.asarray(stat_of(stat.reducer, partial))
+
+
+def _kept_partial(stat: Statistic) -> tuple | None:
+    """The (count, mean, M2, total) partial kept of ``stat``'s source, else None."""
     with _lock:
         entry = _kept.get(stat.key)
         if entry is None:
@@ -189,8 +304,7 @@ def recall(stat: Statistic) -> np.ndarray | None:
             del _kept[stat.key]
             return None
         _kept.move_to_end(stat.key)
-        partial = entry.partial
-    return np.asarray(stat_of(stat.reducer, partial))
+        return entry.partial
 
 
 def remember(stat: Statistic, partial: tuple) -> None:
