@@ -165,7 +165,7 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                 with interrupts.immediate():  # the client's wait has no stops of ours
                     if bar is not None:
                         return progress.run_distributed(bar, client, graph, keys)
-                    return list(client.get(graph, keys))
+                    return list(client.get(cluster.submitted(graph), keys))
             try:
                 with buffer_scope():  # tiles reused from task to task (jask.store.buffers)
                     return _run_local(scheduler, graph, keys, workers, at_once,
