@@ -26,8 +26,8 @@ two measures of that overhead taken alone: ``empty graph`` (a graph of the
 step's keys and dependencies, bands and fan-in tree, whose tasks do nothing,
 submitted and gathered: the per-graph and per-task cost of the cluster for
 this graph's shape) and ``collect`` (the one ``client.run`` per graph that
-brings back the workers' counters). The bound the issue sets: cluster <=
-1.3 x in-process + transfer.
+frees the workers' tile buffers and brings back their counters). The bound
+the issue sets: cluster <= 1.3 x in-process + transfer.
 """
 from __future__ import annotations
 
@@ -138,9 +138,8 @@ def _compare(args, X, y, x_bytes: int, budget: int) -> None:
     import jax.numpy as jnp
     from distributed import Client, LocalCluster, get_task_stream
 
-    from jask.base import counters
     from jask.engine import execute
-    from jask.engine.cluster import use_private_scratch
+    from jask.engine.cluster import after_graph, use_private_scratch
 
     graphs: list = []
     run_graph = execute.run
@@ -188,7 +187,7 @@ def _compare(args, X, y, x_bytes: int, budget: int) -> None:
                 client.get(twin, keys)
                 empty = time.perf_counter() - start
                 start = time.perf_counter()
-                counters.collect(client)
+                after_graph(client)
                 collect = time.perf_counter() - start
                 parts.append((compute / 2, transfer / 2, moved, empty, collect))
             med_l, med_c = statistics.median(local_s), statistics.median(cluster_s)
