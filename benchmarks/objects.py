@@ -11,17 +11,24 @@ process, interleaved (jask, dask, jask, dask, ...), times:
 * ``sum``: ``jask.sum(X)``; ``da.from_zarr(url).sum().compute()``;
 * ``lstsq grad``: ``jax.jit(jax.grad(lambda w: sum(square(X @ w - y))))(w)``
   with ``w`` in memory; dask computes ``2 X.T @ (X @ w - y)``;
+* ``logistic step``: ``jax.jit(jax.value_and_grad(loss))`` of logistic
+  regression's mean loss (``jask.logaddexp``), ``w`` and ``b`` in memory; dask
+  computes the loss and ``X.T @ (sigmoid(z) - y) / n`` in one ``dask.compute``;
 * ``save``: ``jask.save(X, url2)``; ``da.from_zarr(url).to_zarr(url2)``,
   each to a new URL.
 
 Both read the same URL: jask through its own object-storage layer
 (``jask.store.remote``, obstore), dask.array through zarr-python's
-``FsspecStore`` (s3fs), both configured by the standard environment
-variables only. Columns: seconds per pass (median), dask/jask (above 1:
-jask faster), requests per pass (from the server's own request log, so
-counted the same way for both), MiB on the wire per pass (proxy counts,
-HTTP headers included) and passes over X's bytes. Compiling (jask) and a
-first run of each (both) are untimed.
+``ObjectStore`` on obstore (``jask.zarr_store``: no fsspec filesystem is
+needed), both configured by the standard environment variables only. The
+data are written the same way, by plain zarr. Columns: seconds per pass
+(median), dask/jask (above 1: jask faster), requests per pass (from the
+server's own request log, so counted the same way for both), for jask the
+requests its own counters saw (``jask.track``) and the chunk objects the
+case reads (X's, and y's for a gradient: one GET each is the promise, plus
+one HEAD of each array's ``zarr.json``, the check that nobody replaced it),
+MiB on the wire per pass (proxy counts, HTTP headers included) and passes
+over X's bytes. Compiling (jask) and a first run of each (both) are untimed.
 """
 from __future__ import annotations
 
@@ -125,24 +132,36 @@ def _environment(port: int) -> dict:
 
 
 def write_data(bucket: str, rows: int, features: int, chunk_rows: int) -> tuple[str, str]:
-    """X and y at ``bucket`` (plain zarr, through s3fs), a block of rows at a time."""
+    """X and y (labels 0/1) at ``bucket``, by plain zarr, a block of rows at a time."""
     import zarr
+
+    from jask import zarr_store
 
     rng = np.random.default_rng(0)
     x_url, y_url = f"{bucket}/X.zarr", f"{bucket}/y.zarr"
-    X = zarr.create_array(store=x_url, shape=(rows, features), chunks=(chunk_rows, features),
-                          dtype="float32", compressors=None)
-    y = zarr.create_array(store=y_url, shape=(rows,), chunks=(chunk_rows,), dtype="float32",
-                          compressors=None)
+    X = zarr.create_array(store=zarr_store(x_url, read_only=False), shape=(rows, features),
+                          chunks=(chunk_rows, features), dtype="float32", compressors=None)
+    y = zarr.create_array(store=zarr_store(y_url, read_only=False), shape=(rows,),
+                          chunks=(chunk_rows,), dtype="float32", compressors=None)
     for start in range(0, rows, chunk_rows):
         stop = min(rows, start + chunk_rows)
-        X[start:stop] = rng.standard_normal((stop - start, features), dtype=np.float32)
-    y[:] = rng.standard_normal(rows, dtype=np.float32)
+        block = rng.standard_normal((stop - start, features), dtype=np.float32)
+        X[start:stop] = block
+        y[start:stop] = (block[:, 0] + rng.standard_normal(stop - start) > 0).astype(np.float32)
     return x_url, y_url
 
 
+def _logistic(params, X, y):
+    import jask
+
+    w, b = params
+    z = X @ w + b
+    return (jask.logaddexp(0.0, z) - y * z).mean()
+
+
 def cases(x_url: str, y_url: str, bucket: str):
-    """name -> (jask function, dask function), each returning a number to compare."""
+    """name -> (jask function, dask function, chunk objects read), each
+    function returning a number to compare."""
     import dask
     import dask.array as da
     import jax
@@ -151,27 +170,43 @@ def cases(x_url: str, y_url: str, bucket: str):
     import jask
 
     X, y = jask.open(x_url), jask.open(y_url)
-    dX, dy = da.from_zarr(x_url), da.from_zarr(y_url)
+    dX, dy = da.from_zarr(jask.zarr_store(x_url)), da.from_zarr(jask.zarr_store(y_url))
+    objects = {name: int(np.prod([-(-n // c) for n, c in zip(a.shape, a.chunksize)]))
+               for name, a in (("X", dX), ("y", dy))}
     w = jnp.full((X.shape[1],), 0.01, jnp.float32)
+    params = (w, jnp.float32(0.1))
     grad = jax.jit(jax.grad(lambda w: jask.sum(jask.square(X @ w - y))))
+    step = jax.jit(jax.value_and_grad(_logistic))
     names = itertools.count()
 
     def dask_grad():
         r = dX @ np.asarray(w) - dy
         return float(np.linalg.norm(dask.compute(2 * (dX.T @ r))[0]))
 
+    def jask_step():
+        value, (gw, gb) = step(params, X, y)
+        return float(np.linalg.norm(np.asarray(gw)))
+
+    def dask_step():
+        z = dX @ np.asarray(w) + 0.1
+        loss = (da.logaddexp(0.0, z) - dy * z).mean()
+        gw = dX.T @ (1 / (1 + da.exp(-z)) - dy) / dX.shape[0]
+        return float(np.linalg.norm(dask.compute(loss, gw)[1]))
+
     def jask_save():
         out = jask.save(X, f"{bucket}/jask-{next(names)}.zarr")
         return out.shape[0]
 
     def dask_save():
-        dX.to_zarr(f"{bucket}/dask-{next(names)}.zarr")
+        dX.to_zarr(jask.zarr_store(f"{bucket}/dask-{next(names)}.zarr", read_only=False))
         return dX.shape[0]
 
+    both = objects["X"] + objects["y"]
     return {
-        "sum": (lambda: float(jask.sum(X)), lambda: float(dX.sum().compute())),
-        "lstsq grad": (lambda: float(np.linalg.norm(grad(w))), dask_grad),
-        "save": (jask_save, dask_save),
+        "sum": (lambda: float(jask.sum(X)), lambda: float(dX.sum().compute()), objects["X"]),
+        "lstsq grad": (lambda: float(np.linalg.norm(grad(w))), dask_grad, both),
+        "logistic step": (jask_step, dask_step, both),
+        "save": (jask_save, dask_save, objects["X"]),
     }
 
 
@@ -219,33 +254,36 @@ def run(server: Server, proxy: Proxy, args) -> None:
     dask.config.set(scheduler="threads")
     runs = cases(x_url, y_url, bucket)
     results: dict = {}
-    for name, pair in runs.items():
+    for name, (jask_f, dask_f, objects) in runs.items():
+        pair = (jask_f, dask_f)
         values = [f() for f in pair]  # compile and warm up, untimed
         for _ in range(args.repeats):
             for who, f in zip(("jask", "dask"), pair):
                 requests, wire = server.requests(), proxy.total()
-                start = time.perf_counter()
-                f()
-                took = time.perf_counter() - start
+                with jask.track() as counted:
+                    start = time.perf_counter()
+                    f()
+                    took = time.perf_counter() - start
                 time.sleep(0.05)  # the server's log line of the last request
                 got = results.setdefault((name, who), [])
-                got.append((took, server.requests() - requests, proxy.total() - wire))
+                got.append((took, server.requests() - requests, proxy.total() - wire,
+                            counted.total.requests))
         close = bool(np.isclose(values[0], values[1], rtol=1e-3))
         results[(name, "check")] = "ok" if close else f"DIFFER {values}"
         print(f"  {name}: done", flush=True)
     rows = []
-    for name in runs:
+    for name, (_, _, objects) in runs.items():
         med = {who: statistics.median(r[0] for r in results[(name, who)])
                for who in ("jask", "dask")}
         for who in ("jask", "dask"):
-            took, req, wire = results[(name, who)][-1]
+            took, req, wire, counted = results[(name, who)][-1]
             rows.append([name, who, f"{med[who]:.2f}",
                          f"{med['dask'] / med['jask']:.2f}" if who == "jask" else "",
-                         str(req), f"{wire / 2**20:.1f}", f"{wire / x_bytes:.2f}",
+                         str(req), str(counted) if who == "jask" else "", str(objects),
+                         f"{wire / 2**20:.1f}", f"{wire / x_bytes:.2f}",
                          results[(name, "check")] if who == "jask" else ""])
-    print(text_table(["case", "who", "s/pass", "dask/jask", "requests", "MiB wire",
-                      "x X", "check"], rows))
-
+    print(text_table(["case", "who", "s/pass", "dask/jask", "requests", "jask.track",
+                      "chunk objects", "MiB wire", "x X", "check"], rows))
 
 if __name__ == "__main__":
     main()

@@ -286,7 +286,7 @@ def label(graph: dict) -> dict:
 
 # --- distributed workers --------------------------------------------------------------
 
-def _drain(client_pid: int):
+def drain(client_pid: int):
     """In a worker: hand over and clear what it counted (None when the
     worker is the client's own process, whose counters already have it)."""
     if os.getpid() == client_pid:
@@ -298,12 +298,9 @@ def _drain(client_pid: int):
     return io, graphs
 
 
-def collect(client) -> None:
-    """Add what the workers of a ``dask.distributed`` client counted."""
-    try:
-        results = client.run(_drain, os.getpid())
-    except Exception:  # noqa: BLE001 - counters must never fail an op
-        return
+def merge_drained(results) -> None:
+    """Add what the workers handed over (:func:`drain`'s results, one per
+    worker, as ``client.run`` returns them) to this process's counts."""
     with _lock:
         for found in results.values():
             if found:

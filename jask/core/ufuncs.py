@@ -96,8 +96,22 @@ class Ufunc:
     def nin(self) -> int:
         return len(self.vjps) if self.vjps is not None else 1
 
+    def __reduce_ex__(self, protocol):
+        # A row of the table is pickled by name: its rules are lambdas, which
+        # cloudpickle copies by value, scanning every loaded module for each
+        # (10-20 ms a band task of a logistic step, on every task a cluster
+        # is sent); a user's function (jask.map) is pickled as it is.
+        if TABLE.get(self.name) is self:
+            return _table_row, (self.name,)
+        return object.__reduce_ex__(self, protocol)
+
 
 TABLE: dict[str, Ufunc] = {}
+
+
+def _table_row(name: str) -> Ufunc:
+    """The row ``name`` of :data:`TABLE` (how a pickled row is found again)."""
+    return TABLE[name]
 
 
 def _row(name, numpy, jnp_fn, *vjps, public=True, doc="", example=None, second=None):

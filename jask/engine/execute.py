@@ -162,10 +162,11 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
     try:
         with interrupts.deferred(), _blas.limit(limits=1, user_api="blas"):
             if client is not None:
+                sent = cluster.reusing_buffers(graph)
                 with interrupts.immediate():  # the client's wait has no stops of ours
                     if bar is not None:
-                        return progress.run_distributed(bar, client, graph, keys)
-                    return list(client.get(graph, keys))
+                        return progress.run_distributed(bar, client, sent, keys)
+                    return list(client.get(cluster.submitted(sent), keys))
             try:
                 with buffer_scope():  # tiles reused from task to task (jask.store.buffers)
                     return _run_local(scheduler, graph, keys, workers, at_once,
@@ -174,7 +175,7 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
                 _trim_heap()
     finally:
         if client is not None:
-            counters.collect(client)  # what worker processes counted (jask.stats)
+            cluster.after_graph(client)  # workers' buffers freed, their counts here
         if bar is not None:
             progress.close(bar)
 

@@ -27,6 +27,7 @@ import tqdm.std
 from dask.utils import key_split
 
 from jask.base import counters, forks
+from jask.engine.cluster import submitted
 
 __all__ = ["show_progress", "progress_bars", "progress_enabled"]
 
@@ -234,7 +235,7 @@ def run_distributed(progress_bar, client, graph: dict, keys: list) -> list:
     where = f"every task: {client.dashboard_link}" if running else "no dashboard to show every task"
     progress_bar.set_description(f"{progress_bar.desc} (output tiles; {where})", refresh=False)
     progress_bar.reset(total=len(keys))
-    futures = client.get(graph, keys, sync=False)
+    futures = client.get(submitted(graph), keys, sync=False)
     for _ in as_completed(futures):
         progress_bar.update(1)
     return list(client.gather(futures))
