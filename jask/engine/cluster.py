@@ -38,11 +38,11 @@ def submitted(graph: dict):
       >>> type(submitted({("x", 0): 1})).__name__
       'LLGExpr'
     """
-    try:
+    try:  # dask's private expression type: any change to it falls back to the dict
         from dask._expr import LLGExpr
-    except ImportError:
+        return LLGExpr(graph, _determ_token=uuid.uuid4().hex)
+    except (ImportError, TypeError):
         return graph
-    return LLGExpr(graph, _determ_token=uuid.uuid4().hex)
 
 
 # --- a graph's run on the workers ------------------------------------------------------
