@@ -231,6 +231,7 @@ class _Rule:
             div = (num - 1) if endpoint else num
             i = np.arange(region[0].start, region[0].stop, dtype=np.float64)
             values = i * ((stop - start) / div) + start if div > 0 else i * 0.0 + start
+            values = np.asarray(values)  # complex when start or stop is
             if endpoint and num > 1:
                 values[i == num - 1] = stop
             return values.astype(self.dtype)
@@ -253,9 +254,9 @@ def _rule_row(rule: _Rule) -> Ufunc:
 
 def _dtype(op: str, dtype) -> np.dtype:
     dtype = np.dtype(dtype)
-    if dtype.kind not in "biuf":
+    if dtype.kind not in "biufc":
         raise TypeError(f"jask.{op}: dtype {dtype.name} is not supported (DiskArrays hold "
-                        "bool, integer and real floating types)")
+                        "bool, integer, real and complex floating types)")
     return dtype
 
 
@@ -327,7 +328,8 @@ def linspace(start, stop, num: int, dtype, *, endpoint: bool = True,
     dtype = _dtype("linspace", dtype)
     if int(num) < 0:
         raise ValueError(f"jask.linspace: num must be non-negative, got {num}")
-    return _write(_Rule("linspace", (float(start), float(stop), int(num), bool(endpoint)),
+    number = complex if dtype.kind == "c" else float  # (numpy's formula holds for both)
+    return _write(_Rule("linspace", (number(start), number(stop), int(num), bool(endpoint)),
                         dtype.name), (int(num),), dtype, config)
 
 
