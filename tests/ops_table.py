@@ -523,7 +523,8 @@ def _int_binary(name, a=None, b=None, numpy=None):
 
 ELEMENTWISE_CASES = [
     *[_unary(n) for n in ("sin", "cos", "sinh", "cosh", "arcsinh", "expm1", "positive",
-                          "conj", "real", "imag", "floor", "ceil", "trunc", "round")],
+                          "conj", "real", "imag", "angle", "floor", "ceil", "trunc",
+                          "round")],
     _unary("sign"),
     *[_unary(n, domain="unit") for n in ("tan", "arcsin", "arccos", "arctanh")],
     _unary("arccosh", domain="above-one"),

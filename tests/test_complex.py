@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numcodecs
 import numpy as np
 import pytest
-from helpers import to_numpy, user_store
 from zarr.codecs import BloscCodec, ZstdCodec
 
 import jask
 import jask.array_api as xp
+from helpers import to_numpy, user_store
 
 
 def _complex(rng, shape, dtype):
