@@ -172,3 +172,14 @@ def test_methods_and_namespace_inspection(small_budget, rng):
     assert not xp.isdtype(xp.complex128, "real floating")
     info = xp.__array_namespace_info__()
     assert set(info.dtypes(kind="complex floating")) == {"complex64", "complex128"}
+
+
+def test_special_values_follow_the_standard(small_budget):
+    """C99's special cases, the standard's, where jax.numpy's differ: numpy's
+    kernels give them, and expm1 keeps an imaginary zero on the real axis."""
+    z = jask.from_numpy(np.array([complex(np.nan, np.inf), complex(np.inf, 0.0),
+                                  complex(-1.0, -0.0)], np.complex64))
+    with np.errstate(all="ignore"):
+        assert jask.abs(z).to_numpy()[0] == np.inf  # jax.numpy: nan
+        assert complex(jask.expm1(z).to_numpy()[1]) == complex(np.inf, 0.0)  # numpy: inf+nanj
+        assert complex(jask.sqrt(z).to_numpy()[2]) == -1j  # jax.numpy: 1j
