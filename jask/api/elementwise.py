@@ -313,4 +313,10 @@ def astype(x, dtype, *, config: Config | None = None):
       >>> jask.astype(jask.from_numpy(np.array([1.5, 2.5])), np.float32).to_numpy()
       array([1.5, 2.5], dtype=float32)
     """
+    kind = disk_type(x)
+    if kind is not None and np.dtype(kind.dtype).kind == "c" and np.dtype(dtype).kind != "c":
+        raise TypeError(f"jask.astype: a complex array ({np.dtype(kind.dtype).name}) is not "
+                        f"cast to {np.dtype(dtype).name}: the standard refuses complex to real "
+                        "casts (jax.numpy deprecates them). Take jask.real, jask.imag or "
+                        "jask.abs first.")
     return apply(ufuncs.astype(np.dtype(dtype)), x, config=config)
