@@ -231,7 +231,6 @@ class _Rule:
             div = (num - 1) if endpoint else num
             i = np.arange(region[0].start, region[0].stop, dtype=np.float64)
             values = i * ((stop - start) / div) + start if div > 0 else i * 0.0 + start
-            values = np.asarray(values)  # complex when start or stop is
             if endpoint and num > 1:
                 values[i == num - 1] = stop
             return values.astype(self.dtype)
