@@ -32,7 +32,7 @@ K, P, Q = 7, 41, 23  # a 3-D shape: 7 to 14 tiles at 64 KB
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # "disk", "mem", "scalar", "bool" or "int"
+    kind: str  # "disk", "mem", "scalar", "bool", "int", or complex "cdisk", "cmem", "cscalar"
     shape: tuple = ()
     value: float = 0.0
     low: int = -50  # an "int" operand's values: low <= v < high
@@ -523,7 +523,8 @@ def _int_binary(name, a=None, b=None, numpy=None):
 
 ELEMENTWISE_CASES = [
     *[_unary(n) for n in ("sin", "cos", "sinh", "cosh", "arcsinh", "expm1", "positive",
-                          "conj", "real", "imag", "floor", "ceil", "trunc", "round")],
+                          "conj", "real", "imag", "angle", "floor", "ceil", "trunc",
+                          "round")],
     _unary("sign"),
     *[_unary(n, domain="unit") for n in ("tan", "arcsin", "arccos", "arctanh")],
     _unary("arccosh", domain="above-one"),
@@ -666,12 +667,122 @@ BY_ID = {case.id: case for case in OPS}
 assert len(BY_ID) == len(OPS), "case ids must be unique"
 
 
+# --- complex operands (complex64 beside float32 cases, complex128 beside float64) -------
+# Values only: derivatives through complex values are refused (tests/test_complex.py).
+# Rows run grouped by family (tests/test_table.py::test_complex_values_match_jax), one
+# test per family, dtype and sample (each op's first row, or the others), not per row.
+
+def cdisk(*shape):
+    """A complex DiskArray (complex64 with float32 cases, complex128 with float64)."""
+    return Spec("cdisk", shape)
+
+
+def cmem(*shape):
+    """A complex in-memory jax.Array."""
+    return Spec("cmem", shape)
+
+
+def cscalar(value):
+    """A complex numpy scalar of the case's complex type."""
+    return Spec("cscalar", (), value)
+
+
+CN, CM = 37, 29  # complex64 37 x 29: 8.4 KB, several tiles at 64 KB once operands add up
+
+#: the rows the Array API standard defines for complex operands, each on a complex DiskArray
+COMPLEX_UNARY = ("negative", "positive", "square", "exp", "expm1", "log", "log1p", "log2",
+                 "log10", "sqrt", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh",
+                 "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "reciprocal", "conj", "real",
+                 "imag", "abs", "angle", "sign", "round", "isfinite", "isinf", "isnan",
+                 "logical_not")
+
+
+def _complex_binary(name, layouts):
+    return [Case(f"complex:{name}[{label}]", getattr(jask, name), getattr(np, name),
+                 getattr(jnp, name), args, grad=()) for label, args in layouts.items()]
+
+
+_C_LAYOUTS = {
+    "cdisk-cdisk": (cdisk(CN, CM), cdisk(CN, CM)),
+    "cdisk-real-row": (cdisk(CN, CM), mem(CM)),        # complex with real: complex
+    "real-disk-cscalar": (disk(CN, CM), cscalar(0.5)),
+    "cmem-cdisk": (cmem(1, CM), cdisk(CN, CM)),
+}
+
+COMPLEX_OPS = [
+    *[Case(f"complex:{n}", getattr(jask, n), getattr(np, n), getattr(jnp, n),
+           (cdisk(CN, CM),), grad=()) for n in COMPLEX_UNARY],
+    *[c for n in ("add", "subtract", "multiply", "divide", "equal", "not_equal")
+      for c in _complex_binary(n, _C_LAYOUTS)],
+    *_complex_binary("power", {"cdisk-cdisk": (cdisk(CN, CM), cdisk(CN, CM)),
+                               "cdisk-cscalar": (cdisk(CN, CM), cscalar(2.0))}),
+    Case("complex:where", jask.where, np.where, jnp.where,
+         (mask(CN, CM), cdisk(CN, CM), mem(CM)), grad=()),
+    Case("complex:astype", lambda z: jask.astype(z, np.complex64),
+         lambda z: z.astype(np.complex64), lambda z: z.astype(jnp.complex64),
+         (cdisk(CN, CM),), grad=()),
+    Case("complex:operators", lambda a, b: (a + 1.5) * b - 2.0 / (a * 1j + 3.0) + abs(b) ** 2,
+         lambda a, b: (a + 1.5) * b - 2.0 / (a * 1j + 3.0) + abs(b) ** 2,
+         lambda a, b: (a + 1.5) * b - 2.0 / (a * 1j + 3.0) + abs(b) ** 2,
+         (cdisk(CN, CM), cdisk(CN, CM)), grad=()),
+    Case("complex:methods", lambda z: jask.stack([z.real, z.imag, z.conj().imag,
+                                                  z.conjugate().real]),
+         lambda z: np.stack([z.real, z.imag, z.conj().imag, z.conjugate().real]),
+         lambda z: jnp.stack([z.real, z.imag, z.conj().imag, z.conjugate().real]),
+         (cdisk(CN, CM),), grad=()),
+    *[replace(c, id="complex:" + c.id, args=(cdisk(N, M),), grad=())
+      for name in ("sum", "mean", "var", "std") for c in _reductions(name)],
+    *[replace(c, id="complex:" + c.id, args=(cdisk(K, P, Q),), grad=())
+      for c in _reductions("var", shape=(K, P, Q), axes=AXES_3D)],
+    *[Case(f"complex:prod[axis={axis}]", lambda x, a=axis: jask.prod(x / 1.5 + 0.5, axis=a),
+           lambda x, a=axis: np.prod(x / 1.5 + 0.5, axis=a),
+           lambda x, a=axis: jnp.prod(x / 1.5 + 0.5, axis=a), (cdisk(CN, CM),), grad=())
+      for axis in (0, 1)],
+    Case("complex:dot[cdisk-cdisk]", jask.dot, np.matmul, jnp.matmul,
+         (cdisk(N, 13), cdisk(13, 7)), grad=()),
+    Case("complex:matmul[cdisk-real-disk]", lambda a, b: a @ b, np.matmul, jnp.matmul,
+         (cdisk(N, M), disk(M, 5)), grad=()),
+    Case("complex:vecdot[cdisk-cdisk]", jask.vecdot,
+         lambda a, b: np.sum(np.conj(a) * b, axis=-1), jnp.vecdot,
+         (cdisk(N, M), cdisk(N, M)), grad=()),
+    Case("complex:vecdot[cmem-cdisk,axis=0]", lambda a, b: jask.vecdot(a, b, axis=0),
+         lambda a, b: np.sum(np.conj(a) * b, axis=0), lambda a, b: jnp.vecdot(a, b, axis=0),
+         (cmem(N, 1), cdisk(N, M)), grad=()),
+    Case("complex:cumsum[axis=0]", lambda x: jask.cumsum(x, axis=0),
+         lambda x: np.cumsum(x, axis=0), lambda x: jnp.cumsum(x, axis=0),
+         (cdisk(CN, CM),), grad=()),
+    Case("complex:transpose", lambda a: jask.transpose(a), np.transpose, jnp.transpose,
+         (cdisk(N, M),), exact=True, grad=()),
+]
+assert len({c.id for c in COMPLEX_OPS}) == len(COMPLEX_OPS), "case ids must be unique"
+
+
+def complex_family(case: Case) -> str:
+    """The group a complex row is tested in: elementwise, reduction or product."""
+    name = op_name(case)[len("complex:"):]
+    if name in ("sum", "mean", "var", "std", "prod", "cumsum"):
+        return "reduction"
+    if name in ("dot", "matmul", "vecdot", "transpose"):
+        return "product"
+    return "elementwise"
+
+
+def complex_of(dtype) -> np.dtype:
+    """complex64 beside float32, complex128 beside float64."""
+    return np.dtype(np.complex64 if np.dtype(dtype) == np.float32 else np.complex128)
+
+
 def make_inputs(case: Case, dtype, rng):
     """numpy values for a case's operands."""
     values = []
     for spec in case.args:
         if spec.kind == "scalar":
             values.append(dtype(spec.value))
+        elif spec.kind == "cscalar":
+            values.append(complex_of(dtype).type(complex(spec.value, -0.75)))
+        elif spec.kind in ("cdisk", "cmem"):
+            values.append((rng.standard_normal(spec.shape)
+                           + 1j * rng.standard_normal(spec.shape)).astype(complex_of(dtype)))
         elif spec.kind == "bool":
             values.append(rng.standard_normal(spec.shape) > 0)
         elif spec.kind == "int":
@@ -691,5 +802,6 @@ def make_inputs(case: Case, dtype, rng):
 
 def as_jask(case: Case, values):
     """The operands as jask expects them: DiskArrays and in-memory JAX values."""
-    return [jask.from_numpy(v) if spec.kind in ("disk", "bool", "int") else jnp.asarray(v)
+    on_disk = ("disk", "bool", "int", "cdisk")
+    return [jask.from_numpy(v) if spec.kind in on_disk else jnp.asarray(v)
             for spec, v in zip(case.args, values)]

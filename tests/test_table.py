@@ -6,7 +6,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from ops_table import OPS, as_jask, first_of_each_op, make_inputs
+from ops_table import (
+    COMPLEX_OPS,
+    OPS,
+    as_jask,
+    complex_family,
+    first_of_each_op,
+    make_inputs,
+)
 
 import jask
 from helpers import stores_on_disk, to_numpy, tolerance
@@ -30,6 +37,48 @@ def test_values_match_numpy(case, small_budget, dtype, rng):
         np.testing.assert_array_equal(to_numpy(got), want)
     else:
         np.testing.assert_allclose(to_numpy(got), want, **tolerance(dtype))
+
+
+def _complex_params():
+    """Per family: each op's first row with complex64 in CI; its other rows,
+    and complex128, in the slow set (but for the products, cheap in both)."""
+    params = []
+    for family in ("elementwise", "reduction", "product"):
+        cheap = () if family == "product" else pytest.mark.slow
+        params += [pytest.param(family, np.float32, "first", id=f"{family}-complex64-first"),
+                   pytest.param(family, np.float64, "first", marks=cheap,
+                                id=f"{family}-complex128-first")]
+        params += [pytest.param(family, dtype, "rest", marks=pytest.mark.slow,
+                                id=f"{family}-{np.dtype(dtype).name}-rest")
+                   for dtype in (np.float32, np.float64)]
+    return params
+
+
+@pytest.mark.parametrize("family, dtype, sample", _complex_params(), indirect=["dtype"])
+def test_complex_values_match_jax(family, dtype, sample, small_budget, rng):
+    """The complex rows (complex64 beside float32, complex128 beside float64):
+    dtypes as jax.numpy's, values as numpy's and jax.numpy's within the
+    tolerance of the real rows. One test per family and sample (each test's
+    scratch check costs about a second), naming the row that fails."""
+    first = {p.values[0].id for p in first_of_each_op(COMPLEX_OPS) if not p.marks}
+    cases = [c for c in COMPLEX_OPS if complex_family(c) == family
+             and (c.id in first) == (sample == "first")]
+    assert cases
+    for case in cases:
+        values = make_inputs(case, dtype, rng)
+        got = case.jask(*as_jask(case, values))
+        reference = case.jnp(*[jnp.asarray(v) for v in values])
+        assert np.dtype(got.dtype) == np.dtype(reference.dtype), case.id
+        assert tuple(got.shape) == tuple(reference.shape), case.id
+        values_got = to_numpy(got)
+        if case.exact:
+            np.testing.assert_array_equal(values_got, case.numpy(*values), err_msg=case.id)
+            continue
+        with np.errstate(all="ignore"):
+            want = case.numpy(*values)
+        np.testing.assert_allclose(values_got, want, **tolerance(dtype), err_msg=case.id)
+        np.testing.assert_allclose(values_got, np.asarray(reference), **tolerance(dtype),
+                                   err_msg=case.id + " (jax.numpy)")
 
 
 GRAD_CASES = [c for c in OPS if c.argnums and "rule" not in c.tags]

@@ -253,9 +253,9 @@ def _rule_row(rule: _Rule) -> Ufunc:
 
 def _dtype(op: str, dtype) -> np.dtype:
     dtype = np.dtype(dtype)
-    if dtype.kind not in "biuf":
+    if dtype.kind not in "biufc":
         raise TypeError(f"jask.{op}: dtype {dtype.name} is not supported (DiskArrays hold "
-                        "bool, integer and real floating types)")
+                        "bool, integer, real and complex floating types)")
     return dtype
 
 
@@ -327,7 +327,8 @@ def linspace(start, stop, num: int, dtype, *, endpoint: bool = True,
     dtype = _dtype("linspace", dtype)
     if int(num) < 0:
         raise ValueError(f"jask.linspace: num must be non-negative, got {num}")
-    return _write(_Rule("linspace", (float(start), float(stop), int(num), bool(endpoint)),
+    number = complex if dtype.kind == "c" else float  # (numpy's formula holds for both)
+    return _write(_Rule("linspace", (number(start), number(stop), int(num), bool(endpoint)),
                         dtype.name), (int(num),), dtype, config)
 
 

@@ -84,15 +84,18 @@ def _dtype_names(signature) -> str:
     return " and ".join(getattr(dtype, "__name__", str(dtype)) for _, dtype, _ in signature)
 
 
-def _refuse_complex(ufunc: ufuncs.Ufunc, signature: tuple, out_dtype) -> None:
-    """jask's VJP rules and kernels are written for real numbers (no
-    conjugates): a complex operand or result is refused before anything runs."""
-    dtypes = [np.dtype(d) for _, d, _ in signature] + [np.dtype(out_dtype)]
-    if any(d.kind == "c" for d in dtypes):
-        raise TypeError(f"jask.{ufunc.name}: complex numbers are not supported (operands "
-                        f"{_dtype_names(signature)}, result {np.dtype(out_dtype).name}): "
-                        "jask's ops compute on bool, integer and real floating arrays. "
-                        "Store the real and imaginary parts as two real arrays.")
+def _refuse_complex(ufunc: ufuncs.Ufunc, signature: tuple) -> None:
+    """A complex operand of a row the standard defines for real numbers only
+    (``ufuncs.REAL_ONLY``: an ordering, a rounding, ...) is refused before
+    anything runs, as the standard and array-api-strict refuse it."""
+    if ufunc.name not in ufuncs.REAL_ONLY:
+        return
+    complex_ = [getattr(d, "__name__", str(d)) for _, d, _ in signature
+                if d is complex or (d not in (int, float) and np.dtype(d).kind == "c")]
+    if complex_:
+        raise TypeError(f"jask.{ufunc.name}: complex operands ({', '.join(complex_)}) are "
+                        f"refused: the Array API standard defines {ufunc.name} for real-valued "
+                        "data types only. Take jask.real, jask.imag or jask.abs first.")
 
 
 def _shape_names(args) -> str:
@@ -136,8 +139,8 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
     values = [x if k is not None else (x if _is_python_scalar(x) else jnp.asarray(x))
               for x, k in zip(args, kinds)]
     signature = tuple(_signature(x, k) for x, k in zip(values, kinds))
+    _refuse_complex(ufunc, signature)
     shape, out_dtype, compute = _result(ufunc, signature, bool(jax.config.read("jax_enable_x64")))
-    _refuse_complex(ufunc, signature, out_dtype)
     operands: list = []
     avals: list = []
     dtypes: list = []
@@ -260,6 +263,7 @@ positive = FUNCTIONS["positive"]
 conj = FUNCTIONS["conj"]
 real = FUNCTIONS["real"]
 imag = FUNCTIONS["imag"]
+angle = FUNCTIONS["angle"]
 floor = FUNCTIONS["floor"]
 ceil = FUNCTIONS["ceil"]
 trunc = FUNCTIONS["trunc"]
@@ -309,4 +313,10 @@ def astype(x, dtype, *, config: Config | None = None):
       >>> jask.astype(jask.from_numpy(np.array([1.5, 2.5])), np.float32).to_numpy()
       array([1.5, 2.5], dtype=float32)
     """
+    kind = disk_type(x)
+    if kind is not None and np.dtype(kind.dtype).kind == "c" and np.dtype(dtype).kind != "c":
+        raise TypeError(f"jask.astype: a complex array ({np.dtype(kind.dtype).name}) is not "
+                        f"cast to {np.dtype(dtype).name}: the standard refuses complex to real "
+                        "casts (jax.numpy deprecates them). Take jask.real, jask.imag or "
+                        "jask.abs first.")
     return apply(ufuncs.astype(np.dtype(dtype)), x, config=config)

@@ -259,7 +259,8 @@ def tensordot(a, b, axes=2, *, config: Config | None = None):
 
 def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
     """Dot products of vectors along ``axis`` of ``x1`` and ``x2`` (broadcast
-    against each other), as ``jax.numpy.vecdot`` for real arrays.
+    against each other), as ``jax.numpy.vecdot``: complex ``x1`` is
+    conjugated, ``sum(conj(x1) * x2)``.
 
     One pass: ``x1 * x2`` summed over ``axis`` tile by tile (no product is
     written), with :func:`jask.sum`'s rule for where the result lives (in
@@ -300,7 +301,8 @@ def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
         operands.append(x)
     out_axes = tuple(d for d in range(len(shape)) if d != ax)
     out_shape = tuple(shape[d] for d in out_axes)
-    return primitives.reduce("vecdot", ufuncs.MUL, operands,
+    terms = ufuncs.CONJ_MUL if dtype.kind == "c" else ufuncs.MUL  # x1 conjugated, as jnp
+    return primitives.reduce("vecdot", terms, operands,
                              [broadcast_axes(s, shape) for s in (s1, s2)], [dtype, dtype],
                              shape, out_axes, dtype, reducer="sum",
                              to_memory=memory.fits_in_memory(out_shape, dtype, config),

@@ -57,6 +57,9 @@ METHODS: dict[str, Callable] = {
 }
 METHODS.update({"prod": reductions.prod, "all": truth.all, "any": truth.any,
                 "cumprod": scans.cumprod, "sort": sorting.sort, "argsort": sorting.argsort})
+METHODS.update({"conj": elementwise.conj, "conjugate": elementwise.conj})
+#: Properties, as on jax.Array and numpy's arrays: ``x.real`` is ``jask.real(x)``.
+PROPERTIES: dict[str, Callable] = {"real": elementwise.real, "imag": elementwise.imag}
 
 
 def _binary(f: Callable, reflected: bool = False) -> Callable:
@@ -222,6 +225,9 @@ def install() -> None:
     for name, f in methods.items():
         setattr(DiskArrayType, name, aval_method(f))
         setattr(DiskArray, name, f)
+    for name, f in PROPERTIES.items():
+        setattr(DiskArrayType, name, aval_property(f))
+        setattr(DiskArray, name, property(f))
     setattr(DiskArrayType, "T", aval_property(transpose_all))
     setattr(DiskArrayType, "at", aval_property(indexing.At))
     setattr(DiskArray, "at", property(indexing.At))

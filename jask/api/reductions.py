@@ -181,6 +181,23 @@ def mean(x, axis=None, keepdims: bool = False, *, config: Config | None = None):
     return _mean(x, axis, keepdims, dtype, accumulation_dtype(dtype), config)
 
 
+def _real_only(op: str, x) -> None:
+    """Refuse a complex DiskArray where the Array API standard takes real
+    values only (it does not order complex numbers: max, argmax, ...), or
+    where jask's one-pass partials are real (NaN-skipping moments, logsumexp)."""
+    dtype = np.dtype(_disk(x).dtype)
+    if dtype.kind == "c":
+        raise TypeError(f"jask.{op}: a complex array ({dtype.name}) is refused: {op} is "
+                        "defined for real-valued data types only. Take jask.real, jask.imag "
+                        "or jask.abs first.")
+
+
+def _moments_dtype(dtype) -> np.dtype:
+    """What a variance's tiles are read in: float64, complex128 for complex
+    (deviations are complex, their moduli squared real)."""
+    return np.dtype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64)
+
+
 def _mean(x, axis, keepdims, dtype, compute, config):
     """The mean of a DiskArray, summed from ``compute`` tiles into float64
     partials and divided once, stored as ``dtype``."""
@@ -202,6 +219,7 @@ def max(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
     """
     if disk_type(x) is None:
         return jnp.max(x, axis=axis, keepdims=keepdims)
+    _real_only("max", x)
     return _reduce("max", ufuncs.IDENTITY, x, [], axis, keepdims, "max",
                    _result_dtype(jnp.max, x), config)
 
@@ -217,6 +235,7 @@ def min(x, axis=None, keepdims: bool = False, *, config: Config | None = None): 
     """
     if disk_type(x) is None:
         return jnp.min(x, axis=axis, keepdims=keepdims)
+    _real_only("min", x)
     return _reduce("min", ufuncs.IDENTITY, x, [], axis, keepdims, "min",
                    _result_dtype(jnp.min, x), config)
 
@@ -245,13 +264,10 @@ def var(x, axis=None, keepdims: bool = False, *, ddof: float = 0,
     if disk_type(x) is None:
         return jnp.var(x, axis=axis, keepdims=keepdims, correction=ddof)
     aval = _disk(x)
-    if np.dtype(aval.dtype).kind == "c":
-        raise TypeError(f"jask.var: complex arrays are not supported (dtype {aval.dtype}); "
-                        "take the variance of the real and imaginary parts")
     reduced, _, _ = _layout("var", x, axis, keepdims)
     dtype = _result_dtype(jnp.var, x)
     result = _reduce("var", ufuncs.IDENTITY, x, [], axis, keepdims, variance(ddof), dtype,
-                     config, np.dtype(np.float64))
+                     config, _moments_dtype(aval.dtype))
     if 0 in (aval.shape[d] for d in reduced) and disk_type(result) is None:
         result = jnp.full_like(result, np.nan)  # no tile was reduced at all
     return result
@@ -262,6 +278,7 @@ def skipping_nan(op: str, x, axis, keepdims: bool, config: Config | None, ddof: 
     the reducer leaves NaNs out and carries each kept position's count in its
     partials, in float64 (a float16 count is inexact beyond 2048). The result
     has jax.numpy's dtype; see :func:`sum` for where it lives."""
+    _real_only(op, x)
     reduced, _, _ = _layout(op, x, axis, keepdims)
     reference = jnp.nanmean if op == "nanmean" else jnp.nanvar
     reducer = "nanmean" if op == "nanmean" else nan_variance(ddof)
@@ -317,6 +334,7 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, config: Config | None = N
     aval = disk_type(x)
     if aval is None:
         return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims)
+    _real_only("logsumexp", x)
     if 0 in aval.shape:  # no elements, no max to subtract: log(0) = -inf
         return elementwise.log(sum(elementwise.exp(x, config=config), axis=axis,
                                    keepdims=keepdims, config=config), config=config)
@@ -372,6 +390,7 @@ def argmin(x, axis=None, keepdims: bool = False, *, config: Config | None = None
 
 def _arg(op, x, axis, keepdims, config):
     """argmax or argmin (``op``, also the reducer) of a DiskArray."""
+    _real_only(op, x)
     aval = _disk(x)
     if axis is not None and not isinstance(axis, (int, np.integer)):
         raise TypeError(f"jask.{op}: axis must be None or an int, as in jax.numpy, "

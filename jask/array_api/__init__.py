@@ -27,7 +27,9 @@ called: a function whose jask counterpart does not exist yet raises a
 (``unique_*``, boolean masks on disk, iteration, ``x[key] = v``) runs on
 concrete arrays outside ``jax.jit``, and is refused inside it with what to do
 instead. ``linalg`` is the standard's extension (:mod:`jask.array_api.linalg`).
-Complex data types are not offered.
+complex64 and complex128 are offered, with the standard's promotion (a real
+floating type and a complex one mix); derivatives through complex values are
+refused, naming the op.
 
 Example:
   >>> import numpy as np, jask, jask.array_api as xp
@@ -66,6 +68,9 @@ from jask.array_api._dtypes import (
     bool,
     can_cast,
     check_dtype,
+    complex64,
+    complex128,
+    default_complex,
     default_float,
     default_int,
     finfo,
@@ -155,8 +160,9 @@ __all__ = [
     "__array_namespace_info__", "Array", "InMemoryArray", "DISK", "Device", "e", "inf", "nan",
      "pi", "newaxis",
      "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "float32", "float64", "can_cast", "finfo", "iinfo", "isdtype", "result_type",
-     "check_dtype", "default_float", "default_int", "jask_function", "ELEMENTWISE",
+     "float16", "float32", "float64", "complex64", "complex128", "can_cast", "finfo", "iinfo",
+     "isdtype", "result_type", "check_dtype", "default_float", "default_int", "default_complex",
+     "jask_function", "ELEMENTWISE",
      "arange", "asarray", "empty", "empty_like", "eye", "from_dlpack", "full", "full_like",
      "linspace", "meshgrid", "ones", "ones_like", "tril", "triu", "zeros", "zeros_like",
      "all", "any", "argmax", "argmin", "argsort", "astype", "broadcast_arrays",

@@ -15,7 +15,7 @@ import numpy as np
 from jask.api import creation, disk_type
 from jask.api.elementwise import astype as _astype
 from jask.api.elementwise import where
-from jask.array_api._dtypes import DISK, check_dtype, default_float, default_int
+from jask.array_api._dtypes import DISK, check_dtype, default_complex, default_float, default_int
 from jask.array_api._memory import InMemoryArray, own, unwrap, wrap_module
 
 __all__ = ["asarray", "zeros", "ones", "empty", "full", "zeros_like", "ones_like",
@@ -44,7 +44,9 @@ def _scalar_dtype(op: str, value) -> np.dtype:
         return default_int()
     if kind == "f":
         return default_float()
-    return check_dtype(op, np.asarray(value).dtype)  # refuses complex clearly
+    if kind == "c":
+        return default_complex()
+    return check_dtype(op, np.asarray(value).dtype)  # refuses what the namespace lacks
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
@@ -87,8 +89,6 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         dtype = (check_dtype("asarray", obj.dtype) if isinstance(obj, np.ndarray | np.generic)
                  else _scalar_dtype("asarray", obj))
     value = np.asarray(obj)
-    if value.dtype.kind == "c":
-        check_dtype("asarray", value.dtype)
     if value.dtype.kind in "iu" and dtype.kind in "iu":  # out-of-range ints raise, not wrap
         info = np.iinfo(dtype)
         if value.size and not (info.min <= value.min() and value.max() <= info.max):
@@ -231,9 +231,10 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
       array([0. , 0.5, 1. ], dtype=float32)
     """
     check_device("linspace", device)
-    if isinstance(start, complex) or isinstance(stop, complex):
-        check_dtype("linspace", np.complex64)
-    dtype = default_float() if dtype is None else check_dtype("linspace", dtype)
+    if dtype is None:
+        complex_ = isinstance(start, complex) or isinstance(stop, complex)
+        dtype = default_complex() if complex_ else default_float()
+    dtype = check_dtype("linspace", dtype)
     return creation.linspace(start, stop, num, dtype, endpoint=endpoint)
 
 

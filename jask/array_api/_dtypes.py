@@ -3,11 +3,12 @@ the data type functions (``can_cast``, ``finfo``, ``iinfo``, ``isdtype``,
 ``result_type``).
 
 Data types are numpy dtypes (what ``DiskArray.dtype`` is), so
-``x.dtype == xp.float32`` holds. Complex types are not offered: jask's
-stores hold bool, integer and real floating types. Promotion is JAX's
-(``jax.numpy.promote_types``, 64-bit types kept), restricted to the pairs the
-standard defines: mixing kinds (bool with numbers, integers with floats) or
-``uint64`` with a signed type is refused, as the standard leaves it undefined.
+``x.dtype == xp.float32`` holds; complex64 and complex128 are among them (Zarr
+stores hold them). Promotion is JAX's (``jax.numpy.promote_types``, 64-bit
+types kept), restricted to the pairs the standard defines: real and complex
+floating types mix (float64 with complex64 is complex128), but mixing other
+kinds (bool with numbers, integers with floats) or ``uint64`` with a signed
+type is refused, as the standard leaves it undefined.
 """
 from __future__ import annotations
 
@@ -18,14 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["DISK", "Device", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-           "uint32", "uint64", "float16", "float32", "float64", "can_cast", "finfo", "iinfo",
+           "uint32", "uint64", "float16", "float32", "float64", "complex64", "complex128",
+           "can_cast", "finfo", "iinfo",
            "isdtype", "result_type", "__array_namespace_info__", "check_dtype",
-           "default_float", "default_int"]
+           "default_float", "default_int", "default_complex"]
 
 bool = np.dtype("bool")  # noqa: A001 - the standard's name
 int8, int16, int32, int64 = (np.dtype(f"int{n}") for n in (8, 16, 32, 64))
 uint8, uint16, uint32, uint64 = (np.dtype(f"uint{n}") for n in (8, 16, 32, 64))
 float16, float32, float64 = (np.dtype(f"float{n}") for n in (16, 32, 64))
+complex64, complex128 = np.dtype("complex64"), np.dtype("complex128")
 
 #: the standard's kinds -> jask's dtypes of that kind (float16 is beyond the standard)
 KINDS = {
@@ -33,10 +36,10 @@ KINDS = {
     "signed integer": (int8, int16, int32, int64),
     "unsigned integer": (uint8, uint16, uint32, uint64),
     "real floating": (float16, float32, float64),
-    "complex floating": (),
+    "complex floating": (complex64, complex128),
 }
 KINDS["integral"] = KINDS["signed integer"] + KINDS["unsigned integer"]
-KINDS["numeric"] = KINDS["integral"] + KINDS["real floating"]
+KINDS["numeric"] = KINDS["integral"] + KINDS["real floating"] + KINDS["complex floating"]
 ALL = KINDS["bool"] + KINDS["numeric"]
 
 
@@ -89,6 +92,17 @@ def default_int() -> np.dtype:
     return int64 if _x64() else int32
 
 
+def default_complex() -> np.dtype:
+    """The default complex floating type: complex128 with JAX's x64 mode on, else complex64.
+
+    Example:
+      >>> from jask.array_api import default_complex
+      >>> default_complex()
+      dtype('complex64')
+    """
+    return complex128 if _x64() else complex64
+
+
 def check_dtype(op: str, dtype) -> np.dtype:
     """``dtype`` as a numpy dtype, refused clearly if jask does not hold it.
 
@@ -101,9 +115,6 @@ def check_dtype(op: str, dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"jask.array_api.{op}: {dtype!r} is not a data type") from None
-    if dt.kind == "c":
-        raise TypeError(f"jask.array_api.{op}: complex data types ({dt.name}) are not "
-                        "supported: DiskArrays hold bool, integer and real floating types")
     if dt not in ALL:
         raise TypeError(f"jask.array_api.{op}: {dt.name} is not one of the namespace's data "
                         f"types ({', '.join(d.name for d in ALL)})")
@@ -111,7 +122,8 @@ def check_dtype(op: str, dtype) -> np.dtype:
 
 
 def _kind(dt: np.dtype) -> str:
-    return {"b": "bool", "i": "int", "u": "int", "f": "float"}[dt.kind]
+    # the standard's kinds that promote together: real and complex floats mix
+    return {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "float"}[dt.kind]
 
 
 def _promote(a: np.dtype, b: np.dtype) -> np.dtype:
@@ -131,9 +143,11 @@ def _scalar_fits(value, dt: np.dtype) -> object:
     if isinstance(value, builtins_bool):
         return True  # a bool scalar joins any dtype (as its value 0 or 1)
     if isinstance(value, int):
-        return dt.kind in "iuf"
+        return dt.kind in "iufc"
     if isinstance(value, float):
-        return dt.kind == "f"
+        return dt.kind in "fc"
+    if isinstance(value, complex):  # with a real floating array: its complex type
+        return dt.kind in "fc"
     return False
 
 
@@ -164,6 +178,8 @@ def result_type(*arrays_and_dtypes):
         if not _scalar_fits(value, out):
             raise TypeError(f"jask.array_api.result_type: a Python {type(value).__name__} "
                             f"does not promote with {out.name} in the Array API standard")
+        if isinstance(value, complex) and out.kind == "f":  # 1j * float32: complex64
+            out = complex128 if out == float64 else complex64
     return out
 
 
@@ -210,11 +226,11 @@ def finfo(type, /) -> finfo_object:  # noqa: A002 - the standard's name
       32
     """
     dt = check_dtype("finfo", getattr(type, "dtype", type))
-    if dt.kind != "f":
+    if dt.kind not in "fc":
         raise TypeError(f"jask.array_api.finfo: {dt.name} is not a floating type; use iinfo")
-    info = np.finfo(dt)
+    info = np.finfo(dt)  # of a complex type: its parts' real type, as the standard says
     return finfo_object(info.bits, float(info.eps), float(info.max), float(info.min),
-                        float(info.smallest_normal), dt)
+                        float(info.smallest_normal), np.dtype(info.dtype))
 
 
 def iinfo(type, /) -> iinfo_object:  # noqa: A002 - the standard's name
@@ -249,8 +265,6 @@ def isdtype(dtype, kind) -> object:
         if kind not in KINDS:
             raise ValueError(f"jask.array_api.isdtype: unknown kind {kind!r}; one of "
                              f"{', '.join(KINDS)}")
-        if kind == "complex floating":
-            return dt.kind == "c"
         return dt in KINDS[kind]
     return dt == np.dtype(kind)
 
@@ -273,7 +287,7 @@ class Info:
 
     def default_dtypes(self, *, device=None) -> dict:
         return {"real floating": default_float(),
-                "complex floating": np.dtype("complex128" if _x64() else "complex64"),
+                "complex floating": default_complex(),
                 "integral": default_int(), "indexing": default_int()}
 
     def dtypes(self, *, device=None, kind=None) -> dict:

@@ -139,7 +139,8 @@ _COMPARISONS = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greate
                 "eq": "equal", "ne": "not_equal"}
 
 #: jax.Array's methods an InMemoryArray answers too (results the namespace's arrays)
-_JAX_METHODS = ("all", "any", "argmax", "argmin", "astype", "clip", "copy", "cumsum",
+_JAX_METHODS = ("all", "any", "argmax", "argmin", "astype", "clip", "conj", "conjugate",
+                "copy", "cumsum",
                 "flatten", "item", "max", "mean", "min", "prod", "ravel", "reshape", "round",
                 "squeeze", "std", "sum", "tolist", "transpose", "var", "block_until_ready")
 
@@ -202,6 +203,14 @@ class InMemoryArray(Array):
     @property
     def mT(self) -> InMemoryArray:  # noqa: N802 - the standard's name
         return InMemoryArray(jnp.matrix_transpose(self._value))
+
+    @property
+    def real(self) -> InMemoryArray:
+        return own(jnp.real(self._value))
+
+    @property
+    def imag(self) -> InMemoryArray:
+        return own(jnp.imag(self._value))
 
     @property
     def T(self) -> InMemoryArray:  # noqa: N802 - the standard's name

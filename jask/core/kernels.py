@@ -134,6 +134,24 @@ def sign(a):
     return np.where(a == 0, a, np.sign(a))
 
 
+def expm1(a):
+    """``jnp.expm1``: numpy's, but a complex number on the real axis keeps
+    its imaginary zero (numpy gives ``expm1(inf + 0j) = inf + nan j``; the
+    standard and jax.numpy ``inf + 0j``).
+
+    Example:
+      >>> complex(expm1(np.array([complex(np.inf, 0.0)]))[0])
+      (inf+0j)
+    """
+    if np.asarray(a).dtype.kind != "c":
+        return np.expm1(a)
+    with np.errstate(invalid="ignore"):  # inf's nan imaginary part, replaced below
+        out = np.expm1(a)
+    on_axis = np.empty_like(out)
+    on_axis.real, on_axis.imag = np.expm1(a.real), a.imag
+    return np.where(a.imag == 0, on_axis, out)
+
+
 def keep_integers(f):
     """A rounding kernel (floor, ceil, trunc, round) that returns integer
     and bool tiles as they are, as jax.numpy does (numpy's ``floor`` makes

@@ -52,6 +52,13 @@ SECOND_DERIVATIVES = (
     "jacrev) for the whole Hessian")
 
 
+COMPLEX_DERIVATIVES = (
+    "jask.{op}: derivatives through complex values are not supported (jax.grad, jax.jvp and "
+    "their kin of an op with a complex operand or result): jask's derivative rules are "
+    "written for real numbers. Take the derivative in the real and imaginary parts as two "
+    "real arrays, or in jax.numpy on data that fits in memory")
+
+
 class DiskPrimitive(VJPHiPrimitive):
     """Base: set the avals and hashable params, then let hijax check them."""
 
@@ -63,7 +70,20 @@ class DiskPrimitive(VJPHiPrimitive):
 
     def vjp_fwd(self, nzs_in, *args):
         self.check_first_order()
+        self.check_real(nzs_in)
         return self(*args), args
+
+    def check_real(self, nzs) -> None:
+        """Refuse a derivative through complex values: jask's rules are written
+        for real numbers (no conjugates, no real parts of cotangents), and an
+        answer of the wrong sign or part is worse than none."""
+        if not any(bool(nz) for nz in jax.tree.leaves(nzs)):
+            return
+        outs = self.out_aval if isinstance(self.out_aval, tuple) else (self.out_aval,)
+        kinds = [np.dtype(a.dtype).kind for a in self.in_avals + outs if hasattr(a, "dtype")]
+        if "c" in kinds:
+            raise NotImplementedError(COMPLEX_DERIVATIVES.format(
+                op=self.params.get("op", type(self).__name__)))
 
     def check_first_order(self):
         """Refuse to differentiate an op of a backward pass (a second derivative)."""
@@ -72,10 +92,12 @@ class DiskPrimitive(VJPHiPrimitive):
 
     # --- forward mode: jax.jvp, jax.linearize (and jvp(grad): forward over reverse) ----
     def jvp(self, primals, tangents):
+        self.check_real(tuple(not isinstance(t, Zero) for t in tangents))
         out = self(*primals)
         return out, self._tangent_or_zeros(primals, out, tangents)
 
     def lin(self, nzs_in, *primals):
+        self.check_real(nzs_in)
         out = self(*primals)
         return out, (primals, out), self.tangent_nonzero(nzs_in)
 
@@ -370,6 +392,7 @@ class Blockwise(DiskPrimitive):
 
     def vjp_fwd(self, nzs_in, *args):
         self.check_first_order()
+        self.check_real(nzs_in)
         out = self(*args)
         return out, (args, out)
 

@@ -27,7 +27,7 @@ from jask.core import kernels
 from jask.core.kernels import keep_integers
 from jask.engine.blockwise import positional, unchanged
 
-__all__ = ["Ufunc", "TABLE", "PASS"]
+__all__ = ["Ufunc", "TABLE", "PASS", "REAL_ONLY"]
 
 
 def g_only(rule):
@@ -350,7 +350,7 @@ for _name, _kernel, _rule, _doc, _args, _out in [
         ("arctanh", np.arctanh, lambda g, a: g / (1 - np.square(a)),
          "the inverse hyperbolic tangent", "x / 4",
          "array([0.        , 0.25541282, 0.54930615], dtype=float32)"),
-        ("expm1", np.expm1, lambda g, a: g * np.exp(a), "exp(a) - 1, accurate near 0", "x",
+        ("expm1", kernels.expm1, lambda g, a: g * np.exp(a), "exp(a) - 1, accurate near 0", "x",
          "array([0.       , 1.71828..., 6.389056...], dtype=float32)"),
         ("log2", np.log2, lambda g, a: g / (a * np.log(2)), "the base-2 logarithm", "x + 1",
          "array([0.       , 1.       , 1.5849625], dtype=float32)"),
@@ -359,13 +359,12 @@ for _name, _kernel, _rule, _doc, _args, _out in [
         ("reciprocal", lambda a: 1.0 / a, lambda g, a: -g / np.square(a), "1 / a", "x + 1",
          "array([1.        , 0.5       , 0.33333334], dtype=float32)"),
         ("positive", np.positive, PASS, "+a", "x", "array([0., 1., 2.], dtype=float32)"),
-        ("conj", np.conjugate, PASS,
-         "complex conjugate (jask stores real numbers: a itself)", "x",
+        ("conj", np.conjugate, PASS, "the complex conjugate (a real a itself)", "x",
          "array([0., 1., 2.], dtype=float32)"),
-        ("real", np.real, PASS, "real part (jask stores real numbers: a itself)", "x",
+        ("real", np.real, PASS, "the real part (a real a itself), of a real dtype", "x",
          "array([0., 1., 2.], dtype=float32)"),
-        ("imag", np.zeros_like, _zero, "imaginary part (jask stores real numbers: zeros)", "x",
-         "array([0., 0., 0.], dtype=float32)"),
+        ("imag", np.imag, _zero, "the imaginary part (zeros for a real a), of a real dtype",
+         "x", "array([0., 0., 0.], dtype=float32)"),
         ("floor", keep_integers(np.floor), _zero, "the largest integer <= a (ints as they are)",
          "x - 0.5", "array([-1.,  0.,  1.], dtype=float32)"),
         ("ceil", keep_integers(np.ceil), _zero, "the smallest integer >= a (ints as they are)",
@@ -468,7 +467,27 @@ _row("softplus", lambda a: np.logaddexp(a, 0), jax.nn.softplus, lambda g, a: g *
      second=lambda a: expit(a) * (1 - expit(a)),
      example=("x", "array([0.6931472, 1.3132617, 2.126928 ], dtype=float32)"))
 
+_row("angle", np.angle, jnp.angle, _zero, second=LINEAR,
+     doc="the argument of a complex number, in radians (0 or pi for a real a), of a real dtype",
+     example=("x - 1", "array([3.1415927, 0.       , 0.       ], dtype=float32)"))
+
+#: The public rows the Array API standard defines for real-valued operands
+#: only (it does not order complex numbers, nor round or divide them by
+#: floors), and jax.nn's activations, whose kernels are real: a complex
+#: operand is refused before anything runs. jax.numpy orders complex numbers
+#: lexicographically in some of them; jask follows the standard there.
+REAL_ONLY = frozenset({
+    "maximum", "minimum", "clip", "less", "less_equal", "greater", "greater_equal",
+    "floor", "ceil", "trunc", "signbit", "hypot", "copysign", "nextafter", "remainder",
+    "floor_divide", "arctan2", "logaddexp", "sigmoid", "relu", "softplus"})
+
+
 # --- internal rows: the pieces of reductions and their gradients --------------------
+# vecdot's terms for complex vectors: the standard's (and jax.numpy's) vecdot
+# conjugates its first argument. (Complex gradients are refused before a rule runs.)
+CONJ_MUL = _row("conj_multiply", lambda a, b: np.conjugate(a) * b,
+                lambda a, b: jnp.conj(a) * b, lambda g, a, b: g * b, lambda g, a, b: g * a,
+                public=False, second={(0, 1): _one, (1, 0): _one})
 IDENTITY = _row("copy", unchanged, lambda a: a, PASS, public=False, second=LINEAR)
 TIES = _row("ties", lambda x, m: x == m, lambda x, m: x == m, None, None, public=False,
             second=LINEAR)

@@ -385,38 +385,54 @@ def _stats(block, axis):
     mean's own). The deviations are squared slab by slab of rows in one
     reused float64 buffer."""
     count = math.prod(block.shape[d] for d in axis)  # the same at every kept position
-    if block.dtype.kind != "f":
+    if block.dtype.kind not in "fc":
         block = np.asarray(block, np.float64)
     with np.errstate(all="ignore"):  # an empty block: mean NaN, M2 0; nan and inf as IEEE
-        total = np.add.reduce(block, axis=axis, dtype=np.float64, keepdims=True)
+        total = np.add.reduce(block, axis=axis, dtype=WIDE[block.dtype.kind], keepdims=True)
         mean = total / count
         return count, mean, _squared_deviations(block, mean, axis), total
 
 
+def _squared(deviations):
+    """``|d| ** 2``, real: the standard's variance of complex numbers is the
+    mean of ``|x - mean| ** 2``."""
+    if deviations.dtype.kind == "c":
+        return np.square(deviations.real) + np.square(deviations.imag)
+    return np.square(deviations)
+
+
 def _squared_deviations(block, mean, axis):
-    """``sum((block - mean) ** 2)`` over ``axis`` (keeping it), in float64."""
+    """``sum(|block - mean| ** 2)`` over ``axis`` (keeping it), in float64
+    (complex deviations in complex128, then their moduli squared)."""
+    wide = WIDE[block.dtype.kind] if block.dtype.kind == "c" else np.float64
     if block.ndim == 0 or block.size == 0:
-        deviations = np.asarray(block, np.float64) - mean
-        return np.sum(np.square(deviations), axis=axis, keepdims=True)
+        deviations = np.asarray(block, wide) - mean
+        return np.sum(_squared(deviations), axis=axis, keepdims=True)
     n = block.shape[0]
     rows = max(1, SLAB // max(1, math.prod(block.shape[1:])))
     if rows >= n:
-        deviations = np.subtract(block, mean, dtype=np.float64)
-        np.multiply(deviations, deviations, out=deviations)
-        return np.add.reduce(deviations, axis=axis, keepdims=True)
+        deviations = np.subtract(block, mean, dtype=wide)
+        return np.add.reduce(_squared_in_place(deviations), axis=axis, keepdims=True)
     along = 0 in axis  # the slabs are reduced too: their sums add up
-    out = np.zeros(mean.shape) if along else np.empty(mean.shape)
-    buffer = np.empty((rows,) + block.shape[1:], np.float64)
+    out = np.zeros(mean.shape, np.float64) if along else np.empty(mean.shape, np.float64)
+    buffer = np.empty((rows,) + block.shape[1:], wide)
     for start in range(0, n, rows):
         stop = min(n, start + rows)
         part = buffer[:stop - start]
         np.subtract(block[start:stop], mean if along else mean[start:stop], out=part)
-        np.multiply(part, part, out=part)
+        squared = _squared_in_place(part)
         if along:
-            out += np.add.reduce(part, axis=axis, keepdims=True)
+            out += np.add.reduce(squared, axis=axis, keepdims=True)
         else:
-            out[start:stop] = np.add.reduce(part, axis=axis, keepdims=True)
+            out[start:stop] = np.add.reduce(squared, axis=axis, keepdims=True)
     return out
+
+
+def _squared_in_place(deviations):
+    """:func:`_squared`, in the buffer itself where it is real."""
+    if deviations.dtype.kind == "c":
+        return _squared(deviations)
+    return np.multiply(deviations, deviations, out=deviations)
 
 
 def _chan(a, b):
@@ -428,7 +444,7 @@ def _chan(a, b):
     n = na + nb
     with np.errstate(all="ignore"):
         delta = mb - ma
-        return n, ma + delta * (nb / n), m2a + m2b + np.square(delta) * (na * nb / n)
+        return n, ma + delta * (nb / n), m2a + m2b + _squared(delta) * (na * nb / n)
 
 
 def _variance_of(ddof: float, partial):
