@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -398,24 +399,9 @@ class Blockwise(DiskPrimitive):
 
     def backward(self, res, g, *accums):
         args, out = res
-        if self.reducer in ("max", "min"):
-            (accum,) = accums
-            _accum(accum, lambda: _chooser_vjp(self, args[0], out, g))
-            return
-        if self.reducer == "prod":
-            _accum(accums[0], lambda: _prod_vjp(self, args[0], g))
-            return
-        if self.reducer == "logsumexp":
-            _accum(accums[0], lambda: _logsumexp_vjp(self, args[0], out, g))
-            return
-        if self.reducer is not None and REDUCERS[self.reducer].skips_nan:
-            _accum(accums[0], lambda: _nan_vjp(self, args[0], g))
-            return
-        if self.reducer is not None and REDUCERS[self.reducer].ddof is not None:
-            _accum(accums[0], lambda: _var_vjp(self, args[0], g))
-            return
-        if self.reducer is not None and REDUCERS[self.reducer].mean_count is not None:
-            _accum(accums[0], lambda: _mean_vjp(self, args[0], g))
+        rule = _reduction_rule(self.reducer)
+        if rule is not None and rule.vjp is not None:  # the reduction's own rule
+            _accum(accums[0], lambda: rule.vjp(self, args[0], out, g))
             return
         if self.ufunc.vjps is None:
             super().backward(res, g, *accums)
@@ -465,19 +451,10 @@ class Blockwise(DiskPrimitive):
             raise NotImplementedError(
                 f"jask.{self.op}: forward-mode differentiation of a {reducer} reduction of "
                 f"{self.ufunc.name} is not supported (only of the array itself)")
-        info = REDUCERS[reducer]
-        if reducer in ("max", "min"):
-            return _chooser_vjp(self, x, out, t, forward=True)
-        if reducer == "prod":
-            return _prod_vjp(self, x, t, forward=True)
-        if reducer == "logsumexp":  # the softmax-weighted sum of the tangents
-            return _last(self, ufuncs.SOFTMAX_TANGENT, (t, x, out), (self.axes[0], self.out_axes),
-                         x.aval.dtype if hasattr(x, "aval") else _aval(x).dtype, True)
-        if info.skips_nan:
-            return _nan_vjp(self, x, t, forward=True)
-        if info.ddof is not None:
-            return _var_vjp(self, x, t, forward=True)
-        return super().tangent(primals, out, tangents)
+        rule = _reduction_rule(reducer)
+        if rule is None or rule.vjp is None:
+            return super().tangent(primals, out, tangents)
+        return rule.vjp(self, x, out, t, forward=True)
 
     def batched(self, size, args, dims):
         return _batch_blockwise(self, size, args, dims)
@@ -604,7 +581,8 @@ def _batch_last(x, d: int):
 
 def _linear_reducer(reducer) -> bool:
     """None (a map), a sum or a mean: reductions linear in what they reduce."""
-    return reducer is None or reducer == "sum" or REDUCERS[reducer].mean_count is not None
+    rule = _reduction_rule(reducer)
+    return reducer is None or (rule is not None and rule.linear)
 
 
 class VJP:
@@ -720,7 +698,7 @@ def _chooser_vjp(prim, x, out, g, forward: bool = False):
                  forward)
 
 
-def _prod_vjp(prim, x, g, forward: bool = False):
+def _prod_vjp(prim, x, out, g, forward: bool = False):
     """d prod: each element gets the product of the others (zeros included,
     as jax.numpy): from the product of the nonzero elements and the count of
     zeros, two reductions, then one map (``forward``: the tangents times
@@ -736,9 +714,11 @@ def _prod_vjp(prim, x, g, forward: bool = False):
                  forward)
 
 
-def _mean_vjp(prim, x, g):
+def _mean_vjp(prim, x, out, g, forward: bool = False):
     """d mean: the cotangent divided by the count, broadcast back to ``x``:
-    the cotangent of the sum of ``x * (1 / count)``, whose rule it is."""
+    the cotangent of the sum of ``x * (1 / count)``, whose rule it is (a
+    mean is linear: its tangent is the map's, never asked here)."""
+    assert not forward
     x_aval = prim.in_avals[0]
     count = REDUCERS[prim.reducer].mean_count
     inverse = jax.numpy.asarray(1.0 / count if count else np.nan, prim.dtypes[0])
@@ -749,7 +729,7 @@ def _mean_vjp(prim, x, g):
     return scaled._cotangent(0, ufuncs.MUL.vjps[0], (x, inverse), g)
 
 
-def _var_vjp(prim, x, g, forward: bool = False):
+def _var_vjp(prim, x, out, g, forward: bool = False):
     """d var: ``2 (x - mean) / (N - ddof)`` times the cotangent, as the
     cotangent of the squared deviations ``(x - mean)**2 / (N - ddof)`` (the
     two-pass formula, whose mean carries no gradient): the mean, then one map."""
@@ -775,7 +755,7 @@ def _var_vjp(prim, x, g, forward: bool = False):
 
 
 
-def _logsumexp_vjp(prim, x, out, g):
+def _logsumexp_vjp(prim, x, out, g, forward: bool = False):
     """d logsumexp: the softmax ``exp(x - logsumexp)`` times the cotangent.
     Reduced over axes that keep the rows, the logsumexp is taken again as a
     store (a row-wise reduction), never the forward value: inside a band
@@ -784,6 +764,9 @@ def _logsumexp_vjp(prim, x, out, g):
     eagerly it is a small store. Over the rows, the forward value is read."""
     x_aval, out_aval = prim.in_avals[0], prim.out_aval
     axes, out_axes = prim.axes[0], prim.out_axes
+    if forward:  # the softmax-weighted sum of the tangents
+        return _last(prim, ufuncs.SOFTMAX_TANGENT, (g, x, out), (axes, out_axes),
+                     x.aval.dtype if hasattr(x, "aval") else _aval(x).dtype, True)
     lse = out
     if 0 in out_axes:
         lse = Blockwise(prim.ufunc, (x_aval,), (axes,), prim.dtypes, prim.shape, out_axes,
@@ -797,7 +780,7 @@ def _logsumexp_vjp(prim, x, out, g):
     return softmax._cotangent(0, ufuncs.EXP_SUB.vjps[0], (x, lse), g)
 
 
-def _nan_vjp(prim, x, g, forward: bool = False):
+def _nan_vjp(prim, x, out, g, forward: bool = False):
     """d nanmean, d nanvar: zero at a NaN; elsewhere the cotangent over the
     position's count (nanmean), or ``2 (x - mean) / (count - ddof)`` times
     it (nanvar). The counts (and means) are reductions of their own, read in
@@ -822,6 +805,39 @@ def _nan_vjp(prim, x, g, forward: bool = False):
     offset = jax.numpy.asarray(ddof, dtype)
     return _last(prim, ufuncs.NAN_VAR_VJP, (g, x, mean, count, offset),
                  (axes, out_axes, out_axes, ()), dtype, forward, name)
+
+class ReductionRule(NamedTuple):
+    """How a reduction is differentiated, by its reducer's kind
+    (``jask.engine.blockwise.Reducer.kind``): ``vjp(prim, x, out, g,
+    forward=False)`` gives the cotangent of ``x`` (``forward``: the tangent
+    of the output, ``g`` then being ``x``'s tangent); ``None``: the map's own
+    rules, reduced by a sum. ``linear``: the tangent is the map's tangent,
+    reduced the same way."""
+
+    vjp: Callable | None = None
+    linear: bool = False
+
+
+#: The derivative rules of the reductions, one row per kind. A kind not
+#: listed (``arg``, ``all``, ``any``: integer and boolean results) takes the
+#: map's rules; the internal ones (``m2``, ``statistics``) are made after
+#: differentiation and never meet a rule.
+REDUCTION_RULES: dict[str, ReductionRule] = {
+    "sum": ReductionRule(linear=True),
+    "mean": ReductionRule(_mean_vjp, linear=True),
+    "max": ReductionRule(_chooser_vjp),
+    "min": ReductionRule(_chooser_vjp),
+    "prod": ReductionRule(_prod_vjp),
+    "logsumexp": ReductionRule(_logsumexp_vjp),
+    "variance": ReductionRule(_var_vjp),
+    "nanmean": ReductionRule(_nan_vjp),
+    "nanvariance": ReductionRule(_nan_vjp),
+}
+
+
+def _reduction_rule(reducer: str | None) -> ReductionRule | None:
+    return None if reducer is None else REDUCTION_RULES.get(REDUCERS[reducer].kind)
+
 
 # --- layout ------------------------------------------------------------------
 

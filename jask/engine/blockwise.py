@@ -268,7 +268,9 @@ class Reducer(NamedTuple):
     ``ddof``: set for a variance (partials are moments, see :func:`variance`);
     ``mean_count``: set for a mean (partials are sums, see :func:`mean_of`);
     ``skips_nan``: NaNs are left out, counted per kept position
-    (``"nanmean"``, :func:`nan_variance`)."""
+    (``"nanmean"``, :func:`nan_variance`); ``kind``: which reduction it is,
+    whatever its parameters (``"mean"`` for every count): the key of its
+    derivative rules in ``jask.core.primitives.REDUCTION_RULES``."""
 
     reduce: Callable
     combine: Callable
@@ -278,11 +280,12 @@ class Reducer(NamedTuple):
     ddof: float | None = None
     mean_count: int | None = None
     skips_nan: bool = False
+    kind: str = ""
 
 
 def _arg_reducer(pick: Callable, better: Callable) -> Reducer:
     reduce, combine = _arg(pick, better)
-    return Reducer(reduce, combine, finish=_index, pair=True)
+    return Reducer(reduce, combine, finish=_index, pair=True, kind="arg")
 
 
 class _Reducers(dict):
@@ -306,9 +309,9 @@ class _Reducers(dict):
 
 #: reducer name -> :class:`Reducer` (``REDUCERS[name][0]`` reduces, ``[1]`` combines)
 REDUCERS: dict[str, Reducer] = _Reducers({
-    "sum": Reducer(_wide_sum, np.add),
-    "max": Reducer(_max, np.maximum),
-    "min": Reducer(_min, np.minimum),
+    "sum": Reducer(_wide_sum, np.add, kind="sum"),
+    "max": Reducer(_max, np.maximum, kind="max"),
+    "min": Reducer(_min, np.minimum, kind="min"),
     "argmax": _arg_reducer(np.argmax, np.greater),
     "argmin": _arg_reducer(np.argmin, np.less),
 })
@@ -329,9 +332,9 @@ def _any(block, axis):
 
 
 REDUCERS.update({
-    "prod": Reducer(_wide_prod, np.multiply),
-    "all": Reducer(_all, np.logical_and),
-    "any": Reducer(_any, np.logical_or),
+    "prod": Reducer(_wide_prod, np.multiply, kind="prod"),
+    "all": Reducer(_all, np.logical_and, kind="all"),
+    "any": Reducer(_any, np.logical_or, kind="any"),
 })
 
 
@@ -356,7 +359,7 @@ def mean_of(count: int) -> str:
     name = f"mean(count={count!r})"
     if dict.get(REDUCERS, name) is None:
         REDUCERS[name] = Reducer(_wide_sum, np.add, functools.partial(_divided, count),
-                                 mean_count=count)
+                                 mean_count=count, kind="mean")
     return name
 
 
@@ -470,7 +473,7 @@ def variance(ddof: float = 0) -> str:
     name = f"var(ddof={ddof!r})"
     if dict.get(REDUCERS, name) is None:
         REDUCERS[name] = Reducer(_moments, _chan, functools.partial(_variance_of, ddof),
-                                 arrays=2, ddof=ddof)
+                                 arrays=2, ddof=ddof, kind="variance")
     return name
 
 
@@ -482,7 +485,7 @@ def _second_moment_of(partial):
 #: in one pass: :func:`variance`'s (count, mean, M2) partials, finished as M2
 #: itself (a centred second moment written out in a loss, see
 #: ``jask.core.primitives._centred_moment``).
-REDUCERS["m2"] = Reducer(_moments, _chan, _second_moment_of, arrays=2)
+REDUCERS["m2"] = Reducer(_moments, _chan, _second_moment_of, arrays=2, kind="m2")
 
 
 # --- a mean, a variance and a sum from one pass: (count, mean, M2, total) ----------
@@ -531,7 +534,7 @@ def with_moments(inner: str) -> str | None:
     name = f"moments:{inner}"
     if dict.get(REDUCERS, name) is None:
         REDUCERS[name] = Reducer(_stats, _add_stats, functools.partial(_stat_of, inner),
-                                 arrays=3)
+                                 arrays=3, kind="statistics")
     return name
 
 
@@ -612,12 +615,12 @@ def nan_variance(ddof: float = 0) -> str:
     if dict.get(REDUCERS, name) is None:
         REDUCERS[name] = Reducer(_nan_moments, _nan_chan,
                                  functools.partial(_nan_variance_of, ddof), arrays=3,
-                                 ddof=ddof, skips_nan=True)
+                                 ddof=ddof, skips_nan=True, kind="nanvariance")
     return name
 
 
 REDUCERS["nanmean"] = Reducer(_nan_sums, _add_nan_sums, _nan_mean_of, arrays=2,
-                              skips_nan=True)
+                              skips_nan=True, kind="nanmean")
 
 
 # --- logsumexp in one pass: (offset, sum of exp(x - offset)) partials ----------------
@@ -654,7 +657,8 @@ def _log_of_exp_sums(partial):
 
 #: ``log(sum(exp(x)))`` in one pass, without overflow: each partial is scaled
 #: by its own max, rescaled when two meet (the streaming form of the max trick).
-REDUCERS["logsumexp"] = Reducer(_exp_sums, _add_exp_sums, _log_of_exp_sums, arrays=2)
+REDUCERS["logsumexp"] = Reducer(_exp_sums, _add_exp_sums, _log_of_exp_sums, arrays=2,
+                                kind="logsumexp")
 
 
 def _finish(reducer: str, partial):
