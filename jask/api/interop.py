@@ -10,12 +10,15 @@ not written: :func:`dask_operand` computes its tiles where the op reads them.
 """
 from __future__ import annotations
 
+import itertools
 import os
 
 import dask.array as da
 import jax
 import jax.numpy as jnp
 import numpy as np
+from dask.local import get_sync
+from dask.optimization import cull
 
 from jask.base import counters, memory
 from jask.base.config import Config, get_config
@@ -137,14 +140,40 @@ def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
 
 class _DaskTiles:
     """A positional kernel: the tile of a Dask array at its region, computed
-    by Dask's synchronous scheduler in the task that reads it."""
+    in the task that reads it from the Dask chunks it overlaps (their tasks
+    alone, by Dask's synchronous scheduler: slicing the array and computing
+    that took 0.8 s a tile on a 3,652-chunk graph, its tasks 13 ms)."""
 
     def __init__(self, x: da.Array):
         self.x = x
+        self._graph: dict | None = None  # the graph, materialized at the first tile
+        self._bounds = [np.cumsum((0,) + tuple(c)) for c in x.chunks]
+
+    def __getstate__(self):  # (sent to a worker without the materialized graph)
+        return {**self.__dict__, "_graph": None}
 
     def __call__(self, _, *, region, shape):
-        tile = self.x[tuple(region)] if region else self.x
-        return np.asarray(tile.compute(scheduler="synchronous"), dtype=self.x.dtype)
+        x = self.x
+        if not region:
+            return np.asarray(x.compute(scheduler="synchronous"), dtype=x.dtype)
+        if any(r.stop <= r.start for r in region):
+            return np.empty(tuple(max(0, r.stop - r.start) for r in region), x.dtype)
+        if self._graph is None:
+            self._graph = dict(x.__dask_graph__())
+        ranges = [range(int(np.searchsorted(b, r.start, "right")) - 1,
+                        int(np.searchsorted(b, r.stop, "left")))
+                  for b, r in zip(self._bounds, region)]
+        keys = [(x.name, *at) for at in itertools.product(*ranges)]
+        culled, _ = cull(self._graph, keys)
+        blocks = iter(get_sync(culled, keys))
+
+        def nest(axis: int):
+            return [next(blocks) if axis == len(ranges) - 1 else nest(axis + 1)
+                    for _ in ranges[axis]]
+        whole = np.block(nest(0)) if len(keys) > 1 else np.asarray(next(blocks))
+        inside = tuple(slice(r.start - int(b[rng.start]), r.stop - int(b[rng.start]))
+                       for r, b, rng in zip(region, self._bounds, ranges))
+        return np.asarray(whole[inside], dtype=x.dtype)
 
 
 positional(_DaskTiles)  # instances are called with their tile's region

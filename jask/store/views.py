@@ -262,7 +262,8 @@ def _base_regions(store: StoreSpec, region: tuple) -> tuple[list, int | None, tu
     on_kept: dict = {k: r for k, r in zip(v.axes, region) if k is not None}
     out: list = []
     drop = []
-    joined, pieces = None, [None]
+    joined: int | None = None
+    pieces: list = [None]
     for d, x in enumerate(v.index):
         if isinstance(x, int):
             out.append(slice(x, x + 1))
