@@ -113,3 +113,23 @@ def test_from_dask_with_a_synchronous_scheduler(small_budget):
     with dask.config.set(scheduler="synchronous"):
         x = jask.from_dask(da.full((20, 20), 3.0, chunks=5))
     assert float(jask.sum(x)) == 1200.0
+
+
+def test_a_large_dask_operand_is_computed_where_it_is_read(small_budget):
+    """A Dask operand too large for memory (xarray's climatology indexed by
+    each day's month) is not written: each band computes its rows of it, so
+    ``sum((X - d) ** 2)`` reads X once and writes nothing."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2000, 512)).astype(np.float32)
+    table = rng.standard_normal((12, 512)).astype(np.float32)
+    codes = rng.integers(0, 12, 2000)
+    d = da.from_array(table, chunks=(1, 200))[codes]  # chunks of one row, as xarray's
+    assert d.nbytes > jask.get_config().max_memory / 4
+    X = jask.from_numpy(x)
+    with jask.track() as t:
+        got = float(jask.sum((X - d) ** 2))
+    want = float(((x.astype(np.float64) - table[codes]) ** 2).sum())
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert t.bytes_written == 0 and 0.99 <= t.passes(X) <= 1.01, t
+    assert t.total.bytes_read <= 1.01 * X.nbytes, t
+    np.testing.assert_array_equal((X - d).to_numpy(), x - table[codes])  # read alone: written

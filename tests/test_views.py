@@ -1,6 +1,7 @@
-"""Transposes, basic slices and unit-axis reshapes are views over the same
-store (jask.store.views): made without reading or writing, read through by
-every op, copied before their base changes, and differentiated as jax.numpy."""
+"""Transposes, basic slices, unit-axis reshapes and gathers by runs are
+views over the same store (jask.store.views): made without reading or
+writing, read through by every op, copied before their base changes, and
+differentiated as jax.numpy."""
 from __future__ import annotations
 
 import os
@@ -289,3 +290,50 @@ def test_a_band_group_reads_two_views_of_one_store(small_budget, rng):
     ref = jax.grad(lambda x, u, v: jnp.sum(jnp.square(x[:, :5] @ u - x[:, 5:10] @ v)),
                    argnums=1)(x, u, v)
     np.testing.assert_allclose(gu, ref, rtol=1e-4, atol=1e-3)
+
+
+RUNS = {  # positions along axis 0 of 300 rows: runs of consecutive rows
+    "months of two years": np.r_[31:59, 196:224],
+    "out of order, repeated": np.r_[250:300, 0:40, 20:60],
+    "negative": np.arange(-60, -10),
+}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_a_gather_by_runs_is_a_view(small_budget, rng, name):
+    """``X[idx]`` and ``take`` by runs of consecutive positions (a groupby's
+    days of one month, year after year) write nothing, and every op reads
+    through them; a later write to X leaves them as they were, and the
+    gradient scatters back as jax.numpy's. Short runs (a random order) are
+    copied, as before."""
+    x, X = _make(rng, (300, 41), np.float32)
+    idx = RUNS[name]
+    with jask.track() as t:
+        views = [X[idx], jask.take(X, idx, axis=0), X.T[:, idx]]
+    assert t.bytes_written == 0 and t.bytes_read == 0, t
+    refs = [x[idx], x[idx], x.T[:, idx]]
+    for v, ref in zip(views, refs):
+        np.testing.assert_array_equal(v.to_numpy(), ref)
+    g = views[0]
+    np.testing.assert_array_equal(g[5:70, 3:9].to_numpy(), x[idx][5:70, 3:9])
+    np.testing.assert_array_equal(g[np.r_[0:20, 30:45]].to_numpy(), x[idx][np.r_[0:20, 30:45]])
+    np.testing.assert_allclose(np.nanmean(g, 0), x[idx].mean(0), rtol=1e-5)
+    with jask.track() as t:
+        total = float(jask.sum(g * g))
+    assert t.bytes_written == 0 and t.passes(X) <= len(idx) / 300 + 0.01, t
+    np.testing.assert_allclose(total, float((x[idx].astype(np.float64) ** 2).sum()), rtol=1e-5)
+    X[:] = 0.0
+    np.testing.assert_array_equal(g.to_numpy(), x[idx])
+    w = jnp.asarray(x)
+    want = jax.grad(lambda a: jnp.sum(a[idx] ** 2))(w)
+    got = jax.grad(lambda a: jask.sum(a[idx] ** 2))(jask.from_numpy(x))
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_gather_by_short_runs_is_copied(small_budget, rng):
+    x, X = _make(rng, (300, 41), np.float32)
+    idx = rng.permutation(300)[:100]
+    with jask.track() as t:
+        got = X[idx]
+    assert t.bytes_written > 0
+    np.testing.assert_array_equal(got.to_numpy(), x[idx])

@@ -185,3 +185,64 @@ def test_groupby_mean_and_anomalies_match_xarray_in_memory(daily):
     assert anomalies.nbytes > jask.get_config().max_memory / 4  # (the case that raised)
     np.testing.assert_allclose(_values(anomalies), want.values, rtol=2e-5, atol=2e-5,
                                equal_nan=True)
+
+
+#: xarray's defaults (NaN-skipping, no flox) on daily data: each result reads
+#: the data once and writes nothing (a groupby takes each group's days by an
+#: integer array: runs of days, a view; the anomaly's climatology indexed by
+#: each day's month comes as a Dask array, computed band by band where read)
+DEFAULTS = {
+    "groupby mean": lambda da: da.groupby("time.month").mean(),
+    "groupby season mean": lambda da: da.groupby("time.season").mean(),  # unequal groups
+    "resample mean": lambda da: da.resample(time="MS").mean(),
+    "anomaly": lambda da, clim: ((da.groupby("time.month") - clim) ** 2).sum(),
+}
+
+
+def _store_of(x, time, path, chunk_days, compressed):
+    """(time, point) written by xarray with ``chunk_days`` a chunk (a ragged
+    last one), opened by jask.xarray."""
+    encoding = {"chunks": (chunk_days, x.shape[1])}
+    if not compressed:
+        encoding["compressors"] = None
+    xr.Dataset({"t2m": (("time", "point"), x)}, coords={"time": time}).to_zarr(
+        path, mode="w", encoding={"t2m": encoding}, consolidated=False)
+    return jask.xarray.open_dataset(path).t2m
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
+@pytest.mark.parametrize("case", list(DEFAULTS))
+@pytest.mark.parametrize("layout", ["from_numpy", "xarray chunks of 20 days",
+                                    "xarray zstd chunks of 20 days"])
+def test_xarray_defaults_read_the_data_once_and_write_nothing(small_budget, tmp_path, case,
+                                                             layout):
+    """On data 3x the budget, each group's days too many for memory (1/8 of
+    the budget: a copy would be written); chunks not aligned with months (20
+    days, a ragged last chunk of 11), a month with no number at all (its
+    mean NaN, as xarray's)."""
+    rng = np.random.default_rng(3)
+    x = (10 + rng.standard_normal((DAYS, 64))).astype(np.float32)
+    x[rng.random(x.shape) < 0.02] = np.nan
+    time = pd.date_range("2001-01-01", periods=DAYS, freq="D")
+    assert x.nbytes > 2 * jask.get_config().max_memory
+    x[(time.month == 3) & (time.year == 2001)] = np.nan
+    x[(time.month == 3) & (time.year == 2002)] = np.nan  # March: all NaN
+    if layout == "from_numpy":
+        on_disk = _daily(x, time)[0]
+    else:
+        on_disk = _store_of(x, time, tmp_path / "ds.zarr", 20, "zstd" in layout)
+        assert on_disk.data.chunks == (20, 64) and DAYS % 20
+    in_memory = _daily(x, time)[1]
+    f = DEFAULTS[case]
+    args, want_args = (), ()
+    if case == "anomaly":
+        args = (DEFAULTS["groupby mean"](on_disk).load(),)
+        want_args = (DEFAULTS["groupby mean"](in_memory),)
+        assert np.isnan(args[0].sel(month=3).values).all()
+    with jask.track() as counts:
+        got = _values(f(on_disk, *args))
+    want = f(in_memory, *want_args).values
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, equal_nan=True)
+    assert 0.99 <= counts.passes(on_disk.data) <= 1.01, counts
+    assert counts.bytes_written == 0, counts
+    assert counts.total.bytes_read <= 1.01 * on_disk.nbytes, counts  # no copy of it read

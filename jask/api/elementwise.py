@@ -131,9 +131,9 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
         return ufunc.jnp(*args)
     cfg = config or get_config()
     if any(k is None and _is_large_dask(x, cfg) for x, k in zip(args, kinds)):
-        from jask.api.interop import from_dask
-        args = tuple(from_dask(x, config=cfg) if k is None and _is_large_dask(x, cfg) else x
-                     for x, k in zip(args, kinds))
+        from jask.api.interop import dask_operand
+        args = tuple(dask_operand(x, config=cfg) if k is None and _is_large_dask(x, cfg)
+                     else x for x, k in zip(args, kinds))
         kinds = [disk_type(x) for x in args]
     # in-memory operands as JAX arrays, canonical for the current x64 mode
     values = [x if k is not None else (x if _is_python_scalar(x) else jnp.asarray(x))
@@ -165,8 +165,8 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
 def _is_large_dask(x, config: Config) -> bool:
     """A Dask array too large to be an in-memory operand (xarray makes one of
     a groupby's climatology, ``clim.isel(month=codes)``, for ``anomalies =
-    X.groupby("time.month") - clim``): written to a store block by block,
-    never computed whole in memory."""
+    X.groupby("time.month") - clim``): its tiles computed where they are
+    read (:func:`jask.api.interop.dask_operand`), never whole in memory."""
     if not type(x).__module__.startswith("dask."):
         return False
     nbytes = int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize

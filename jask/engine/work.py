@@ -36,6 +36,7 @@ from jask.store import (
     check_unchanged,
     compressed,
     forget_cached,
+    gather_view,
     location_of,
     maker_like,
     raise_if_full,
@@ -451,6 +452,9 @@ def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = Fa
     order), the others keep them; ``fill`` where an index is out of range
     (``local``: see :func:`jask.engine.plan.ops.gather`)."""
     def plan_of(stores, values, config: Config) -> Plan:
+        view = _runs_view(stores[0], values)
+        if view is not None:
+            return planner.view(op, view)
         return planner.gather(op, stores[0], indexed, shape, values, config, local=local)
 
     def work(stores, values, config: Config):
@@ -459,9 +463,25 @@ def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = Fa
         return _produce(config, op, shape, source.dtype, plan_of(stores, values, config),
                         lambda out: gathers.gather_graph(op, out, source, index, fill),
                         grad=grad)
+
+    def _runs_view(source: StoreSpec, values) -> StoreSpec | None:
+        """One axis taken by runs of consecutive positions, all in range: a view."""
+        if len(indexed) != 1 or not isinstance(values[0], np.ndarray):
+            return None  # (traced positions: known only when the program runs)
+        (d,) = indexed
+        positions = gathers.normalized(values[0], source.shape[d])
+        if positions.size and positions.min() < 0:
+            return None  # out of range: filled
+        return gather_view(source, d, positions)
+
     # flip, roll, a permutation: every chunk read, by windows that cut them
-    return decoded_first(Work(op, work, plan_of),
-                         lambda store: math.prod(shape) >= math.prod(store.shape))
+    copying = decoded_first(Work(op, work, plan_of),
+                            lambda store: math.prod(shape) >= math.prod(store.shape))
+
+    def run(stores, values, config: Config):
+        view = _as_view(_runs_view(stores[0], values), config)
+        return view if view is not None else copying(stores, values, config)
+    return Work(op, run, copying.plan)
 
 
 def scatter_add(op: str, indexed: tuple, shape: tuple, dtype):

@@ -47,6 +47,7 @@ from jask.store.versions import (
     written_here,
 )
 from jask.store.views import as_transposed, base_of
+from jask.store.views import gather as gather_view
 from jask.store.views import key as view_key
 from jask.store.views import reshape as reshape_view
 from jask.store.views import same as same_elements
@@ -63,7 +64,7 @@ __all__ = [
     "read", "write", "read_model", "prefetch", "forget_cached", "open_array", "buffer_scope",
     # views
     "view_key", "base_of", "as_transposed", "transpose_view", "slice_view", "reshape_view",
-    "same_elements",
+    "gather_view", "same_elements",
     # making stores, groups, what to_memmap hands out
     "create_at", "maker_like", "compressed", "Member", "group_members", "read_values",
     "zarr_store", "open_zarr_array", "put_saved", "icechunk_name", "WritableView", "open_writable",

@@ -16,7 +16,7 @@ from jask.base.sizes import exact_bytes
 from jask.base.urls import is_url
 
 __all__ = ["StoreSpec", "kind_of", "FOLDER", "OBJECTS", "ICECHUNK", "ICECHUNK_PREFIX", "View",
-           "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
+           "Runs", "GRAD_SUFFIX", "stored_nbytes", "plain_v3_metadata",
            "DamagedStoreError", "check_metadata"]
 
 #: Suffix of every store holding a gradient (a cotangent).
@@ -70,11 +70,26 @@ class StoreSpec:
 
 
 @dataclass(frozen=True)
+class Runs:
+    """A kept axis of a view whose positions are runs of consecutive base
+    positions (a gather by such indices: a groupby's rows of one month, each
+    year's days of it): ``runs`` holds ``(start, length)`` in the base, in
+    the view's order."""
+
+    runs: tuple
+
+    @property
+    def length(self) -> int:
+        return sum(n for _, n in self.runs)
+
+
+@dataclass(frozen=True)
 class View:
     """How a view's elements sit in its base store (see :mod:`jask.store.views`).
 
     ``index`` has one entry per axis of ``base``: an int (the axis is
-    dropped at that position) or ``(start, step)`` of a kept axis; ``axes``
+    dropped at that position), ``(start, step)`` of a kept axis, or (on
+    one axis at most) :class:`Runs` of a kept axis gathered by runs; ``axes``
     one entry per axis of the view: which kept axis it shows (their order
     is the permutation) or None for a new axis of length 1.
     """

@@ -1,9 +1,10 @@
-"""Views: a transpose, basic slice or unit-axis reshape of a store, never copied.
+"""Views: a transpose, basic slice, unit-axis reshape or gather by runs of a store, never copied.
 
 A view is a :class:`~jask.store.spec.StoreSpec` with the base's path and a
 :class:`~jask.store.spec.View`: the base is sliced (``index``: an int drops
-an axis, ``(start, step)`` keeps one), the kept axes are permuted and axes
-of length 1 are inserted (``axes``). Views of views are flattened, so a
+an axis, ``(start, step)`` keeps one, :class:`~jask.store.spec.Runs` keeps
+one gathered by runs of consecutive positions), the kept axes are permuted
+and axes of length 1 are inserted (``axes``). Views of views are flattened, so a
 view always describes its base directly. :func:`read` maps a region of the
 view to the base's region, reads it (the caller's reader: chunk I/O), then
 steps, drops, permutes and inserts axes without copying the tile.
@@ -17,10 +18,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jask.store.spec import StoreSpec, View
+from jask.store.spec import Runs, StoreSpec, View
 
-__all__ = ["transpose", "take", "reshape", "read", "prefetch", "read_model", "as_transposed",
-           "key", "base_of", "same"]
+__all__ = ["transpose", "take", "gather", "reshape", "read", "prefetch", "read_model",
+           "as_transposed", "key", "base_of", "same"]
 
 
 def _parts(store: StoreSpec) -> tuple[StoreSpec, tuple, tuple]:
@@ -101,6 +102,15 @@ def take(store: StoreSpec, sizes: tuple, starts: tuple) -> StoreSpec | None:
                 new_axes.append(None)
             continue
         d = kept[k]
+        if isinstance(index[d], Runs):
+            sub = _sub_runs(index[d], int(start), 1 if x is None else x[0])
+            if x is None:
+                index[d] = sub[0][0]
+                dropped.add(k)
+            else:
+                index[d] = (sub[0][0], 1) if len(sub) == 1 else Runs(sub)
+                new_axes.append(k)
+            continue
         first, step = index[d]
         if x is None:
             index[d] = int(first + int(start) * step)
@@ -112,6 +122,70 @@ def take(store: StoreSpec, sizes: tuple, starts: tuple) -> StoreSpec | None:
     shape = tuple(x[0] for x in sizes if x is not None)
     return _make(base, tuple(index), tuple(None if k is None else renumber[k] for k in new_axes),
                  shape)
+
+
+#: Fewest positions a run of a gather view holds on average: shorter runs
+#: (a random order, every day of a year) are copied, each run read apart.
+MIN_RUN = 4
+
+
+def _sub_runs(runs: Runs, start: int, size: int) -> tuple:
+    """The runs of view positions ``start .. start + size`` of ``runs``."""
+    out, offset = [], 0
+    for first, n in runs.runs:
+        lo, hi = max(start, offset), min(start + size, offset + n)
+        if lo < hi:
+            out.append((first + lo - offset, hi - lo))
+        offset += n
+    return tuple(out)
+
+
+def gather(store: StoreSpec, axis: int, positions) -> StoreSpec | None:
+    """A view of ``store`` taking ``positions`` (in range, normalized) along
+    ``axis`` when they form runs of consecutive positions, on average at
+    least :data:`MIN_RUN` long (one run: a slice), else None (the caller
+    copies). A view of a strided view, or one already gathered on another
+    axis, is None too.
+
+    Example:
+      >>> x = StoreSpec("x", (9, 2), np.dtype("f4"), (3, 2))
+      >>> v = gather(x, 0, np.array([5, 6, 7, 8, 0, 1, 2, 3]))
+      >>> v.shape, v.view.index
+      ((8, 2), (Runs(runs=((5, 4), (0, 4))), (0, 1)))
+      >>> gather(x, 0, np.array([2, 0, 1])) is None
+      True
+    """
+    positions = np.asarray(positions).reshape(-1).astype(np.int64)
+    if positions.size == 0:
+        return None
+    base, index, axes = _parts(store)
+    k = axes[axis]
+    if k is None:
+        return None
+    d = _kept(base, index)[k]
+    entry = index[d]
+    if any(isinstance(x, Runs) for i, x in enumerate(index) if i != d):
+        return None
+    if isinstance(entry, Runs):
+        starts = np.cumsum([0] + [n for _, n in entry.runs])[:-1]
+        which = np.searchsorted(starts, positions, side="right") - 1
+        firsts = np.asarray([first for first, _ in entry.runs], np.int64)
+        at = firsts[which] + positions - starts[which]
+    else:
+        first, step = entry
+        if step != 1:
+            return None
+        at = first + positions
+    breaks = np.flatnonzero(np.diff(at) != 1) + 1
+    if len(breaks) + 1 > max(1, positions.size // MIN_RUN):
+        return None
+    bounds = np.concatenate([[0], breaks, [at.size]])
+    runs = tuple((int(at[a]), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:]))
+    new = list(index)
+    new[d] = (runs[0][0], 1) if len(runs) == 1 else Runs(runs)
+    shape = list(store.shape)
+    shape[axis] = int(positions.size)
+    return _make(base, tuple(new), axes, tuple(shape))
 
 
 def reshape(store: StoreSpec, shape: tuple) -> StoreSpec | None:
@@ -178,23 +252,34 @@ def same(a, b) -> bool:
     return (a.path, a.shape, a.dtype, a.view) == (b.path, b.shape, b.dtype, b.view)
 
 
-def _base_region(store: StoreSpec, region: tuple) -> tuple[tuple, tuple, tuple]:
-    """(region of the base, the int axes to drop, the kept axes' order) for a
-    region of the view."""
+def _base_regions(store: StoreSpec, region: tuple) -> tuple[list, int | None, tuple, tuple]:
+    """(regions of the base, in order, joined along the base axis given
+    next (None: one region); the int axes to drop, the kept axes' order)
+    for a region of the view."""
     v = store.view
     assert v is not None
     kept = _kept(v.base, v.index)
     on_kept: dict = {k: r for k, r in zip(v.axes, region) if k is not None}
-    out, drop = [], []
+    out: list = []
+    drop = []
+    joined: int | None = None
+    pieces: list = [None]
     for d, x in enumerate(v.index):
         if isinstance(x, int):
             out.append(slice(x, x + 1))
             drop.append(d)
             continue
         r = on_kept[kept.index(d)]
+        if isinstance(x, Runs):
+            joined = d
+            pieces = [slice(first, first + n)
+                      for first, n in _sub_runs(x, r.start, r.stop - r.start)] or [slice(0, 0)]
+            out.append(None)
+            continue
         start, _ = x
         out.append(slice(start + r.start, start + r.stop))
-    return tuple(out), tuple(drop), tuple(k for k in v.axes if k is not None)
+    regions = [tuple(piece if s is None else s for s in out) for piece in pieces]
+    return regions, joined, tuple(drop), tuple(k for k in v.axes if k is not None)
 
 
 def read(store: StoreSpec, region: tuple, read_base: Callable) -> np.ndarray:
@@ -213,8 +298,11 @@ def read(store: StoreSpec, region: tuple, read_base: Callable) -> np.ndarray:
     v = store.view
     assert v is not None
     extents = tuple(max(0, r.stop - r.start) for r in region)
-    base_region, drop, order = _base_region(store, region)
-    block = read_base(v.base, base_region)
+    regions, joined, drop, order = _base_regions(store, region)
+    if joined is None:
+        block = read_base(v.base, regions[0])
+    else:  # a gather by runs: each run's rows read, joined in the view's order
+        block = np.concatenate([read_base(v.base, r) for r in regions], axis=joined)
     if drop:
         block = block.reshape(tuple(n for d, n in enumerate(block.shape) if d not in drop))
     block = np.transpose(block, order)
@@ -224,7 +312,8 @@ def read(store: StoreSpec, region: tuple, read_base: Callable) -> np.ndarray:
 def prefetch(store: StoreSpec, region: tuple, prefetch_base: Callable) -> None:
     """Start reading a view's tile from its base (see ``chunkio.prefetch``)."""
     assert store.view is not None
-    prefetch_base(store.view.base, _base_region(store, region)[0])
+    for base_region in _base_regions(store, region)[0]:
+        prefetch_base(store.view.base, base_region)
 
 
 def read_model(store: StoreSpec, model_of: Callable):
@@ -238,7 +327,8 @@ def read_model(store: StoreSpec, model_of: Callable):
     kept = _kept(v.base, v.index)
     unit = tuple(1 if k is None else model.unit[kept[k]] for k in v.axes)
     order = [k for k in v.axes if k is not None]
-    shifted = any(not isinstance(x, int) and x[0] != 0 for x in v.index)
+    shifted = any(isinstance(x, Runs) or not isinstance(x, int) and x[0] != 0
+                  for x in v.index)
     model = dataclasses.replace(model, shape=tuple(store.shape), unit=unit,
                                 write_unit=tuple(store.chunks))
     if model.raw and (order != sorted(order) or shifted or len(v.index) != len(v.axes)):
