@@ -119,6 +119,7 @@ from jask.api.manipulation import (
     expand_dims,
     flip,
     moveaxis,
+    pad,
     permute_dims,
     repeat,
     roll,
@@ -200,6 +201,6 @@ __all__ = [
     "remainder", "right_shift", "round", "sign", "signbit", "sin", "sinh", "tan", "trunc",
     # manipulation and indexing (jask.api.manipulation, jask.api.indexing)
     "broadcast_arrays", "broadcast_to", "concat", "diff", "expand_dims", "flip", "moveaxis",
-    "nonzero", "permute_dims", "repeat", "roll", "squeeze", "take", "take_along_axis", "tile",
+    "nonzero", "pad", "permute_dims", "repeat", "roll", "squeeze", "take", "take_along_axis", "tile",
     "unstack",
 ]

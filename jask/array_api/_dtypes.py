@@ -151,8 +151,8 @@ def result_type(*arrays_and_dtypes):
     """
     dtypes, scalars = [], []
     for x in arrays_and_dtypes:
-        if isinstance(x, (builtins_bool, int, float, complex)):
-            scalars.append(x)
+        if isinstance(x, (builtins_bool, int, float, complex)) and not hasattr(x, "dtype"):
+            scalars.append(x)  # numpy's float64 scalar is a float too, but has its dtype
         else:
             dtypes.append(check_dtype("result_type", getattr(x, "dtype", x)))
     if not dtypes:
