@@ -139,6 +139,14 @@ from jask.api.nan_functions import (
     nansum,
     nanvar,
 )
+from jask.api.quantiles import (
+    median,
+    nanmedian,
+    nanpercentile,
+    nanquantile,
+    percentile,
+    quantile,
+)
 from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
 from jask.api.save import save
 from jask.api.scans import cumprod, cumsum, cumulative_prod, cumulative_sum
@@ -152,7 +160,7 @@ from jask.api.sorting import (
     unique_values,
 )
 from jask.api.stats import reset_stats, stats, track
-from jask.api.truth import all, any, count_nonzero
+from jask.api.truth import all, any, count_nonzero, isin
 from jask.api.update import update_
 from jask.api.visualize import visualize
 from jask.base.config import Config, get_config, set_memory_budget
@@ -187,7 +195,7 @@ __all__ = [
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var", "zarr_store",
     "visualize", "where",
-    "all", "any", "count_nonzero", "prod", "matrix_transpose",
+    "all", "any", "count_nonzero", "isin", "prod", "matrix_transpose",
     "argsort", "sort", "searchsorted", "unique_all", "unique_counts", "unique_inverse",
     "unique_values", "cumprod", "cumulative_prod", "cumulative_sum",
     "tensordot", "vecdot",
@@ -203,4 +211,6 @@ __all__ = [
     "broadcast_arrays", "broadcast_to", "concat", "diff", "expand_dims", "flip", "moveaxis",
     "nonzero", "pad", "permute_dims", "repeat", "roll", "squeeze", "take", "take_along_axis", "tile",
     "unstack",
+    # order statistics (jask.api.quantiles)
+    "median", "nanmedian", "nanpercentile", "nanquantile", "percentile", "quantile",
 ]
