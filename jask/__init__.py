@@ -110,7 +110,15 @@ from jask.api.indexing import (
     take_along_axis,
 )
 from jask.api.interop import from_dask, materialize, to_dask, zarr_store
-from jask.api.linalg import dot, matmul, matrix_transpose, tensordot, transpose, vecdot
+from jask.api.linalg import (
+    dot,
+    einsum,
+    matmul,
+    matrix_transpose,
+    tensordot,
+    transpose,
+    vecdot,
+)
 from jask.api.manipulation import (
     broadcast_arrays,
     broadcast_to,
@@ -123,6 +131,7 @@ from jask.api.manipulation import (
     permute_dims,
     repeat,
     roll,
+    sliding_window_view,
     squeeze,
     tile,
     unstack,
@@ -131,6 +140,8 @@ from jask.api.mapping import map
 from jask.api.nan_functions import (
     nanargmax,
     nanargmin,
+    nancumprod,
+    nancumsum,
     nanmax,
     nanmean,
     nanmin,
@@ -186,7 +197,7 @@ __all__ = [
     "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
     "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
-    "logsumexp", "map", "nanargmax", "nanargmin", "nanmax", "nanmean", "nanmin", "nanprod",
+    "logsumexp", "map", "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmin", "nanprod",
     "nanstd", "nansum", "nanvar",
     "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
     "mul", "multiply", "negative", "not_equal", "open", "open_group", "open_icechunk",
@@ -198,7 +209,7 @@ __all__ = [
     "all", "any", "count_nonzero", "isin", "prod", "matrix_transpose",
     "argsort", "sort", "searchsorted", "unique_all", "unique_counts", "unique_inverse",
     "unique_values", "cumprod", "cumulative_prod", "cumulative_sum",
-    "tensordot", "vecdot",
+    "einsum", "tensordot", "vecdot",
     "batches",
     "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan2", "arctanh", "asin",
     "asinh", "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert", "bitwise_left_shift",
@@ -209,7 +220,8 @@ __all__ = [
     "remainder", "right_shift", "round", "sign", "signbit", "sin", "sinh", "tan", "trunc",
     # manipulation and indexing (jask.api.manipulation, jask.api.indexing)
     "broadcast_arrays", "broadcast_to", "concat", "diff", "expand_dims", "flip", "moveaxis",
-    "nonzero", "pad", "permute_dims", "repeat", "roll", "squeeze", "take", "take_along_axis", "tile",
+    "nonzero", "pad", "permute_dims", "repeat", "roll", "sliding_window_view", "squeeze", "take",
+    "take_along_axis", "tile",
     "unstack",
     # order statistics (jask.api.quantiles)
     "median", "nanmedian", "nanpercentile", "nanquantile", "percentile", "quantile",

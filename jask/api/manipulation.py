@@ -29,7 +29,7 @@ from jask.engine.blockwise import broadcast_axes
 
 __all__ = ["flip", "roll", "moveaxis", "permute_dims", "expand_dims", "squeeze",
            "broadcast_to", "broadcast_arrays", "repeat", "tile", "unstack", "concat", "diff",
-           "pad"]
+           "pad", "sliding_window_view"]
 
 
 def _axes(op: str, axis, ndim: int, shape) -> tuple:
@@ -490,4 +490,49 @@ def pad(x, pad_width, mode="constant", *, constant_values=0, reflect_type="even"
             mask = np.arange(n) >= n - widths[d][1]
             out = elementwise.where(mask.reshape((1,) * d + (n,) + (1,) * (aval.ndim - d - 1)),
                                     np.asarray(after, aval.dtype), out, config=config)
+    return out
+
+
+def sliding_window_view(x, window_shape, axis=None, *, config: Config | None = None):
+    """The windows of ``window_shape`` sliding along ``axis`` (all axes by
+    default), as ``numpy.lib.stride_tricks.sliding_window_view``: each axis
+    of length ``n`` becomes ``n - w + 1`` positions, and the windows' axes
+    follow ``x``'s, in the order of ``axis``. numpy's is a view; a DiskArray's
+    is a new one, ``w`` times the data per axis, written by one gather per
+    axis (xarray's ``rolling`` reduces over it).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.sliding_window_view(jask.from_numpy(np.arange(5.0)), 3).to_numpy()
+      array([[0., 1., 2.],
+             [1., 2., 3.],
+             [2., 3., 4.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return np.lib.stride_tricks.sliding_window_view(np.asarray(x), window_shape, axis)
+    windows = (window_shape,) if isinstance(window_shape, (numbers.Integral, np.integer)) \
+        else tuple(window_shape)
+    if axis is None:
+        if len(windows) != aval.ndim:
+            raise ValueError(f"jask.sliding_window_view: window_shape {window_shape!r} needs "
+                             f"one length per axis ({aval.ndim}) when axis is None")
+        axes: tuple = tuple(range(aval.ndim))
+    else:
+        axes = (axis,) if isinstance(axis, (numbers.Integral, np.integer)) else tuple(axis)
+        axes = tuple(int(a) % aval.ndim if -aval.ndim <= a < aval.ndim else a for a in axes)
+    if len(axes) != len(windows) or any(not isinstance(a, int) or not 0 <= a < aval.ndim
+                                        for a in axes):
+        raise ValueError(f"jask.sliding_window_view: axis {axis!r} and window_shape "
+                         f"{window_shape!r} must pair up, within {aval.ndim} axes")
+    out, ndim = x, aval.ndim
+    for d, w in zip(axes, windows):
+        n = disk_type(out).shape[d]
+        if not 0 <= int(w) <= n:
+            raise ValueError(f"jask.sliding_window_view: window {w} is longer than axis {d} "
+                             f"({n}) or negative")
+        index = np.arange(n - int(w) + 1)[:, None] + np.arange(int(w))[None, :]
+        out = indexing.take(out, index, axis=d, config=config)  # the window's axis at d + 1
+        out = moveaxis(out, d + 1, ndim, config=config)
+        ndim += 1
     return out

@@ -5,9 +5,12 @@ the data type functions (``can_cast``, ``finfo``, ``iinfo``, ``isdtype``,
 Data types are numpy dtypes (what ``DiskArray.dtype`` is), so
 ``x.dtype == xp.float32`` holds. Complex types are not offered: jask's
 stores hold bool, integer and real floating types. Promotion is JAX's
-(``jax.numpy.promote_types``, 64-bit types kept), restricted to the pairs the
-standard defines: mixing kinds (bool with numbers, integers with floats) or
-``uint64`` with a signed type is refused, as the standard leaves it undefined.
+(``jax.numpy.promote_types``, 64-bit types kept). ``can_cast`` keeps to the
+pairs the standard defines (mixing kinds, or ``uint64`` with a signed type:
+False). ``result_type`` answers mixed kinds, which the standard leaves to the
+implementation, as jax.numpy does and as jask's functions compute them
+(``int32`` with ``float64``: ``float64``; an int array with a Python float: the
+default float): xarray asks it before filling an integer count with NaN.
 """
 from __future__ import annotations
 
@@ -114,7 +117,10 @@ def _kind(dt: np.dtype) -> str:
     return {"b": "bool", "i": "int", "u": "int", "f": "float"}[dt.kind]
 
 
-def _promote(a: np.dtype, b: np.dtype) -> np.dtype:
+def _promote(a: np.dtype, b: np.dtype, mixed: bool = False) -> np.dtype:
+    if _kind(a) != _kind(b) and mixed:
+        with jax.enable_x64(True):
+            return np.dtype(jnp.promote_types(a, b))
     if _kind(a) != _kind(b):
         raise TypeError(f"jask.array_api.result_type: {a.name} and {b.name} do not promote in "
                         "the Array API standard (mixed kinds); convert one with astype first")
@@ -159,11 +165,13 @@ def result_type(*arrays_and_dtypes):
         raise ValueError("jask.array_api.result_type: give at least one array or dtype")
     out = dtypes[0]
     for dt in dtypes[1:]:
-        out = _promote(out, dt)
+        out = _promote(out, dt, mixed=True)
     for value in scalars:
-        if not _scalar_fits(value, out):
-            raise TypeError(f"jask.array_api.result_type: a Python {type(value).__name__} "
-                            f"does not promote with {out.name} in the Array API standard")
+        if isinstance(value, complex):
+            raise TypeError(f"jask.array_api.result_type: a Python complex does not promote "
+                            f"with {out.name}: complex data types are not supported")
+        if not _scalar_fits(value, out):  # a float with integers: JAX's weak promotion
+            out = check_dtype("result_type", jnp.result_type(out, value))
     return out
 
 
@@ -178,7 +186,7 @@ def can_cast(from_, to, /) -> object:
     source = check_dtype("can_cast", getattr(from_, "dtype", from_))
     target = check_dtype("can_cast", to)
     try:
-        return result_type(source, target) == target
+        return _promote(source, target) == target
     except TypeError:
         return False
 
