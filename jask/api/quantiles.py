@@ -26,9 +26,13 @@ from jask.api import mapping, reductions
 from jask.api.indexing import reshape, take
 from jask.api.manipulation import expand_dims, moveaxis
 from jask.api.sorting import sort
-from jask.base.config import Config
+from jask.base import memory
+from jask.base.config import Config, get_config
+from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import disk_type
+from jask.core.ufuncs import Ufunc
+from jask.engine.blockwise import positional
 
 __all__ = ["quantile", "nanquantile", "median", "nanmedian", "percentile", "nanpercentile",
            "METHODS"]
@@ -123,17 +127,48 @@ def _combine(op: str, method: str, low_value, high_value, q, count, out):
     return ew.multiply(ew.add(low_value, high_value), np.asarray(0.5, out))  # midpoint
 
 
+@positional
+def _at_rank(sorted_tile, rank_tile, *, region, shape):
+    """A tile of ``-0.0`` but for each lane's element at its rank, where this
+    tile of the lane holds it (one output tile, as a sum's: a selection by
+    ``np.where`` took three)."""
+    start, stop = region[-1].start, region[-1].stop
+    local = rank_tile.astype(np.intp) - start
+    inside = (local >= 0) & (local < stop - start)
+    local = np.clip(local, 0, stop - start - 1)
+    picked = np.take_along_axis(sorted_tile, local, axis=-1)
+    out = np.full(np.broadcast_shapes(sorted_tile.shape, rank_tile.shape), -0.0,
+                  sorted_tile.dtype)
+    np.put_along_axis(out, local, np.where(inside, picked, np.asarray(-0.0, out.dtype)),
+                      axis=-1)
+    return out
+
+
+def _at_rank_reference(sorted_, rank):
+    return jnp.where(jnp.arange(sorted_.shape[-1]) == rank, sorted_, -0.0)
+
+
+_AT_RANK = Ufunc("at-rank", _at_rank, _at_rank_reference, (None, None), public=False)
+
+
 def _pick(s, rank, config):
     """``s[..., rank]`` per lane of the sorted ``s`` (lanes on its last axis;
-    ``rank``: the lanes' shape with the quantiles on a new last axis), as
-    one reduction: the element of that rank, ``-0.0`` elsewhere."""
-    n = disk_type(s).shape[-1]
-    iota = np.arange(n, dtype=np.asarray(rank).dtype if disk_type(rank) is None
-                     else disk_type(rank).dtype)
-    hit = ew.equal(iota, expand_dims(rank, -1, config=config))
-    zero = np.asarray(-0.0, disk_type(s).dtype)
-    return reductions.sum(ew.where(hit, expand_dims(s, -2, config=config), zero), axis=-1,
-                          config=config)
+    ``rank``: the lanes' shape with the quantiles last), as one reduction
+    over the full shape (lanes, quantiles, lane): nothing of that shape is
+    held or written."""
+    aval = disk_type(s)
+    lanes, n = tuple(aval.shape[:-1]), aval.shape[-1]
+    k = len(lanes)
+    rank_shape = tuple(rank.shape)
+    shape = rank_shape + (n,)
+    axes = [tuple(range(k)) + (k + 1,), tuple(range(k + 1))]
+    if disk_type(rank) is None:
+        ew.check_in_memory("quantile", rank, config or get_config())
+    return primitives.reduce("quantile-pick", _AT_RANK, [s, rank], axes,
+                             [aval.dtype, np.dtype(rank.dtype)], shape, tuple(range(k + 1)),
+                             aval.dtype, reducer="sum",
+                             to_memory=memory.fits_in_memory(rank_shape, aval.dtype, config),
+                             config=config)
 
 
 def _quantile(op: str, x, q, axis, method: str, keepdims: bool, config: Config | None):

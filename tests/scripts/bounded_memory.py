@@ -67,6 +67,11 @@ def ops(a, b, v, X, y, w):
         # heap (2-5 MB) would count against whatever op is measured after them
         "sort": lambda: jask.sort(a, axis=0),  # whole columns per task
         "cumprod": lambda: jask.cumprod(a, axis=1),  # a two-pass scan
+        # order statistics: a sort, then a gather (quantile) or per-lane picks (nanquantile)
+        "quantile": lambda: jask.quantile(a, np.array([0.1, 0.5]), axis=0),
+        "nanmedian": lambda: jask.nanmedian(a, axis=0),
+        "pad": lambda: jask.pad(a, ((3, 5), (0, 7)), mode="reflect"),  # one gather
+        "isin": lambda: jask.isin(a, np.linspace(-1.0, 1.0, 64, dtype=np.float32)),
         # gathers (jask.engine.gather): by local runs, and by rows in a random order
         "flip": lambda: jask.flip(a),
         "take": lambda: jask.take(a, ROWS[:a.shape[0]] % a.shape[0], axis=0),
@@ -187,7 +192,10 @@ def _adam_step(a, b):
 #: Ops measured on their second call: the first compiles them for these
 #: shapes, and the compiled program stays in JAX's cache (fixed memory, not
 #: tiles; the warm-up compiled them only for tiny shapes).
-COMPILED = {"jit(grad) step", "adam step", "hvp", "hessian", "vmap loss"}
+#: The order statistics run jax.numpy on their small per-lane values (counts,
+#: ranks, weights) and XLA's interpolation on tiles (jask.map).
+COMPILED = {"jit(grad) step", "adam step", "hvp", "hessian", "vmap loss", "quantile",
+            "nanmedian"}
 
 
 def _release() -> None:
