@@ -59,8 +59,8 @@ PROCESSES = [("lazy", {}), ("views", {}), ("step", {})] + [
 #: chain" rows run several eager ops as one band group (to memory, and to a store).
 OPS = {"add", "sub", "mul", "mul by scalar", "square", "transpose", "sum", "dot", "update_",
        "lazy chain", "lazy chain to store",
-       "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "quantile", "nanmedian", "pad",
-       "isin", "flip", "take",
+       "jit(grad) step", "to_zarr (zstd)", "adam step", "sort", "cumprod", "quantile",
+       "nanmedian", "pad", "isin", "flip", "take",
        "slice", "transpose + add", "slice sum", "gram", "minibatch epoch",
        "hvp", "hessian", "vmap loss"}
 #: matmul runs on these cells only (7 s each); JASK_GRID_OPS=matmul runs it on all.

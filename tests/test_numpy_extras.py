@@ -308,3 +308,37 @@ def test_result_type_refusals_and_can_cast_keep_to_the_standard():
         xp.result_type(xp.uint64, xp.int8)
     assert not xp.can_cast(xp.int32, xp.float64)  # mixed kinds: not the standard's
     assert xp.can_cast(xp.int8, xp.int32)
+
+
+INDEXES = [  # keys of numpy's advanced indexing with arrays on several axes
+    ([0, 5, 299], [1, 2, 6]),
+    (np.array([[1, 2], [3, 4]]), np.array([0, 6])),
+    (slice(2, 9), [1, 3]),
+    ([3, 3, 1], slice(None, None, 2)),
+    (np.array([True] * 2 + [False] * 298), [0, 4]),
+    (5, [0, 3]),
+    ([-1, 2], -2),
+    (np.arange(200), np.arange(200) % 7),
+]
+
+
+@pytest.mark.parametrize("key", INDEXES, ids=[str(i) for i in range(len(INDEXES))])
+def test_index_arrays_on_several_axes_match_jax_numpy_and_the_standard(small_budget, key):
+    import array_api_strict as strict
+    a = np.arange(300 * 7, dtype=np.float32).reshape(300, 7)
+    _same(jask.from_numpy(a)[key], jnp.asarray(a)[key])
+    if all(isinstance(i, int) or np.asarray(i).dtype.kind == "i" for i in key):
+        # the 2024.12 standard's integer arrays (with integers only), as array-api-strict has them
+        want = strict.asarray(a)[tuple(i if isinstance(i, int) else strict.asarray(np.asarray(i))
+                                       for i in key)]
+        np.testing.assert_array_equal(_values(jask.from_numpy(a)[key]), np.asarray(want))
+
+
+def test_index_arrays_on_several_axes_are_refused_inside_jit_and_over_the_share(small_budget):
+    x = jask.from_numpy(np.zeros((3000, 50), np.float32))
+    with pytest.raises(IndexError, match="inside jit"):
+        jax.jit(lambda i: x[i, i])(jnp.array([0, 1]))
+    with pytest.raises(IndexError, match="over the in-memory share"):
+        x[np.arange(3000), np.arange(3000) % 50]
+    mask = jask.from_numpy(np.arange(3000) % 7 == 0)  # a boolean DiskArray within the share
+    _same(x[mask, 1:3], jnp.zeros((3000, 50))[np.arange(3000) % 7 == 0, 1:3].astype(np.float32))

@@ -486,7 +486,7 @@ def pad(x, pad_width, mode="constant", *, constant_values=0, reflect_type="even"
         before, after = (np.asarray(v).astype(aval.dtype).item() for v in values[d])
         out = primitives.gather(out, [positions(d)], (d,), before, config=config, name="pad")
         if after != before and widths[d][1]:
-            n = disk_type(out).shape[d]
+            n = widths[d].sum() + aval.shape[d]
             mask = np.arange(n) >= n - widths[d][1]
             out = elementwise.where(mask.reshape((1,) * d + (n,) + (1,) * (aval.ndim - d - 1)),
                                     np.asarray(after, aval.dtype), out, config=config)
@@ -527,7 +527,7 @@ def sliding_window_view(x, window_shape, axis=None, *, config: Config | None = N
                          f"{window_shape!r} must pair up, within {aval.ndim} axes")
     out, ndim = x, aval.ndim
     for d, w in zip(axes, windows):
-        n = disk_type(out).shape[d]
+        n = tuple(out.shape)[d]
         if not 0 <= int(w) <= n:
             raise ValueError(f"jask.sliding_window_view: window {w} is longer than axis {d} "
                              f"({n}) or negative")

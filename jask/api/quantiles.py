@@ -8,9 +8,9 @@ sorted, the positions ``q * (n - 1)`` and their floor and ceil, the two
 neighbours weighted. ``quantile`` takes the neighbours at the same positions
 in every lane (one gather of ``2 * len(q)`` positions) and is NaN for a lane
 holding a NaN; ``nanquantile`` counts each lane's numbers (NaNs sort last),
-so its positions differ by lane, and picks each neighbour by one reduction
-over the sorted lanes (the element whose rank is the position; ``-0.0``
-elsewhere, which adds nothing, signs of zeros included). ``q`` is known
+so its positions differ by lane, and picks both neighbours by one reduction
+over the sorted lanes (a max of the element whose rank is the position and
+``-inf`` elsewhere: NaN wins, and signs of zeros are kept). ``q`` is known
 outside ``jit`` (its values fix the gathered positions).
 """
 from __future__ import annotations
@@ -23,14 +23,14 @@ import numpy as np
 
 from jask.api import elementwise as ew
 from jask.api import mapping, reductions
-from jask.api.indexing import reshape, take
-from jask.api.manipulation import expand_dims, moveaxis
+from jask.api.indexing import concatenate, reshape, take
+from jask.api.manipulation import moveaxis
 from jask.api.sorting import sort
 from jask.base import memory
 from jask.base.config import Config, get_config
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
-from jask.core.array import disk_type
+from jask.core.array import DiskArrayType, disk_type
 from jask.core.ufuncs import Ufunc
 from jask.engine.blockwise import positional
 
@@ -43,19 +43,25 @@ METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
 _REFERENCE = {"quantile": jnp.quantile, "nanquantile": jnp.nanquantile}
 
 
+def _aval(x) -> DiskArrayType:
+    aval = disk_type(x)
+    assert aval is not None  # the callers checked that x is a DiskArray
+    return aval
+
+
 def _lanes(op: str, x, axis, keepdims: bool, config):
     """(x with the reduced axes merged into its last, keepdims' shape or
     None): jax.numpy's handling of ``axis=None`` and of a tuple of axes."""
-    aval = disk_type(x)
+    aval = _aval(x)
     ndim = aval.ndim
     if axis is None:
         axes = tuple(range(ndim))
     else:
-        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-        if not all(isinstance(a, (int, np.integer)) and -ndim <= a < ndim for a in axes):
+        given = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        if not all(isinstance(a, (int, np.integer)) and -ndim <= a < ndim for a in given):
             raise ValueError(f"jask.{op}: axis {axis!r} is out of range for an array of shape "
                              f"{tuple(aval.shape)}")
-        axes = tuple(int(a) % ndim for a in axes)
+        axes = tuple(int(a) % ndim for a in given)
         if len(set(axes)) != len(axes):
             raise ValueError(f"jask.{op}: repeated axis in {axis!r}")
     kept = [d for d in range(ndim) if d not in axes]
@@ -129,23 +135,20 @@ def _combine(op: str, method: str, low_value, high_value, q, count, out):
 
 @positional
 def _at_rank(sorted_tile, rank_tile, *, region, shape):
-    """A tile of ``-0.0`` but for each lane's element at its rank, where this
-    tile of the lane holds it (one output tile, as a sum's: a selection by
-    ``np.where`` took three)."""
+    """Each lane's element at its rank where this tile of the lane holds it,
+    else ``-inf``, with length 1 along the lane: the reduction (a max, which
+    NaN wins) broadcasts it over the tile as a view, so no tile-sized
+    selection is made (``np.where`` over the tile took three tiles)."""
     start, stop = region[-1].start, region[-1].stop
     local = rank_tile.astype(np.intp) - start
     inside = (local >= 0) & (local < stop - start)
-    local = np.clip(local, 0, stop - start - 1)
-    picked = np.take_along_axis(sorted_tile, local, axis=-1)
-    out = np.full(np.broadcast_shapes(sorted_tile.shape, rank_tile.shape), -0.0,
-                  sorted_tile.dtype)
-    np.put_along_axis(out, local, np.where(inside, picked, np.asarray(-0.0, out.dtype)),
-                      axis=-1)
-    return out
+    picked = np.take_along_axis(sorted_tile, np.clip(local, 0, stop - start - 1), axis=-1)
+    return np.where(inside, picked, np.asarray(-np.inf, sorted_tile.dtype))
 
 
 def _at_rank_reference(sorted_, rank):
-    return jnp.where(jnp.arange(sorted_.shape[-1]) == rank, sorted_, -0.0)
+    return jnp.max(jnp.where(jnp.arange(sorted_.shape[-1]) == rank, sorted_, -jnp.inf), -1,
+                   keepdims=True)
 
 
 _AT_RANK = Ufunc("at-rank", _at_rank, _at_rank_reference, (None, None), public=False)
@@ -156,7 +159,7 @@ def _pick(s, rank, config):
     ``rank``: the lanes' shape with the quantiles last), as one reduction
     over the full shape (lanes, quantiles, lane): nothing of that shape is
     held or written."""
-    aval = disk_type(s)
+    aval = _aval(s)
     lanes, n = tuple(aval.shape[:-1]), aval.shape[-1]
     k = len(lanes)
     rank_shape = tuple(rank.shape)
@@ -166,7 +169,7 @@ def _pick(s, rank, config):
         ew.check_in_memory("quantile", rank, config or get_config())
     return primitives.reduce("quantile-pick", _AT_RANK, [s, rank], axes,
                              [aval.dtype, np.dtype(rank.dtype)], shape, tuple(range(k + 1)),
-                             aval.dtype, reducer="sum",
+                             aval.dtype, reducer="max",
                              to_memory=memory.fits_in_memory(rank_shape, aval.dtype, config),
                              config=config)
 
@@ -184,16 +187,16 @@ def _quantile(op: str, x, q, axis, method: str, keepdims: bool, config: Config |
     q_values = np.asarray(q.to_numpy() if disk_type(q) is not None else q)
     if q_values.ndim > 1:
         raise ValueError(f"jask.{op}: q must have at most one axis, got shape {q_values.shape}")
-    out, qd = _dtypes(op, disk_type(x), q_values)
+    out, qd = _dtypes(op, _aval(x), q_values)
     if not np.issubdtype(qd, np.floating):
         qd = out
     q_vec = q_values.reshape(-1).astype(qd)
     lanes, keep_shape = _lanes(op, x, axis, keepdims, config)
-    s = sort(ew.astype(lanes, out) if disk_type(lanes).dtype != out else lanes, axis=-1,
+    s = sort(ew.astype(lanes, out) if _aval(lanes).dtype != out else lanes, axis=-1,
              config=config)
-    n = disk_type(s).shape[-1]
+    n = _aval(s).shape[-1]
     if n == 0:
-        raise ValueError(f"jask.{op}: the axis has no elements (shape {tuple(disk_type(x).shape)})")
+        raise ValueError(f"jask.{op}: the axis has no elements (shape {tuple(_aval(x).shape)})")
     if op == "quantile":
         count = np.asarray(n, qd)
         low, high = (np.asarray(r) for r in _ranks(q_vec, count, qd))
@@ -206,8 +209,10 @@ def _quantile(op: str, x, q, axis, method: str, keepdims: bool, config: Config |
         count = reductions.sum(ew.astype(ew.logical_not(ew.isnan(s)), qd), axis=-1,
                                keepdims=True, config=config)
         low, high = _ranks(q_vec, count, qd)
-        result = _combine(op, method, _pick(s, low, config), _pick(s, high, config), q_vec,
-                          count, out)
+        k = len(q_vec)  # both neighbours in one reduction: one pass over the sorted lanes
+        both = _pick(s, concatenate([low, high], axis=-1, config=config)
+                     if disk_type(low) is not None else jnp.concatenate([low, high], -1), config)
+        result = _combine(op, method, both[..., :k], both[..., k:], q_vec, count, out)
     result = ew.astype(result, out) if np.dtype(result.dtype) != out else result
     # the quantiles' axis is last here; jax.numpy's comes first
     if keep_shape is not None:
@@ -269,7 +274,8 @@ def percentile(x, q, axis=None, *, method: str = "linear", keepdims: bool = Fals
     """
     if disk_type(x) is None:
         return jnp.percentile(x, q, axis=axis, method=method, keepdims=keepdims)
-    return quantile(x, np.true_divide(q, 100), axis, method=method, keepdims=keepdims, config=config)
+    return quantile(x, np.true_divide(q, 100), axis, method=method, keepdims=keepdims,
+                    config=config)
 
 
 def nanpercentile(x, q, axis=None, *, method: str = "linear", keepdims: bool = False,

@@ -117,7 +117,7 @@ def _kind(dt: np.dtype) -> str:
     return {"b": "bool", "i": "int", "u": "int", "f": "float"}[dt.kind]
 
 
-def _promote(a: np.dtype, b: np.dtype, mixed: bool = False) -> np.dtype:
+def _promote(a: np.dtype, b: np.dtype, mixed: object = False) -> np.dtype:
     if _kind(a) != _kind(b) and mixed:
         with jax.enable_x64(True):
             return np.dtype(jnp.promote_types(a, b))
