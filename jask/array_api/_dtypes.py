@@ -5,12 +5,13 @@ the data type functions (``can_cast``, ``finfo``, ``iinfo``, ``isdtype``,
 Data types are numpy dtypes (what ``DiskArray.dtype`` is), so
 ``x.dtype == xp.float32`` holds. Complex types are not offered: jask's
 stores hold bool, integer and real floating types. Promotion is JAX's
-(``jax.numpy.promote_types``, 64-bit types kept). ``can_cast`` keeps to the
-pairs the standard defines (mixing kinds, or ``uint64`` with a signed type:
-False). ``result_type`` answers mixed kinds, which the standard leaves to the
-implementation, as jax.numpy does and as jask's functions compute them
-(``int32`` with ``float64``: ``float64``; an int array with a Python float: the
-default float): xarray asks it before filling an integer count with NaN.
+(``jax.numpy.promote_types``, 64-bit types kept), restricted to the pairs the
+standard defines for arrays and dtypes: mixing kinds (bool with numbers,
+integers with floats) or ``uint64`` with a signed type is refused, as the
+standard leaves it undefined. A scalar of another kind (a Python float, or a
+numpy scalar such as ``np.float64(nan)``, which xarray passes before filling an
+integer count with NaN) promotes as in jax.numpy, as jask's functions compute
+it.
 """
 from __future__ import annotations
 
@@ -155,16 +156,22 @@ def result_type(*arrays_and_dtypes):
       >>> xp.result_type(xp.int8, xp.uint8), xp.result_type(xp.float32, 1.5)
       (dtype('int16'), dtype('float32'))
     """
-    dtypes, scalars = [], []
+    dtypes, scalars, numpy_scalars = [], [], []
     for x in arrays_and_dtypes:
-        if isinstance(x, (builtins_bool, int, float, complex)) and not hasattr(x, "dtype"):
-            scalars.append(x)  # numpy's float64 scalar is a float too, but has its dtype
+        if isinstance(x, np.generic):  # numpy's float64 scalar is a float too
+            numpy_scalars.append(check_dtype("result_type", x.dtype))
+        elif isinstance(x, (builtins_bool, int, float, complex)):
+            scalars.append(x)
         else:
             dtypes.append(check_dtype("result_type", getattr(x, "dtype", x)))
+    if not dtypes:
+        dtypes, numpy_scalars = numpy_scalars, []
     if not dtypes:
         raise ValueError("jask.array_api.result_type: give at least one array or dtype")
     out = dtypes[0]
     for dt in dtypes[1:]:
+        out = _promote(out, dt)
+    for dt in numpy_scalars:  # a value, not an array: across kinds as jax.numpy promotes it
         out = _promote(out, dt, mixed=True)
     for value in scalars:
         if isinstance(value, complex):
@@ -186,7 +193,7 @@ def can_cast(from_, to, /) -> object:
     source = check_dtype("can_cast", getattr(from_, "dtype", from_))
     target = check_dtype("can_cast", to)
     try:
-        return _promote(source, target) == target
+        return result_type(source, target) == target
     except TypeError:
         return False
 
