@@ -362,8 +362,8 @@ def einsum(subscripts, *operands, optimize=None, precision=None,
     Example:
       >>> import numpy as np, jask
       >>> a = jask.from_numpy(np.arange(6.0).reshape(2, 3))
-      >>> jask.einsum("ij,kj->ik", a, np.ones((4, 3)))[0]
-      Array([3., 3., 3., 3.], dtype=float32)
+      >>> jask.einsum("ij,kj->ik", a, np.ones((4, 3))).to_numpy()[0]
+      array([3., 3., 3., 3.], dtype=float32)
       >>> jask.einsum("...j,...j->...", a, a)
       Array([ 5., 50.], dtype=float32)
     """

@@ -23,7 +23,7 @@ import numpy as np
 
 from jask.api import elementwise as ew
 from jask.api import mapping, reductions
-from jask.api.indexing import concatenate, reshape, take
+from jask.api.indexing import concatenate, getitem, reshape, take
 from jask.api.manipulation import moveaxis
 from jask.api.sorting import sort
 from jask.base import memory
@@ -218,11 +218,16 @@ def _quantile(op: str, x, q, axis, method: str, keepdims: bool, config: Config |
     if keep_shape is not None:
         result = reshape(result, keep_shape + (len(q_vec),), config=config) \
             if disk_type(result) is not None else jnp.reshape(result, keep_shape + (-1,))
-    if q_values.ndim == 0:
-        return result[..., 0]
+    if q_values.ndim == 0:  # jask's indexing: a small result a jax.Array, as jask's habit is
+        return getitem(result, (Ellipsis, 0), config=config) if disk_type(result) is not None \
+            else result[..., 0]
     if disk_type(result) is None:
         return jnp.moveaxis(jnp.asarray(result), -1, 0)
-    return moveaxis(result, -1, 0, config=config)
+    result = moveaxis(result, -1, 0, config=config)
+    aval = _aval(result)
+    if memory.fits_in_memory(aval.shape, aval.dtype, config):  # small: in memory, as a reduction
+        return primitives.materialize(result, config=config)
+    return result
 
 
 def quantile(x, q, axis=None, *, method: str = "linear", keepdims: bool = False,
@@ -240,7 +245,7 @@ def quantile(x, q, axis=None, *, method: str = "linear", keepdims: bool = False,
       Array([2., 3.], dtype=float32)
       >>> jask.quantile(x, np.array([0.25, 0.75]), axis=1, method="nearest")
       Array([[1., 0.],
-             [4., 5.]], dtype=float32)
+             [2., 3.]], dtype=float32)
     """
     return _quantile("quantile", x, q, axis, method, keepdims, config)
 
