@@ -111,7 +111,15 @@ from jask.api.indexing import (
     take_along_axis,
 )
 from jask.api.interop import from_dask, materialize, to_dask, zarr_store
-from jask.api.linalg import dot, matmul, matrix_transpose, tensordot, transpose, vecdot
+from jask.api.linalg import (
+    dot,
+    einsum,
+    matmul,
+    matrix_transpose,
+    tensordot,
+    transpose,
+    vecdot,
+)
 from jask.api.manipulation import (
     broadcast_arrays,
     broadcast_to,
@@ -120,9 +128,11 @@ from jask.api.manipulation import (
     expand_dims,
     flip,
     moveaxis,
+    pad,
     permute_dims,
     repeat,
     roll,
+    sliding_window_view,
     squeeze,
     tile,
     unstack,
@@ -131,6 +141,8 @@ from jask.api.mapping import map
 from jask.api.nan_functions import (
     nanargmax,
     nanargmin,
+    nancumprod,
+    nancumsum,
     nanmax,
     nanmean,
     nanmin,
@@ -138,6 +150,14 @@ from jask.api.nan_functions import (
     nanstd,
     nansum,
     nanvar,
+)
+from jask.api.quantiles import (
+    median,
+    nanmedian,
+    nanpercentile,
+    nanquantile,
+    percentile,
+    quantile,
 )
 from jask.api.reductions import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
 from jask.api.save import save
@@ -152,7 +172,7 @@ from jask.api.sorting import (
     unique_values,
 )
 from jask.api.stats import reset_stats, stats, track
-from jask.api.truth import all, any, count_nonzero
+from jask.api.truth import all, any, count_nonzero, isin
 from jask.api.update import update_
 from jask.api.visualize import visualize
 from jask.base.config import Config, get_config, set_memory_budget
@@ -178,7 +198,8 @@ __all__ = [
     "collect", "concatenate", "cumsum", "divide", "dot", "dynamic_slice", "equal", "exp",
     "from_dask",
     "from_numpy", "get_config", "greater", "greater_equal", "less", "less_equal", "log", "log1p",
-    "logsumexp", "map", "nanargmax", "nanargmin", "nanmax", "nanmean", "nanmin", "nanprod",
+    "logsumexp", "map", "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax",
+    "nanmean", "nanmin", "nanprod",
     "nanstd", "nansum", "nanvar",
     "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
     "mul", "multiply", "negative", "not_equal", "open", "open_group", "open_icechunk",
@@ -187,10 +208,10 @@ __all__ = [
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var", "zarr_store",
     "visualize", "where",
-    "all", "any", "count_nonzero", "prod", "matrix_transpose",
+    "all", "any", "count_nonzero", "isin", "prod", "matrix_transpose",
     "argsort", "sort", "searchsorted", "unique_all", "unique_counts", "unique_inverse",
     "unique_values", "cumprod", "cumulative_prod", "cumulative_sum",
-    "tensordot", "vecdot",
+    "einsum", "tensordot", "vecdot",
     "batches",
     "acos", "acosh", "angle", "arccos", "arccosh", "arcsin", "arcsinh", "arctan2", "arctanh",
     "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert",
@@ -202,6 +223,9 @@ __all__ = [
     "remainder", "right_shift", "round", "sign", "signbit", "sin", "sinh", "tan", "trunc",
     # manipulation and indexing (jask.api.manipulation, jask.api.indexing)
     "broadcast_arrays", "broadcast_to", "concat", "diff", "expand_dims", "flip", "moveaxis",
-    "nonzero", "permute_dims", "repeat", "roll", "squeeze", "take", "take_along_axis", "tile",
+    "nonzero", "pad", "permute_dims", "repeat", "roll", "sliding_window_view", "squeeze", "take",
+    "take_along_axis", "tile",
     "unstack",
+    # order statistics (jask.api.quantiles)
+    "median", "nanmedian", "nanpercentile", "nanquantile", "percentile", "quantile",
 ]

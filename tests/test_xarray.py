@@ -74,6 +74,38 @@ def test_operations_match_xarray_in_memory(data, name):
     np.testing.assert_allclose(_values(got), want.values, rtol=2e-5, atol=2e-5, equal_nan=True)
 
 
+#: xarray's methods that call jax.numpy's functions beyond the standard (pad, quantile,
+#: einsum, sliding windows, isin, cumsum) through the namespace
+BEYOND_THE_STANDARD = {
+    "rolling mean": lambda ds: ds.X.rolling(sample=5).mean(),
+    "rolling mean, centred": lambda ds: ds.X.rolling(sample=4, center=True,
+                                                     min_periods=2).mean(),
+    "rolling max": lambda ds: ds.X.rolling(sample=3).max(),
+    "quantile": lambda ds: ds.X.quantile([0.1, 0.5, 0.9], dim="sample"),
+    "quantile, NaNs kept": lambda ds: ds.X.quantile(0.5, dim="feature", skipna=False),
+    "median": lambda ds: ds.X.median("sample"),
+    "weighted mean": lambda ds: ds.X.weighted(abs(ds.y)).mean("sample"),
+    "cumsum": lambda ds: ds.X.cumsum("sample"),
+    "cumsum, NaNs kept": lambda ds: ds.X.cumsum("sample", skipna=False),
+    "coarsen mean": lambda ds: ds.X.coarsen(sample=7, boundary="trim").mean(),
+    "coarsen mean, padded": lambda ds: ds.X.coarsen(sample=7, boundary="pad").mean(),
+    "shift": lambda ds: ds.X.shift(sample=3),
+    "pad": lambda ds: ds.X.pad(sample=(2, 3), mode="edge"),
+    "isin": lambda ds: ds.X.isin([0.0, 1.0]),
+    "dot": lambda ds: xr.dot(ds.X, ds.y),
+}
+
+
+@pytest.mark.parametrize("name", list(BEYOND_THE_STANDARD))
+def test_xarray_methods_beyond_the_standard_match_xarray_in_memory(data, name):
+    on_disk, in_memory = _wrap(*data)
+    got, want = BEYOND_THE_STANDARD[name](on_disk), BEYOND_THE_STANDARD[name](in_memory)
+    assert got.dims == want.dims and got.shape == want.shape
+    assert isinstance(got.data, jask.array_api.Array) or isinstance(got.data, jax.Array), \
+        type(got.data)
+    np.testing.assert_allclose(_values(got), want.values, rtol=2e-5, atol=2e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize("name", ["mean", "std", "var", "sum"])
 def test_a_default_reduction_reads_the_data_once(data, name):
     """xarray's default skips NaNs (nanmean, nanstd, ...): one pass per

@@ -176,6 +176,8 @@ def getitem(x, index, *, config: Config | None = None):
     by_array = _array_index(index)
     if by_array is not None:
         return _by_array(x, aval, by_array[0], by_array[1], config)
+    if any(_is_array(i) for i in index):
+        return _advanced(x, aval, index, config)
     entries = [_entry(i, n, axis, aval.shape)
                for axis, (i, n) in enumerate(zip(index, aval.shape))]
     starts = tuple(s for s, _ in entries)
@@ -191,6 +193,59 @@ def getitem(x, index, *, config: Config | None = None):
         # an integer drops an axis, as a reduction does: a small result is in memory
         return primitives.materialize(part, config=config)
     return part
+
+
+def _advanced(x, aval, index: list, config):
+    """numpy's advanced indexing with arrays on several axes (or one beside
+    integers and steps): each indexed axis narrowed by a gather of the
+    positions it uses, then, when that block fits the in-memory share, the
+    block in memory indexed by numpy with the positions renumbered. Values
+    known outside ``jit`` only."""
+    if is_tracer(x) or any(is_tracer(i) for i in index):
+        raise IndexError(
+            f"x[key] with index arrays on several axes of a DiskArray of shape {aval.shape} "
+            "inside jit: jask gathers the positions they name, known only outside jit; use "
+            "jask.take on one axis at a time, or index outside jit")
+    # the slices first (views when their steps are 1), so the block is only what is named
+    sliced = tuple(i if isinstance(i, slice) else slice(None) for i in index)
+    block = x if all(i == slice(None) for i in sliced) else getitem(x, sliced, config=config)
+    key: list = []
+    for axis, i in enumerate(index):
+        if not _is_array(i):
+            key.append(slice(None) if isinstance(i, slice) else i)
+            continue
+        if disk_type(i) is not None:
+            if not memory.fits_in_memory(_shape_of(i), i.dtype, config):
+                raise IndexError(f"x[key]: the index array on axis {axis} "
+                                 f"({exact_bytes(memory.nbytes(_shape_of(i), i.dtype))}) is over "
+                                 "the in-memory share of the budget")
+            i = primitives.materialize(i, config=config)
+        i = np.asarray(i)
+        n = aval.shape[axis]
+        if i.dtype == np.bool_:
+            if i.ndim != 1 or len(i) != n:
+                raise IndexError(f"a boolean index of shape {i.shape} on axis {axis} beside "
+                                 f"other index arrays must be 1-D of length {n}")
+            i = np.flatnonzero(i)
+        if not np.issubdtype(i.dtype, np.integer):
+            raise IndexError(f"{_SUPPORTED}; an index array must be of integers or bools, got "
+                             f"{i.dtype} on axis {axis}")
+        if i.size and not (-n <= i.min() and i.max() < n):
+            raise IndexError(f"index {int(i.min() if i.min() < -n else i.max())} is out of "
+                             f"bounds for axis {axis} with size {n} (shape {aval.shape})")
+        used, renumbered = np.unique(i % n, return_inverse=True)
+        if len(used) < n:
+            block = take(block, used, axis=axis, config=config)
+        key.append(renumbered.reshape(i.shape) if len(used) < n else i % n)
+    shape = _shape_of(block)
+    if not memory.fits_in_memory(shape, aval.dtype, config):
+        raise IndexError(
+            f"x[key] with index arrays on several axes of a DiskArray of shape {aval.shape}: "
+            f"the {shape} block of the positions they name "
+            f"({exact_bytes(memory.nbytes(shape, aval.dtype))}) is over the in-memory share of "
+            "the budget; index one axis at a time (x[i][:, j]), each a DiskArray")
+    values = block if disk_type(block) is None else primitives.materialize(block, config=config)
+    return jnp.asarray(values)[tuple(key)]
 
 
 def iterate(x, *, config: Config | None = None):

@@ -4,10 +4,13 @@ Each checks its arguments, so bad input fails with a clear message before
 anything is written, then binds its primitive."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jask.api import reductions
 from jask.api.elementwise import astype, check_in_memory
 from jask.api.indexing import reshape
 from jask.base import memory
@@ -16,7 +19,7 @@ from jask.core import primitives, ufuncs
 from jask.core.array import DiskArrayType, disk_type
 from jask.engine.blockwise import broadcast_axes
 
-__all__ = ["transpose", "dot", "matmul"]
+__all__ = ["transpose", "dot", "matmul", "tensordot", "vecdot", "einsum"]
 
 
 def _require(x, op: str, name: str) -> DiskArrayType:
@@ -305,5 +308,188 @@ def vecdot(x1, x2, /, *, axis: int = -1, config: Config | None = None):
     return primitives.reduce("vecdot", terms, operands,
                              [broadcast_axes(s, shape) for s in (s1, s2)], [dtype, dtype],
                              shape, out_axes, dtype, reducer="sum",
+                             to_memory=memory.fits_in_memory(out_shape, dtype, config),
+                             config=config)
+
+
+def _einsum_terms(subscripts: str, shapes: list) -> tuple[list, str]:
+    """(one string of letters per operand, the output's letters): numpy's
+    grammar, ``...`` written out as letters of its own (right-aligned, as
+    broadcasting is) and the implicit output (letters seen once, sorted)."""
+    spec = subscripts.replace(" ", "")
+    inputs, arrow, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(shapes):
+        raise ValueError(f"jask.einsum: {subscripts!r} names {len(terms)} operand(s), "
+                         f"{len(shapes)} given")
+    used = set(spec) - set(".,->")
+    if not all(c.isalpha() for c in used):
+        raise ValueError(f"jask.einsum: subscripts {subscripts!r} must be letters, ',', '->' "
+                         "and '...'")
+    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                 if c not in used)
+    widths = [len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes)]
+    dots = "".join(next(spare) for _ in range(max([w for w in widths if w >= 0] + [0])))
+    written = []
+    for t, s, w in zip(terms, shapes, widths):
+        if "..." in t:
+            t = t.replace("...", dots[len(dots) - w:] if w else "")
+        if len(t) != len(s) or "." in t:
+            raise ValueError(f"jask.einsum: term {t!r} of {subscripts!r} does not match an "
+                             f"operand of shape {tuple(s)}")
+        written.append(t)
+    if arrow:
+        output = output.replace("...", dots)
+    else:
+        letters = "".join(written)
+        output = dots + "".join(sorted(c for c in set(letters) - set(dots)
+                                       if letters.count(c) == 1))
+    if len(set(output)) != len(output) or set(output) - set("".join(written)):
+        raise ValueError(f"jask.einsum: output {output!r} of {subscripts!r} repeats a letter "
+                         "or names one no operand has")
+    return written, output
+
+
+def einsum(subscripts, *operands, optimize=None, precision=None,
+           preferred_element_type=None, config: Config | None = None):
+    """Einstein summation, as ``jax.numpy.einsum``, for the contractions jask
+    streams: one operand (sums over axes and a transpose), or two whose
+    shared letters are either all summed (``tensordot``: ``ij,jk->ik``) or,
+    when some are kept (batch letters, ``...ab,...ab->...a``), one pass of
+    products summed tile by tile, nothing written between (or, with letters
+    of each operand alone beside the batch letters, ``bij,bjk->bik``, a
+    batched :func:`matmul`). Letters repeated within one operand (diagonals,
+    traces) and three or more operands are refused, naming what to do.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.arange(6.0).reshape(2, 3))
+      >>> jask.einsum("ij,kj->ik", a, np.ones((4, 3))).to_numpy()[0]
+      array([3., 3., 3., 3.], dtype=float32)
+      >>> jask.einsum("...j,...j->...", a, a)
+      Array([ 5., 50.], dtype=float32)
+    """
+    kinds = [disk_type(x) for x in operands]
+    extra = {k: v for k, v in (("optimize", optimize), ("precision", precision),
+                               ("preferred_element_type", preferred_element_type))
+             if v is not None}
+    if all(k is None for k in kinds):
+        return jnp.einsum(subscripts, *operands, **extra)
+    if not isinstance(subscripts, str):
+        raise NotImplementedError("jask.einsum: give the subscripts as a string (the "
+                                  "interleaved form is not supported on DiskArrays)")
+    if preferred_element_type is not None:
+        raise NotImplementedError("jask.einsum: preferred_element_type is not supported on "
+                                  "DiskArrays; cast the operands with .astype")
+    operands = tuple(x if k is not None else jnp.asarray(x) for x, k in zip(operands, kinds))
+    terms, output = _einsum_terms(subscripts, [tuple(x.shape) for x in operands])
+    if len(operands) > 2:
+        raise NotImplementedError(f"jask.einsum: {len(operands)} operands; jask contracts one "
+                                  "or two at a time (call einsum on pairs)")
+    for t in terms:
+        if len(set(t)) != len(t):
+            raise NotImplementedError(f"jask.einsum: the letter repeated in {t!r} (a diagonal "
+                                      "or trace) is not supported on DiskArrays")
+    # letters only one operand has and the output drops: summed first
+    summed = []
+    for i, (x, t) in enumerate(zip(operands, terms)):
+        others = "".join(terms[:i] + terms[i + 1:]) + output
+        private = tuple(d for d, c in enumerate(t) if c not in others)
+        if private:
+            x = _sum(x, private, config)
+            t = "".join(c for c in t if c in others)
+        summed.append((x, t))
+    if len(summed) == 1:
+        (x, t), = summed
+        return _ordered(x, t, output, config)
+    (a, ta), (b, tb) = summed
+    shared = [c for c in ta if c in tb]
+    batch = [c for c in shared if c in output]
+    if not batch:
+        contracted = [c for c in shared if c not in output]
+        out = tensordot(a, b, ([ta.index(c) for c in contracted],
+                               [tb.index(c) for c in contracted]), config=config)
+        letters = "".join(c for c in ta if c not in contracted) + "".join(
+            c for c in tb if c not in contracted)
+        return _ordered(out, letters, output, config)
+    if set(ta) - set(tb) and set(tb) - set(ta):
+        return _batched_matmul(a, ta, b, tb, batch, output, config)
+    return _batched(a, ta, b, tb, output, config)
+
+
+def _sum(x, axes: tuple, config):
+    if disk_type(x) is None:
+        return jnp.sum(x, axis=axes)
+    return reductions.sum(x, axis=axes, config=config)
+
+
+def _ordered(x, letters: str, output: str, config):
+    """``x`` (its axes named by ``letters``, the output's) in the output's order."""
+    perm = tuple(letters.index(c) for c in output)
+    if perm == tuple(range(len(perm))):
+        return x
+    return transpose(x, perm, config=config) if disk_type(x) is not None else jnp.transpose(
+        x, perm)
+
+
+def _reshaped(x, shape: tuple, config):
+    if tuple(x.shape) == shape:
+        return x
+    return reshape(x, shape, config=config) if disk_type(x) is not None else jnp.reshape(
+        x, shape)
+
+
+def _batched_matmul(a, ta: str, b, tb: str, batch: list, output: str, config):
+    """Batch letters beside letters of each operand alone: :func:`matmul` of
+    ``(batch, free a, summed)`` by ``(batch, summed, free b)``, each seen as
+    a stack of matrices."""
+    summed = [c for c in ta if c in tb and c not in output]
+    free_a = [c for c in ta if c not in tb]
+    free_b = [c for c in tb if c not in ta]
+    sizes = dict(zip(ta, a.shape)) | dict(zip(tb, b.shape))
+    if any(dict(zip(ta, a.shape))[c] != dict(zip(tb, b.shape))[c] for c in batch):
+        raise NotImplementedError("jask.einsum: batch letters of different lengths "
+                                  "(broadcast) beside free letters are not supported")
+    lead = tuple(sizes[c] for c in batch)
+    k = math.prod(sizes[c] for c in summed)
+    m = math.prod(sizes[c] for c in free_a)
+    n = math.prod(sizes[c] for c in free_b)
+    left = _reshaped(_ordered(a, ta, "".join(batch + free_a + summed), config), lead + (m, k),
+                     config)
+    right = _reshaped(_ordered(b, tb, "".join(batch + summed + free_b), config), lead + (k, n),
+                      config)
+    out = _reshaped(matmul(left, right, config=config),
+                    lead + tuple(sizes[c] for c in free_a + free_b), config)
+    return _ordered(out, "".join(batch + free_a + free_b), output, config)
+
+
+def _batched(a, ta: str, b, tb: str, output: str, config):
+    """One reduction over the full shape ``output + summed letters``: each
+    operand's axes put in that order, the products summed tile by tile."""
+    full = output + "".join(c for c in ta if c in tb and c not in output)
+    sizes: dict = {}
+    for x, t in ((a, ta), (b, tb)):
+        for c, n in zip(t, x.shape):
+            if sizes.get(c, 1) not in (1, n) and n != 1:
+                raise ValueError(f"jask.einsum: letter {c!r} has lengths {sizes[c]} and {n}")
+            sizes[c] = max(sizes.get(c, 1), n)
+    shape = tuple(sizes[c] for c in full)
+    operands, maps = [], []
+    for x, t in ((a, ta), (b, tb)):
+        order = "".join(c for c in full if c in t)
+        x = _ordered(x, t, order, config)
+        maps.append(tuple(None if n == 1 and sizes[c] != 1 else full.index(c)
+                          for c, n in zip(order, x.shape)))
+        operands.append(x)
+    with jax.enable_x64(True):
+        dtype = np.dtype(jnp.result_type(*(x.dtype for x in operands)))
+    cfg = config or get_config()
+    for i, x in enumerate(operands):
+        if disk_type(x) is None:
+            operands[i] = x = x.astype(jax.dtypes.canonicalize_dtype(dtype))
+            check_in_memory("einsum", x, cfg)
+    out_shape = shape[:len(output)]
+    return primitives.reduce("einsum", ufuncs.MUL, operands, maps, [dtype, dtype], shape,
+                             tuple(range(len(output))), dtype, reducer="sum",
                              to_memory=memory.fits_in_memory(out_shape, dtype, config),
                              config=config)

@@ -28,7 +28,8 @@ from jask.core.array import disk_type
 from jask.engine.blockwise import broadcast_axes
 
 __all__ = ["flip", "roll", "moveaxis", "permute_dims", "expand_dims", "squeeze",
-           "broadcast_to", "broadcast_arrays", "repeat", "tile", "unstack", "concat", "diff"]
+           "broadcast_to", "broadcast_arrays", "repeat", "tile", "unstack", "concat", "diff",
+           "pad", "sliding_window_view"]
 
 
 def _axes(op: str, axis, ndim: int, shape) -> tuple:
@@ -404,3 +405,134 @@ def diff(x, n: int = 1, axis: int = -1, prepend=None, append=None, *,
         x = elementwise.subtract(indexing.getitem(x, after, config=config),
                                  indexing.getitem(x, before, config=config), config=config)
     return x
+
+
+#: the modes of ``jnp.pad`` that are a gather: each padded position copies one of ``x``'s
+_GATHER_MODES = ("edge", "reflect", "symmetric", "wrap")
+
+
+def _pad_widths(pad_width, ndim: int) -> np.ndarray:
+    try:
+        widths = np.asarray(pad_width)
+        if widths.dtype.kind not in "iu" or widths.ndim > 2:
+            raise TypeError
+        widths = np.broadcast_to(widths.astype(np.int64), (ndim, 2))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"jask.pad: pad_width must be ints known outside jit, an int, a pair "
+                         f"or one pair per axis ({ndim}), as in jax.numpy; got {pad_width!r}"
+                         ) from e
+    if np.any(widths < 0):
+        raise ValueError(f"jask.pad: pad_width must be non-negative, got {pad_width!r}")
+    return widths
+
+
+def pad(x, pad_width, mode="constant", *, constant_values=0, reflect_type="even",
+        config: Config | None = None):
+    """``x`` padded by ``pad_width`` (an int, a pair, or one ``(before,
+    after)`` pair per axis), as ``jax.numpy.pad``: a new DiskArray, written
+    tile by tile in one gather over every padded axis. ``mode`` is
+    "constant" (``constant_values``: a scalar, or pairs per axis, later
+    axes' values in the corners, as jax.numpy), "edge", "reflect",
+    "symmetric" (``reflect_type`` "even") or "wrap", any width; the others
+    (statistics and ramps) are refused, naming them.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> x = jask.from_numpy(np.arange(3.0))
+      >>> jask.pad(x, (2, 1)).to_numpy()
+      array([0., 0., 0., 1., 2., 0.])
+      >>> jask.pad(x, 2, mode="reflect").to_numpy()
+      array([2., 1., 0., 1., 2., 1., 0.])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        extra = {"constant_values": constant_values} if mode == "constant" else (
+            {"reflect_type": reflect_type} if mode in ("reflect", "symmetric") else {})
+        return jnp.pad(x, pad_width, mode=mode, **extra)
+    if mode not in ("constant",) + _GATHER_MODES:
+        raise NotImplementedError(
+            f"jask.pad: mode {mode!r} is not available on a DiskArray; jask pads with "
+            f"'constant', {', '.join(repr(m) for m in _GATHER_MODES)} (as jax.numpy does)")
+    if mode in ("reflect", "symmetric") and reflect_type != "even":
+        raise NotImplementedError(f"jask.pad: reflect_type {reflect_type!r} (values computed "
+                                  "from the edge) is not available; 'even' is")
+    widths = _pad_widths(pad_width, aval.ndim)
+    axes = [d for d in range(aval.ndim) if widths[d].any()]
+    if not axes:
+        return x
+    if mode != "constant":
+        empty = [d for d in axes if aval.shape[d] == 0]
+        if empty:
+            raise ValueError(f"jask.pad: mode {mode!r} cannot pad the empty axis {empty[0]} "
+                             f"of shape {tuple(aval.shape)}")
+        index = [np.pad(np.arange(aval.shape[d]), tuple(widths[d]), mode=mode) for d in axes]
+        return primitives.gather(x, index, axes, config=config, name="pad")
+    try:
+        values = np.broadcast_to(np.asarray(constant_values), (aval.ndim, 2))
+    except ValueError as e:
+        raise ValueError(f"jask.pad: constant_values must be a scalar or pairs per axis, "
+                         f"as in jax.numpy; got shape {np.shape(constant_values)}") from e
+
+    def positions(d):  # out of range (n) where the axis is padded: the gather's fill
+        n = aval.shape[d]
+        before, after = widths[d]
+        return np.concatenate([np.full(before, n), np.arange(n), np.full(after, n)])
+    fill = np.asarray(values[0, 0]).astype(aval.dtype).item()
+    if np.all(values == values[0, 0]):
+        return primitives.gather(x, [positions(d) for d in axes], axes, fill, config=config,
+                                 name="pad")
+    out = x
+    for d in axes:  # jax.numpy's order: each axis padded in turn, the corners the last's
+        before, after = (np.asarray(v).astype(aval.dtype).item() for v in values[d])
+        out = primitives.gather(out, [positions(d)], (d,), before, config=config, name="pad")
+        if after != before and widths[d][1]:
+            n = widths[d].sum() + aval.shape[d]
+            mask = np.arange(n) >= n - widths[d][1]
+            out = elementwise.where(mask.reshape((1,) * d + (n,) + (1,) * (aval.ndim - d - 1)),
+                                    np.asarray(after, aval.dtype), out, config=config)
+    return out
+
+
+def sliding_window_view(x, window_shape, axis=None, *, config: Config | None = None):
+    """The windows of ``window_shape`` sliding along ``axis`` (all axes by
+    default), as ``numpy.lib.stride_tricks.sliding_window_view``: each axis
+    of length ``n`` becomes ``n - w + 1`` positions, and the windows' axes
+    follow ``x``'s, in the order of ``axis``. numpy's is a view; a DiskArray's
+    is a new one, ``w`` times the data per axis, written by one gather per
+    axis (xarray's ``rolling`` reduces over it).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.sliding_window_view(jask.from_numpy(np.arange(5.0)), 3).to_numpy()
+      array([[0., 1., 2.],
+             [1., 2., 3.],
+             [2., 3., 4.]])
+    """
+    aval = disk_type(x)
+    if aval is None:
+        return np.lib.stride_tricks.sliding_window_view(np.asarray(x), window_shape, axis)
+    windows = (window_shape,) if isinstance(window_shape, (numbers.Integral, np.integer)) \
+        else tuple(window_shape)
+    if axis is None:
+        if len(windows) != aval.ndim:
+            raise ValueError(f"jask.sliding_window_view: window_shape {window_shape!r} needs "
+                             f"one length per axis ({aval.ndim}) when axis is None")
+        axes: tuple = tuple(range(aval.ndim))
+    else:
+        axes = (axis,) if isinstance(axis, (numbers.Integral, np.integer)) else tuple(axis)
+        axes = tuple(int(a) % aval.ndim if -aval.ndim <= a < aval.ndim else a for a in axes)
+    if len(axes) != len(windows) or any(not isinstance(a, int) or not 0 <= a < aval.ndim
+                                        for a in axes):
+        raise ValueError(f"jask.sliding_window_view: axis {axis!r} and window_shape "
+                         f"{window_shape!r} must pair up, within {aval.ndim} axes")
+    out, ndim = x, aval.ndim
+    for d, w in zip(axes, windows):
+        n = tuple(out.shape)[d]
+        if not 0 <= int(w) <= n:
+            raise ValueError(f"jask.sliding_window_view: window {w} is longer than axis {d} "
+                             f"({n}) or negative")
+        index = np.arange(n - int(w) + 1)[:, None] + np.arange(int(w))[None, :]
+        out = indexing.take(out, index, axis=d, config=config)  # the window's axis at d + 1
+        out = moveaxis(out, d + 1, ndim, config=config)
+        ndim += 1
+    return out

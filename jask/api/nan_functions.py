@@ -17,12 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api import elementwise as ew
-from jask.api import reductions
+from jask.api import quantiles, reductions, scans
 from jask.base.config import Config
 from jask.core.array import DiskArray, disk_type
 
 __all__ = ["nansum", "nanmean", "nanvar", "nanstd", "nanmax", "nanmin", "nanargmax",
-           "nanargmin", "nanprod", "NUMPY_FUNCTIONS", "array_function"]
+           "nanargmin", "nanprod", "nancumsum", "nancumprod", "NUMPY_FUNCTIONS",
+           "array_function"]
 
 
 def _is_nan(x):
@@ -188,12 +189,42 @@ def nanprod(x, axis=None, keepdims: bool = False, *, config: Config | None = Non
     return prod(_filled(x, 1), axis, keepdims, config=config)
 
 
+def nancumsum(x, axis=None, dtype=None, *, config: Config | None = None):
+    """Cumulative sum along ``axis`` treating NaNs as zero (``jnp.nancumsum``).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.nancumsum(jask.from_numpy(np.array([1.0, np.nan, 2.0]))).to_numpy()
+      array([1., 1., 3.], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jnp.nancumsum(x, axis=axis, dtype=dtype)
+    return scans.cumsum(_filled(x, 0), axis=axis, dtype=dtype, config=config)
+
+
+def nancumprod(x, axis=None, dtype=None, *, config: Config | None = None):
+    """Cumulative product along ``axis`` treating NaNs as one (``jnp.nancumprod``).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> jask.nancumprod(jask.from_numpy(np.array([2.0, np.nan, 3.0]))).to_numpy()
+      array([2., 2., 6.], dtype=float32)
+    """
+    if disk_type(x) is None:
+        return jnp.nancumprod(x, axis=axis, dtype=dtype)
+    return scans.cumprod(_filled(x, 1), axis=axis, dtype=dtype, config=config)
+
+
 #: numpy function -> the jask function ``np.<fn>(X)`` runs on a DiskArray
-#: (NEP 18). Only the NaN-skipping reductions: xarray calls them through numpy.
+#: (NEP 18). The NaN-skipping reductions, scans and order statistics: xarray calls them
+#: through numpy.
 NUMPY_FUNCTIONS: dict[Callable, Callable] = {
     np.nansum: nansum, np.nanmean: nanmean, np.nanvar: nanvar, np.nanstd: nanstd,
     np.nanmax: nanmax, np.nanmin: nanmin, np.nanargmax: nanargmax,
-    np.nanargmin: nanargmin, np.nanprod: nanprod,
+    np.nanargmin: nanargmin, np.nanprod: nanprod, np.nancumsum: nancumsum,
+    np.nancumprod: nancumprod, np.nanmedian: quantiles.nanmedian,
+    np.nanquantile: quantiles.nanquantile, np.median: quantiles.median,
+    np.quantile: quantiles.quantile,
 }
 
 

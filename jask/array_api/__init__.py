@@ -42,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import math as _math
+import types as _types
 
 from jask.array_api import _array, linalg
 from jask.array_api._creation import (
@@ -103,26 +104,38 @@ from jask.array_api._functions import (
     clip,
     concat,
     count_nonzero,
+    cumprod,
+    cumsum,
     cumulative_prod,
     cumulative_sum,
     diff,
+    einsum,
     expand_dims,
     flip,
+    isin,
     jask_function,
     matmul,
     matrix_transpose,
     max,
     mean,
+    median,
     meshgrid,
     min,
     moveaxis,
+    nancumprod,
+    nancumsum,
+    nanmedian,
+    nanquantile,
     nonzero,
+    pad,
     permute_dims,
     prod,
+    quantile,
     repeat,
     reshape,
     roll,
     searchsorted,
+    sliding_window_view,
     sort,
     squeeze,
     stack,
@@ -132,6 +145,7 @@ from jask.array_api._functions import (
     take_along_axis,
     tensordot,
     tile,
+    transpose,
     unique_all,
     unique_counts,
     unique_inverse,
@@ -154,6 +168,10 @@ newaxis = None
 # The elementwise functions, one per row of ELEMENTWISE (acos, add, bitwise_and, ...).
 globals().update(FUNCTIONS)
 
+#: numpy's ``lib.stride_tricks.sliding_window_view``, where xarray's ``rolling`` finds it
+lib = _types.SimpleNamespace(stride_tricks=_types.SimpleNamespace(
+    sliding_window_view=sliding_window_view))
+
 _array.install()
 
 __all__ = [
@@ -171,5 +189,8 @@ __all__ = [
      "moveaxis", "nonzero", "permute_dims", "prod", "repeat", "reshape", "roll",
      "searchsorted", "sort", "squeeze", "stack", "std", "sum", "take", "take_along_axis",
      "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
-     "unstack", "var", "vecdot", "where", "linalg"]
+     "unstack", "var", "vecdot", "where", "linalg",
+     # beyond the standard: jax.numpy's functions xarray calls
+     "cumprod", "cumsum", "einsum", "isin", "median", "nancumprod", "nancumsum", "nanmedian",
+     "nanquantile", "pad", "quantile", "sliding_window_view", "transpose", "lib"]
 __all__ += sorted(FUNCTIONS)

@@ -5,10 +5,13 @@ the data type functions (``can_cast``, ``finfo``, ``iinfo``, ``isdtype``,
 Data types are numpy dtypes (what ``DiskArray.dtype`` is), so
 ``x.dtype == xp.float32`` holds; complex64 and complex128 are among them (Zarr
 stores hold them). Promotion is JAX's (``jax.numpy.promote_types``, 64-bit
-types kept), restricted to the pairs the standard defines: real and complex
-floating types mix (float64 with complex64 is complex128), but mixing other
-kinds (bool with numbers, integers with floats) or ``uint64`` with a signed
-type is refused, as the standard leaves it undefined.
+types kept), restricted to the pairs the standard defines for arrays and
+dtypes: real and complex floating types mix (float64 with complex64 is
+complex128), but mixing other kinds (bool with numbers, integers with floats)
+or ``uint64`` with a signed type is refused, as the standard leaves it
+undefined. A scalar of another kind (a Python float, or a numpy scalar such
+as ``np.float64(nan)``, which xarray passes before filling an integer count
+with NaN) promotes as in jax.numpy, as jask's functions compute it.
 """
 from __future__ import annotations
 
@@ -126,7 +129,10 @@ def _kind(dt: np.dtype) -> str:
     return {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "float"}[dt.kind]
 
 
-def _promote(a: np.dtype, b: np.dtype) -> np.dtype:
+def _promote(a: np.dtype, b: np.dtype, mixed: object = False) -> np.dtype:
+    if _kind(a) != _kind(b) and mixed:
+        with jax.enable_x64(True):
+            return np.dtype(jnp.promote_types(a, b))
     if _kind(a) != _kind(b):
         raise TypeError(f"jask.array_api.result_type: {a.name} and {b.name} do not promote in "
                         "the Array API standard (mixed kinds); convert one with astype first")
@@ -163,23 +169,28 @@ def result_type(*arrays_and_dtypes):
       >>> xp.result_type(xp.int8, xp.uint8), xp.result_type(xp.float32, 1.5)
       (dtype('int16'), dtype('float32'))
     """
-    dtypes, scalars = [], []
+    dtypes, scalars, numpy_scalars = [], [], []
     for x in arrays_and_dtypes:
-        if isinstance(x, (builtins_bool, int, float, complex)):
+        if isinstance(x, np.generic):  # numpy's float64 scalar is a float too
+            numpy_scalars.append(check_dtype("result_type", x.dtype))
+        elif isinstance(x, (builtins_bool, int, float, complex)):
             scalars.append(x)
         else:
             dtypes.append(check_dtype("result_type", getattr(x, "dtype", x)))
+    if not dtypes:
+        dtypes, numpy_scalars = numpy_scalars, []
     if not dtypes:
         raise ValueError("jask.array_api.result_type: give at least one array or dtype")
     out = dtypes[0]
     for dt in dtypes[1:]:
         out = _promote(out, dt)
+    for dt in numpy_scalars:  # a value, not an array: across kinds as jax.numpy promotes it
+        out = _promote(out, dt, mixed=True)
     for value in scalars:
-        if not _scalar_fits(value, out):
-            raise TypeError(f"jask.array_api.result_type: a Python {type(value).__name__} "
-                            f"does not promote with {out.name} in the Array API standard")
         if isinstance(value, complex) and out.kind == "f":  # 1j * float32: complex64
             out = complex128 if out == float64 else complex64
+        elif not _scalar_fits(value, out):  # a float with integers: JAX's weak promotion
+            out = check_dtype("result_type", jnp.result_type(out, value))
     return out
 
 

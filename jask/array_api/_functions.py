@@ -29,6 +29,8 @@ from jask.api import (
     interop,
     linalg,
     manipulation,
+    nan_functions,
+    quantiles,
     reductions,
     scans,
     sorting,
@@ -824,6 +826,164 @@ def argsort(x, /, *, axis=-1, descending=False, stable=True):
     return own(sorting.argsort(x, axis=axis, descending=descending,
                                                       stable=stable))
 
+
+
+# --- beyond the standard: jax.numpy's functions that xarray calls on its arrays ----------
+
+def pad(x, pad_width, mode="constant", *, constant_values=0, reflect_type="even"):
+    """``x`` padded, as ``jax.numpy.pad`` (:func:`jask.pad`: one gather, tile by
+    tile; modes constant, edge, reflect, symmetric, wrap). xarray's ``pad``,
+    ``shift``, ``rolling`` and ``coarsen`` call it.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.pad(xp.asarray([1, 2]), (1, 2), mode="edge").to_numpy()
+      array([1, 1, 2, 2, 2], dtype=int32)
+    """
+    return own(manipulation.pad(x, pad_width, mode, constant_values=constant_values,
+                                reflect_type=reflect_type))
+
+
+def isin(element, test_elements, /, *, assume_unique=False, invert=False):
+    """Whether each element is in the (small, in-memory) ``test_elements``, as
+    ``jax.numpy.isin`` (:func:`jask.isin`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.isin(xp.asarray([1, 2, 3]), xp.asarray([2])).to_numpy()
+      array([False,  True, False])
+    """
+    return own(truth.isin(element, test_elements, assume_unique=assume_unique, invert=invert))
+
+
+def quantile(x, /, q, axis=None, *, method="linear", keepdims=False):
+    """The ``q``-th quantiles along ``axis``, as ``jax.numpy.quantile``
+    (:func:`jask.quantile`: a sort, then a gather; out of core).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.quantile(xp.asarray([1.0, 2.0, 4.0]), 0.5))
+      2.0
+    """
+    return own(quantiles.quantile(x, q, axis, method=method, keepdims=keepdims))
+
+
+def nanquantile(x, /, q, axis=None, *, method="linear", keepdims=False):
+    """The ``q``-th quantiles of the numbers along ``axis``, as
+    ``jax.numpy.nanquantile`` (:func:`jask.nanquantile`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanquantile(xp.asarray([1.0, xp.nan, 4.0]), 0.5))
+      2.5
+    """
+    return own(quantiles.nanquantile(x, q, axis, method=method, keepdims=keepdims))
+
+
+def median(x, /, axis=None, *, keepdims=False):
+    """The median along ``axis``, as ``jax.numpy.median`` (:func:`jask.median`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.median(xp.asarray([3.0, 1.0, 2.0, 8.0])))
+      2.5
+    """
+    return own(quantiles.median(x, axis, keepdims=keepdims))
+
+
+def nanmedian(x, /, axis=None, *, keepdims=False):
+    """The median of the numbers along ``axis``, as ``jax.numpy.nanmedian``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanmedian(xp.asarray([3.0, xp.nan, 1.0])))
+      2.0
+    """
+    return own(quantiles.nanmedian(x, axis, keepdims=keepdims))
+
+
+def einsum(subscripts, /, *operands, **options):
+    """Einstein summation, as ``jax.numpy.einsum``, for the contractions
+    :func:`jask.einsum` streams (xarray's ``dot`` and ``weighted`` call it).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.einsum("i,i->", xp.ones(3), xp.ones(3)))
+      3.0
+    """
+    return own(linalg.einsum(subscripts, *operands, **options))
+
+
+def cumsum(x, /, axis=None, dtype=None):
+    """numpy's name of the cumulative sum (``axis=None``: flattened), as
+    ``jax.numpy.cumsum`` (:func:`jask.cumsum`); xarray's ``cumsum`` calls it.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.cumsum(xp.asarray([1, 2, 3])).to_numpy()
+      array([1, 3, 6], dtype=int32)
+    """
+    return own(scans.cumsum(x, axis=axis, dtype=dtype))
+
+
+def cumprod(x, /, axis=None, dtype=None):
+    """numpy's name of the cumulative product, as ``jax.numpy.cumprod``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.cumprod(xp.asarray([1, 2, 3])).to_numpy()
+      array([1, 2, 6], dtype=int32)
+    """
+    return own(scans.cumprod(x, axis=axis, dtype=dtype))
+
+
+def nancumsum(x, /, axis=None, dtype=None):
+    """The cumulative sum with NaNs as zeros, as ``jax.numpy.nancumsum``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.nancumsum(xp.asarray([1.0, xp.nan, 3.0])).to_numpy()
+      array([1., 1., 4.], dtype=float32)
+    """
+    return own(nan_functions.nancumsum(x, axis=axis, dtype=dtype))
+
+
+def nancumprod(x, /, axis=None, dtype=None):
+    """The cumulative product with NaNs as ones, as ``jax.numpy.nancumprod``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.nancumprod(xp.asarray([2.0, xp.nan, 3.0])).to_numpy()
+      array([2., 2., 6.], dtype=float32)
+    """
+    return own(nan_functions.nancumprod(x, axis=axis, dtype=dtype))
+
+
+
+def transpose(x, /, axes=None):
+    """numpy's name of :func:`permute_dims` (``axes=None``: reversed); xarray's
+    ``transpose`` calls it.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.transpose(xp.ones((2, 3, 4))).shape
+      (4, 3, 2)
+    """
+    ndim = len(x.shape)
+    return permute_dims(x, tuple(range(ndim))[::-1] if axes is None else tuple(axes))
+
+
+def sliding_window_view(x, window_shape, axis=None):
+    """numpy's ``lib.stride_tricks.sliding_window_view`` (also as
+    ``xp.lib.stride_tricks.sliding_window_view``, where xarray's ``rolling``
+    looks for it): :func:`jask.sliding_window_view`, a new DiskArray.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> xp.lib.stride_tricks.sliding_window_view(xp.arange(4), 2).shape
+      (3, 2)
+    """
+    return own(manipulation.sliding_window_view(x, window_shape, axis))
 
 
 # every function takes the namespace's arrays (unwrapped) and answers them

@@ -42,6 +42,8 @@ def _groups(want: np.ndarray, positions: np.ndarray, chunk: int) -> list:
     of the read array they fall in."""
     valid = want >= 0
     want, positions = want[valid], positions[valid]
+    if not want.size:  # the whole tile is fill along this axis: nothing to read
+        return []
     ids = want // chunk
     order = np.argsort(ids, kind="stable")
     want, positions, ids = want[order], positions[order], ids[order]
