@@ -45,9 +45,12 @@ KNOWN_OVER: dict = {"v2 F-order": {"lazy chain", "lazy chain to store"}}
 #: peaked at 25.0-25.9 MB against 16 MB: each finished task's future kept its result, so
 #: every band's 128 x 128 float64 partial lived to the end of the graph (13 MB on 97 bands).
 #: nanmedian of a 4096^2 float32 store along axis 0 (a sort, a count and one max-reduction
-#: picking each lane's two ranks) peaked at 23.6-34.0 MB against 16 MB on B/2 chunks and left
-#: ~20 MB in the process (every op measured after it was over): not found yet (quantile,
-#: the same sort and a gather, is 11.7-14.8 MB). Measured in a process of its own.
+#: picking each lane's two ranks) peaked at 23.6-34.0 MB against 16 MB on B/2 chunks, its
+#: compiling call leaving ~22 MB in the process: the lanes' per-lane arithmetic was 15 eager
+#: jax.numpy calls, each a compiled program XLA keeps. As two programs (quantiles.py), the
+#: call leaves 9.7-10.4 MB and the measured call peaks at 19.0-19.2 MB: still over, by what
+#: the first call left (programs and what else it kept: not found yet). Measured in a
+#: process of its own.
 UNCHECKED_OPS: set = {"nanmedian"}
 
 #: The processes of a cell after the first (phase, more environment). The second-order ops

@@ -15,6 +15,7 @@ outside ``jit`` (its values fix the gathered positions).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -117,6 +118,23 @@ def _nan_linear(low_value, high_value, low_weight, high_weight):
 _LINEAR, _NAN_LINEAR = jax.jit(_linear), jax.jit(_nan_linear)
 
 
+# Per-lane values held in memory (counts, ranks, the picked neighbours) are
+# computed by one compiled program each: op by op, every jax.numpy call compiled
+# a program of its own for the lanes' shape (15 for a nanmedian, 20 MB that
+# XLA keeps per shape, beyond the budget's tiles).
+@functools.cache
+def _in_memory_ranks(qd: np.dtype):
+    return jax.jit(lambda q, count: jnp.concatenate(_ranks(q, count, qd), axis=-1))
+
+
+@functools.cache
+def _in_memory_finish(op: str, method: str, out: np.dtype):
+    def finish(both, q, count):
+        k = q.shape[0]
+        return _combine(op, method, both[..., :k], both[..., k:], q, count, out)
+    return jax.jit(finish)
+
+
 def _combine(op: str, method: str, low_value, high_value, q, count, out):
     if method in ("linear", "nearest"):
         low_weight, high_weight = _weights(q, count, np.dtype(q.dtype))
@@ -208,11 +226,14 @@ def _quantile(op: str, x, q, axis, method: str, keepdims: bool, config: Config |
     else:
         count = reductions.sum(ew.astype(ew.logical_not(ew.isnan(s)), qd), axis=-1,
                                keepdims=True, config=config)
-        low, high = _ranks(q_vec, count, qd)
         k = len(q_vec)  # both neighbours in one reduction: one pass over the sorted lanes
-        both = _pick(s, concatenate([low, high], axis=-1, config=config)
-                     if disk_type(low) is not None else jnp.concatenate([low, high], -1), config)
-        result = _combine(op, method, both[..., :k], both[..., k:], q_vec, count, out)
+        if disk_type(count) is None:  # the lanes' values in memory: two programs in all
+            both = _pick(s, _in_memory_ranks(qd)(q_vec, count), config)
+            result = _in_memory_finish(op, method, out)(both, q_vec, count)
+        else:
+            low, high = _ranks(q_vec, count, qd)
+            both = _pick(s, concatenate([low, high], axis=-1, config=config), config)
+            result = _combine(op, method, both[..., :k], both[..., k:], q_vec, count, out)
     result = ew.astype(result, out) if np.dtype(result.dtype) != out else result
     # the quantiles' axis is last here; jax.numpy's comes first
     if keep_shape is not None:
