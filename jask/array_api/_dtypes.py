@@ -189,6 +189,9 @@ def result_type(*arrays_and_dtypes):
     for value in scalars:
         if isinstance(value, complex) and out.kind == "f":  # 1j * float32: complex64
             out = complex128 if out == float64 else complex64
+        elif isinstance(value, complex) and not _scalar_fits(value, out):
+            raise TypeError(f"jask.array_api.result_type: a Python complex does not promote "
+                            f"with {out.name} in the Array API standard")
         elif not _scalar_fits(value, out):  # a float with integers: JAX's weak promotion
             out = check_dtype("result_type", jnp.result_type(out, value))
     return out
