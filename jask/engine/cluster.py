@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 
-from jask.base import counters
+from jask.base import counters, forks
 from jask.base.memory import BudgetError, TileCost
 from jask.base.sizes import exact_bytes
 from jask.store import buffer_scope
@@ -50,7 +49,7 @@ def submitted(graph: dict):
 #: the tile-buffer scope (jask.store.buffers) this process holds while
 #: graphs of a client run on it as a worker, ended by :func:`after_graph`
 _held: list = []
-_held_lock = threading.Lock()
+_held_lock = forks.lock()
 
 
 class ReusingBuffers:
