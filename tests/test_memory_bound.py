@@ -44,20 +44,18 @@ KNOWN_OVER: dict = {"v2 F-order": {"lazy chain", "lazy chain to store"}}
 #: Ops measured but not held to the budget (none). jit(hessian) of 128 parameters once
 #: peaked at 25.0-25.9 MB against 16 MB: each finished task's future kept its result, so
 #: every band's 128 x 128 float64 partial lived to the end of the graph (13 MB on 97 bands).
-#: nanmedian of a 4096^2 float32 store along axis 0 (a sort, a count and one max-reduction
-#: picking each lane's two ranks) peaked at 23.6-34.0 MB against 16 MB on B/2 chunks, its
-#: compiling call leaving ~22 MB in the process: the lanes' per-lane arithmetic was 15 eager
-#: jax.numpy calls, each a compiled program XLA keeps. As two programs (quantiles.py), the
-#: call leaves 9.7-10.4 MB and the measured call peaks at 19.0-19.2 MB: still over, by what
-#: the first call left (programs and what else it kept: not found yet). Measured in a
-#: process of its own.
-UNCHECKED_OPS: set = {"nanmedian"}
+#: nanmedian of a 4096^2 float32 store along axis 0 once peaked at 23.6-34.0 MB on B/2
+#: chunks, quantile at 31.9 MB in a process of its own: their per-lane arithmetic was 15
+#: eager jax.numpy calls, each a program XLA compiles and keeps, and the warm-up had not run
+#: them at the lanes' width (12.0 and 11.5 MB with both fixed).
+UNCHECKED_OPS: set = set()
 
 #: The processes of a cell after the first (phase, more environment). The second-order ops
 #: each get their own: a compiled Hessian and JAX's caches of it keep 4.5-5 MB after it
 #: returns (5.4 MB of it freed by jax.clear_caches: programs, not tiles), which counted
 #: against the loss of 16 vectors measured after it (15.3-18.6 MB, 10.2 MB on its own).
-PROCESSES = [("lazy", {}), ("views", {}), ("step", {}), ("order", {})] + [
+PROCESSES = [("lazy", {}), ("views", {}), ("step", {})] + [
+    ("order", {"JASK_GRID_OPS": op}) for op in ("quantile", "nanmedian")] + [
     ("second", {"JASK_GRID_OPS": op}) for op in ("hvp", "hessian", "vmap loss")]
 
 #: adam: jask.optim on a parameter 8x the budget; the jit(grad) step (its w

@@ -128,6 +128,11 @@ def _in_memory_ranks(qd: np.dtype):
 
 
 @functools.cache
+def _in_memory_weights(qd: np.dtype):
+    return jax.jit(lambda q, count: _weights(q, count, qd))
+
+
+@functools.cache
 def _in_memory_finish(op: str, method: str, out: np.dtype):
     def finish(both, q, count):
         k = q.shape[0]
@@ -135,9 +140,9 @@ def _in_memory_finish(op: str, method: str, out: np.dtype):
     return jax.jit(finish)
 
 
-def _combine(op: str, method: str, low_value, high_value, q, count, out):
+def _combine(op: str, method: str, low_value, high_value, q, count, out, weights=None):
     if method in ("linear", "nearest"):
-        low_weight, high_weight = _weights(q, count, np.dtype(q.dtype))
+        low_weight, high_weight = weights or _weights(q, count, np.dtype(q.dtype))
         if method == "nearest":
             return ew.where(ew.less_equal(high_weight, np.asarray(0.5, q.dtype)), low_value,
                             high_value)
@@ -217,11 +222,12 @@ def _quantile(op: str, x, q, axis, method: str, keepdims: bool, config: Config |
         raise ValueError(f"jask.{op}: the axis has no elements (shape {tuple(_aval(x).shape)})")
     if op == "quantile":
         count = np.asarray(n, qd)
-        low, high = (np.asarray(r) for r in _ranks(q_vec, count, qd))
-        picked = take(s, np.concatenate([low, high, [n - 1]]), axis=-1, config=config)
         k = len(q_vec)
+        ranks = np.asarray(_in_memory_ranks(qd)(q_vec, count)).reshape(-1)
+        picked = take(s, np.concatenate([ranks, [n - 1]]), axis=-1, config=config)
         low_value, high_value, last = picked[..., :k], picked[..., k:2 * k], picked[..., 2 * k:]
-        result = _combine(op, method, low_value, high_value, q_vec, count, out)
+        weights = tuple(np.asarray(w) for w in _in_memory_weights(qd)(q_vec, count))
+        result = _combine(op, method, low_value, high_value, q_vec, count, out, weights)
         result = ew.where(ew.isnan(last), np.asarray(np.nan, out), result)
     else:
         count = reductions.sum(ew.astype(ew.logical_not(ew.isnan(s)), qd), axis=-1,
