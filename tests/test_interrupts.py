@@ -137,3 +137,25 @@ def test_dropping_the_last_array_of_a_store_runs_no_python(small_budget):
         sys.setprofile(None)
     assert ran == []
     assert jask.collect() == 1
+
+
+def test_the_callers_boundary_looks_through_the_standard_librarys_frames(tmp_path, monkeypatch):
+    # JAX reaches some of its own functions through functools' cached properties: a Ctrl-C
+    # landing under one once took the function behind the cache for the frame the user's
+    # code called, and the interrupt reached the caller as JAX's JaxRuntimeError.
+    from jask.base import interrupts
+    api = tmp_path / "fake_api"
+    api.mkdir()
+    (api / "calls.py").write_text(
+        "import functools, sys\n"
+        "class Device:\n"
+        "    @functools.cached_property\n"
+        "    def assignment(self):\n"
+        "        return sys._getframe()\n"
+        "def outer():\n"
+        "    return Device().assignment, sys._getframe()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(interrupts, "_API_DIRS", interrupts._API_DIRS + (str(api) + os.sep,))
+    from fake_api import calls
+    inner, outer = calls.outer()
+    assert interrupts._api_boundary(inner) is outer

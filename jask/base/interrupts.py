@@ -134,6 +134,10 @@ def _package_dir(name: str) -> str:
 
 
 _API_DIRS = tuple(_package_dir(n) for n in ("jax", "jaxlib", "jask"))
+#: the standard library's own modules (functools' caches, contextlib): frames
+#: JAX calls through, never the user's code (not its site-packages)
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_SITE = tuple(p + os.sep for p in sys.path if "site-packages" in p)
 _hook: list = []
 
 
@@ -165,10 +169,24 @@ def _api_boundary(frame):
     """The innermost JAX (or jask) frame called by code that is neither."""
     while frame is not None and frame.f_back is not None:
         if (frame.f_code.co_filename.startswith(_API_DIRS)
-                and not frame.f_back.f_code.co_filename.startswith(_API_DIRS)):
+                and not _caller(frame).f_code.co_filename.startswith(_API_DIRS)):
             return frame
         frame = frame.f_back
     return None
+
+
+def _caller(frame):
+    """The frame that called ``frame``, looking through the standard library's
+    (JAX calls its own functions through ``functools``' caches: a Ctrl-C landing
+    under one once took the JAX function behind the cache for the boundary)."""
+    caller = frame.f_back
+    while caller.f_back is not None and _in_stdlib(caller.f_code.co_filename):
+        caller = caller.f_back
+    return caller
+
+
+def _in_stdlib(filename: str) -> bool:
+    return filename.startswith(_STDLIB) and not filename.startswith(_SITE)
 
 
 def clear_caller_hook() -> None:
