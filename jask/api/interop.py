@@ -97,6 +97,16 @@ def zarr_store(path: str | os.PathLike, *, read_only: bool = True,
     return zarr_store_at(path, read_only=read_only)
 
 
+def _check_dask_array(op: str, x) -> None:
+    """A Dask array jask can take: numeric, of known shape."""
+    if not isinstance(x, da.Array):
+        raise TypeError(f"{op}: expected a dask.array.Array, got {type(x).__name__}")
+    if x.dtype == object or any(np.isnan(s) for s in x.shape):
+        raise ValueError(f"{op}: the array needs a numeric dtype and known shape "
+                         f"(got dtype {x.dtype} and shape {x.shape}); call "
+                         "x.compute_chunk_sizes() first if its shape is unknown")
+
+
 def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
     """Write a Dask array to a new jask store and return it as a DiskArray.
 
@@ -120,13 +130,7 @@ def from_dask(x: da.Array, *, config: Config | None = None) -> DiskArray:
       >>> y.shape, float(jask.sum(y))
       ((10,), 90.0)
     """
-    if not isinstance(x, da.Array):
-        raise TypeError(f"jask.from_dask: expected a dask.array.Array, got "
-                        f"{type(x).__name__}")
-    if x.dtype == object or any(np.isnan(s) for s in x.shape):
-        raise ValueError("jask.from_dask: the array needs a numeric dtype and known shape "
-                         f"(got dtype {x.dtype} and shape {x.shape}); call "
-                         "x.compute_chunk_sizes() first if its shape is unknown")
+    _check_dask_array("jask.from_dask", x)
     config = config or get_config()
     collect_if_idle()
     shape, dtype = tuple(int(s) for s in x.shape), np.dtype(x.dtype)
@@ -194,13 +198,7 @@ def dask_operand(x: da.Array, *, config: Config | None = None) -> DiskArray:
       >>> float(jask.sum(y + 1))
       100.0
     """
-    if not isinstance(x, da.Array):
-        raise TypeError(f"jask.dask_operand: expected a dask.array.Array, got "
-                        f"{type(x).__name__}")
-    if x.dtype == object or any(np.isnan(s) for s in x.shape):
-        raise ValueError("jask: a Dask operand needs a numeric dtype and known shape "
-                         f"(got dtype {x.dtype} and shape {x.shape}); call "
-                         "x.compute_chunk_sizes() first if its shape is unknown")
+    _check_dask_array("jask.dask_operand", x)
     shape, dtype = tuple(int(s) for s in x.shape), np.dtype(x.dtype)
     row = ufuncs.Ufunc("from_dask", _DaskTiles(x), lambda _: None, (ufuncs.PASS,),
                        public=False)
