@@ -92,9 +92,9 @@ def measure(folder: str, quick: bool) -> list[dict]:
         jx = jax.device_put(x, chip)
         ref_g = x64.T @ x64
         for op, fn, ref, mem in [
-            (f"jask.sum({name})", lambda: jask.sum(X), x64.sum(), lambda: jnp.sum(jx)),
-            (f"{name}.T @ {name} (d={cols})", lambda: np.asarray(X.T @ X), ref_g,
-             lambda: jnp.matmul(jx.T, jx)),
+            (f"jask.sum({name})", lambda X=X: jask.sum(X), x64.sum(), lambda jx=jx: jnp.sum(jx)),
+            (f"{name}.T @ {name} (d={cols})", lambda X=X: np.asarray(X.T @ X), ref_g,
+             lambda jx=jx: jnp.matmul(jx.T, jx)),
         ]:
             row = dict(op=op, gb=round(gb, 3), move_s=round(moved, 3))
             with jax.default_matmul_precision("highest"):
