@@ -175,7 +175,7 @@ from jask.api.stats import reset_stats, stats, track
 from jask.api.truth import all, any, count_nonzero, isin
 from jask.api.update import update_
 from jask.api.visualize import visualize
-from jask.base.config import Config, get_config, set_memory_budget
+from jask.base.config import Config, get_config, set_device, set_memory_budget
 from jask.base.counters import Counts, Stats
 from jask.base.memory import BudgetError
 from jask.core.array import DiskArray, DiskArrayType
@@ -204,7 +204,8 @@ __all__ = [
     "materialize", "matmul", "max", "maximum", "mean", "min", "minimum",
     "mul", "multiply", "negative", "not_equal", "open", "open_group", "open_icechunk",
     "power", "progress_bars",
-    "progress_enabled", "reset_stats", "reshape", "save", "set_memory_budget", "show_progress",
+    "progress_enabled", "reset_stats", "reshape", "save", "set_device", "set_memory_budget",
+    "show_progress",
     "sqrt", "square", "stack", "stats", "Stats", "track",
     "std", "sub", "subtract", "sum", "tanh", "to_dask", "transpose", "update_", "var", "zarr_store",
     "visualize", "where",

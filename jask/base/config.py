@@ -19,7 +19,7 @@ import psutil
 from jask.base import forks
 from jask.base.urls import check_url, is_url
 
-__all__ = ["Config", "set_memory_budget", "get_config", "holding", "parse_budget"]
+__all__ = ["Config", "set_memory_budget", "set_device", "get_config", "holding", "parse_budget"]
 
 #: Budget used when a program never calls :func:`set_memory_budget`.
 DEFAULT_MAX_MEMORY = "1GiB"
@@ -50,6 +50,13 @@ class Config:
       lazy: whether eager ops that a band group can hold return at once
         and compute their store when it is first needed (on by default; see
         :func:`set_memory_budget`).
+      device: where tiles are computed (:func:`set_device`): ``"auto"`` (an
+        accelerator when JAX's default backend is one, else the host),
+        ``"host"``, or a ``jax.Device`` (its CPU device too: the device path
+        run on the host, as CI does).
+      device_memory: the device share in bytes (bands in flight and partials
+        on the device), or ``None`` for the default
+        (:mod:`jask.core.device`).
 
     Example:
       >>> import jask
@@ -66,6 +73,8 @@ class Config:
     workers: int = os.cpu_count() or 1
     storage_options: tuple = field(default=(), repr=False)  # credentials: never shown
     lazy: bool = True
+    device: object = "auto"
+    device_memory: int | None = None
 
 
 def parse_budget(max_memory: int | str) -> int:
@@ -219,7 +228,45 @@ def set_memory_budget(max_memory: int | str, scratch_dir: str | None = None,
     config = make_config(max_memory, scratch_dir, allow_tmpfs, storage_options=storage_options,
                          lazy=lazy)
     with _lock:
+        if _active is not None:  # the device chosen stays chosen (set_device)
+            config = dataclasses.replace(config, device=_active.device,
+                                         device_memory=_active.device_memory)
         _active = config
+
+
+def set_device(device: object = "auto", memory: int | str | None = None) -> None:
+    """Choose where jask computes tiles, for every op from now on.
+
+    Args:
+      device: ``"auto"`` (the default: JAX's default backend's first device
+        when it is an accelerator, a GPU or TPU, else the host), ``"host"``
+        (numpy on the host CPU, in Dask tasks), or a ``jax.Device``: products
+        and reductions over stores then stream row bands to it, compute there
+        and bring back only results. ``jax.devices("cpu")[0]`` runs that
+        device path on the host's CPU backend (how CI tests it).
+      memory: the device share: bytes (or a size string) that bands in flight
+        and partials may hold on the device; ``None``: half of what the
+        device reports as its limit, or 256 MiB on a CPU device.
+
+    Example:
+      >>> import jask
+      >>> jask.set_device("host", memory="64MiB")
+      >>> jask.get_config().device, jask.get_config().device_memory
+      ('host', 67108864)
+      >>> jask.set_device()
+    """
+    global _active, _effective
+    if isinstance(device, str) and device not in ("auto", "host"):
+        raise ValueError(f"device must be 'auto', 'host' or a jax.Device, got {device!r}")
+    if not isinstance(device, str) and not hasattr(device, "platform"):
+        raise TypeError(f"device must be 'auto', 'host' or a jax.Device, got a "
+                        f"{type(device).__name__}")
+    share = None if memory is None else parse_budget(memory)
+    get_config()
+    with _lock:
+        assert _active is not None
+        _active = dataclasses.replace(_active, device=device, device_memory=share)
+        _effective = None
 
 
 def get_config() -> Config:

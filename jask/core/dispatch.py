@@ -19,6 +19,7 @@ from jax.experimental import io_callback
 from jask.base import interrupts
 from jask.base.config import Config, get_config
 from jask.base.memory import BudgetError
+from jask.core import device
 from jask.core._jax_internals import is_eager
 from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.core.lifetime import collect_if_idle
@@ -192,6 +193,11 @@ def to_store(work: StoreWork, arrays: Sequence[DiskArray], scalars: Sequence,
 
     def run(*args, in_program: bool):
         cfg = config or get_config()
+        on_device = None if in_program else device.dot_on_device(fuse, args[:n], args[n:], cfg)
+        if on_device is not None:
+            out = _on_device(on_device, args, n, cfg)
+            if out is not None:
+                return registry.register(out).handle
         if fuse is not None and (in_program or cfg.lazy and not fuse.at_call):
             if not in_program:  # an op run later must see its operands as they are now
                 args = (*args[:n], *(_as_called(v) for v in args[n:]))
@@ -217,6 +223,14 @@ def to_stores(work, arrays: Sequence[DiskArray], scalars: Sequence, out_avals: t
     return tuple(DiskArray._from_handle(handles[i], aval) for i, aval in enumerate(out_avals))
 
 
+def _on_device(work, args, n: int, config: Config):
+    """An op's work on the configured device (:mod:`jask.core.device`), its
+    inputs read at one version; None where it leaves the op to the host."""
+    stores, values = _resolve(args, n)
+    with snapshot(stores, "jask"):
+        return work(stores, values, config)
+
+
 def _value_alone(work: ValueWork, args, n: int, config: Config | None):
     """Run a value op's own work on its stores (pending ones computed first),
     refusing a result read while another process replaced an input."""
@@ -236,6 +250,11 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
 
     def run(*args, in_program: bool):
         cfg = config or get_config()
+        on_device = None if in_program else device.sum_on_device(fuse, args[:n], args[n:], cfg)
+        if on_device is not None:
+            value = _on_device(on_device, args, n, cfg)
+            if value is not None:
+                return value  # a jax.Array, left on the device
         if fuse is not None and (in_program or registry.has_deferred()
                                  or lazy.statistics_together(fuse, cfg)):
             # eagerly: with the pending ops it reads, one pass, nothing between written

@@ -1,0 +1,116 @@
+"""Ops on the accelerator: jask's host path and its device path side by side.
+
+For ``benchmarks.accelerator`` (issue 45): in one process, over Zarr stores
+written to a local folder first (page cache warm, as after the write),
+``jask.sum(X)``, ``X.T @ X`` (d = 128) and ``W.T @ W`` (d = 1,024) with
+``jask.set_device("host")`` and with the default backend's first device;
+the time to move X once (jask's reads into one reused buffer + ``device_put``,
+asynchronous, nothing computed); the chip's own step with X already in its
+memory; relative errors against float64 at ``highest``. Best of 3 each.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+
+def _store(folder: str, name: str, rows: int, cols: int):
+    import zarr
+
+    import jask
+
+    path = os.path.join(folder, f"{name}-{rows}x{cols}.zarr")
+    if not os.path.exists(path):
+        z = zarr.create_array(path, shape=(rows, cols), chunks=(max(8, 2**23 // cols), cols),
+                              dtype="float32", compressors=None)
+        rng = np.random.default_rng(0)
+        step = max(8, 2**25 // cols)
+        for s in range(0, rows, step):
+            z[s:s + step] = rng.standard_normal((min(step, rows - s), cols), dtype=np.float32)
+    return jask.open(path)
+
+
+def _best(fn, repeat: int = 3) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def _move_once(X) -> float:
+    """Seconds to read X's row bands (jask's reads) and device_put each."""
+    import jax
+
+    from jask.store import read, registry
+
+    spec = registry.spec(X._handle)
+    rows, cols = spec.shape
+    band = max(8, 2**25 // (cols * 4))
+    bufs = [np.empty((band, cols), np.float32) for _ in range(3)]
+
+    def run():
+        held = []
+        for i, r in enumerate(range(0, rows, band)):
+            tile = read(spec, (slice(r, min(r + band, rows)), slice(0, cols)),
+                        out=bufs[i % 3][:min(band, rows - r)])
+            held.append(jax.device_put(tile))
+            if len(held) > 2:
+                held.pop(0).block_until_ready()
+        for h in held:
+            h.block_until_ready()
+
+    return _best(run)[0]
+
+
+def rows_of(quick: bool) -> list[tuple[str, int, int]]:
+    """(name, rows, cols) of the stores measured."""
+    if quick:
+        return [("X", 2_000_000, 128), ("W", 250_000, 1024)]
+    return [("X", 8_000_000, 128), ("W", 1_000_000, 1024)]
+
+
+def measure(folder: str, quick: bool) -> list[dict]:
+    """One dict per op: host seconds, chip seconds, GB/s, errors."""
+    import jax
+    import jax.numpy as jnp
+
+    import jask
+
+    jask.set_memory_budget("8GB", scratch_dir=os.path.join(folder, "scratch"))
+    chip = jax.devices()[0]
+    out = []
+    for name, rows, cols in rows_of(quick):
+        X = _store(folder, name, rows, cols)
+        gb = rows * cols * 4 / 1e9
+        x = np.asarray(X.to_numpy())
+        x64 = x.astype(np.float64)
+        moved = _move_once(X)
+        jx = jax.device_put(x, chip)
+        ref_g = x64.T @ x64
+        for op, fn, ref, mem in [
+            (f"jask.sum({name})", lambda X=X: jask.sum(X), x64.sum(), lambda jx=jx: jnp.sum(jx)),
+            (f"{name}.T @ {name} (d={cols})", lambda X=X: np.asarray(X.T @ X), ref_g,
+             lambda jx=jx: jnp.matmul(jx.T, jx)),
+        ]:
+            row = dict(op=op, gb=round(gb, 3), move_s=round(moved, 3))
+            with jax.default_matmul_precision("highest"):
+                for where in ("host", chip):
+                    jask.set_device(where)
+                    t, value = _best(lambda fn=fn: np.asarray(fn()))
+                    key = "host" if where == "host" else "chip"
+                    row[f"{key}_s"] = round(t, 3)
+                    row[f"{key}_err"] = float(np.abs(np.asarray(value, np.float64) - ref).max()
+                                              / np.abs(ref).max())
+                t, _ = _best(lambda mem=mem: mem().block_until_ready())
+                row["in_hbm_s"] = round(t, 4)
+            jask.set_device()
+            row["chip_vs_move"] = round(row["chip_s"] / moved, 2)
+            row["host_vs_chip"] = round(row["host_s"] / row["chip_s"], 2)
+            out.append(row)
+            print(row, flush=True)
+        del jx
+    return out

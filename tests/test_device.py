@@ -1,0 +1,124 @@
+"""The device path (jask.core.device, jask.engine.device) on JAX's CPU backend.
+
+CI has no accelerator: the same code runs with the CPU device named in the
+configuration (``jask.set_device(jax.devices("cpu")[0])``). Values against
+float64 (an error no larger than jax.numpy's, at ``highest``), one pass over
+the data by jask's counters, device bytes within the device share, and the
+host path unchanged when the device path is off.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jask
+from jask.base.memory import BudgetError
+from jask.core import device as on_device
+from jask.store import registry
+
+
+@pytest.fixture
+def cpu_device(jask_scratch):
+    """A budget of 4 MiB and the CPU device as the target, with a share of
+    2 MiB: many bands, several in flight."""
+    jask.set_memory_budget("4MiB", scratch_dir=jask_scratch.path)
+    jask.set_device(jax.devices("cpu")[0], memory="2MiB")
+    yield jax.devices("cpu")[0]
+    jask.set_device()
+
+
+def _store(rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32) + 3  # a mean: sums that cancel nothing
+    return x, jask.from_numpy(x)
+
+
+def _rel(value, ref) -> float:
+    return float(np.abs(np.asarray(value, np.float64) - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize("shape", [(60_000, 16), (9_999, 33), (100, 3)])
+def test_gram_on_device_values_one_pass_device_bytes(cpu_device, rng, shape):
+    x, X = _store(rng, shape)
+    ref = x.astype(np.float64).T @ x.astype(np.float64)
+    with jax.default_matmul_precision("highest"):
+        expected = _rel(jnp.asarray(x).T @ jnp.asarray(x), ref)
+        with jask.track() as t:
+            gram = np.asarray(X.T @ X)
+    assert _rel(gram, ref) <= max(expected, 4 * np.finfo(np.float32).eps)
+    assert t.passes(X) == 1.0 and t.graphs == 0  # no Dask graph: streamed to the device
+    streamed = on_device.last_stream()
+    assert streamed.share == 2 * 2**20
+    assert streamed.plan.device_bytes <= streamed.share
+    assert 0 < streamed.peak_device_bytes <= streamed.share
+    if shape[0] > 50_000:  # slots refilled once their band has been folded in
+        assert len(streamed.plan.bands) > streamed.plan.in_flight + streamed.plan.readers
+
+
+def test_product_of_two_stores_and_dot(cpu_device, rng):
+    x, X = _store(rng, (5_000, 12))
+    y, Y = _store(rng, (5_000, 7))
+    ref = x.astype(np.float64).T @ y.astype(np.float64)
+    with jax.default_matmul_precision("highest"):
+        expected = _rel(jnp.asarray(x).T @ jnp.asarray(y), ref)
+        with jask.track() as t:
+            both = np.asarray(jask.dot(X.T, Y))
+    assert _rel(both, ref) <= max(expected, 4 * np.finfo(np.float32).eps)
+    assert t.passes(X) == 1.0 and t.passes(Y) == 1.0 and t.graphs == 0
+
+
+@pytest.mark.parametrize("axis", [None, 0, (0, 1)])
+def test_sum_on_device_stays_there(cpu_device, rng, axis):
+    x, X = _store(rng, (30_000, 8))
+    ref = x.astype(np.float64).sum(axis=axis)
+    expected = _rel(jnp.sum(jnp.asarray(x), axis=axis), ref)
+    with jask.track() as t:
+        total = jask.sum(X, axis=axis)
+    assert isinstance(total, jax.Array) and total.devices() == {cpu_device}
+    assert total.shape == np.shape(ref) and total.dtype == np.float32
+    one_rounding = float(np.finfo(np.float32).eps)  # the result's own rounding to float32
+    assert _rel(total, ref) <= expected + one_rounding
+    assert t.passes(X) == 1.0 and t.graphs == 0
+
+
+def test_what_the_device_path_leaves_to_the_host(cpu_device, rng):
+    """A sum keeping the rows, a pending input, an integer store: host graphs."""
+    x, X = _store(rng, (2_000, 4))
+    for run, ref in [(lambda: np.asarray(jask.sum(X, axis=1)), x.sum(1)),
+                     (lambda: np.asarray(jask.sum(X * 2)), (x * 2).sum()),
+                     (lambda: np.asarray(jask.sum(jask.from_numpy(np.arange(10)))), 45)]:
+        with jask.track() as t:
+            value = run()
+        np.testing.assert_allclose(value, ref, rtol=1e-5)
+        assert t.graphs >= 1
+
+
+def test_host_path_unchanged_when_off(jask_scratch, rng):
+    jask.set_memory_budget("4MiB", scratch_dir=jask_scratch.path)
+    x, X = _store(rng, (4_000, 8))
+    for device in ("auto", "host"):  # "auto" on a CPU-only machine: the host
+        jask.set_device(device)
+        before = on_device.last_stream()
+        with jask.track() as t:
+            gram, total = np.asarray(X.T @ X), jask.sum(X)
+        assert t.graphs >= 2 and on_device.last_stream() is before
+        np.testing.assert_allclose(gram, x.astype(np.float64).T @ x, rtol=1e-5)
+        np.testing.assert_allclose(total, x.astype(np.float64).sum(), rtol=1e-6)
+    jask.set_device()
+
+
+def test_device_share_too_small_is_a_budget_error(cpu_device, rng):
+    _, X = _store(rng, (1_000, 300))
+    jask.set_device(cpu_device, memory=2**20)  # partials alone: 4 x 360 kB
+    with pytest.raises(BudgetError, match="device share"):
+        X.T @ X
+    assert not registry.has_deferred()
+
+
+def test_set_device_checks_its_arguments():
+    with pytest.raises(ValueError, match="'auto', 'host' or a jax.Device"):
+        jask.set_device("tpu")
+    with pytest.raises(TypeError, match="jax.Device"):
+        jask.set_device(3)
+    with pytest.raises(ValueError, match="memory budget"):
+        jask.set_device("host", memory="lots")
+    jask.set_device()
