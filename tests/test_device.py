@@ -81,15 +81,19 @@ def test_sum_on_device_stays_there(cpu_device, rng, axis):
 
 
 def test_what_the_device_path_leaves_to_the_host(cpu_device, rng):
-    """A sum keeping the rows, a pending input, an integer store: host graphs."""
+    """A sum keeping the rows, an integer store: host graphs (a sum of a
+    pending ``X * 2`` is a band group: on the device, read once)."""
     x, X = _store(rng, (2_000, 4))
     for run, ref in [(lambda: np.asarray(jask.sum(X, axis=1)), x.sum(1)),
-                     (lambda: np.asarray(jask.sum(X * 2)), (x * 2).sum()),
                      (lambda: np.asarray(jask.sum(jask.from_numpy(np.arange(10)))), 45)]:
         with jask.track() as t:
             value = run()
         np.testing.assert_allclose(value, ref, rtol=1e-5)
         assert t.graphs >= 1
+    with jask.track() as t:
+        value = jask.sum(X * 2)
+    np.testing.assert_allclose(value, (x.astype(np.float64) * 2).sum(), rtol=1e-6)
+    assert t.graphs == 0 and t.passes(X) == 1.0
 
 
 def test_host_path_unchanged_when_off(jask_scratch, rng):
@@ -122,3 +126,73 @@ def test_set_device_checks_its_arguments():
     with pytest.raises(ValueError, match="memory budget"):
         jask.set_device("host", memory="lots")
     jask.set_device()
+
+
+def _logistic(w, X, y, m):
+    z = X @ w
+    return m.mean(m.logaddexp(0.0, z) - y * z)
+
+
+def _least_squares(w, X, y, m):
+    r = X @ w - y
+    return m.mean(r * r)
+
+
+def _in_float64(loss, w, x, y):
+    """The loss and its gradient in float64 by numpy."""
+    x, y, w = x.astype(np.float64), y.astype(np.float64), w.astype(np.float64)
+    z = x @ w
+    if loss is _logistic:
+        return np.mean(np.logaddexp(0, z) - y * z), x.T @ (1 / (1 + np.exp(-z)) - y) / len(y)
+    return np.mean((z - y) ** 2), 2 * x.T @ (z - y) / len(y)
+
+
+@pytest.mark.parametrize("loss", [_logistic, _least_squares])
+def test_eager_value_and_grad_band_groups_on_device(cpu_device, rng, loss):
+    """Both band groups of an eager value_and_grad (the loss, then X.T @ g) on
+    the device: no Dask graph, X read once by each, as the host path does."""
+    x, X = _store(rng, (40_000, 12))
+    y = (rng.random(40_000) > 0.5).astype(np.float32)
+    Y = jask.from_numpy(y)
+    w = jnp.asarray(rng.standard_normal(12).astype(np.float32) * 0.05)
+    ref_v, ref_g = _in_float64(loss, np.asarray(w), x, y)
+    with jax.default_matmul_precision("highest"):
+        jv, jg = jax.value_and_grad(loss)(w, jnp.asarray(x), jnp.asarray(y), jnp)
+        with jask.track() as t:
+            v, g = jax.value_and_grad(loss)(w, X, Y, jask)
+    eps = float(np.finfo(np.float32).eps)
+    assert abs(float(v) - ref_v) <= abs(float(jv) - ref_v) + 4 * eps * abs(ref_v)
+    assert _rel(g, ref_g) <= _rel(jg, ref_g) + 4 * eps
+    assert t.passes(X) == 2.0 and t.graphs == 0  # the loss's group, then the gradient's
+    streamed = on_device.last_stream()
+    assert streamed.plan.device_bytes <= streamed.share
+    assert 0 < streamed.peak_device_bytes <= streamed.share
+    assert len(streamed.plan.bands) > 1
+
+
+def test_eager_training_loop_compiles_each_group_once(cpu_device, rng):
+    from jask.core import device_groups
+
+    x, X = _store(rng, (8_000, 6))
+    y = (rng.random(8_000) > 0.5).astype(np.float32)
+    Y = jask.from_numpy(y)
+    w = jnp.zeros(6, jnp.float32)
+    step = jax.value_and_grad(_logistic)
+    w = w - 0.1 * step(w, X, Y, jask)[1]
+    compiled = len(device_groups._programs)
+    ref = jnp.zeros(6, jnp.float32)
+    ref = ref - 0.1 * step(ref, jnp.asarray(x), jnp.asarray(y), jnp)[1]
+    for _ in range(3):
+        w = w - 0.1 * step(w, X, Y, jask)[1]
+        ref = ref - 0.1 * step(ref, jnp.asarray(x), jnp.asarray(y), jnp)[1]
+    assert len(device_groups._programs) == compiled  # the same groups: programs reused
+    np.testing.assert_allclose(w, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_group_with_a_users_function_stays_on_the_host(cpu_device, rng):
+    x, X = _store(rng, (4_000, 4))
+    w = jnp.ones(4, jnp.float32)
+    with jask.track() as t:
+        value = jask.sum(jask.map(lambda b: b * 2.0, X @ w))
+    np.testing.assert_allclose(value, 2 * (x.astype(np.float64) @ np.ones(4)).sum(), rtol=1e-5)
+    assert t.graphs >= 1

@@ -19,7 +19,7 @@ from jax.experimental import io_callback
 from jask.base import interrupts
 from jask.base.config import Config, get_config
 from jask.base.memory import BudgetError
-from jask.core import device
+from jask.core import device, device_groups
 from jask.core._jax_internals import is_eager
 from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.core.lifetime import collect_if_idle
@@ -259,7 +259,7 @@ def to_value(work: ValueWork, arrays: Sequence[DiskArray], scalars: Sequence,
                                  or lazy.statistics_together(fuse, cfg)):
             # eagerly: with the pending ops it reads, one pass, nothing between written
             # a mean or variance: with the moments the next statistic of the same data needs
-            (value,) = lazy.values([(fuse, args, cfg)])
+            (value,) = lazy.values([(fuse, args, cfg)], device=device_groups.runner(cfg))
             if value is not None:
                 return np.asarray(value, result.dtype)
         return np.asarray(_value_alone(work, args, n, config), result.dtype)

@@ -89,11 +89,13 @@ class StreamPlan:
 
 
 def plan(stores: Sequence[StoreSpec], partial_bytes: int, device_share: int,
-         config: Config, in_flight: int = IN_FLIGHT) -> StreamPlan:
+         config: Config, in_flight: int = IN_FLIGHT, work_row_bytes: int = 0) -> StreamPlan:
     """Bands of whole row chunks of the first store, about :data:`BAND_BYTES`
     of all stores a band, fewer rows where the device share (bands in flight
-    plus one partial per program not finished) or the host budget (one buffer
-    per band in flight or being read) asks for less.
+    plus one partial per program not finished, and ``work_row_bytes`` a row
+    that one band's program holds besides its inputs: a band group's
+    intermediates) or the host budget (one buffer per band in flight or
+    being read) asks for less.
 
     Example:
       >>> from jask.base.config import make_config
@@ -109,7 +111,10 @@ def plan(stores: Sequence[StoreSpec], partial_bytes: int, device_share: int,
     slots = in_flight + readers
     device_room = device_share - (in_flight + 2) * partial_bytes
     host_room = config.max_memory - op_overhead(config.max_memory)
-    most = min(BAND_BYTES, device_room // (in_flight + 1), host_room // slots) // max(1, row_bytes)
+    row_bytes = max(1, row_bytes)
+    most = min(BAND_BYTES // row_bytes,
+               device_room // ((in_flight + 1) * row_bytes + work_row_bytes),
+               host_room // slots // row_bytes)
     if most < 1:
         raise BudgetError(
             f"streaming to the device: one row of the inputs ({exact_bytes(row_bytes)}) and "
@@ -119,7 +124,8 @@ def plan(stores: Sequence[StoreSpec], partial_bytes: int, device_share: int,
     band = rows if most >= rows else (most // step * step or most)
     band_bytes = band * row_bytes
     return StreamPlan(rows, band, in_flight, readers, band_bytes,
-                      (in_flight + 1) * band_bytes + (in_flight + 2) * partial_bytes,
+                      (in_flight + 1) * band_bytes + band * work_row_bytes
+                      + (in_flight + 2) * partial_bytes,
                       slots * band_bytes)
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from jask.store import (
 )
 from jask.store.spec import DamagedStoreError, StoreSpec
 
-__all__ = ["Description", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
+__all__ = ["Description", "GroupRunner", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
 
 #: One group runs at a time: a group reads stores other groups may be
 #: computing, and each recorded store is computed once.
@@ -392,14 +392,16 @@ def forget(handles) -> None:
             recorded.forgotten = True  # (an eager result passed in stays: it is owned)
 
 
-def values(items: list, keep=(), wide: bool = False) -> list:
+def values(items: list, keep=(), wide: bool = False, device=None) -> list:
     """Compute ops returning in-memory values, ``items`` = [(description,
     args, config)], together with the recorded stores they read: one band
     group per band length. An entry is None where its op must run alone
     (it cannot join a group, or no band fits the budget). ``keep``: handles
     of recorded stores (the program returns them) computed in the same
     groups, each written as a store root. ``wide``: float values of a group
-    come back as float64, not rounded to their dtype (:func:`fusion.finish`)."""
+    come back as float64, not rounded to their dtype (:func:`fusion.finish`).
+    ``device``: a :class:`GroupRunner` that may compute a group of value
+    roots on an accelerator instead (eagerly: :mod:`jask.core.device`)."""
     out: list = [None] * len(items)
     groups: dict = {}
     stats: dict = {}  # item -> the statistic whose moments it computes (eagerly)
@@ -431,7 +433,7 @@ def values(items: list, keep=(), wide: bool = False) -> list:
         partials: dict = {}
         with _running:
             results = _run_group(roots.pop(n, []), [(d, x) for _, d, x, _ in members],
-                                 members[0][3], partials, wide)
+                                 members[0][3], partials, wide, device)
         for k, ((i, *_), result) in enumerate(zip(members, results)):
             out[i] = result
             if i in stats and k in partials:
@@ -505,14 +507,27 @@ def _build(roots: list, value_roots: list) -> _Group:
     return group
 
 
+class GroupRunner(Protocol):
+    """Computes a band group somewhere other than in Dask tasks on the host
+    (an accelerator: :mod:`jask.core.device` hands one down)."""
+
+    def run(self, name: str, order: list, tops: list, config: Config,
+            wide: bool) -> list | None:
+        """The finished values of ``tops`` (nodes of ``order``, each reducing
+        the rows), each store read once; None to leave the group to the host."""
+
+
 def _run_group(roots: list, value_roots: list, config: Config,
-               partials: dict | None = None, wide: bool = False) -> list:
+               partials: dict | None = None, wide: bool = False,
+               device: GroupRunner | None = None) -> list:
     """Compute ``roots`` (recorded stores) and ``value_roots`` ([(description,
     inputs)]) as one band group; return the values. When no band fits the
     budget, the recorded stores are computed op by op and the values are
     None (their ops then run alone). ``partials``: filled with each value
     root's combined partial, by its position, before it was finished;
-    ``wide``: float values as float64 (:func:`fusion.finish`)."""
+    ``wide``: float values as float64 (:func:`fusion.finish`); ``device``:
+    where a group of value roots alone may run instead (its partials are
+    then not handed back: no moments are kept)."""
     group = _build(roots, value_roots)
     for p in group.recorded_of.values():
         p.check_unchanged()
@@ -532,6 +547,11 @@ def _run_group(roots: list, value_roots: list, config: Config,
     # root lets go of its inputs: another thread's sweep could delete them mid-check)
     held = [p.keep for p in group.recorded_of.values()]  # noqa: F841
     with snapshot(read, f"jask ({name})"):  # one version of each store read
+        if device is not None and not roots:
+            with counters.ran_as(", ".join(node.op for node in fused.order)):
+                done = device.run(name, fused.order, fused.tops, config, wide)
+            if done is not None:
+                return done
         if plan is None:  # too large for one band task: op by op, as unfused
             for node in group.order:
                 p = group.recorded_of.get(id(node))
