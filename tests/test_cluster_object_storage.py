@@ -26,7 +26,7 @@ STEPS = 4
 
 
 def _keys(url: str) -> list[str]:
-    where = objects.location(url)
+    where = objects.bucket_prefix(url)
     return [o["path"] for batch in obstore.list(where.client, prefix=where.prefix + "/")
             for o in batch]
 

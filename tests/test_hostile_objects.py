@@ -26,14 +26,14 @@ from jask.store import object_sessions, objects, remote, session_dir
 
 def _keys(url: str) -> list[str]:
     """Every key under ``url``, relative to it (obstore, not jask's listing)."""
-    where = objects.location(url)
+    where = objects.bucket_prefix(url)
     top = where.prefix + "/" if where.prefix else ""
     return sorted(o["path"][len(top):] for batch in obstore.list(where.client, prefix=top or None)
                   for o in batch)
 
 
 def _put(url: str, name: str, data: bytes = b"user data") -> None:
-    where = objects.location(url)
+    where = objects.bucket_prefix(url)
     obstore.put(where.client, where.key(name), data)
 
 

@@ -16,13 +16,13 @@ from jask.store import location_of, object_sessions, objects, session_dir, trash
 
 
 def _keys(url: str) -> list[str]:
-    where = objects.location(url)
+    where = objects.bucket_prefix(url)
     return sorted(o["path"] for batch in obstore.list(where.client, prefix=where.prefix + "/")
                   for o in batch)
 
 
 def _put(url: str, data: bytes = b"x") -> None:
-    where = objects.location(url.rsplit("/", 1)[0])
+    where = objects.bucket_prefix(url.rsplit("/", 1)[0])
     obstore.put(where.client, where.key(url.rsplit("/", 1)[1]), data)
 
 
@@ -38,9 +38,9 @@ def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
     assert url == session_dir(scratch_url)  # one per process and scratch URL
     assert url.startswith(scratch_url + "/session-")
     marker = _keys(url)
-    prefix = objects.location(url).prefix
+    prefix = objects.bucket_prefix(url).prefix
     assert marker == [f"{prefix}/.jask-lease", f"{prefix}/.jask-session"]
-    text = bytes(obstore.get(objects.location(url).client, f"{prefix}/.jask-session").bytes())
+    text = bytes(obstore.get(objects.bucket_prefix(url).client, f"{prefix}/.jask-session").bytes())
     assert f"pid {os.getpid()}" in text.decode() and url.endswith(
         text.decode().split("id ", 1)[1].split()[0])
     assert location_of(url + "/add-1.zarr").owned()
@@ -131,7 +131,7 @@ def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch,
         np.testing.assert_allclose(b.to_numpy(), 3 * x, rtol=1e-6)
         np.testing.assert_allclose(float(jask.sum(b)), 3 * x.sum(), rtol=1e-4)
         assert SECRET_KEY not in repr(jask.get_config()) + repr(b)
-        where = objects.location(b.filename)
+        where = objects.bucket_prefix(b.filename)
         assert obstore.list(where.client, prefix=where.prefix + "/").collect()
         del b
         jask.collect()

@@ -33,7 +33,7 @@ from jask.store.space import (
     space_errors,
     stamp,
 )
-from jask.store.spec import FOLDER, ICECHUNK, OBJECTS, DamagedStoreError, kind_of
+from jask.store.spec import OBJECTS, DamagedStoreError, kind_of
 from jask.store.tiles import forget as forget_cached
 from jask.store.tiles import open_array, prefetch, read, read_model, write
 from jask.store.trash import wait as wait_for_trash
@@ -58,7 +58,7 @@ from jask.store.views import transpose as transpose_view
 from . import icechunk_branch, local_folder, object_prefix, objects  # noqa: F401
 
 __all__ = [
-    "Location", "FOLDER", "OBJECTS", "ICECHUNK", "location_of", "locate", "register_options",
+    "Location", "location_of", "locate", "register_options",
     "worker_options",
     # tiles
     "read", "write", "read_model", "prefetch", "forget_cached", "open_array", "buffer_scope",
@@ -94,7 +94,7 @@ def locate(path, storage_options: dict | None = None) -> Location:
         return location_of(path)
     url = objects.check_url(path)
     objects.register_options(url, storage_options)
-    objects.location(url).client  # made now: bad options raise here, naming them
+    objects.bucket_prefix(url).client  # made now: bad options raise here, naming them
     return location_of(url)
 
 

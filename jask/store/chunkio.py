@@ -230,10 +230,9 @@ def read_model(where, store, on_disk: bool) -> memory.ReadModel:
     shape, chunks = tuple(store.shape), tuple(store.chunks)
     if not store.path or not on_disk:
         if getattr(store, "managed", False):  # one jask will make: raw chunk files
-            return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks,
-                                    path=store.path)
+            return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks)
         return memory.ReadModel(shape, chunks, itemsize, write_unit=chunks,
-                                group=_group(chunks, itemsize), path=store.path)
+                                group=_group(chunks, itemsize))
     arr = where.zarr_array()
     unit = tuple(max(1, c) for c in arr.chunks)  # Zarr allows chunks of 0 along empty axes
     compressed = bool(arr.compressors or arr.filters)
@@ -256,7 +255,7 @@ def read_model(where, store, on_disk: bool) -> memory.ReadModel:
     direct = layout is not None and not layout.plain and layout.order == "C"  # _read_decoded
     return memory.ReadModel(shape, unit, itemsize, raw=layout is not None and layout.plain,
                             copies=copies, group=group, write_copies=write_copies,
-                            write_unit=tuple(shards or unit), codec=codec, path=store.path,
+                            write_unit=tuple(shards or unit), codec=codec,
                             direct=direct)
 
 

@@ -88,7 +88,7 @@ def zarr_store(path: str, *, read_only: bool = True):
     filesystem (s3fs, gcsfs, adlfs) is needed."""
     if not objects.is_url(path):
         return path
-    loc = objects.location(path)
+    loc = objects.bucket_prefix(path)
     if read_only or not loc.rootable:  # reading writes nothing above the path
         return zarr.storage.StorePath(zarr.storage.ObjectStore(loc.client, read_only=read_only),
                                       loc.prefix)

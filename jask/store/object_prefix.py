@@ -36,6 +36,7 @@ class ObjectPrefix(Location):
 
     supports_rename = False
     reads_by_request = True
+    saves_in_place = True
 
     # Tiles: ranged GETs and whole-chunk PUTs (jask.store.remote).
 
@@ -171,7 +172,7 @@ class ObjectPrefix(Location):
         url = self.path
         if url == source_path:
             raise ValueError(f"jask.save: {url!r} is the array's own store; save it elsewhere")
-        if not objects.location(url).prefix:  # a failed save deletes what is under its URL
+        if not objects.bucket_prefix(url).prefix:  # a failed save deletes what is under its URL
             raise ValueError(f"jask.save: {url!r} is a whole bucket; save to a prefix in it "
                              f"({url}/name.zarr)")
         if (url + "/").startswith(scratch_dir.rstrip("/") + "/"):  # (never a local scratch)

@@ -182,7 +182,7 @@ def _capture(coro):
 # --- small object operations ------------------------------------------------------
 
 def _client_key(url: str, name: str):
-    loc = objects.location(url)
+    loc = objects.bucket_prefix(url)
     return loc.client, loc.key(name)
 
 
@@ -318,7 +318,7 @@ def list_prefix(url: str) -> list[str]:
       >>> put("memory:///lp/x.zarr", "c/0", b"1"); list_prefix("memory:///lp/x.zarr")
       ['c/0']
     """
-    loc = objects.location(url)
+    loc = objects.bucket_prefix(url)
     prefix = loc.prefix + "/" if loc.prefix else ""
 
     async def call():
@@ -340,7 +340,7 @@ def delete_prefix(url: str) -> int:
     """
     keys = list_prefix(url)
     keys.sort(key=lambda k: k.rsplit("/", 1)[-1] not in _METADATA + (".zattrs", ".zgroup"))
-    loc = objects.location(url)
+    loc = objects.bucket_prefix(url)
     meta = [k for k in keys if k.rsplit("/", 1)[-1] in _METADATA]
 
     async def remove(names):
@@ -400,7 +400,7 @@ def open_array(url: str, *, mode: str = "r") -> zarr.Array:
     cached = _arrays.get(url) if mode == "r" else None
     if cached is not None:
         return cached
-    loc = objects.location(url)
+    loc = objects.bucket_prefix(url)
     store = zarr.storage.ObjectStore(loc.client, read_only=mode == "r")
     for attempt in itertools.count():  # (zarr's own requests: retried here, as a whole)
         counters.requested(url)
@@ -489,7 +489,7 @@ def _array_from_text(url: str, text: str) -> zarr.Array:
     from zarr.core.metadata import ArrayV3Metadata
     from zarr.storage import StorePath
 
-    loc = objects.location(url)
+    loc = objects.bucket_prefix(url)
     meta = ArrayV3Metadata.from_dict(json.loads(text))
     store = zarr.storage.ObjectStore(loc.client, read_only=False)
     return zarr.Array(AsyncArray(metadata=meta, store_path=StorePath(store, loc.prefix)))
@@ -549,7 +549,7 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     except FileNotFoundError:  # one jask is about to write: uncompressed chunks
         return memory.ReadModel(shape, tuple(store.chunks), itemsize, raw=True,
                                 fetched=IN_FLIGHT_BYTES,
-                                write_unit=tuple(store.chunks), path=store.path)
+                                write_unit=tuple(store.chunks), whole_objects=True)
     layout = _layout(store.path)
     unit = tuple(max(1, c) for c in arr.chunks)
     codec = ",".join(type(c).__name__.replace("Codec", "").lower()
@@ -563,14 +563,14 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
         return memory.ReadModel(shape, unit, itemsize, copies=memory.COMPRESSED_COPIES,
                                 group=group, write_unit=tuple(shards or unit),
                                 write_copies=memory.ZARR_WRITE_COPIES, codec=codec,
-                                path=store.path)
+                                whole_objects=True)
     write_copies = (1 if layout.plain else memory.DECODED_COPIES) if layout.encodes \
         else memory.ZARR_WRITE_COPIES
     return memory.ReadModel(shape, unit, itemsize, raw=layout.plain,
                             fetched=IN_FLIGHT_BYTES if layout.plain else 0,
                             copies=memory.DECODED_COPIES, group=group,
                             write_unit=tuple(shards or unit), write_copies=write_copies,
-                            codec=codec, path=store.path)
+                            codec=codec, whole_objects=True)
 
 
 # --- reading tiles -----------------------------------------------------------------
@@ -678,7 +678,7 @@ async def _read_sharded(layout, out: np.ndarray, jobs: list) -> None:
     for job in jobs:
         by_shard.setdefault(tuple(i // p for i, p in zip(job[0], per)), []).append(job)
     indexes = await _gather([_shard_index(layout, where) for where in by_shard])
-    client = objects.location(layout.root).client
+    client = objects.bucket_prefix(layout.root).client
     reads = []
     for (where, group), index in zip(by_shard.items(), indexes):
         name = layout.encode_key(where)
@@ -695,7 +695,7 @@ async def _read_sharded(layout, out: np.ndarray, jobs: list) -> None:
 
 async def _read_inner(layout, out, client, name: str, entry, job) -> None:
     offset, nbytes = int(entry[0]), int(entry[1])
-    key = objects.location(layout.root).key(name)
+    key = objects.bucket_prefix(layout.root).key(name)
 
     async def call():
         result = await obstore.get_async(client, key,

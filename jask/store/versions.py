@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from jask.base import forks
+from jask.base.urls import is_local_path
 from jask.store.location import location_of
 
 from . import tiles
@@ -111,7 +112,7 @@ def resolved(path: str) -> str:
       >>> resolved("s3://bucket/x.zarr"), resolved("/data/./x.zarr")
       ('s3://bucket/x.zarr', '/data/x.zarr')
     """
-    return path if "://" in path else os.path.realpath(path)
+    return os.path.realpath(path) if is_local_path(path) else path
 
 
 class Version(NamedTuple):
