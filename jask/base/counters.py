@@ -332,7 +332,7 @@ class Counts:
     tiles_read: int = 0
     tiles_written: int = 0
     requests: int = 0  # to object storage (GET, PUT, HEAD, LIST, DELETE)
-    retries: int = 0   # of those that failed transiently (jask.store.remote)
+    retries: int = 0   # of those that failed transiently (jask.store.kinds.objects.remote)
     graphs: int = 0
     tasks: int = 0
 

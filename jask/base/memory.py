@@ -64,7 +64,7 @@ COMPRESSED_COPIES = 4
 #: its encoded bytes and the decoded chunk.
 DECODED_COPIES = 2
 #: Chunk-sized buffers one task holds besides those of each chunk in flight
-#: when it fetches chunks whole from object storage (jask.store.remote): each
+#: when it fetches chunks whole from object storage (jask.store.kinds.objects.remote): each
 #: response body is also copied to Python bytes before it is decoded, one
 #: chunk at a time, so a read holds two encoded copies per chunk in flight and
 #: the decoded chunk. Measured on the grid's zstd B/8 cell at URLs: a read of
@@ -223,7 +223,7 @@ class ReadModel:
     # holds them whole in one run: then only the encoded bytes are held
     direct: bool = False
     # object storage: a chunk decoded is first fetched whole, its body held
-    # as bytes too (the store's location says so: jask.store.remote)
+    # as bytes too (the store's location says so: jask.store.kinds.objects.remote)
     whole_objects: bool = False
 
     @property

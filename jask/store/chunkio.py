@@ -19,7 +19,7 @@ reader opens them (Zarr itself may skip chunks that hold only the fill
 value; such missing files read as the fill value here too).
 
 What a chunk is (its layout, its codec, its checked decoding) is in
-:mod:`jask.store.chunk_layout`, which :mod:`jask.store.remote` shares.
+:mod:`jask.store.chunk_layout`, which :mod:`jask.store.kinds.objects.remote` shares.
 
 This is the tile I/O of two kinds of location (:class:`~jask.store.local_folder.LocalFolder`,
 :class:`~jask.store.icechunk_branch.IcechunkBranch`): each function takes the

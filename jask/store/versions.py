@@ -46,7 +46,7 @@ new one. Two mechanisms stop that:
 * **A user's array at a URL** carries no token and has no folder to
   replace: another writer replaces it by rewriting its metadata object
   (``zarr.json``, or ``.zarray``). Its ETag and size, taken when the array
-  was opened (:func:`jask.store.remote.spec_of`, before its metadata is
+  was opened (:func:`jask.store.kinds.objects.remote.spec_of`, before its metadata is
   read), are the version an op was planned with; one HEAD after the op's
   reads compares them, and a change raises :class:`StoreChangedError`
   naming the URL before anything is published.

@@ -130,7 +130,7 @@ def _bucket_url(url: str) -> str:
 
 
 #: obstore's own retries are off: jask retries transient errors itself
-#: (:mod:`jask.store.remote`), so that each retry is counted and the last
+#: (:mod:`jask.store.kinds.objects.remote`), so that each retry is counted and the last
 #: error names the URL and the op. Timeouts bound a request to a dead endpoint.
 _CLIENT_OPTIONS = {"timeout": "60s", "connect_timeout": "5s"}
 _RETRY_OFF = {"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=1)}
