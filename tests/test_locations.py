@@ -11,7 +11,7 @@ import pytest
 
 import jask
 from jask.store import location_of, session_dir, trash
-from jask.store.icechunk_branch import IcechunkBranch
+from jask.store.kinds.icechunk.location import IcechunkBranch
 from jask.store.kinds.objects import sessions as object_sessions
 from jask.store.kinds.objects.location import ObjectPrefix
 from jask.store.local_folder import LocalFolder

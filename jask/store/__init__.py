@@ -16,7 +16,7 @@ import os
 from jask.store.buffers import scope as buffer_scope
 from jask.store.groups import Member, group_members, read_values, zarr_store
 from jask.store.groups import open_array as open_zarr_array
-from jask.store.icechunk_stores import name as icechunk_name
+from jask.store.kinds.icechunk.repositories import name as icechunk_name
 from jask.store.kinds.objects.buckets import RemoteStoreError
 from jask.store.layout import compressed, create_at, maker_like
 from jask.store.location import Location, location_of
@@ -55,7 +55,8 @@ from jask.store.views import take as slice_view
 from jask.store.views import transpose as transpose_view
 
 # each kind of location registers itself with jask.store.location when imported
-from . import icechunk_branch, local_folder  # noqa: F401
+from . import local_folder  # noqa: F401
+from .kinds.icechunk import location as icechunk_branch  # noqa: F401
 from .kinds.objects import buckets
 from .kinds.objects import location as object_prefix  # noqa: F401
 

@@ -22,7 +22,7 @@ What a chunk is (its layout, its codec, its checked decoding) is in
 :mod:`jask.store.chunk_layout`, which :mod:`jask.store.kinds.objects.remote` shares.
 
 This is the tile I/O of two kinds of location (:class:`~jask.store.local_folder.LocalFolder`,
-:class:`~jask.store.icechunk_branch.IcechunkBranch`): each function takes the
+:class:`~jask.store.kinds.icechunk.location.IcechunkBranch`): each function takes the
 location (its path, and its ``zarr_array()``). :mod:`jask.store.tiles` calls
 them, a view's region mapped to its base's and empty regions dealt with.
 :func:`read_model` tells the memory model (:mod:`jask.base.memory`) which of

@@ -4,7 +4,7 @@ A store is a local folder, a prefix in object storage or an array of an
 icechunk repository's branch. Everything that differs between them is owned
 by one :class:`Location` subclass per kind, each in a module of its own
 (:mod:`jask.store.local_folder`, :mod:`jask.store.kinds.objects.location`,
-:mod:`jask.store.icechunk_branch`), as zarr-python's ``zarr.abc.store.Store``
+:mod:`jask.store.kinds.icechunk.location`), as zarr-python's ``zarr.abc.store.Store``
 has one subclass per kind with its capabilities as properties (here constants
 of the kind, read the same way): how its tiles are read and written and what
 a read holds, how a store is made there, opened, replaced in place (a swap, a

@@ -18,7 +18,7 @@ import grimp
 KIND = re.compile(r"\bis_url\(|\bis_local_path\(|\bis_icechunk\(|\blocal_path\(|[\"']icechunk\+|"
                   r"[\"']://[\"']|\bkind_of\(|"
                   r"\.kind\s*[=!]=\s*(FOLDER|OBJECTS|ICECHUNK)\b|"
-                  r"\b(objects|remote|icechunk_stores|object_sessions)\.[a-z_]+")
+                  r"\b(objects|remote|icechunk_stores|object_sessions|buckets|repositories)\.[a-z_]+")
 
 
 def _code(line: str) -> str:

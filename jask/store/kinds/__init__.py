@@ -2,7 +2,8 @@
 :class:`jask.store.Location` subclass and everything only that kind needs:
 its I/O, its sessions, its caches.
 
-:mod:`jask.store.kinds.objects`: a prefix in object storage. (The local
-folder and the icechunk branch still live beside ``location.py``, in
-``local_folder.py`` and ``icechunk_branch.py``.)
+:mod:`jask.store.kinds.objects`: a prefix in object storage;
+:mod:`jask.store.kinds.icechunk`: an array of an icechunk branch. (The local
+folder still lives beside ``location.py``: ``local_folder.py`` and the
+modules it uses.)
 """
