@@ -18,7 +18,7 @@ process, interleaved (jask, dask, jask, dask, ...), times:
   each to a new URL.
 
 Both read the same URL: jask through its own object-storage layer
-(``jask.store.remote``, obstore), dask.array through zarr-python's
+(``jask.store.kinds.objects.remote``, obstore), dask.array through zarr-python's
 ``ObjectStore`` on obstore (``jask.zarr_store``: no fsspec filesystem is
 needed), both configured by the standard environment variables only. The
 data are written the same way, by plain zarr. Columns: seconds per pass

@@ -19,14 +19,15 @@ from s3server import SECRET_KEY, zarr_store
 
 import jask
 from jask.engine import cluster as jask_cluster
-from jask.store import object_sessions, objects
+from jask.store.kinds.objects import buckets
+from jask.store.kinds.objects import sessions as object_sessions
 
 BUDGET = 2 * 2**20
 STEPS = 4
 
 
 def _keys(url: str) -> list[str]:
-    where = objects.location(url)
+    where = buckets.bucket_prefix(url)
     return [o["path"] for batch in obstore.list(where.client, prefix=where.prefix + "/")
             for o in batch]
 

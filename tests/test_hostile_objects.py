@@ -21,19 +21,21 @@ import zarr
 from s3server import ACCESS_KEY, SECRET_KEY, zarr_store
 
 import jask
-from jask.store import object_sessions, objects, remote, session_dir
+from jask.store import session_dir
+from jask.store.kinds.objects import buckets, remote
+from jask.store.kinds.objects import sessions as object_sessions
 
 
 def _keys(url: str) -> list[str]:
     """Every key under ``url``, relative to it (obstore, not jask's listing)."""
-    where = objects.location(url)
+    where = buckets.bucket_prefix(url)
     top = where.prefix + "/" if where.prefix else ""
     return sorted(o["path"][len(top):] for batch in obstore.list(where.client, prefix=top or None)
                   for o in batch)
 
 
 def _put(url: str, name: str, data: bytes = b"user data") -> None:
-    where = objects.location(url)
+    where = buckets.bucket_prefix(url)
     obstore.put(where.client, where.key(name), data)
 
 
@@ -117,7 +119,7 @@ def test_a_scratch_prefix_on_a_dead_endpoint_is_named(s3_bucket, jask_scratch, m
     monkeypatch.setattr(object_sessions, "BACKOFF", 0.01)
     monkeypatch.setattr(object_sessions, "RETRIES", 2)
     jask.set_memory_budget("256KB", scratch_dir=f"{s3_bucket}/scratch")
-    with jask.track() as t, pytest.raises(objects.RemoteStoreError,
+    with jask.track() as t, pytest.raises(buckets.RemoteStoreError,
                                           match=f"scratch session.*'{s3_bucket}/scratch/session-"
                                           ".*after 3 attempts") as err:
         jask.from_numpy(np.ones(3))
@@ -286,4 +288,4 @@ def test_a_fill_value_of_the_wrong_type_is_named_with_the_url(s3_bucket):
 
 def test_a_session_that_cannot_start_raises_jasks_remote_store_error():
     """The error object_sessions raises (objects') is jask's public one."""
-    assert objects.RemoteStoreError is jask.RemoteStoreError
+    assert buckets.RemoteStoreError is jask.RemoteStoreError

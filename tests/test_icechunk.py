@@ -21,7 +21,7 @@ import zarr
 from s3server import environment_for, zarr_store
 
 import jask
-from jask.store import icechunk_stores
+from jask.store.kinds.icechunk import repositories as icechunk_stores
 
 SHAPE, CHUNKS = (37, 23), (8, 5)  # chunks that do not divide the shape
 
@@ -161,7 +161,7 @@ def test_a_reader_in_another_process_sees_old_or_new(s3_bucket, s3_server, small
 
 _KILLED_WRITER = """
 import os, signal, numpy as np, jask
-from jask.store import icechunk_stores
+from jask.store.kinds.icechunk import repositories as icechunk_stores
 w = jask.open_icechunk({url!r}, "w")
 jask.set_memory_budget(64 * 1024)  # many tiles, many chunk objects written before the commit
 icechunk_stores.on_step = (lambda step: os.kill(os.getpid(), signal.SIGKILL)

@@ -177,3 +177,73 @@ def test_checker_sees_every_import(tmp_path):
                       "    from .. import engine\n    from jask import api\n")
     found = [(line, _own_module(name)) for line, name in _imports(source, "jask.store.m")]
     assert found == [(1, None), (4, "jask.api"), (5, "jask.engine"), (6, "jask.api")]
+
+
+#: What names a kind of location, or tests a path for one: ``jask.store``'s
+#: kinds and ``jask.base.urls``'s tests of a path's string.
+KIND_NAMES = {"FOLDER", "OBJECTS", "ICECHUNK", "ICECHUNK_PREFIX", "kind_of", "is_url",
+              "is_local_path"}
+KIND_STRINGS = ("://", "folder", "objects", "icechunk", "s3:", "file:", "memory:")
+
+
+def _kind_questions(path: pathlib.Path, module: str) -> list[int]:
+    """Lines of ``path`` that ask what kind of location a path is: a test of
+    its string (``"://" in p``, ``p.startswith("s3:")``, ``x.kind ==
+    "objects"``), or, above ``base/``, a kind's name or a path test of
+    ``jask.base.urls``. (``base/`` sits below the locations: it asks
+    ``jask.base.urls``, and everything above asks a ``Location``.)"""
+    above_base = _layer(module) != "base"
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare) or (isinstance(node, ast.Call)
+                                             and isinstance(node.func, ast.Attribute)
+                                             and node.func.attr in ("startswith", "endswith")):
+            parts = ([node.left, *node.comparators] if isinstance(node, ast.Compare)
+                     else [*node.args, *(a for x in node.args if isinstance(x, ast.Tuple)
+                                         for a in x.elts)])
+            kinds = isinstance(node, ast.Compare) and any(
+                isinstance(p, ast.Attribute) and p.attr == "kind" for p in parts)
+            for p in parts:
+                text = p.value if isinstance(p, ast.Constant) and isinstance(p.value, str) else ""
+                if "://" in text or (text in KIND_STRINGS and (kinds or ":" in text)):
+                    lines.append(node.lineno)
+        elif above_base and isinstance(node, (ast.Name, ast.Attribute, ast.alias)):
+            name = (node.id if isinstance(node, ast.Name) else
+                    node.attr if isinstance(node, ast.Attribute) else node.name)
+            if name in KIND_NAMES or name == "jask.base.urls" or (
+                    isinstance(node, ast.ImportFrom) and node.module == "jask.base.urls"):
+                lines.append(node.lineno)
+        elif above_base and isinstance(node, ast.ImportFrom) and node.module == "jask.base.urls":
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_kinds_of_location_asked_only_in_store():
+    """Outside ``store/`` and ``base/urls.py`` no code tests a path's string
+    for its kind: it asks the store's :class:`jask.store.Location`
+    (``is_local``, ``supports_rename``, ``reads_by_request``, ...)."""
+    found = [f"{path.relative_to(ROOT.parent)}:{line}" for path in SOURCES
+             if _layer(module := _module_name(path)) != "store" and module != "jask.base.urls"
+             for line in _kind_questions(path, module)]
+    assert not found, "a path's kind tested outside store/ and base/urls.py: " + ", ".join(found)
+
+
+@pytest.mark.parametrize("code, module, found", [
+    ('def f(p):\n    return "://" in p\n', "jask.engine.m", [2]),
+    ('def f(p):\n    return "://" not in p.path\n', "jask.base.m", [2]),
+    ('def f(p):\n    return p.startswith(("x", "s3://"))\n', "jask.api.m", [2]),
+    ('def f(w):\n    return w.kind == "objects"\n', "jask.api.m", [2]),
+    ("from jask.store import OBJECTS\n\ndef f(w):\n    return w.kind == OBJECTS\n",
+     "jask.api.m", [1, 4]),
+    ("from jask.base.urls import is_url\n", "jask.engine.m", [1]),
+    ("from jask.base import urls\n\nurls.is_local_path('/x')\n", "jask.core.m", [3]),
+    ("from jask.base.urls import is_local_path\n", "jask.base.m", []),  # below the store: allowed
+    ("def f(w, d):\n    return w.is_local and d.kind == 'f' and 'x' in d.name\n",
+     "jask.api.m", []),
+])
+def test_kind_checker_sees_each_question(tmp_path, code, module, found):
+    """The checker itself: each way of asking a path's kind is seen, and a
+    location's capability or a dtype's kind is not."""
+    source = tmp_path / "m.py"
+    source.write_text(code)
+    assert _kind_questions(source, module) == found

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import jask
-from jask.store import location_of, object_sessions, session_dir, trash
-from jask.store.icechunk_branch import IcechunkBranch
+from jask.store import location_of, session_dir, trash
+from jask.store.kinds.icechunk.location import IcechunkBranch
+from jask.store.kinds.objects import sessions as object_sessions
+from jask.store.kinds.objects.location import ObjectPrefix
 from jask.store.local_folder import LocalFolder
 from jask.store.location import Location
-from jask.store.object_prefix import ObjectPrefix
 from jask.store.spec import StoreSpec, plain_v3_metadata
 
 #: What each kind of location allows: (supports_rename, reads_by_request,

@@ -1,6 +1,6 @@
 """The budget promise with inputs at URLs (issue 17): peak RSS stays within
 baseline + budget while ops read Zarr arrays 4x the budget from a real S3
-server (moto's server process, tests/s3server.py) through jask.store.remote,
+server (moto's server process, tests/s3server.py) through jask.store.kinds.objects.remote,
 measured in fresh processes as tests/test_memory_bound.py does for local
 stores (tests/scripts/url_grid.py drives the same bounded_memory.py with
 ``JASK_GRID_URL``; ``python tests/scripts/url_grid.py DIR 16e6 4096 --table``

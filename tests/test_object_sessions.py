@@ -1,4 +1,4 @@
-"""Sessions in object storage (jask.store.object_sessions) on a real S3 server
+"""Sessions in object storage (jask.store.kinds.objects.sessions) on a real S3 server
 (moto's server mode, a separate process): proof by content read back, a
 lease instead of flock, and deletion only under prefixes a session proved.
 Checked from outside with obstore listings."""
@@ -12,17 +12,20 @@ import obstore
 import pytest
 from s3server import environment_for, zarr_store
 
-from jask.store import location_of, object_sessions, objects, session_dir, trash
+import jask
+from jask.store import location_of, session_dir, trash
+from jask.store.kinds.objects import buckets
+from jask.store.kinds.objects import sessions as object_sessions
 
 
 def _keys(url: str) -> list[str]:
-    where = objects.location(url)
+    where = buckets.bucket_prefix(url)
     return sorted(o["path"] for batch in obstore.list(where.client, prefix=where.prefix + "/")
                   for o in batch)
 
 
 def _put(url: str, data: bytes = b"x") -> None:
-    where = objects.location(url.rsplit("/", 1)[0])
+    where = buckets.bucket_prefix(url.rsplit("/", 1)[0])
     obstore.put(where.client, where.key(url.rsplit("/", 1)[1]), data)
 
 
@@ -38,9 +41,9 @@ def test_a_session_is_a_proven_prefix_and_owns_only_its_stores(scratch_url):
     assert url == session_dir(scratch_url)  # one per process and scratch URL
     assert url.startswith(scratch_url + "/session-")
     marker = _keys(url)
-    prefix = objects.location(url).prefix
+    prefix = buckets.bucket_prefix(url).prefix
     assert marker == [f"{prefix}/.jask-lease", f"{prefix}/.jask-session"]
-    text = bytes(obstore.get(objects.location(url).client, f"{prefix}/.jask-session").bytes())
+    text = bytes(obstore.get(buckets.bucket_prefix(url).client, f"{prefix}/.jask-session").bytes())
     assert f"pid {os.getpid()}" in text.decode() and url.endswith(
         text.decode().split("id ", 1)[1].split()[0])
     assert location_of(url + "/add-1.zarr").owned()
@@ -69,7 +72,7 @@ import os, sys, time, types
 package = types.ModuleType("jask")
 package.__path__ = [sys.argv[2]]
 sys.modules["jask"] = package
-from jask.store import object_sessions
+from jask.store.kinds.objects import sessions as object_sessions
 object_sessions.LEASE_SECONDS = 1.0
 url = object_sessions.session_url(sys.argv[1])
 print(url, flush=True)
@@ -79,7 +82,7 @@ time.sleep(60)
 
 def test_a_killed_session_is_removed_once_its_lease_expires_and_nothing_else(
         scratch_url, s3_server):
-    package = os.path.dirname(os.path.dirname(os.path.abspath(object_sessions.__file__)))
+    package = os.path.dirname(os.path.abspath(jask.__file__))
     child = subprocess.Popen([sys.executable, "-c", _CHILD, scratch_url, package], text=True,
                              stdout=subprocess.PIPE, env=environment_for(s3_server))
     try:
@@ -131,7 +134,7 @@ def test_storage_options_alone_reach_the_scratch_stores(s3_server, jask_scratch,
         np.testing.assert_allclose(b.to_numpy(), 3 * x, rtol=1e-6)
         np.testing.assert_allclose(float(jask.sum(b)), 3 * x.sum(), rtol=1e-4)
         assert SECRET_KEY not in repr(jask.get_config()) + repr(b)
-        where = objects.location(b.filename)
+        where = buckets.bucket_prefix(b.filename)
         assert obstore.list(where.client, prefix=where.prefix + "/").collect()
         del b
         jask.collect()

@@ -20,7 +20,7 @@ import zarr
 from s3server import ACCESS_KEY, SECRET_KEY, zarr_store
 
 import jask
-from jask.store import objects, remote
+from jask.store.kinds.objects import buckets, remote
 
 #: Layouts other tools write: (zarr.create_array keywords), shape (37, 23).
 LAYOUTS = {
@@ -133,7 +133,7 @@ def test_damaged_chunk_objects_are_named(s3_bucket, small_budget, codec):
               "sharded": dict(chunks=(2, 4), shards=(4, 4), compressors=None)}
     url = f"{s3_bucket}/d-{codec}.zarr"
     _write_with_zarr(url, np.arange(64.0).reshape(8, 8), **layout[codec])
-    loc = objects.location(url)
+    loc = buckets.bucket_prefix(url)
     obstore.put(loc.client, loc.key("c/1/0"), b"\x28\xb5\x2f\xfd not a chunk")
     with pytest.raises(jask.DamagedStoreError, match=f"{url}.*damaged") as err:
         float(jask.sum(jask.open(url)))
@@ -165,7 +165,7 @@ def test_server_killed_mid_op_then_back(s3_bucket, s3_server, small_budget, monk
             jask.save(a + 1, str(tmp_path / "saved.zarr"))
     finally:
         killer.join()
-    message = str(err.value) + repr(err.value) + repr(a) + repr(objects.location(url))
+    message = str(err.value) + repr(err.value) + repr(a) + repr(buckets.bucket_prefix(url))
     assert url in message and "read" in message and "attempts" in message
     assert SECRET_KEY not in message and ACCESS_KEY not in message
     assert t.total.retries >= remote.RETRIES
@@ -200,7 +200,7 @@ def test_a_failed_save_to_a_url_leaves_no_array(s3_bucket, small_budget):
     import obstore
 
     _write_with_zarr(f"{s3_bucket}/src.zarr", np.ones((40, 8)), chunks=(4, 8))
-    loc = objects.location(f"{s3_bucket}/src.zarr")
+    loc = buckets.bucket_prefix(f"{s3_bucket}/src.zarr")
     obstore.put(loc.client, loc.key("c/7/0"), b"short")
     with pytest.raises(jask.DamagedStoreError):
         jask.save(jask.open(f"{s3_bucket}/src.zarr"), f"{s3_bucket}/dst.zarr", chunks=(4, 8))
@@ -234,7 +234,7 @@ def test_a_missing_chunk_object_reads_as_the_fill_value(s3_bucket, small_budget)
     remote.put(url, "c/1/0", b"")  # (an empty object is damage, not a missing chunk)
     with pytest.raises(jask.DamagedStoreError, match="c/1/0"):
         jask.open(url).to_numpy()
-    loc = objects.location(url)
+    loc = buckets.bucket_prefix(url)
     import obstore
 
     obstore.delete(loc.client, loc.key("c/1/0"))

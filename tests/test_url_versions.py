@@ -19,7 +19,7 @@ import zarr
 from s3server import zarr_store
 
 import jask
-from jask.store import remote
+from jask.store.kinds.objects import remote
 
 SHAPE, CHUNKS = (37, 23), (8, 6)  # 5 x 4 chunk objects; tiles do not divide the shape
 

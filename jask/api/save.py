@@ -28,7 +28,6 @@ from jask.core.lifetime import collect_if_idle
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
 from jask.store import (
-    OBJECTS,
     check_space,
     forget_cached,
     journal_dir,
@@ -126,7 +125,7 @@ def save(x: DiskArray, path: str | os.PathLike, *, chunks=None, compressor=None,
     """
     config = config or get_config()
     where = locate(path, storage_options)
-    if where.kind == OBJECTS:  # no rename: chunks first, the metadata last
+    if where.saves_in_place:  # no rename: chunks first, the metadata last
         return _save_url(x, where, chunks, compressor, overwrite, config)
     source = _source(x)
     path = _target(where.path, source, overwrite, config)

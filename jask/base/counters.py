@@ -45,6 +45,7 @@ from dask.utils import key_split
 
 from jask.base import forks
 from jask.base.sizes import format_bytes
+from jask.base.urls import is_local_path
 
 __all__ = ["Counts", "Stats", "Track", "snapshot", "clear"]
 
@@ -102,7 +103,7 @@ class _Table:
     def _fold(self) -> None:
         """Fold the entries of stores that are gone into one per op."""
         for (op, path) in [k for k in self.io if k[1] != REMOVED]:
-            if "://" not in path and not os.path.exists(path):  # (object storage: kept)
+            if is_local_path(path) and not os.path.exists(path):  # (object storage: kept)
                 values = self.io.pop((op, path))
                 entry = self.io.setdefault((op, REMOVED), [0] * len(_FIELDS))
                 for i, v in enumerate(values):
@@ -128,7 +129,7 @@ def _store_key(path: str) -> str:
     """The store a path counts for: an ``update_`` or ``save`` staging folder
     counts for the store it becomes (:mod:`jask.store.durability`,
     :mod:`jask.store.saves`). A URL (object storage) is its own key."""
-    if "://" in path:
+    if not is_local_path(path):
         return path
     path = os.path.abspath(path)
     staged = _STAGING.match(path)
@@ -331,7 +332,7 @@ class Counts:
     tiles_read: int = 0
     tiles_written: int = 0
     requests: int = 0  # to object storage (GET, PUT, HEAD, LIST, DELETE)
-    retries: int = 0   # of those that failed transiently (jask.store.remote)
+    retries: int = 0   # of those that failed transiently (jask.store.kinds.objects.remote)
     graphs: int = 0
     tasks: int = 0
 

@@ -32,7 +32,6 @@ import numpy as np
 
 from jask.base.config import Config, get_config
 from jask.base.sizes import exact_bytes
-from jask.base.urls import is_url
 
 __all__ = ["BudgetError", "ReadModel", "TileCost", "chunk_bytes", "chunk_shape", "check_fits",
            "nbytes", "read_cost", "span_bytes", "task_cost", "first_fit", "min_tile_bytes",
@@ -65,7 +64,7 @@ COMPRESSED_COPIES = 4
 #: its encoded bytes and the decoded chunk.
 DECODED_COPIES = 2
 #: Chunk-sized buffers one task holds besides those of each chunk in flight
-#: when it fetches chunks whole from object storage (jask.store.remote): each
+#: when it fetches chunks whole from object storage (jask.store.kinds.objects.remote): each
 #: response body is also copied to Python bytes before it is decoded, one
 #: chunk at a time, so a read holds two encoded copies per chunk in flight and
 #: the decoded chunk. Measured on the grid's zstd B/8 cell at URLs: a read of
@@ -220,10 +219,12 @@ class ReadModel:
     write_unit: tuple = ()  # the shard (or chunk): the smallest whole write
     write_copies: int = 1  # tile-sized buffers held while writing a tile
     codec: str = "none"
-    path: str = ""
     # jask decodes whole C-order chunks itself, straight into a tile that
     # holds them whole in one run: then only the encoded bytes are held
     direct: bool = False
+    # object storage: a chunk decoded is first fetched whole, its body held
+    # as bytes too (the store's location says so: jask.store.kinds.objects.remote)
+    whole_objects: bool = False
 
     @property
     def unit_bytes(self) -> int:
@@ -265,10 +266,10 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
       (12582912, 4.0)
       >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=2, direct=True), (2048, 1024))
       (4194304, 1.0)
-      >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=2, path="s3://b/x"),
+      >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=2, whole_objects=True),
       ...           (256, 1024))
       (12582912, 4.0)
-      >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=1, path="s3://b/x"),
+      >>> read_cost(ReadModel((4096, 4096), (1024, 1024), 4, copies=1, whole_objects=True),
       ...           (256, 1024))
       (4194304, 4.0)
     """
@@ -296,7 +297,7 @@ def read_cost(model: ReadModel, tile: tuple) -> tuple[int, float]:
     # a tile of several groups is read group by group, each copied into it
     copies = model.copies + (1 if math.prod(counts) > model.group else 0)
     held = at_once * model.unit_bytes * copies
-    if is_url(model.path) and model.copies > 1:  # whole objects: each body copied as bytes too
+    if model.whole_objects and model.copies > 1:  # each body copied as bytes too
         # (copies 1: a view of an uncompressed store, read by ranges through one buffer)
         held += FETCHED_EXTRA_COPIES * model.unit_bytes
     return held, max(1.0, decoded / size)

@@ -1,4 +1,9 @@
-"""Which paths name object storage: the one test every layer asks.
+"""Which paths name object storage: the one test of a path's string.
+
+``jask.store`` reads a store's kind from its path here once, when its
+record is made, and hands out its location (:class:`jask.store.Location`),
+whose capabilities (``is_local``, ``supports_rename``, ...) are what the
+layers above ask. The modules of ``base/``, below the store, ask here.
 
 Example:
   >>> is_url("s3://bucket/x.zarr"), is_url("/data/x.zarr"), is_url("file:///data/x.zarr")
@@ -8,7 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-__all__ = ["SCHEMES", "is_url", "check_url"]
+__all__ = ["SCHEMES", "is_url", "is_local_path", "check_url"]
 
 #: URL schemes read as object storage; anything else (``file://`` too) is a local path.
 SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "azure", "memory")
@@ -22,6 +27,18 @@ def is_url(path) -> bool:
       (True, False)
     """
     return isinstance(path, str) and urlsplit(path).scheme.lower() in SCHEMES
+
+
+def is_local_path(path: str) -> bool:
+    """Whether a store's path, as jask records it (a ``file://`` URL made a
+    path when located), names a folder of this machine's filesystem: not a
+    URL of object storage, nor an icechunk branch's ``icechunk+s3://...``.
+
+    Example:
+      >>> [is_local_path(p) for p in ("/data/x.zarr", "s3://b/x.zarr", "icechunk+s3://b/r#x")]
+      [True, False, False]
+    """
+    return "://" not in path
 
 
 # (Azure's URLs name ``container@account.dfs.core.windows.net``: an '@' without a password)

@@ -50,6 +50,7 @@ from jask.store import (
     check_layouts,
     forget_cached,
     identity,
+    location_of,
     registry,
     resolved,
     snapshot,
@@ -200,7 +201,7 @@ def _stamps(inputs: list, op: str) -> list:
     """[(path, version)] of the users' local stores among ``inputs``, as the
     call sees them (a store rewritten since it was opened is refused now)."""
     users = [x for x in inputs if isinstance(x, StoreSpec) and not base_of(x).managed
-             and "://" not in x.path]
+             and location_of(x).is_local]
     check_layouts(users, f"jask.{op}")
     return [(p, identity(p)) for p in dict.fromkeys(
         resolved(x.path) for x in users)]

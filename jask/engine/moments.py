@@ -50,7 +50,7 @@ import numpy as np
 
 from jask.base import forks
 from jask.engine.blockwise import REDUCERS, stat_of, unchanged, with_moments
-from jask.store import base_of, identity, registry, resolved, view_key
+from jask.store import base_of, identity, location_of, registry, resolved, view_key
 from jask.store.spec import StoreSpec
 
 __all__ = ["KEPT", "KEPT_SHARE", "Statistic", "centred", "clear", "kept", "recall",
@@ -116,8 +116,8 @@ def statistic(desc, inputs: list, budget: int) -> Statistic | None:
     layout = (full, reduced, dtype.str)
     if isinstance(source, StoreSpec):
         base = base_of(source)
-        if "://" in base.path or not base.handle:
-            return None  # (object storage: its versions cost a request each)
+        if not location_of(base).is_local or not base.handle:
+            return None  # (not a local folder: no stat gives its version)
         path = resolved(base.path)
         return Statistic(("store", path, base.handle, view_key(source)) + layout, reducer,
                          path, _version(path, walk=not base.managed), source, budget)

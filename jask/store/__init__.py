@@ -16,11 +16,11 @@ import os
 from jask.store.buffers import scope as buffer_scope
 from jask.store.groups import Member, group_members, read_values, zarr_store
 from jask.store.groups import open_array as open_zarr_array
-from jask.store.icechunk_stores import name as icechunk_name
+from jask.store.kinds.icechunk.repositories import name as icechunk_name
+from jask.store.kinds.objects.buckets import RemoteStoreError
 from jask.store.layout import compressed, create_at, maker_like
 from jask.store.location import Location, location_of
 from jask.store.memmaps import WritableView, open_writable
-from jask.store.objects import RemoteStoreError
 from jask.store.recycle import clear as clear_recycled
 from jask.store.saves import put as put_saved
 from jask.store.space import (
@@ -33,7 +33,7 @@ from jask.store.space import (
     space_errors,
     stamp,
 )
-from jask.store.spec import FOLDER, ICECHUNK, OBJECTS, DamagedStoreError, kind_of
+from jask.store.spec import OBJECTS, DamagedStoreError, kind_of
 from jask.store.tiles import forget as forget_cached
 from jask.store.tiles import open_array, prefetch, read, read_model, write
 from jask.store.trash import wait as wait_for_trash
@@ -55,10 +55,13 @@ from jask.store.views import take as slice_view
 from jask.store.views import transpose as transpose_view
 
 # each kind of location registers itself with jask.store.location when imported
-from . import icechunk_branch, local_folder, object_prefix, objects  # noqa: F401
+from . import local_folder  # noqa: F401
+from .kinds.icechunk import location as icechunk_branch  # noqa: F401
+from .kinds.objects import buckets
+from .kinds.objects import location as object_prefix  # noqa: F401
 
 __all__ = [
-    "Location", "FOLDER", "OBJECTS", "ICECHUNK", "location_of", "locate", "register_options",
+    "Location", "location_of", "locate", "register_options",
     "worker_options",
     # tiles
     "read", "write", "read_model", "prefetch", "forget_cached", "open_array", "buffer_scope",
@@ -89,12 +92,12 @@ def locate(path, storage_options: dict | None = None) -> Location:
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if isinstance(path, str) and path.startswith("file://"):
-        path = objects.local_path(path)
+        path = buckets.local_path(path)
     if kind_of(path) != OBJECTS:
         return location_of(path)
-    url = objects.check_url(path)
-    objects.register_options(url, storage_options)
-    objects.location(url).client  # made now: bad options raise here, naming them
+    url = buckets.check_url(path)
+    buckets.register_options(url, storage_options)
+    buckets.bucket_prefix(url).client  # made now: bad options raise here, naming them
     return location_of(url)
 
 
@@ -108,7 +111,7 @@ def worker_options(scratch_dir: str, storage_options) -> dict[str, dict]:
     """Every URL prefix's options registered in this process, and the scratch
     prefix's own (registered here only once this process's session starts, at
     its first op): what a worker process registers to reach the same stores."""
-    options = objects.registered()
+    options = buckets.registered()
     if location_of(scratch_dir).reads_by_request and storage_options:
         options.setdefault(scratch_dir, dict(storage_options))
     return options

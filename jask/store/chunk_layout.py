@@ -1,7 +1,7 @@
 """What a chunk of a Zarr array is, wherever its bytes live.
 
 jask reads and writes chunks itself in two places: :mod:`jask.store.chunkio`
-(files on a local disk) and :mod:`jask.store.remote` (objects at a URL).
+(files on a local disk) and :mod:`jask.store.kinds.objects.remote` (objects at a URL).
 Both need the same facts about an array: its chunk grid and chunk keys, the
 one codec that turns a chunk's bytes into the chunk (or that Zarr's own
 pipeline is needed), its shards' inner chunks, and a checked decode that

@@ -19,10 +19,10 @@ reader opens them (Zarr itself may skip chunks that hold only the fill
 value; such missing files read as the fill value here too).
 
 What a chunk is (its layout, its codec, its checked decoding) is in
-:mod:`jask.store.chunk_layout`, which :mod:`jask.store.remote` shares.
+:mod:`jask.store.chunk_layout`, which :mod:`jask.store.kinds.objects.remote` shares.
 
 This is the tile I/O of two kinds of location (:class:`~jask.store.local_folder.LocalFolder`,
-:class:`~jask.store.icechunk_branch.IcechunkBranch`): each function takes the
+:class:`~jask.store.kinds.icechunk.location.IcechunkBranch`): each function takes the
 location (its path, and its ``zarr_array()``). :mod:`jask.store.tiles` calls
 them, a view's region mapped to its base's and empty regions dealt with.
 :func:`read_model` tells the memory model (:mod:`jask.base.memory`) which of
@@ -230,10 +230,9 @@ def read_model(where, store, on_disk: bool) -> memory.ReadModel:
     shape, chunks = tuple(store.shape), tuple(store.chunks)
     if not store.path or not on_disk:
         if getattr(store, "managed", False):  # one jask will make: raw chunk files
-            return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks,
-                                    path=store.path)
+            return memory.ReadModel(shape, chunks, itemsize, raw=True, write_unit=chunks)
         return memory.ReadModel(shape, chunks, itemsize, write_unit=chunks,
-                                group=_group(chunks, itemsize), path=store.path)
+                                group=_group(chunks, itemsize))
     arr = where.zarr_array()
     unit = tuple(max(1, c) for c in arr.chunks)  # Zarr allows chunks of 0 along empty axes
     compressed = bool(arr.compressors or arr.filters)
@@ -256,7 +255,7 @@ def read_model(where, store, on_disk: bool) -> memory.ReadModel:
     direct = layout is not None and not layout.plain and layout.order == "C"  # _read_decoded
     return memory.ReadModel(shape, unit, itemsize, raw=layout is not None and layout.plain,
                             copies=copies, group=group, write_copies=write_copies,
-                            write_unit=tuple(shards or unit), codec=codec, path=store.path,
+                            write_unit=tuple(shards or unit), codec=codec,
                             direct=direct)
 
 

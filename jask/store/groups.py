@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
-from . import objects
+from .kinds.objects import buckets
 
 __all__ = ["Member", "group_members", "read_values", "open_array", "zarr_store"]
 
@@ -49,7 +49,7 @@ def group_members(path) -> tuple[list[Member], dict]:
     Raises FileNotFoundError, naming the path, when there is no Zarr group.
     """
     path = os.fspath(path)
-    url = objects.is_url(path)
+    url = buckets.is_url(path)
     if not url and not os.path.isdir(path):
         raise FileNotFoundError(f"no Zarr group at {path!r} (no such folder)")
     try:
@@ -86,9 +86,9 @@ def zarr_store(path: str, *, read_only: bool = True):
     itself, or for a URL zarr's own ``ObjectStore`` on jask's obstore client
     (the options and credentials jask reads it with), so no fsspec
     filesystem (s3fs, gcsfs, adlfs) is needed."""
-    if not objects.is_url(path):
+    if not buckets.is_url(path):
         return path
-    loc = objects.location(path)
+    loc = buckets.bucket_prefix(path)
     if read_only or not loc.rootable:  # reading writes nothing above the path
         return zarr.storage.StorePath(zarr.storage.ObjectStore(loc.client, read_only=read_only),
                                       loc.prefix)

@@ -28,6 +28,7 @@ class LocalFolder(Location):
 
     supports_rename = True
     reads_by_request = False
+    is_local = True
     checks_free_space = True
 
     # Tiles: the chunk files themselves, or Zarr's pipeline for layouts

@@ -3,8 +3,8 @@
 A store is a local folder, a prefix in object storage or an array of an
 icechunk repository's branch. Everything that differs between them is owned
 by one :class:`Location` subclass per kind, each in a module of its own
-(:mod:`jask.store.local_folder`, :mod:`jask.store.object_prefix`,
-:mod:`jask.store.icechunk_branch`), as zarr-python's ``zarr.abc.store.Store``
+(:mod:`jask.store.local_folder`, :mod:`jask.store.kinds.objects.location`,
+:mod:`jask.store.kinds.icechunk.location`), as zarr-python's ``zarr.abc.store.Store``
 has one subclass per kind with its capabilities as properties (here constants
 of the kind, read the same way): how its tiles are read and written and what
 a read holds, how a store is made there, opened, replaced in place (a swap, a
@@ -62,7 +62,8 @@ class Location(abc.ABC):
         _KINDS[cls.kind] = cls
 
     # Capabilities: what the kind allows, asked by code that must plan for it
-    # (constants of the kind: each subclass sets the first two).
+    # (constants of the kind: each subclass sets the first two). Code outside
+    # store/ asks these, never the kind or the path's string.
 
     #: Whether a complete store can be put in place in one step (a rename or
     #: an exchange of folders): a save writes beside the path and swaps.
@@ -70,6 +71,13 @@ class Location(abc.ABC):
     #: Whether reads are requests over a network (object storage), so that
     #: reading the same bytes several times costs requests, not the page cache.
     reads_by_request: ClassVar[bool]
+    #: Whether the store is a folder of this machine's filesystem, known by
+    #: its path: its version a ``stat`` (no request), its path resolved
+    #: through symlinks (:func:`jask.store.versions.resolved`).
+    is_local: ClassVar[bool] = False
+    #: Whether ``jask.save`` writes the array at its path directly, its
+    #: chunks first and its metadata last (no rename to swap a copy in).
+    saves_in_place: ClassVar[bool] = False
     #: Whether there is free space to ask for before writing (a disk).
     checks_free_space: ClassVar[bool] = False
     #: Whether :meth:`replace`'s ``fill`` must run on this process's threads

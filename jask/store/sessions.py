@@ -1,5 +1,5 @@
 """This process's scratch folder on a disk, and the removal of dead processes'
-folders (:mod:`jask.store.object_sessions` keeps sessions in object storage).
+folders (:mod:`jask.store.kinds.objects.sessions` keeps sessions in object storage).
 
 Each process keeps the stores it makes in its own ``session-<host>-<pid>-<id>``
 folder inside the scratch directory, removed at exit. A folder is jask's

@@ -25,8 +25,8 @@ GRAD_SUFFIX = ".grad"
 #: The kinds of location a store lives in (jask.store.location), as a spec's ``kind`` names them.
 FOLDER, OBJECTS, ICECHUNK = "folder", "objects", "icechunk"
 
-#: What every icechunk store path of jask's begins with
-#: (``icechunk+s3://bucket/prefix?branch=main#array``: :mod:`jask.store.icechunk_stores`).
+#: What every icechunk store path of jask's begins with (``icechunk+s3://bucket/
+#: prefix?branch=main#array``: :mod:`jask.store.kinds.icechunk.repositories`).
 ICECHUNK_PREFIX = "icechunk+"
 
 

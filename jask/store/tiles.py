@@ -2,7 +2,7 @@
 location (a view reads its base, every tile is counted, an empty region
 reads as an empty array and writes nothing, read models are kept per
 process), then the store's :class:`~jask.store.location.Location` does the
-I/O (:mod:`jask.store.chunkio` for files, :mod:`jask.store.remote` for
+I/O (:mod:`jask.store.chunkio` for files, :mod:`jask.store.kinds.objects.remote` for
 requests).
 
 :func:`read_model` tells the memory model (:mod:`jask.base.memory`) which

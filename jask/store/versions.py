@@ -46,7 +46,7 @@ new one. Two mechanisms stop that:
 * **A user's array at a URL** carries no token and has no folder to
   replace: another writer replaces it by rewriting its metadata object
   (``zarr.json``, or ``.zarray``). Its ETag and size, taken when the array
-  was opened (:func:`jask.store.remote.spec_of`, before its metadata is
+  was opened (:func:`jask.store.kinds.objects.remote.spec_of`, before its metadata is
   read), are the version an op was planned with; one HEAD after the op's
   reads compares them, and a change raises :class:`StoreChangedError`
   naming the URL before anything is published.
@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from jask.base import forks
+from jask.base.urls import is_local_path
 from jask.store.location import location_of
 
 from . import tiles
@@ -111,7 +112,7 @@ def resolved(path: str) -> str:
       >>> resolved("s3://bucket/x.zarr"), resolved("/data/./x.zarr")
       ('s3://bucket/x.zarr', '/data/x.zarr')
     """
-    return path if "://" in path else os.path.realpath(path)
+    return os.path.realpath(path) if is_local_path(path) else path
 
 
 class Version(NamedTuple):

@@ -7,7 +7,7 @@ Each CELL is a folder of DATA_DIR holding the inputs ``a.zarr``, ``b.zarr``,
 the parent process, so this process never held them; without CELLs,
 DATA_DIR itself is the one cell. With ``JASK_GRID_URL`` set (an ``s3://`` URL:
 ``url_grid.py`` uploads the cells there), the inputs are opened from
-``URL/<cell>/<name>.zarr`` instead, read through jask.store.remote.
+``URL/<cell>/<name>.zarr`` instead, read through jask.store.kinds.objects.remote.
 The baseline is this process after
 importing jask and warming up on tiny arrays (the XLA compiler, Dask's and
 Zarr's thread pools: fixed costs, not tiles).
@@ -86,7 +86,8 @@ def ops(a, b, v, X, y, w):
 ON_REQUEST = {"matmul"}
 BY_DEFAULT_IN = {"matmul": {"mixed grids"}}
 #: Ops not run on inputs at URLs: jask refuses update_ on a plain Zarr store in
-#: object storage (no atomic replace: ObjectPrefix.check_in_place in jask.store.object_prefix).
+#: object storage (no atomic replace: ObjectPrefix.check_in_place in
+#: jask.store.kinds.objects.location).
 NOT_AT_URLS = {"update_"}
 
 

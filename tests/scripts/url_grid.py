@@ -5,7 +5,7 @@
 ``chunk_grid.py`` locally (as another tool would), uploads its files as they
 are (keys = paths under the cell's folder), and runs ``bounded_memory.py``
 with ``JASK_GRID_URL`` set: the child opens ``a``, ``b``, ``X``, ``y`` from
-``s3://BUCKET/<cell>/<name>.zarr`` (read through jask.store.remote) instead
+``s3://BUCKET/<cell>/<name>.zarr`` (read through jask.store.kinds.objects.remote) instead
 of the local folders. Prints the report as JSON (``--table``: also a table on
 stderr). ``JASK_GRID_OPS`` and ``JASK_GRID_PHASE`` pass through to the child.
 """
@@ -44,7 +44,7 @@ def source(folder: str, name: str) -> str:
 def upload(folder: str, url: str, names=None, workers: int = 8) -> int:
     """Put every file under ``folder`` (or only its ``names``) as an object
     under ``url``, keyed by its relative path; returns the bytes uploaded."""
-    from jask.store import remote
+    from jask.store.kinds.objects import remote
 
     files = []
     for root, _, found in os.walk(folder):

@@ -1,7 +1,7 @@
 """Chunk I/O on object storage: tiles of a Zarr array at a URL, read and written.
 
 What :mod:`jask.store.chunkio` does with files, done with requests
-(obstore, :mod:`jask.store.objects`), many in flight per task from one
+(obstore, :mod:`jask.store.kinds.objects.buckets`), many in flight per task from one
 asyncio gather:
 
 * an uncompressed C-order chunk is read by one ranged GET of just the rows
@@ -46,6 +46,7 @@ import numpy as np
 import zarr
 
 from jask.base import counters, forks, memory
+from jask.store import buffers
 from jask.store.chunk_layout import (
     DECODE_ERRORS,
     ChunkLayout,
@@ -54,10 +55,10 @@ from jask.store.chunk_layout import (
     layout_of,
     overlap,
 )
-from jask.store.objects import RemoteStoreError  # (object_sessions raises it too)
+from jask.store.kinds.objects.buckets import RemoteStoreError  # (sessions raises it too)
 from jask.store.spec import DamagedStoreError, StoreSpec, check_metadata
 
-from . import buffers, object_sessions, objects
+from . import buckets, sessions
 
 __all__ = ["RemoteStoreError", "read", "write", "write_metadata", "get", "put", "exists",
            "list_prefix", "delete_prefix", "open_array", "spec_of", "read_model", "forget",
@@ -97,8 +98,8 @@ def _secrets(url: str) -> dict:
     """The secrets a message about ``url`` must not show: its options' and
     the environment's credentials."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_"))
-           and objects._SECRET_WORDS.search(k) and len(v) >= 8}
-    return {**env, **objects.options_for(url)}
+           and buckets._SECRET_WORDS.search(k) and len(v) >= 8}
+    return {**env, **buckets.options_for(url)}
 
 
 def _error(op: str, url: str, key: str | None, err: BaseException,
@@ -107,7 +108,7 @@ def _error(op: str, url: str, key: str | None, err: BaseException,
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
     where = f"{url!r}" + (f" key {key!r}" if key else "")
     text = f"{op} of the Zarr store {where} failed{tries}: {type(err).__name__}: {cause}"
-    return RemoteStoreError(objects.redact(text, _secrets(url)))
+    return RemoteStoreError(buckets.redact(text, _secrets(url)))
 
 
 def _transient(err: BaseException) -> bool:
@@ -182,7 +183,7 @@ def _capture(coro):
 # --- small object operations ------------------------------------------------------
 
 def _client_key(url: str, name: str):
-    loc = objects.location(url)
+    loc = buckets.bucket_prefix(url)
     return loc.client, loc.key(name)
 
 
@@ -318,7 +319,7 @@ def list_prefix(url: str) -> list[str]:
       >>> put("memory:///lp/x.zarr", "c/0", b"1"); list_prefix("memory:///lp/x.zarr")
       ['c/0']
     """
-    loc = objects.location(url)
+    loc = buckets.bucket_prefix(url)
     prefix = loc.prefix + "/" if loc.prefix else ""
 
     async def call():
@@ -340,7 +341,7 @@ def delete_prefix(url: str) -> int:
     """
     keys = list_prefix(url)
     keys.sort(key=lambda k: k.rsplit("/", 1)[-1] not in _METADATA + (".zattrs", ".zgroup"))
-    loc = objects.location(url)
+    loc = buckets.bucket_prefix(url)
     meta = [k for k in keys if k.rsplit("/", 1)[-1] in _METADATA]
 
     async def remove(names):
@@ -400,7 +401,7 @@ def open_array(url: str, *, mode: str = "r") -> zarr.Array:
     cached = _arrays.get(url) if mode == "r" else None
     if cached is not None:
         return cached
-    loc = objects.location(url)
+    loc = buckets.bucket_prefix(url)
     store = zarr.storage.ObjectStore(loc.client, read_only=mode == "r")
     for attempt in itertools.count():  # (zarr's own requests: retried here, as a whole)
         counters.requested(url)
@@ -489,7 +490,7 @@ def _array_from_text(url: str, text: str) -> zarr.Array:
     from zarr.core.metadata import ArrayV3Metadata
     from zarr.storage import StorePath
 
-    loc = objects.location(url)
+    loc = buckets.bucket_prefix(url)
     meta = ArrayV3Metadata.from_dict(json.loads(text))
     store = zarr.storage.ObjectStore(loc.client, read_only=False)
     return zarr.Array(AsyncArray(metadata=meta, store_path=StorePath(store, loc.prefix)))
@@ -549,7 +550,7 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
     except FileNotFoundError:  # one jask is about to write: uncompressed chunks
         return memory.ReadModel(shape, tuple(store.chunks), itemsize, raw=True,
                                 fetched=IN_FLIGHT_BYTES,
-                                write_unit=tuple(store.chunks), path=store.path)
+                                write_unit=tuple(store.chunks), whole_objects=True)
     layout = _layout(store.path)
     unit = tuple(max(1, c) for c in arr.chunks)
     codec = ",".join(type(c).__name__.replace("Codec", "").lower()
@@ -563,14 +564,14 @@ def read_model(store: StoreSpec) -> memory.ReadModel:
         return memory.ReadModel(shape, unit, itemsize, copies=memory.COMPRESSED_COPIES,
                                 group=group, write_unit=tuple(shards or unit),
                                 write_copies=memory.ZARR_WRITE_COPIES, codec=codec,
-                                path=store.path)
+                                whole_objects=True)
     write_copies = (1 if layout.plain else memory.DECODED_COPIES) if layout.encodes \
         else memory.ZARR_WRITE_COPIES
     return memory.ReadModel(shape, unit, itemsize, raw=layout.plain,
                             fetched=IN_FLIGHT_BYTES if layout.plain else 0,
                             copies=memory.DECODED_COPIES, group=group,
                             write_unit=tuple(shards or unit), write_copies=write_copies,
-                            codec=codec, path=store.path)
+                            codec=codec, whole_objects=True)
 
 
 # --- reading tiles -----------------------------------------------------------------
@@ -654,7 +655,7 @@ async def _read_chunk(layout, out: np.ndarray, index: tuple, src: tuple, dst: tu
 def _check_may_be_missing(layout, index: tuple) -> None:
     """Zarr leaves chunks of only the fill value unwritten, but jask writes
     every chunk of its own stores: there a missing object is damage."""
-    if object_sessions.holds_jask_stores(layout.root):
+    if sessions.holds_jask_stores(layout.root):
         raise FileNotFoundError(
             f"chunk {layout.key(index)!r} of the Zarr store {layout.root!r} is missing (no "
             "such object): the store is damaged or was removed")
@@ -678,7 +679,7 @@ async def _read_sharded(layout, out: np.ndarray, jobs: list) -> None:
     for job in jobs:
         by_shard.setdefault(tuple(i // p for i, p in zip(job[0], per)), []).append(job)
     indexes = await _gather([_shard_index(layout, where) for where in by_shard])
-    client = objects.location(layout.root).client
+    client = buckets.bucket_prefix(layout.root).client
     reads = []
     for (where, group), index in zip(by_shard.items(), indexes):
         name = layout.encode_key(where)
@@ -695,7 +696,7 @@ async def _read_sharded(layout, out: np.ndarray, jobs: list) -> None:
 
 async def _read_inner(layout, out, client, name: str, entry, job) -> None:
     offset, nbytes = int(entry[0]), int(entry[1])
-    key = objects.location(layout.root).key(name)
+    key = buckets.bucket_prefix(layout.root).key(name)
 
     async def call():
         result = await obstore.get_async(client, key,

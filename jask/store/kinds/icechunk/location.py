@@ -1,6 +1,6 @@
 """An array of an icechunk repository's branch: read at one snapshot, and
 replaced by one commit of a writable session with icechunk's conflict
-detector (:mod:`jask.store.icechunk_stores`): a racing commit to the same
+detector (:mod:`jask.store.kinds.icechunk.repositories`): a racing commit to the same
 array is :class:`jask.StoreChangedError`, with nothing committed."""
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Callable
 import numpy as np
 import zarr
 
+from jask.store import chunkio, tiles, versions
 from jask.store.location import Location
 from jask.store.spec import ICECHUNK, StoreSpec
 
-from . import chunkio, icechunk_stores, tiles, versions
+from . import repositories
 
 __all__ = ["IcechunkBranch"]
 
@@ -32,7 +33,7 @@ class IcechunkBranch(Location):
     # (jask.store.chunkio's Zarr path: no files to read directly).
 
     def zarr_array(self) -> zarr.Array:
-        return chunkio.cached_array(self.path, lambda: icechunk_stores.open_array(self.path))
+        return chunkio.cached_array(self.path, lambda: repositories.open_array(self.path))
 
     def user_array(self) -> zarr.Array:
         raise NotImplementedError(
@@ -75,13 +76,13 @@ class IcechunkBranch(Location):
     def replace(self, target: StoreSpec, make_staging: Callable[[str], None],
                 fill: Callable[[str], None], scratch_dir: str) -> StoreSpec:
         """Fill a writable icechunk session of the branch and commit it
-        (:func:`jask.store.icechunk_stores.replace`). ``fill`` must run its
+        (:func:`jask.store.kinds.icechunk.repositories.replace`). ``fill`` must run its
         tiles on this process's threads (:attr:`replaces_in_this_process`)."""
         versions.check_open(target.path)  # what this thread read to make it is one version
         with versions.swapping(target.path):  # this process's readers finish their snapshot
             try:
-                icechunk_stores.replace(target.path, fill)
-            except icechunk_stores.Conflict as err:
+                repositories.replace(target.path, fill)
+            except repositories.Conflict as err:
                 raise versions.StoreChangedError(str(err)) from None
             finally:
                 tiles.forget(target.path)  # the next read opens the new snapshot

@@ -34,7 +34,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from jask.base import forks
-from jask.store.objects import check_url, is_url, redact
+from jask.store.kinds.objects.buckets import check_url, is_url, redact
 from jask.store.spec import ICECHUNK_PREFIX
 
 __all__ = ["PREFIX", "is_icechunk", "name", "open_array", "replace", "describe", "Conflict"]

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from jask.base import counters, forks
 
-from . import objects
+from . import buckets
 
 __all__ = ["session_url", "owns", "keep", "holds_jask_stores", "remove", "remove_dead",
            "live_sessions", "LEASE_SECONDS", "MARKER", "LEASE"]
@@ -69,7 +69,7 @@ _TOKEN = re.compile(r"[0-9a-f]{16}")  # a session's random id, as _make writes i
 _JASK_KEY = re.compile(r"(\.jask-(session|lease)|[^/]+\.(zarr|grad)/.+)")
 _DELETE_BATCH = 1000  # S3's DeleteObjects takes at most 1000 keys
 #: Retries of a transient error in starting a session, and the first wait
-#: (doubled each time, with jitter, at most BACKOFF_MAX), as jask.store.remote's.
+#: (doubled each time, with jitter, at most BACKOFF_MAX), as jask.store.kinds.objects.remote's.
 RETRIES = 5
 BACKOFF = 0.1
 BACKOFF_MAX = 2.0
@@ -81,7 +81,7 @@ _owner_pid = [os.getpid()]
 @dataclass
 class _Session:
     url: str                         # s3://bucket/prefix/session-host-pid-id
-    where: objects.Location
+    where: buckets.BucketPrefix
     proof: str
     stop: threading.Event = field(default_factory=threading.Event)
     kept: set = field(default_factory=set)
@@ -108,8 +108,8 @@ def session_url(scratch_url: str, storage_options: dict | None = None) -> str:
         found = _sessions.get(scratch_url)
         if found is not None:
             return found.url
-        if storage_options:  # every store under it reached with them (jask.store.remote)
-            objects.register_options(scratch_url, storage_options)
+        if storage_options:  # every store under it reached with them (.remote)
+            buckets.register_options(scratch_url, storage_options)
         session = _make(scratch_url, storage_options)
         _sessions[scratch_url] = session
     import obstore
@@ -151,9 +151,9 @@ def _request(what: str, url: str, name: str, call):
                 raise  # a missing key is an answer
             if attempt >= RETRIES:
                 cause = str(err).split("\n\nDebug source:")[0].strip()
-                raise objects.RemoteStoreError(objects.redact(
+                raise buckets.RemoteStoreError(buckets.redact(
                     f"{what} at {url!r} key {name!r} failed (after {attempt + 1} attempts): "
-                    f"{type(err).__name__}: {cause}", objects.secrets_for(url))) from None
+                    f"{type(err).__name__}: {cause}", buckets.secrets_for(url))) from None
             counters.retried(url)
             time.sleep(min(BACKOFF_MAX, BACKOFF * 2**attempt) * (0.5 + random.random() / 2))
 
@@ -163,7 +163,7 @@ def _make(scratch_url: str, storage_options: dict | None) -> _Session:
 
     token = uuid.uuid4().hex[:16]
     url = f"{scratch_url}/session-{socket.gethostname()}-{os.getpid()}-{token}"
-    where = objects.location(url, storage_options)
+    where = buckets.bucket_prefix(url, storage_options)
     proof = _proof(token, LEASE_SECONDS)
     start = "start of a scratch session"
     # Lease first, marker second: a proven session always has a lease.
@@ -174,7 +174,7 @@ def _make(scratch_url: str, storage_options: dict | None) -> _Session:
             where.client, where.key(MARKER), proof.encode(), mode="create"))
     if _request(start, url, MARKER, lambda: _read(where, MARKER)) != proof:  # proof: read back
         raise PermissionError(f"jask could not prove its scratch session at "
-                              f"{objects.redact(url)}: its marker reads back otherwise")
+                              f"{buckets.redact(url)}: its marker reads back otherwise")
     session = _Session(url, where, proof)
     threading.Thread(target=_heartbeat, args=(session,), daemon=True,
                      name="jask-session-lease").start()
@@ -193,7 +193,7 @@ def _heartbeat(session: _Session) -> None:
             obstore.put(session.where.client, session.where.key(LEASE), session.proof.encode())
 
 
-def _read(where: objects.Location, name: str) -> str | None:
+def _read(where: buckets.BucketPrefix, name: str) -> str | None:
     import obstore
 
     try:
@@ -244,7 +244,7 @@ def remove_dead(scratch_url: str, storage_options: dict | None = None, *, now=No
         if own is None:
             return []  # no clock to judge leases by: remove nothing
         now = _server_now(own)
-    top = objects.location(scratch_url, storage_options)
+    top = buckets.bucket_prefix(scratch_url, storage_options)
     listing = obstore.list_with_delimiter(top.client, prefix=top.prefix + "/" if top.prefix
                                           else None)
     mine = {s.url for s in _sessions.values()}
@@ -254,7 +254,7 @@ def remove_dead(scratch_url: str, storage_options: dict | None = None, *, now=No
         url = f"{top.url}/{name}"
         if not name.startswith("session-") or url in mine:
             continue
-        where = objects.location(url, storage_options)
+        where = buckets.bucket_prefix(url, storage_options)
         proof = _parse(_read(where, MARKER))
         if proof is None or not name.endswith("-" + proof["id"]):
             continue  # not jask's: never touched
@@ -265,7 +265,7 @@ def remove_dead(scratch_url: str, storage_options: dict | None = None, *, now=No
     return removed
 
 
-def _expired(where: objects.Location, proof: dict[str, str], now) -> bool:
+def _expired(where: buckets.BucketPrefix, proof: dict[str, str], now) -> bool:
     import obstore
 
     try:
@@ -275,7 +275,7 @@ def _expired(where: objects.Location, proof: dict[str, str], now) -> bool:
     return (now - beat).total_seconds() > float(proof["lease"])  # (checked by _parse)
 
 
-def _delete_prefix(where: objects.Location, *, only_jask: bool = False) -> None:
+def _delete_prefix(where: buckets.BucketPrefix, *, only_jask: bool = False) -> None:
     """Delete every key under ``where`` (a whole prefix, never a key that
     merely starts with its name), the lease and marker last; ``only_jask``:
     only the keys a session of jask's makes (another process's session: an
@@ -340,7 +340,7 @@ def _proven_prefix(url: str, options: tuple) -> bool:
     if not name.startswith("session-"):
         return False
     try:
-        proof = _parse(_read(objects.location(url, dict(options) or None), MARKER))
+        proof = _parse(_read(buckets.bucket_prefix(url, dict(options) or None), MARKER))
     except Exception:  # noqa: BLE001 - unreadable: not proven
         return False
     return proof is not None and name.endswith("-" + proof["id"])
@@ -359,7 +359,7 @@ def remove(url: str, storage_options: dict | None = None) -> None:
         session = _session_of(url.rstrip("/"))
         assert session is not None
         options = dict(session.where.options) if storage_options is None else storage_options
-        _delete_prefix(objects.location(url.rstrip("/"), options))
+        _delete_prefix(buckets.bucket_prefix(url.rstrip("/"), options))
 
 
 def live_sessions() -> list[str]:

@@ -1,6 +1,6 @@
 """Object storage: a Zarr store's objects at a URL (``s3://``, ``gs://``, ``az://``).
 
-A :class:`Location` is a prefix in a bucket, reached through obstore (the
+A :class:`BucketPrefix` is a prefix in a bucket, reached through obstore (the
 Rust ``object_store`` client: many requests in flight from one Python
 thread, ranged reads, conditional puts), configured as zarr and xarray
 configure it: from the standard environment variables
@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from jask.base.urls import SCHEMES, check_url, is_url  # (re-exported: the store layer's names)
 
-__all__ = ["SCHEMES", "is_url", "check_url", "Location", "location", "delete", "redact",
+__all__ = ["SCHEMES", "is_url", "check_url", "BucketPrefix", "bucket_prefix", "delete", "redact",
            "register_options", "options_for", "registered", "RemoteStoreError", "secrets_for"]
 
 
@@ -84,15 +84,17 @@ def secrets_for(url: str) -> dict:
 
 
 @dataclass(frozen=True)
-class Location:
-    """A prefix in a bucket: where one store's objects live. Picklable (a
+class BucketPrefix:
+    """A prefix in a bucket and the client that reaches it: where one
+    store's objects live (the store's :class:`jask.store.Location` is an
+    ``ObjectPrefix``, which reaches its objects through this). Picklable (a
     Dask worker rebuilds the client from the URL and options)."""
 
     url: str
     options: tuple = field(default=(), repr=False)  # sorted (key, value) pairs
 
     def __repr__(self) -> str:
-        return f"Location({self.url!r})"
+        return f"BucketPrefix({self.url!r})"
 
     @property
     def prefix(self) -> str:
@@ -128,7 +130,7 @@ def _bucket_url(url: str) -> str:
 
 
 #: obstore's own retries are off: jask retries transient errors itself
-#: (:mod:`jask.store.remote`), so that each retry is counted and the last
+#: (:mod:`jask.store.kinds.objects.remote`), so that each retry is counted and the last
 #: error names the URL and the op. Timeouts bound a request to a dead endpoint.
 _CLIENT_OPTIONS = {"timeout": "60s", "connect_timeout": "5s"}
 _RETRY_OFF = {"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=1)}
@@ -229,15 +231,16 @@ def delete(url: str, name: str) -> None:
     """
     import obstore
 
-    where = location(url)
+    where = bucket_prefix(url)
     obstore.delete(where.client, where.key(name))
 
 
-def location(url: str, storage_options: dict | None = None) -> Location:
-    """The :class:`Location` of ``url``.
+def bucket_prefix(url: str, storage_options: dict | None = None) -> BucketPrefix:
+    """The :class:`BucketPrefix` of ``url``, its registered options (or
+    ``storage_options``) with it.
 
     Example:
-      >>> location("s3://bucket/data/x.zarr/").prefix
+      >>> bucket_prefix("s3://bucket/data/x.zarr/").prefix
       'data/x.zarr'
     """
     if not is_url(url):
@@ -245,4 +248,4 @@ def location(url: str, storage_options: dict | None = None) -> Location:
     url = check_url(url)
     if storage_options is None:
         storage_options = options_for(url)
-    return Location(url, tuple(sorted(_obstore_options(storage_options).items())))
+    return BucketPrefix(url, tuple(sorted(_obstore_options(storage_options).items())))

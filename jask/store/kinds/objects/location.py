@@ -2,9 +2,9 @@
 store is never replaced in place, and jask's own is replaced by a new
 version (a new store handed the array's handle in one step,
 :func:`jask.store.registry.repoint`). Its chunks are read and written by
-requests (:mod:`jask.store.remote`), its options kept per URL prefix
-(:mod:`jask.store.objects`), jask's own stores kept under a session prefix
-with a lease (:mod:`jask.store.object_sessions`)."""
+requests (:mod:`jask.store.kinds.objects.remote`), its options kept per URL prefix
+(:mod:`jask.store.kinds.objects.buckets`), jask's own stores kept under a session prefix
+with a lease (:mod:`jask.store.kinds.objects.sessions`)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,10 +16,12 @@ from typing import Callable
 import numpy as np
 import zarr
 
+from jask.store import registry, tiles, versions
+from jask.store import sessions as local_sessions
 from jask.store.location import Location
 from jask.store.spec import GRAD_SUFFIX, OBJECTS, StoreSpec
 
-from . import object_sessions, objects, registry, remote, sessions, tiles, versions
+from . import buckets, remote, sessions
 
 __all__ = ["ObjectPrefix"]
 
@@ -36,8 +38,9 @@ class ObjectPrefix(Location):
 
     supports_rename = False
     reads_by_request = True
+    saves_in_place = True
 
-    # Tiles: ranged GETs and whole-chunk PUTs (jask.store.remote).
+    # Tiles: ranged GETs and whole-chunk PUTs (jask.store.kinds.objects.remote).
 
     def zarr_array(self) -> zarr.Array:
         return remote.open_array(self.path)
@@ -93,32 +96,32 @@ class ObjectPrefix(Location):
         remote.write_metadata(self.path, metadata)
 
     def session(self) -> str:
-        return object_sessions.session_url(self.path, _storage_options(self.path))
+        return sessions.session_url(self.path, _storage_options(self.path))
 
     def journal(self) -> str:
         # in a local session of its own (recovered by the next process here
         # whose scratch is in object storage)
-        return sessions.journal_dir(
-            sessions.session_dir(os.path.join(tempfile.gettempdir(), "jask-journals")))
+        return local_sessions.journal_dir(
+            local_sessions.session_dir(os.path.join(tempfile.gettempdir(), "jask-journals")))
 
     def owned(self) -> bool:
-        return object_sessions.owns(self.path)
+        return sessions.owns(self.path)
 
     def keep(self) -> None:
-        object_sessions.keep(self.path)
+        sessions.keep(self.path)
 
     def holds_jask_stores(self) -> bool:
-        return object_sessions.holds_jask_stores(self.path)
+        return sessions.holds_jask_stores(self.path)
 
     def delete(self) -> None:
         """Every key under the prefix (a listing, then one DeleteObjects per
         1,000 keys), if this process's session holds it."""
-        object_sessions.remove(self.path)
+        sessions.remove(self.path)
 
     # A user's store here.
 
     def register_options(self, storage_options: dict | None) -> None:
-        objects.register_options(self.path, storage_options)
+        buckets.register_options(self.path, storage_options)
 
     def open(self) -> StoreSpec:
         remote.forget(self.path)  # an array written anew at this URL: its own layout
@@ -137,7 +140,7 @@ class ObjectPrefix(Location):
         if self.holds_jask_stores():
             return  # jask's own array: replaced by a new version (replace)
         raise NotImplementedError(
-            f"jask.{op}: {objects.redact(self.path)!r} is a plain Zarr store in object "
+            f"jask.{op}: {buckets.redact(self.path)!r} is a plain Zarr store in object "
             "storage, which cannot replace its chunks all at once (there is no rename): a "
             "reader, or a crash mid-write, would see old and new chunks mixed, so jask refuses "
             "it; nothing was written. Keep arrays you update in "
@@ -171,7 +174,7 @@ class ObjectPrefix(Location):
         url = self.path
         if url == source_path:
             raise ValueError(f"jask.save: {url!r} is the array's own store; save it elsewhere")
-        if not objects.location(url).prefix:  # a failed save deletes what is under its URL
+        if not buckets.bucket_prefix(url).prefix:  # a failed save deletes what is under its URL
             raise ValueError(f"jask.save: {url!r} is a whole bucket; save to a prefix in it "
                              f"({url}/name.zarr)")
         if (url + "/").startswith(scratch_dir.rstrip("/") + "/"):  # (never a local scratch)
@@ -239,7 +242,7 @@ class ObjectPrefix(Location):
         finally:
             tiles.forget(url)
         with contextlib.suppress(Exception):  # (left behind, it is harmless beside the metadata)
-            objects.delete(url, _CLAIM)
+            buckets.delete(url, _CLAIM)
 
 
 def _storage_options(scratch_url: str) -> dict | None:
