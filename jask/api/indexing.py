@@ -404,6 +404,8 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
     picked = [_positions(i, n, k, shape, method) for k, (i, n) in enumerate(zip(entries, shape))]
     region = tuple(len(p) for p, kept in picked if kept)
     _check_broadcast(value, region, "x[key] = v", f"the selected region {region}")
+    if any(len(p) == 0 for p, _ in picked):  # nothing selected: x, in the result's dtype
+        return elementwise.apply_in(_WHERE, out_dtype, True, x, x, config=config)
     v = value
     vshape = _shape_of(v)
     if vshape:
@@ -510,7 +512,8 @@ def _cast_value(value, dtype: np.dtype, method: str, config):
             warnings.simplefilter("error", RuntimeWarning)  # NaN or inf into integers
             out[...] = given
     except (OverflowError, ValueError, TypeError, RuntimeWarning) as err:
-        raise type(err)(f"x.at[key].{method}(v) / x[key] = v: v = {_describe(value)} cannot be "
+        kind = ValueError if isinstance(err, RuntimeWarning) else type(err)
+        raise kind(f"x.at[key].{method}(v) / x[key] = v: v = {_describe(value)} cannot be "
                         f"written into an array of dtype {dtype.name}, as numpy refuses: "
                         f"{err}") from None
     return out
