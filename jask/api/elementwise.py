@@ -197,9 +197,10 @@ def apply_in(ufunc: ufuncs.Ufunc, dtype, *args, config: Config | None = None):
         if k is None:
             x = jnp.asarray(x)
             check_in_memory(ufunc.name, x, cfg)
-            k = jax.core.ShapedArray(x.shape, x.dtype)
+            avals.append(jax.core.ShapedArray(x.shape, x.dtype))
+        else:
+            avals.append(k)
         operands.append(x)
-        avals.append(k)
     shape = np.broadcast_shapes(*(tuple(a.shape) for a in avals))
     axes = tuple(broadcast_axes(tuple(a.shape), shape) for a in avals)
     dtypes = tuple(None if np.dtype(a.dtype) == np.bool_ else dtype for a in avals)

@@ -352,8 +352,13 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
     arrays of any size and under ``jit``. The index is a basic one (integers,
     slices, ``...``), one 1-D integer or boolean array on one axis, or one
     boolean mask of ``x``'s shape (a DiskArray too). ``value`` broadcasts to
-    the selected region and is cast to ``x``'s dtype; with a mask of more
-    than one axis it is a scalar (a where over ``x``, for a mask of any size).
+    the selected region and is cast to ``x``'s dtype as numpy's
+    ``a[index] = value`` casts it (what numpy refuses, 300 into int8, is
+    refused before anything runs); with a mask of more than one axis it is a
+    scalar (a where over ``x``, for a mask of any size). The result has
+    ``x``'s dtype (``divide`` of integers: jax.numpy's float dtype) and every
+    element ``index`` does not select is ``x``'s, bit for bit: the where runs
+    in ``x``'s own dtype, so a float64 store keeps 64 bits with x64 off.
     As in numpy, an index array on one axis selects whole positions along it;
     arrays on several axes (numpy pairs them up) are refused.
 
@@ -376,7 +381,8 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
     dtype = np.dtype(aval.dtype)
     if method in ("set", "power", "divide"):  # jax.numpy casts these values to x's dtype first
         value = _cast_value(value, dtype, method, config)
-    elif not is_tracer(value) and disk_type(value) is None:
+    elif not is_tracer(value) and disk_type(value) is None \
+            and not isinstance(value, (int, float, complex)):  # a Python scalar stays weak
         value = np.asarray(value)  # not yet JAX's: a reshape must not narrow it
     out_dtype = _result_dtype(dtype, method)
     mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
