@@ -16,14 +16,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jask.api.creation import from_numpy
 from jask.base.config import Config, get_config
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core import primitives, ufuncs
+from jask.core._jax_internals import is_tracer
 from jask.core.array import disk_type
 from jask.engine.blockwise import broadcast_axes
 
-__all__ = ["apply", "astype"]
+__all__ = ["apply", "apply_in", "astype"]
 
 #: An in-memory operand may take at most this share of the budget: every
 #: task reads it, and a compiled call holds a host copy of it while it runs.
@@ -160,6 +162,64 @@ def apply(ufunc: ufuncs.Ufunc, *args, config: Config | None = None):
     axes = tuple(broadcast_axes(tuple(a.shape), shape) for a in avals)
     return primitives.Blockwise(ufunc, avals, axes, tuple(dtypes), shape,
                                 tuple(range(len(shape))), out_dtype, config=config)(*operands)
+
+
+def apply_in(ufunc: ufuncs.Ufunc, dtype, *args, config: Config | None = None):
+    """``ufunc(*args)`` computed and stored in ``dtype``, with no JAX
+    promotion: each tile of a non-bool operand is cast to ``dtype`` by numpy
+    and the kernel runs in it. The write path (``x[key] = v``, ``x.at[...]``)
+    combines a store with a value this way, so elements the key does not name
+    are copied in the store's own dtype: with x64 off, an int64 or float64
+    store would otherwise pass through 32 bits (JAX's canonical dtype). At
+    least one operand is a DiskArray; an in-memory one that JAX's canonical
+    dtype cannot hold exactly (a float64 0.1 with x64 off) is written to a
+    small store of its own dtype first (outside ``jit``; a traced one is
+    JAX's already).
+
+    Example:
+      >>> import numpy as np, jask
+      >>> from jask.core import ufuncs
+      >>> x = jask.from_numpy(np.array([1, 2**40 + 1]))
+      >>> apply_in(ufuncs.TABLE["where"], x.dtype, np.array([True, False]), 5, x).to_numpy()
+      array([            5, 1099511627777])
+    """
+    dtype = np.dtype(dtype)
+    kinds = [disk_type(x) for x in args]
+    if not any(k is not None for k in kinds):
+        raise TypeError(f"jask.{ufunc.name}: apply_in needs a DiskArray operand")
+    cfg = config or get_config()
+    operands: list = []
+    avals: list = []
+    for x, k in zip(args, kinds):
+        if k is None:
+            x = x if is_tracer(x) else _exact_in_jax(np.asarray(x), cfg)
+            k = disk_type(x)
+        if k is None:
+            x = jnp.asarray(x)
+            check_in_memory(ufunc.name, x, cfg)
+            avals.append(jax.core.ShapedArray(x.shape, x.dtype))
+        else:
+            avals.append(k)
+        operands.append(x)
+    shape = np.broadcast_shapes(*(tuple(a.shape) for a in avals))
+    axes = tuple(broadcast_axes(tuple(a.shape), shape) for a in avals)
+    dtypes = tuple(None if np.dtype(a.dtype) == np.bool_ else dtype for a in avals)
+    return primitives.Blockwise(ufunc, avals, axes, dtypes, shape,
+                                tuple(range(len(shape))), dtype, config=config)(*operands)
+
+
+def _exact_in_jax(value: np.ndarray, config: Config):
+    """``value`` as an operand that keeps every bit: itself where JAX's
+    canonical dtype holds it exactly (5 as int32 for an int64 store), else a
+    small store in its own dtype."""
+    canonical = np.dtype(jax.dtypes.canonicalize_dtype(value.dtype))
+    if canonical == value.dtype:
+        return value
+    with np.errstate(all="ignore"):
+        back = value.astype(canonical).astype(value.dtype)
+    if back.tobytes() == np.ascontiguousarray(value).tobytes():
+        return value
+    return from_numpy(value.reshape(value.shape or (1,)), config=config)  # no 0-d stores
 
 
 def _is_large_dask(x, config: Config) -> bool:

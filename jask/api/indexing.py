@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ from jask.base.sizes import exact_bytes
 from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import DiskArray, disk_type
-from jask.core.ufuncs import Ufunc
+from jask.core.ufuncs import TABLE, Ufunc
 
 __all__ = ["getitem", "setitem", "scatter", "AT_METHODS", "At", "iterate", "take",
            "take_along_axis", "nonzero", "dynamic_slice", "concatenate", "stack", "reshape"]
@@ -351,8 +352,13 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
     arrays of any size and under ``jit``. The index is a basic one (integers,
     slices, ``...``), one 1-D integer or boolean array on one axis, or one
     boolean mask of ``x``'s shape (a DiskArray too). ``value`` broadcasts to
-    the selected region and is cast to ``x``'s dtype; with a mask of more
-    than one axis it is a scalar (a where over ``x``, for a mask of any size).
+    the selected region and is cast to ``x``'s dtype as numpy's
+    ``a[index] = value`` casts it (what numpy refuses, 300 into int8, is
+    refused before anything runs); with a mask of more than one axis it is a
+    scalar (a where over ``x``, for a mask of any size). The result has
+    ``x``'s dtype (``divide`` of integers: jax.numpy's float dtype) and every
+    element ``index`` does not select is ``x``'s, bit for bit: the where runs
+    in ``x``'s own dtype, so a float64 store keeps 64 bits with x64 off.
     As in numpy, an index array on one axis selects whole positions along it;
     arrays on several axes (numpy pairs them up) are refused.
 
@@ -372,7 +378,13 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
         raise AttributeError(f"x.at[key] has no method {method!r}; one of "
                              f"{', '.join(AT_METHODS)}")
     shape = tuple(aval.shape)
-    combine = AT_METHODS[method]
+    dtype = np.dtype(aval.dtype)
+    if method in ("set", "power", "divide"):  # jax.numpy casts these values to x's dtype first
+        value = _cast_value(value, dtype, method, config)
+    elif not is_tracer(value) and disk_type(value) is None \
+            and not isinstance(value, (int, float, complex)):  # a Python scalar stays weak
+        value = np.asarray(value)  # not yet JAX's: a reshape must not narrow it
+    out_dtype = _result_dtype(dtype, method)
     mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
     mask_shape = _shape_of(mask) if _is_array(mask) else None
     if mask_shape == shape and np.dtype(mask.dtype) != np.bool_ and len(shape) > 1:
@@ -387,8 +399,8 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
                 f"value per True element, {_size(value)} given, is not supported for a mask "
                 "of more than one axis); use x = jask.where(mask, values, x) with values of "
                 "x's shape")
-        new = value if combine is None else combine(x, value, config=config)
-        return _in_dtype(elementwise.where(mask, new, x, config=config), aval.dtype, config)
+        new = _combined(x, value, method, out_dtype, config)
+        return elementwise.apply_in(_WHERE, out_dtype, mask, new, x, config=config)
     if any(i is None for i in (index if isinstance(index, tuple) else (index,))):
         raise IndexError("x[key] = v: np.newaxis / None in the key is not supported")
     entries = _index_tuple(index, shape)
@@ -398,15 +410,16 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
     picked = [_positions(i, n, k, shape, method) for k, (i, n) in enumerate(zip(entries, shape))]
     region = tuple(len(p) for p, kept in picked if kept)
     _check_broadcast(value, region, "x[key] = v", f"the selected region {region}")
+    if any(len(p) == 0 for p, _ in picked):  # nothing selected: x, in the result's dtype
+        return elementwise.apply_in(_WHERE, out_dtype, True, x, x, config=config)
     v = value
     vshape = _shape_of(v)
     if vshape:
         full = (1,) * (len(region) - len(vshape)) + tuple(vshape)
         kept = iter(full)
         target = tuple(next(kept) if k else 1 for _, k in picked)
-        v = jnp.reshape(jnp.asarray(v), target) if disk_type(v) is None \
-            else reshape(v, target, config=config)
-    out = None
+        v = reshape(v, target, config=config) if disk_type(v) is not None \
+            else jnp.reshape(v, target) if is_tracer(v) else np.reshape(v, target)
     masks = []
     for axis, ((p, _), n) in enumerate(zip(picked, shape)):
         whole = not is_tracer(p) and len(p) == n and np.array_equal(np.asarray(p), np.arange(n))
@@ -421,15 +434,101 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
             g = g.at[p].set(jnp.arange(len(p))) if xp is jnp \
                 else _np_set(g, p, np.arange(len(p)))
             v = take(v, g, axis=axis, config=config) if disk_type(v) is not None \
-                else jnp.take(jnp.asarray(v), g, axis=axis)
-    new = v if combine is None else combine(x, v, config=config)
-    out = new
+                else jnp.take(v, g, axis=axis) if is_tracer(v) or is_tracer(g) \
+                else np.take(v, g, axis=axis)
+    out = _combined(x, v, method, out_dtype, config)
     for axis, m in reversed(masks):
         cond = m.reshape((1,) * axis + (shape[axis],) + (1,) * (len(shape) - axis - 1))
-        out = elementwise.where(cond, out, x, config=config)
+        out = elementwise.apply_in(_WHERE, out_dtype, cond, out, x, config=config)
     if not masks:  # every position selected: the new value everywhere
-        out = elementwise.where(True, out, x, config=config)
-    return _in_dtype(out, aval.dtype, config)
+        out = elementwise.apply_in(_WHERE, out_dtype, True, out, x, config=config)
+    return out
+
+
+#: The write path's where: ``where(selected, new, x)`` in the result's dtype.
+_WHERE = TABLE["where"]
+
+
+def _result_dtype(dtype: np.dtype, method: str) -> np.dtype:
+    """The dtype of ``x.at[key].<method>(v)``: ``x``'s own, but for
+    ``divide`` of integers or bools, which jax.numpy gives as ``x / 1``
+    elsewhere (float32, float64 with x64 on)."""
+    if method != "divide" or dtype.kind in "fc":
+        return dtype
+    return np.dtype(jax.eval_shape(jnp.divide, jax.ShapeDtypeStruct((), dtype),
+                                   jax.ShapeDtypeStruct((), dtype)).dtype)
+
+
+def _combined(x, v, method: str, out_dtype: np.dtype, config):
+    """What the selected elements become: ``v`` itself (``set``), or ``x``
+    combined with it. ``power`` and ``divide`` take ``v`` already in ``x``'s
+    dtype and compute in the result's, as jax.numpy does. The others compute
+    in ``x``'s dtype when ``v`` is exact in it (JAX's promotion would give the
+    same there, but with x64 off a 64-bit store would pass through 32 bits),
+    else by JAX's promotion (``int32`` plus 2.5 in float32), cast back."""
+    if method == "set":
+        return v
+    if np.dtype(x.dtype) == np.bool_ and method not in ("min", "max"):
+        raise TypeError(f"x.at[key].{method}(v) of a bool array is refused, as jax.numpy "
+                        f"refuses it ({method} does not accept bool); use .set, .min or .max, "
+                        "or jask.astype first")
+    if method in ("power", "divide") or _exact_in(v, out_dtype):
+        return elementwise.apply_in(TABLE[AT_ROWS.get(method, method)], out_dtype, x, v,
+                                    config=config)
+    return AT_METHODS[method](x, v, config=config)
+
+
+#: The table row of each .at method named otherwise.
+AT_ROWS = {"min": "minimum", "max": "maximum"}
+
+
+def _exact_in(v, dtype: np.dtype) -> bool:
+    """Whether an in-memory ``v`` is held exactly by ``dtype`` (a DiskArray
+    or traced one: whether its dtype is ``dtype``)."""
+    if disk_type(v) is not None or is_tracer(v):
+        return np.dtype(v.dtype) == dtype
+    v = np.asarray(v)
+    if v.dtype.kind == "c" and dtype.kind != "c":
+        return False
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        back = v.astype(dtype).astype(v.dtype)
+    return bool(np.array_equal(back, v, equal_nan=v.dtype.kind in "fc"))
+
+
+def _cast_value(value, dtype: np.dtype, method: str, config):
+    """``value`` in ``dtype`` as numpy's ``a[key] = value`` casts it: an
+    in-memory one by numpy itself, so what numpy refuses (an int out of an
+    integer dtype's range, a NaN into integers) is refused here, before
+    anything is written, naming the value and the dtype; a DiskArray by
+    :func:`jask.astype`. A traced value is JAX's, cast by the op."""
+    if is_tracer(value):
+        return value
+    if disk_type(value) is not None:
+        return value if np.dtype(value.dtype) == dtype \
+            else elementwise.astype(value, dtype, config=config)
+    given = np.asarray(value) if isinstance(value, jax.Array) else value
+    if np.iscomplexobj(given) and dtype.kind != "c":
+        raise TypeError(f"x.at[key].{method}(v): a complex v ({_describe(value)}) is not "
+                        f"written into an array of dtype {dtype.name}: its imaginary part "
+                        "would be lost. Take jask.real or jask.abs of it first.")
+    out = np.empty(np.shape(given), dtype)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # NaN or inf into integers
+            out[...] = given
+    except (OverflowError, ValueError, TypeError, RuntimeWarning) as err:
+        kind = ValueError if isinstance(err, RuntimeWarning) else type(err)
+        raise kind(f"x.at[key].{method}(v) / x[key] = v: v = {_describe(value)} cannot be "
+                        f"written into an array of dtype {dtype.name}, as numpy refuses: "
+                        f"{err}") from None
+    return out
+
+
+def _describe(value) -> str:
+    if np.ndim(value) == 0:
+        return repr(value.item() if hasattr(value, "item") else value)
+    return f"an array of shape {tuple(np.shape(value))} and dtype {np.asarray(value).dtype}"
 
 
 class At:
@@ -492,12 +591,6 @@ def _check_broadcast(value, shape: tuple, what: str, name: str) -> None:
     if not ok:
         raise ValueError(f"{what}: a value of shape {tuple(vshape)} does not broadcast to "
                          f"{name}")
-
-
-def _in_dtype(out, dtype, config):
-    if np.dtype(out.dtype) == np.dtype(dtype):
-        return out
-    return elementwise.astype(out, dtype, config=config)
 
 
 def setitem(x, index, value):
