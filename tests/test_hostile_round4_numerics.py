@@ -123,3 +123,62 @@ def test_qr_out_of_core_at_jax_numpys_error(case, tmp_path, jask_scratch):
         want = _qr_errors(data, *jnp.linalg.qr(jnp.asarray(data)))
         print(case, got, want)
         _no_worse(got, want, dtype, case)
+
+
+# --- quantiles: q out of range ------------------------------------------------------------
+
+#: (function, the top of q's range)
+QUANTILE_FUNCTIONS = [(jask.quantile, 1), (jask.nanquantile, 1), (jask.percentile, 100),
+                      (jask.nanpercentile, 100)]
+
+#: (case id, q as a fraction of the top of the range): every one has an element outside
+#: [0, top] or NaN
+BAD_Q = [
+    ("above", 1.5),
+    ("below", -0.25),
+    ("just-above", 1.0001),
+    ("nan", np.nan),
+    ("inf", np.inf),
+    ("array-one-above", np.array([0.0, 0.5, 1.01])),
+    ("array-one-below", np.array([-1e-6, 0.5])),
+    ("array-one-nan", np.array([0.25, np.nan])),
+    ("jax-array", jnp.asarray([0.5, 2.0])),
+]
+
+
+@pytest.mark.parametrize("method", jask.api.quantiles.METHODS)
+@pytest.mark.parametrize("case", [c[0] for c in BAD_Q])
+@pytest.mark.parametrize("function", [f for f, _ in QUANTILE_FUNCTIONS],
+                         ids=lambda f: f.__name__)
+def test_quantile_q_out_of_range_raises_as_numpy(function, case, method, small_budget):
+    top = dict((f.__name__, t) for f, t in QUANTILE_FUNCTIONS)[function.__name__]
+    q = dict(BAD_Q)[case] * top
+    data = np.random.default_rng(2).standard_normal((30, 7)).astype(np.float32)
+    with pytest.raises(ValueError):  # numpy's answer: the reference
+        getattr(np, function.__name__)(data, np.asarray(q), axis=0, method=method)
+    for x in (jask.from_numpy(data), jnp.asarray(data)):  # on disk and in memory alike
+        with pytest.raises(ValueError, match=rf"{function.__name__}: q must be in the range "
+                                             rf"\[0, {top}\]"):
+            function(x, q, axis=0, method=method)
+
+
+@pytest.mark.parametrize("function", [f for f, _ in QUANTILE_FUNCTIONS],
+                         ids=lambda f: f.__name__)
+def test_quantile_q_at_the_ends_of_its_range(function, small_budget):
+    top = dict((f.__name__, t) for f, t in QUANTILE_FUNCTIONS)[function.__name__]
+    data = np.random.default_rng(3).standard_normal((30, 7)).astype(np.float32)
+    q = np.array([0.0, 1.0]) * top
+    got = function(jask.from_numpy(data), q, axis=0)
+    want = getattr(jnp, function.__name__)(jnp.asarray(data), q, axis=0)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(got), [data.min(0), data.max(0)])
+
+
+def test_quantile_traced_q(small_budget):
+    """A traced q has no values to check: refused with a DiskArray x (its
+    values fix what is read); with an in-memory x, jax.numpy's clamp."""
+    data = np.arange(5.0, dtype=np.float32)
+    with pytest.raises(TypeError, match="q must be known outside jit"):
+        jax.jit(lambda q: jask.quantile(jask.from_numpy(data), q))(0.5)
+    clamped = jax.jit(lambda q: jask.quantile(jnp.asarray(data), q))(1.5)
+    assert float(clamped) == float(jnp.quantile(data, 1.5)) == 4.0
