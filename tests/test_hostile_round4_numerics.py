@@ -182,3 +182,66 @@ def test_quantile_traced_q(small_budget):
         jax.jit(lambda q: jask.quantile(jask.from_numpy(data), q))(0.5)
     clamped = jax.jit(lambda q: jask.quantile(jnp.asarray(data), q))(1.5)
     assert float(clamped) == float(jnp.quantile(data, 1.5)) == 4.0
+
+
+# --- eager vmap within the budget ---------------------------------------------------------
+
+def _least_squares(ns, X, y):
+    return lambda w: ns.sum(ns.square(X @ w - y))
+
+
+def _logistic(ns, X, y):
+    softplus = jask.nn.softplus if ns is jask else jax.nn.softplus
+    return lambda w: ns.mean(softplus(X @ w) - y * (X @ w))
+
+
+def _elementwise(ns, X, y):
+    return lambda w: ns.sum(ns.abs(X * w))
+
+
+#: (case id, X's chunks): narrow chunks of few rows, column chunks holding every row,
+#: X's own chunks; each once made the eager product's tile every row x 16 x 6
+VMAP_CHUNKS = [("rows-1250", (1250, 6)), ("rows-1000-cols-1", (1000, 1)),
+               ("cols-1", (20_000, 1)), ("cols-3", (20_000, 3)), ("whole", (20_000, 6))]
+
+
+@pytest.mark.parametrize("loss", [_least_squares, _logistic, _elementwise],
+                         ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("case", [c[0] for c in VMAP_CHUNKS])
+def test_eager_vmap_runs_within_the_budget_as_jit_does(case, loss, tmp_path, jask_scratch):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((20_000, 6)).astype(np.float32)
+    y = (rng.standard_normal(20_000) > 0).astype(np.float32)
+    W = jnp.asarray(0.1 * rng.standard_normal((16, 6)).astype(np.float32))
+    X = jask.save(jask.from_numpy(x), tmp_path / "X.zarr", chunks=dict(VMAP_CHUNKS)[case])
+    Y = jask.from_numpy(y)
+    jask.set_memory_budget("4MB", scratch_dir=jask_scratch.path)
+    want = jax.vmap(loss(jnp, jnp.asarray(x), jnp.asarray(y)))(W)
+    eager = jax.vmap(loss(jask, X, Y))(W)
+    compiled = jax.jit(jax.vmap(loss(jask, X, Y)))(W)
+    np.testing.assert_allclose(eager, want, rtol=2e-5)
+    np.testing.assert_array_equal(eager, compiled)
+
+
+@pytest.mark.parametrize("chunks", [(1000, 6), (400_000, 1)], ids=["rows", "cols"])
+def test_narrow_products_plan_bands_within_the_budget(chunks, tmp_path, jask_scratch):
+    """X @ w and X @ W.T on a narrow X of small chunks (each too small to be
+    worth a read, the whole product over the budget): bands of chunk rows.
+    The peak resident memory stays within the budget (X is 9.6 MB, 2.4 x it)."""
+    from jask.base.rss import current_rss, peak_rss, reset_peak_rss
+
+    x = np.random.default_rng(5).standard_normal((400_000, 6)).astype(np.float32)
+    X = jask.save(jask.from_numpy(x), tmp_path / "X.zarr", chunks=chunks)
+    w, W = np.ones(6, np.float32), np.linspace(-1, 1, 96, dtype=np.float32).reshape(16, 6)
+    jask.set_memory_budget("4MB", scratch_dir=jask_scratch.path)
+    del x
+    jask.sum(X @ w)  # compiled once before measuring
+    base = current_rss()
+    measured = reset_peak_rss()
+    got = float(jask.sum(X @ w))
+    batched = jax.vmap(lambda v: jask.sum(X @ v))(jnp.asarray(W))
+    if measured:
+        assert peak_rss() - base < 4_000_000, (peak_rss() - base)
+    x = X.to_numpy().astype(np.float64)
+    np.testing.assert_allclose(got, (x @ w).sum(), rtol=1e-5)
+    np.testing.assert_allclose(batched, (x @ W.T.astype(np.float64)).sum(0), rtol=1e-4)
