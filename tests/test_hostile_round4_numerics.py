@@ -245,3 +245,46 @@ def test_narrow_products_plan_bands_within_the_budget(chunks, tmp_path, jask_scr
     x = X.to_numpy().astype(np.float64)
     np.testing.assert_allclose(got, (x @ w).sum(), rtol=1e-5)
     np.testing.assert_allclose(batched, (x @ W.T.astype(np.float64)).sum(0), rtol=1e-4)
+
+
+#: (case id, function of (its linalg, a square matrix S, a tall matrix T)): the
+#: factorizations run in memory on what jask reads, so their values are jax.numpy's own
+IN_MEMORY = [
+    ("cholesky", lambda la, S, T: la.cholesky(S)),  # S positive definite for this case
+    ("eigh", lambda la, S, T: la.eigh(S + S.T)[0]),
+    ("eigvalsh", lambda la, S, T: la.eigvalsh(S + S.T)),
+    ("inv", lambda la, S, T: la.inv(S)),
+    ("solve", lambda la, S, T: la.solve(S, S[:, :2])),
+    ("det", lambda la, S, T: la.det(S)),
+    ("slogdet", lambda la, S, T: la.slogdet(S)[1]),
+    ("pinv", lambda la, S, T: la.pinv(T)),
+    ("matrix_rank", lambda la, S, T: la.matrix_rank(T)),
+    ("svdvals", lambda la, S, T: la.svdvals(T)),
+    ("svd-small", lambda la, S, T: la.svd(T, full_matrices=False)[1]),
+    ("qr-small-R", lambda la, S, T: la.qr(T)[1]),
+    ("matrix_norm-2", lambda la, S, T: la.matrix_norm(T, ord=2)),
+    ("matrix_norm-nuc", lambda la, S, T: la.matrix_norm(T, ord="nuc")),
+    ("matrix_norm--2", lambda la, S, T: la.matrix_norm(T, ord=-2)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("case", [c[0] for c in IN_MEMORY])
+def test_in_memory_factorizations_of_a_wide_spread_are_jax_numpys(case, dtype, tmp_path,
+                                                                    small_budget):
+    spread = np.logspace(0, -6 if dtype == np.float32 else -12, 6)
+    with jax.enable_x64(dtype == np.float64):
+        s, t = _spread(6, 6, spread, dtype, seed=6), _spread(40, 6, spread, dtype, seed=7)
+        if case == "cholesky":  # positive definite, its eigenvalues the spread
+            v = _spread(6, 6, np.ones(6), np.float64, seed=6)
+            s = ((v * spread) @ v.T).astype(dtype)
+        (tmp_path / "s").mkdir()
+        (tmp_path / "t").mkdir()
+        S = _on_disk(s, tmp_path / "s", (4, 5))
+        T = _on_disk(t, tmp_path / "t", (7, 4))
+        f = dict(IN_MEMORY)[case]
+        got, want = f(xp.linalg, S, T), f(jnp.linalg, jnp.asarray(s), jnp.asarray(t))
+        got = np.asarray(got.to_numpy() if hasattr(got, "to_numpy") else got)
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_allclose(got, want, rtol=50 * np.finfo(dtype).eps,
+                                   atol=50 * np.finfo(dtype).eps * np.abs(want).max())
