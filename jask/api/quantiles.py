@@ -12,6 +12,15 @@ so its positions differ by lane, and picks both neighbours by one reduction
 over the sorted lanes (a max of the element whose rank is the position and
 ``-inf`` elsewhere: NaN wins, and signs of zeros are kept). ``q`` is known
 outside ``jit`` (its values fix the gathered positions).
+
+``q`` out of range (below 0, above 1 (percentiles: 100), or NaN, in any
+element) is a ``ValueError``, as numpy's, for every function and method and
+for in-memory ``x`` too: jax.numpy clamps such a ``q`` to the minimum or the
+maximum, a plausible value that hides the caller's mistake, and jask gives no
+silently wrong value. A ``q`` jask cannot see (traced under ``jit``) is
+refused with a DiskArray ``x`` (its values fix what is read) and, with an
+in-memory ``x``, passed to jax.numpy, which clamps it: a traced value cannot
+raise.
 """
 from __future__ import annotations
 
@@ -197,7 +206,23 @@ def _pick(s, rank, config):
                              config=config)
 
 
+def _check_q(op: str, q, top: int) -> None:
+    """A ValueError, as numpy's, for a concrete ``q`` with an element outside
+    ``[0, top]`` or NaN; a traced ``q`` has no values to check (see the module)."""
+    if is_tracer(q):
+        return
+    values = np.asarray(q.to_numpy() if hasattr(q, "to_numpy") else q)
+    if values.dtype.kind not in "biuf":
+        raise TypeError(f"jask.{op}: q must be real numbers, got dtype {values.dtype}")
+    outside = ~((values >= 0) & (values <= top))  # NaN is outside
+    if outside.any():
+        raise ValueError(f"jask.{op}: q must be in the range [0, {top}] (numpy raises, "
+                         f"jax.numpy clamps), got {float(values[outside].reshape(-1)[0])}"
+                         f"{' among ' + str(values.size) if values.size > 1 else ''}")
+
+
 def _quantile(op: str, x, q, axis, method: str, keepdims: bool, config: Config | None):
+    _check_q(op, q, 1)
     if disk_type(x) is None:
         return _REFERENCE[op](x, q, axis=axis, method=method, keepdims=keepdims)
     if method not in METHODS:
@@ -304,6 +329,7 @@ def percentile(x, q, axis=None, *, method: str = "linear", keepdims: bool = Fals
       >>> float(jask.percentile(jask.from_numpy(np.arange(5.0)), 25))
       1.0
     """
+    _check_q("percentile", q, 100)
     if disk_type(x) is None:
         return jnp.percentile(x, q, axis=axis, method=method, keepdims=keepdims)
     return quantile(x, np.true_divide(q, 100), axis, method=method, keepdims=keepdims,
@@ -319,6 +345,7 @@ def nanpercentile(x, q, axis=None, *, method: str = "linear", keepdims: bool = F
       >>> float(jask.nanpercentile(jask.from_numpy(np.array([0.0, np.nan, 4.0])), 50))
       2.0
     """
+    _check_q("nanpercentile", q, 100)
     if disk_type(x) is None:
         return jnp.nanpercentile(x, q, axis=axis, method=method, keepdims=keepdims)
     return nanquantile(x, np.true_divide(q, 100), axis, method=method, keepdims=keepdims,

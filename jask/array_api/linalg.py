@@ -8,7 +8,9 @@ Two kinds of function, by what their inputs are:
   ``ord="fro"``, ``cross``.
 * **Tall matrices out of core**: ``qr`` and ``svd`` of a tall (``svd``: or
   wide) DiskArray too large for memory, by tall-skinny QR (the ``R`` s of
-  bands of rows, one read, then ``Q`` or ``U`` streamed as ``X @ small``).
+  bands of rows, twice, for an orthonormal basis of the columns, then ``Q``
+  or ``U`` streamed as ``X @ small``), at jax.numpy's error however small
+  the singular values.
 * **Factorizations and solves** (``cholesky``, ``det``, ``eigh``, ``eigvalsh``,
   ``inv``, ``matrix_power``, ``matrix_rank``, ``pinv``, ``qr``, ``slogdet``,
   ``solve``, ``svd``, ``svdvals``, ``diagonal``, ``trace``, the other norms):
@@ -40,7 +42,7 @@ from typing import Any, Callable, NamedTuple, cast
 import jax.numpy as jnp
 import numpy as np
 
-from jask.api import DiskArray, disk_type, elementwise, interop, reductions
+from jask.api import DiskArray, creation, disk_type, elementwise, interop, reductions
 from jask.array_api._functions import (
     concat,
     matmul,
@@ -214,21 +216,14 @@ def _tsqr_r(x) -> np.ndarray:
     return r
 
 
-def _sign_fixed(r: np.ndarray) -> np.ndarray:
-    """R with a non-negative diagonal (Q's columns flipped to match)."""
-    d = np.where(np.diag(r) < 0, -1.0, 1.0)
-    return r * d[:, None]
-
-
 def qr(x, /, *, mode="reduced"):
     """QR factorization ``(Q, R)``: ``jax.numpy.linalg.qr`` in memory for an
     input within the in-memory share; for a tall DiskArray over it (``m >=
-    n``, ``R`` small), out of core by tall-skinny QR: ``R`` from the ``R`` s
-    of bands of rows (one read), ``Q = X @ R^-1`` streamed, then once more on
-    ``Q`` so that its columns are orthonormal to working precision (three reads
-    of ``X`` in all). There ``mode`` is ``"reduced"`` (``Q`` is ``m x n``, a
-    DiskArray; ``R`` in memory, its diagonal non-negative) and a
-    rank-deficient ``X`` is refused (its ``Q`` is not unique).
+    n``, ``R`` small), out of core from an orthonormal basis of ``X``'s
+    columns (:func:`_tall_basis`, two reads of ``X``): ``X = Q2 B``, ``B =
+    Qb R`` in memory, ``Q = Q2 Qb`` streamed (a DiskArray). There ``mode`` is
+    ``"reduced"`` (``Q`` is ``m x n``; ``R`` in memory, its diagonal
+    non-negative).
 
     Example:
       >>> import numpy as np, jask.array_api as xp
@@ -242,17 +237,11 @@ def qr(x, /, *, mode="reduced"):
         raise ValueError(f"jask.array_api.linalg.qr: a tall DiskArray of shape "
                          f"{tuple(x.shape)} is factorized in mode 'reduced' only (its "
                          f"'complete' Q would be {x.shape[0]} x {x.shape[0]}), not {mode!r}")
-    dtype = np.dtype(x.dtype)
-    r1 = _sign_fixed(_tsqr_r(x))
-    d = np.abs(np.diag(r1))
-    if d.size and d.min() <= d.max() * x.shape[1] * np.finfo(dtype).eps:
-        raise np.linalg.LinAlgError(
-            f"jask.array_api.linalg.qr: the DiskArray of shape {tuple(x.shape)} is rank "
-            "deficient, so its Q is not unique; use svd")
-    q1 = matmul(x, np.asarray(np.linalg.inv(r1), dtype))
-    r2 = _sign_fixed(_tsqr_r(q1))
-    q = matmul(q1, np.asarray(np.linalg.inv(r2), dtype))
-    return _QR(q, own(np.asarray(r2 @ r1, q.dtype)))  # in the dtype jask gave Q
+    y, to_q, b = _tall_basis(x, "qr")
+    qb, rb = np.linalg.qr(b)
+    d = np.where(np.diag(rb) < 0, -1.0, 1.0)  # R's diagonal non-negative, Q's columns to match
+    q = matmul(y, np.asarray(to_q @ (qb * d), x.dtype))
+    return _QR(q, own(np.asarray(rb * d[:, None], q.dtype)))  # in the dtype jask gave Q
 
 
 slogdet = _in_memory_op("slogdet", jnp.linalg.slogdet, """Signs and logarithms of the
@@ -280,9 +269,9 @@ def svd(x, /, *, full_matrices=True):
     """Singular value decomposition ``(U, S, Vh)``: ``jax.numpy.linalg.svd`` in
     memory for an input within the in-memory share; for a tall (or, through
     its transpose, wide) DiskArray over it whose ``n x n`` factor is small, out
-    of core: the ``R`` of a tall-skinny QR (one read), ``R = U_r S Vh`` in
-    memory, ``U = X @ (Vh.T / S)`` streamed (a DiskArray; columns of zero
-    singular values are zero). There ``full_matrices=False`` is required.
+    of core (see :func:`_tall_svd`: two reads of ``X``, then ``U`` streamed as
+    ``X @ small``, a DiskArray with orthonormal columns, small singular values
+    kept as they are). There ``full_matrices=False`` is required.
 
     Example:
       >>> import numpy as np, jask.array_api as xp
@@ -299,11 +288,64 @@ def svd(x, /, *, full_matrices=True):
     if wide:
         u, s_, vh = svd(matrix_transpose(x), full_matrices=False)
         return _SVD(matrix_transpose(vh), s_, matrix_transpose(u))
+    return _tall_svd(x)
+
+
+def _tall_basis(x, op: str) -> tuple[Any, np.ndarray, np.ndarray]:
+    """An orthonormal basis ``Q`` of a tall DiskArray's columns, as ``(Y, M,
+    B)``: ``Q = Y @ M`` (``Y`` streamed from ``X``, ``M`` small) and ``X = Q
+    B`` (``B`` small, float64), at jax.numpy's accuracy however small ``X``'s
+    singular values. ``Q = X R^-1`` alone would lose orthogonality as ``X``'s
+    condition number grows, and ``U = X V / S`` a small singular value's
+    column (its error grows as ``S[0] / S[i]``); instead ``X`` is first made
+    near-orthonormal, then orthonormalized exactly:
+
+    1. ``R1`` of a tall-skinny QR of ``X`` (one read, float64), ``R1 = U1 S1 V1^T``;
+    2. ``Y = X V1 / S1`` (streamed; a singular value under ``X``'s rounding,
+       ``S1[0] * eps``, is divided by that floor instead, so ``Y`` stays
+       bounded: its columns near orthonormal);
+    3. ``R2`` of a tall-skinny QR of ``Y`` (one read): ``Q = Y R2^-1`` has
+       orthonormal columns, and ``X = Y F V1^T = Q (R2 F V1^T)``.
+
+    A column of ``Y`` (near) zero (``X`` exactly rank deficient: ``X v`` is
+    zero, with no rounding to give it a value) has no direction: it is
+    replaced by a fixed generic one (``cos((i + 1) * phi)``, streamed), its
+    factor in ``F`` by 0, and ``R2`` taken again (a third read), so that ``Q``
+    is orthonormal still, as jax.numpy's is. Columns of ``Y`` dependent
+    otherwise (never seen in practice) are refused, naming ``op``.
+    """
     dtype = np.dtype(x.dtype)
-    _, s_, vh = np.linalg.svd(_tsqr_r(x))
-    keep = s_ > s_.max(initial=0.0) * max(x.shape) * np.finfo(dtype).eps
-    scale = np.where(keep, 1.0 / np.where(keep, s_, 1.0), 0.0)
-    u = matmul(x, np.asarray(vh.T * scale, dtype))
+    eps = np.finfo(dtype).eps
+    _, s1, vh1 = np.linalg.svd(_tsqr_r(x))
+    floor = np.maximum(s1, s1.max(initial=0.0) * eps)
+    floor = np.where(floor > 0, floor, 1.0)  # an all-zero X: every column of Y zero
+    y = matmul(x, np.asarray(vh1.T / floor, dtype))
+    r2 = _tsqr_r(y)
+    dead = np.linalg.norm(r2, axis=0) <= np.sqrt(eps)  # the column norms of Y
+    if dead.any():
+        floor = np.where(dead, 0.0, floor)
+        m, n = x.shape
+        phi = (np.arange(n) + 1) * 0.6180339887 % 1 * dead  # distinct, irrational: generic
+        rows = reshape(creation.arange(1, m + 1, 1, dtype), (m, 1))
+        filler = elementwise.multiply(elementwise.cos(elementwise.multiply(
+            rows, np.asarray(phi, dtype)[None, :])), np.asarray(dead, dtype)[None, :])
+        y = elementwise.add(matmul(x, np.asarray(vh1.T / np.where(dead, 1.0, floor) *
+                                                 ~dead, dtype)), filler)
+        r2 = _tsqr_r(y)
+    if np.abs(np.diag(r2)).min(initial=1.0) <= np.sqrt(eps):
+        raise np.linalg.LinAlgError(
+            f"jask.array_api.linalg.{op}: the columns of the DiskArray of shape "
+            f"{tuple(x.shape)} are dependent in a way the out-of-core route cannot "
+            "orthonormalize")
+    return y, np.linalg.inv(r2), r2 @ (floor[:, None] * vh1)
+
+
+def _tall_svd(x) -> _SVD:
+    """The thin SVD of a tall DiskArray: ``X = Q B`` (:func:`_tall_basis`),
+    ``B = U3 S Vh`` in memory, ``U = Q U3`` streamed."""
+    y, to_q, b = _tall_basis(x, "svd")
+    u3, s_, vh = np.linalg.svd(b)
+    u = matmul(y, np.asarray(to_q @ u3, x.dtype))
     return _SVD(u, own(np.asarray(s_, u.dtype)), own(np.asarray(vh, u.dtype)))
 
 

@@ -371,6 +371,13 @@ def _dot_tiles(a, b, ta, tb, itemsize, budget, workers):
     # then the square halved: chunks that cross the square leave the aligned
     # tiles too many tasks before their reads fit (the mixed-grids cell)
     yield from memory.shrinking((min(m, side), min(n, side), min(k, side)))
+    # then bands of several chunk rows: a narrow operand's chunks (k of a few
+    # columns) can be too small to be worth a read, every tile above with them,
+    # and the whole product over the budget (X @ w, a batch of w under vmap)
+    rows = 2 * cm
+    while rows < m:
+        yield rows, cn, aligned[2]
+        rows *= 2
     yield m, n, k  # one task per batch entry: always within the task bound
 
 
@@ -418,9 +425,12 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
         out_bytes = tm * tn * itemsize
         sum_bytes = tm * tn * wide
         n_out = math.prod(batch) * math.ceil(m / tm) * math.ceil(n / tn)
-        # tiles too small to be worth a read, or graphs too large: never planned
+        # tiles too small to be worth a read, or graphs too large: never planned. A
+        # task's data is its tile of a (as read: twice) and the output it writes,
+        # which is most of it for a narrow a (X @ W.T for a batch of 16 w)
         whole = (tm, tn, tk) == (m, n, k)
-        if not whole and (2 * tm * tk * itemsize < min(smallest, m * k * itemsize)
+        if not whole and ((2 * tm * tk + tm * tn) * itemsize
+                          < min(smallest, (m * k + m * n) * itemsize)
                           or n_out * math.ceil(k / tk) > bound):
             continue
         splits = 1
