@@ -54,7 +54,8 @@ OUT_OF_RANGE = [
      r"index \d+ is out of bounds for axis 0"),
     ("cols-2d-array", lambda X, n, m, d: X[:, np.array([[0], [m]])],
      r"index \d+ is out of bounds for axis 1"),
-    ("ellipsis-cols", lambda X, n, m, d: X[..., [-m - 1]], r"index -\d+ is out of bounds for axis 1"),
+    ("ellipsis-cols", lambda X, n, m, d: X[..., [-m - 1]],
+     r"index -\d+ is out of bounds for axis 1"),
     ("rows-on-disk", lambda X, n, m, d: X[d["rows"]], r"index \d+ is out of bounds for axis 0"),
     ("cols-on-disk", lambda X, n, m, d: X[:, d["cols"]], r"index \d+ is out of bounds for axis 1"),
     ("two-axes", lambda X, n, m, d: X[[0, 1], [0, m]], r"index \d+ is out of bounds for axis 1"),
@@ -223,8 +224,8 @@ def test_a_lookup_at_labels_on_disk_over_the_budget(jask_scratch):
         labels_bad = labels.copy()
         labels_bad[123_456] = bad
         L_bad = jask.from_numpy(labels_bad)
-        for name, f in (("xp.take", lambda: xp.take(T, L_bad)), ("jask.take", lambda: jask.take(T, L_bad)),
-                        ("table[L]", lambda: T[L_bad])):
+        for name, f in (("xp.take", lambda: xp.take(T, L_bad)),
+                        ("jask.take", lambda: jask.take(T, L_bad)), ("table[L]", lambda: T[L_bad])):
             with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 0 "
                                                  "with size 10"):
                 _np(f())

@@ -450,7 +450,8 @@ def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = Fa
     """Work for an outer gather of a store into ``shape``: the axes
     ``indexed`` take their positions from the in-memory index vectors (in
     order), the others keep them; ``fill`` where an index is out of range,
-    IndexError without one, raised before anything is written (``local``: see :func:`jask.engine.plan.ops.gather`)."""
+    IndexError without one, raised before anything is written (``local``:
+    see :func:`jask.engine.plan.ops.gather`)."""
     def plan_of(stores, values, config: Config) -> Plan:
         view = _runs_view(stores[0], values)
         if view is not None:
