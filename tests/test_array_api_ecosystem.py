@@ -395,6 +395,10 @@ LOOKUPS = [
 def test_take_of_a_small_table_at_disk_indices(case, small_budget):
     _, table, mode = next(c for c in LOOKUPS if c[0] == case)
     idx = RNG.integers(-5, 6, 20000).astype(np.int32)  # out of range ones too
+    if mode is None:  # the default: an index out of range raises, as numpy's (issue 43)
+        with pytest.raises(IndexError, match=f"out of bounds for axis 0 with size {len(table)}"):
+            jask.take(xp.asarray(table), xp.asarray(idx)).to_numpy()
+        idx = np.clip(idx, -len(table), len(table) - 1)
     want = jnp.take(jnp.asarray(table), idx, mode=mode)
     for t in (xp.asarray(table), jnp.asarray(table)):
         got = jask.take(t, xp.asarray(idx), mode=mode)

@@ -64,15 +64,17 @@ def test_take_with_traced_indices_compiles_once(small_budget, rng):
     assert len(traces) == 1
 
 
-def test_take_out_of_range_fills_and_modes_as_jax_numpy(small_budget):
+def test_take_out_of_range_raises_or_fills_and_modes_as_jax_numpy(small_budget):
     x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
     X = jask.from_numpy(x)
     index = np.array([-1, 4, -5, 0], np.int32)
-    for mode in (None, "clip", "wrap"):
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
+        jask.take(X, index, axis=1)  # the default is numpy's (issue 43)
+    for mode in ("fill", "clip", "wrap"):
         np.testing.assert_array_equal(jask.take(X, index, axis=1, mode=mode).to_numpy(),
                                       jnp.take(x, index, axis=1, mode=mode))
     ints = jask.from_numpy(x.astype(np.int32))
-    np.testing.assert_array_equal(jask.take(ints, index, axis=1).to_numpy(),
+    np.testing.assert_array_equal(jask.take(ints, index, axis=1, mode="fill").to_numpy(),
                                   jnp.take(x.astype(np.int32), index, axis=1))
 
 

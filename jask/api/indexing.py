@@ -39,6 +39,7 @@ from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import DiskArray, disk_type
 from jask.core.ufuncs import TABLE, Ufunc
+from jask.engine.gather import check_in_bounds
 
 __all__ = ["getitem", "setitem", "scatter", "AT_METHODS", "At", "iterate", "take",
            "take_along_axis", "nonzero", "dynamic_slice", "concatenate", "stack", "reshape"]
@@ -231,9 +232,7 @@ def _advanced(x, aval, index: list, config):
         if not np.issubdtype(i.dtype, np.integer):
             raise IndexError(f"{_SUPPORTED}; an index array must be of integers or bools, got "
                              f"{i.dtype} on axis {axis}")
-        if i.size and not (-n <= i.min() and i.max() < n):
-            raise IndexError(f"index {int(i.min() if i.min() < -n else i.max())} is out of "
-                             f"bounds for axis {axis} with size {n} (shape {aval.shape})")
+        check_in_bounds(i, n, axis, aval.shape)
         used, renumbered = np.unique(i % n, return_inverse=True)
         if len(used) < n:
             block = take(block, used, axis=axis, config=config)
@@ -332,9 +331,7 @@ def _positions(i, n: int, axis: int, shape, method: str):
                          f"{i.dtype} of shape {tuple(i.shape)} on axis {axis}")
     if xp is np:
         i = np.asarray(i)
-        if i.size and not (-n <= i.min() and i.max() < n):
-            raise IndexError(f"index {int(i.min() if i.min() < -n else i.max())} is out of "
-                             f"bounds for axis {axis} with size {n} (shape {shape})")
+        check_in_bounds(i, n, axis, shape)
         if method != "set" and len(np.unique(i % n)) != i.size:
             raise IndexError(f"x.at[key].{method}(v) with repeated indices on axis {axis}: "
                              "each position is updated once here (jax.numpy adds repeats up); "
@@ -618,6 +615,16 @@ def setitem(x, index, value):
     update_(x, scatter(x, index, value))
 
 
+#: take's modes that raise IndexError for an index out of range (numpy's default)
+_RAISE_MODES = (None, "raise", "promise_in_bounds")
+
+
+def _check_mode(mode) -> None:
+    if mode not in _RAISE_MODES + ("fill", "clip", "wrap"):
+        raise ValueError(f"jask.take: mode {mode!r} is not one of 'raise' (the default), "
+                         "'fill', 'clip', 'wrap'")
+
+
 def _fill(dtype) -> object:
     """jax.numpy.take's fill for an index out of range: NaN for inexact
     dtypes, the most negative int for signed ones, the largest unsigned, True."""
@@ -634,9 +641,20 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     """Elements of ``x`` at ``indices`` along ``axis`` (``None``: of the
     flattened array), as ``jax.numpy.take``: the result has ``indices``'
     shape in place of that axis. ``indices`` are in memory (a numpy or JAX
-    array, traced ones too); negative ones count from the end, and out of
-    range ones give ``fill_value`` (NaN for floats) with ``mode`` "fill"
-    (the default), are clipped with "clip" or wrap with "wrap". Its VJP adds
+    array, traced ones too) or a DiskArray (read here when small; a large
+    one indexing a small 1-D ``x``, a lookup table, is streamed tile by
+    tile); negative ones count from the end.
+
+    An index out of range raises IndexError, naming it and the axis, as
+    numpy's ``take`` and ``x[indices]`` do: the default (``mode`` None, or
+    "raise"; "promise_in_bounds" is checked the same way) is numpy's, not
+    jax.numpy's, whose default fills. Known indices are checked before
+    anything is read; indices only known when a ``jit`` program runs (traced,
+    or on disk) are checked by the task that reads them, which raises there
+    (under ``jit`` the error reaches the caller wrapped by XLA's runtime
+    error, its message kept). jax.numpy's modes stay available when asked
+    for: "fill" gives ``fill_value`` (NaN for floats, the most negative int,
+    the largest unsigned, True), "clip" clips, "wrap" wraps. Its VJP adds
     the cotangent back where each index points (repeats add up).
 
     Example:
@@ -647,13 +665,22 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
              [ 6.,  4.,  7.],
              [10.,  8., 11.]])
     """
+    _check_mode(mode)
     aval = disk_type(x)
     if isinstance(indices, DiskArray) and not is_tracer(x) and np.ndim(x) <= 1 \
             and not memory.fits_in_memory(_shape_of(indices), indices.dtype, config) \
             and memory.fits_in_memory(_shape_of(x), x.dtype, config):
         return _lookup(x, indices, mode, fill_value, config)
     if aval is None:
-        return jnp.take(x, indices, axis=axis, mode=mode, fill_value=fill_value)
+        shape = np.shape(x)
+        if mode in _RAISE_MODES and not is_tracer(indices) and (
+                axis is None or -len(shape) <= axis < len(shape)):
+            n = math.prod(shape) if axis is None else shape[axis]
+            check_in_bounds(np.asarray(indices), n, 0 if axis is None else axis % len(shape),
+                            shape)
+            mode = "promise_in_bounds"  # checked
+        return jnp.take(x, indices, axis=axis, mode="fill" if mode is None else mode,
+                        fill_value=fill_value)
     if isinstance(indices, DiskArray) \
             and memory.fits_in_memory(_shape_of(indices), indices.dtype, config):
         indices = primitives.materialize(indices, config=config)  # small: read them here
@@ -677,14 +704,15 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     if n == 0 and indices.size:
         raise IndexError(f"jask.take: cannot take {indices.size} elements from axis {axis} of "
                          f"length 0 (shape {aval.shape}), as jax.numpy.take cannot")
-    if mode in (None, "fill", "promise_in_bounds"):
+    fill = None  # "raise": known indices checked here, traced ones by the gather's task
+    if mode in _RAISE_MODES and xp is np:
+        check_in_bounds(indices, n, axis, aval.shape)
+    elif mode == "fill":
         fill = _fill(aval.dtype) if fill_value is None else fill_value
     elif mode == "clip":
-        indices, fill = xp.clip(indices, 0, n - 1), None
+        indices = xp.clip(indices, 0, n - 1)
     elif mode == "wrap":
-        indices, fill = indices % n, None
-    else:
-        raise ValueError(f"jask.take: mode {mode!r} is not one of 'fill', 'clip', 'wrap'")
+        indices = indices % n
     taken = primitives.gather(x, [indices.reshape(-1)], (axis,), fill, config=config,
                               name="take")
     shape = aval.shape[:axis] + tuple(indices.shape) + aval.shape[axis + 1:]
@@ -695,13 +723,17 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
 
 class _Lookup:
     """The kernel of :func:`_lookup`: a small table's elements at a tile of
-    indices (numpy's, with jax.numpy.take's modes)."""
+    indices (numpy's, with jax.numpy.take's modes; None: IndexError for one
+    out of range, raised by the task that reads it)."""
 
     def __init__(self, table: np.ndarray, mode: str | None, fill):
         self.table, self.mode, self.fill = table, mode, fill
 
     def __call__(self, idx):
         n = self.table.shape[0]
+        if self.mode is None:
+            check_in_bounds(idx, n, 0, self.table.shape)
+            return self.table[idx]
         i = idx.astype(np.int64)
         if self.mode == "clip":
             return self.table[np.clip(i, 0, n - 1)]
@@ -718,8 +750,6 @@ def _lookup(x, indices, mode, fill_value, config):
     DiskArray of indices too large for memory: an elementwise op over the
     indices' tiles, ``x`` sent whole to each task. Not differentiable in
     ``x`` (a concrete table only: a traced one takes the gather)."""
-    if mode not in (None, "fill", "promise_in_bounds", "clip", "wrap"):
-        raise ValueError(f"jask.take: mode {mode!r} is not one of 'fill', 'clip', 'wrap'")
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise TypeError(f"jask.take: indices must be integers, got {indices.dtype}")
     table = np.asarray(primitives.materialize(x, config=config) if disk_type(x) is not None
@@ -728,22 +758,25 @@ def _lookup(x, indices, mode, fill_value, config):
         raise IndexError("jask.take: cannot take elements from an empty array, as "
                          "jax.numpy.take cannot")
     fill = _fill(table.dtype) if fill_value is None else fill_value
-    kind = None if mode in (None, "promise_in_bounds") else mode
+    kind = None if mode in _RAISE_MODES else mode
     reference = table.copy()
 
-    def ref(i):
+    def ref(i):  # (the result's type: jax.numpy's modes give the same)
         return jnp.take(jnp.asarray(reference), i, mode=kind or "fill", fill_value=fill)
     row = Ufunc("take-lookup", _Lookup(table, kind, fill), ref, (None,), public=False)
     return elementwise.apply(row, indices, config=config)
 
 
-def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None = None):
+def take_along_axis(x, indices, axis: int | None = -1, mode: str | None = None,
+                    fill_value=None, *, config: Config | None = None):
     """Elements of ``x`` picked along ``axis`` by ``indices`` of the same
     number of axes (broadcast against ``x`` on the others), as
-    ``jax.numpy.take_along_axis`` (``axis=None``: of the flattened array);
-    out of range indices give NaN for floats, as there. ``indices`` are in
-    memory; ``x`` is read as a flat array (a reshape copy when it has
-    several axes), gathered by the flat positions.
+    ``jax.numpy.take_along_axis`` (``axis=None``: of the flattened array).
+    An index out of range raises IndexError as in :func:`take` (numpy's
+    default; ``mode="fill"`` gives ``fill_value``, NaN for floats, as
+    jax.numpy's default does). ``indices`` are in memory; ``x`` is read as
+    a flat array (a reshape copy when it has several axes), gathered by the
+    flat positions.
 
     Example:
       >>> import numpy as np, jask
@@ -752,16 +785,28 @@ def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None 
       array([[30.],
              [60.]])
     """
+    if mode not in _RAISE_MODES + ("fill",):
+        raise ValueError(f"jask.take_along_axis: mode {mode!r} is not one of 'raise' (the "
+                         "default), 'fill'")
     aval = disk_type(x)
     if aval is None:
-        return jnp.take_along_axis(x, indices, axis=axis)
+        if mode in _RAISE_MODES and not is_tracer(indices):
+            shape = np.shape(x)
+            n = math.prod(shape) if axis is None else shape[axis] if -len(shape) <= axis < \
+                len(shape) else None
+            if n is not None:
+                check_in_bounds(np.asarray(indices), n, 0 if axis is None else axis % len(shape),
+                                shape)
+        return jnp.take_along_axis(x, indices, axis=axis, mode="fill" if mode is None else mode,
+                                   fill_value=fill_value)
     if disk_type(indices) is not None:
         raise TypeError("jask.take_along_axis: indices must be in memory (a numpy or JAX "
                         "array); for a DiskArray of indices use jask.materialize(indices)")
     xp = jnp if is_tracer(indices) else np  # known indices: no JAX op to dispatch
     indices = xp.asarray(indices)
     if axis is None:
-        return take(x, indices.reshape(-1), axis=None, config=config)
+        return take(x, indices.reshape(-1), axis=None, mode=mode, fill_value=fill_value,
+                    config=config)
     if indices.ndim != aval.ndim or not -aval.ndim <= axis < aval.ndim:
         raise ValueError(f"jask.take_along_axis: indices of shape {indices.shape} need as "
                          f"many axes as x of shape {aval.shape}, and axis {axis} in range")
@@ -774,6 +819,8 @@ def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None 
         raise ValueError(f"jask.take_along_axis: indices of shape {indices.shape} do not "
                          f"broadcast against x of shape {aval.shape}") from None
     n = aval.shape[axis]
+    if mode in _RAISE_MODES and xp is np:
+        check_in_bounds(indices, n, axis, aval.shape)
     along = xp.where(indices < 0, indices + n, indices)
     flat = xp.where((along < 0) | (along >= n), math.prod(aval.shape), 0)  # out of range
     strides = np.cumprod((aval.shape[1:] + (1,))[::-1])[::-1]
@@ -783,7 +830,9 @@ def take_along_axis(x, indices, axis: int | None = -1, *, config: Config | None 
         flat = flat + coord * int(strides[d])
     flat = xp.broadcast_to(flat, shape)
     source = x if aval.ndim == 1 else reshape(x, (-1,), config=config)
-    return take(source, flat, axis=0, config=config)
+    # (traced indices out of range: a flat position past the end, which the
+    # gather's task reports, or fills with mode "fill")
+    return take(source, flat, axis=0, mode=mode, fill_value=fill_value, config=config)
 
 
 def nonzero(x, *, size: int | None = None, fill_value=None, config: Config | None = None):

@@ -477,15 +477,17 @@ def pad(x, pad_width, mode="constant", *, constant_values=0, reflect_type="even"
         n = aval.shape[d]
         before, after = widths[d]
         return np.concatenate([np.full(before, n), np.arange(n), np.full(after, n)])
-    fill = np.asarray(values[0, 0]).astype(aval.dtype).item()
-    if np.all(values == values[0, 0]):
+    # compared as the bytes they are written as: -0.0 is not 0.0 here (nor NaN unlike itself)
+    cast = [[np.asarray(v).astype(aval.dtype) for v in pair] for pair in values]
+    fill = cast[0][0].item()
+    if all(v.tobytes() == cast[0][0].tobytes() for pair in cast for v in pair):
         return primitives.gather(x, [positions(d) for d in axes], axes, fill, config=config,
                                  name="pad")
     out = x
     for d in axes:  # jax.numpy's order: each axis padded in turn, the corners the last's
-        before, after = (np.asarray(v).astype(aval.dtype).item() for v in values[d])
+        before, after = (v.item() for v in cast[d])
         out = primitives.gather(out, [positions(d)], (d,), before, config=config, name="pad")
-        if after != before and widths[d][1]:
+        if cast[d][0].tobytes() != cast[d][1].tobytes() and widths[d][1]:
             n = widths[d].sum() + aval.shape[d]
             mask = np.arange(n) >= n - widths[d][1]
             out = elementwise.where(mask.reshape((1,) * d + (n,) + (1,) * (aval.ndim - d - 1)),

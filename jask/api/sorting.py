@@ -140,6 +140,13 @@ def searchsorted(a, v, side: str = "left", sorter=None, *, config: Config | None
     A, V = disk_type(a), disk_type(v)
     if A is None and V is None:
         return jnp.searchsorted(a, v, side=side, sorter=sorter)
+    return _search(a, v, side, sorter, None, config)
+
+
+def _search(a, v, side: str, sorter, out_dtype, config: Config | None):
+    """:func:`searchsorted` with a DiskArray, its result in ``out_dtype``
+    (None: jax.numpy's)."""
+    A, V = disk_type(a), disk_type(v)
     if sorter is not None:
         raise NotImplementedError("jask.searchsorted: sorter is not supported; pass the "
                                   "sorted array (jask.sort(a)) instead")
@@ -160,7 +167,7 @@ def searchsorted(a, v, side: str = "left", sorter=None, *, config: Config | None
     v_dtype = np.dtype(V.dtype if V is not None else v.dtype)
     v_shape = tuple(V.shape if V is not None else v.shape)
     compute = np.dtype(jnp.promote_types(a_dtype, v_dtype))
-    out = np.dtype(jax.eval_shape(
+    out = np.dtype(out_dtype) if out_dtype is not None else np.dtype(jax.eval_shape(
         lambda x, y: jnp.searchsorted(x, y, side=side),
         jax.ShapeDtypeStruct(a_shape, a_dtype), jax.ShapeDtypeStruct(v_shape, v_dtype)).dtype)
     return primitives.searchsorted(v, a, side, compute, out, config=config)
@@ -288,7 +295,8 @@ def _inverse(x, values: np.ndarray, config):
     a search of the sorted values (in memory) tile by tile; the k-th NaN of
     ``x`` (in C order) is the k-th NaN of ``values``."""
     aval = _disk(x)
-    found = searchsorted(jnp.asarray(values), x, config=config)
+    # jax.numpy's index dtype (int64 with x64 on), where its searchsorted gives int32
+    found = _search(jnp.asarray(values), x, "left", None, _unique_index_dtype(aval), config)
     nans = int(np.count_nonzero(np.isnan(values))) if values.dtype.kind == "f" else 0
     if nans == 0:
         return found

@@ -9,6 +9,8 @@ own: inside it ``all`` and ``any`` are jask's, not Python's builtins.)
 """
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -82,6 +84,27 @@ def count_nonzero(x, axis=None, keepdims: bool = False, *, config: Config | None
     return _truth("count_nonzero", "sum", x, axis, keepdims, config)
 
 
+def _exactly_in(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The test values an integer (or bool) ``dtype`` holds exactly, in it:
+    integral and within its range (NaN and fractions hold no integer)."""
+    low, high = (0, 1) if dtype.kind == "b" else (int(np.iinfo(dtype).min),
+                                                   int(np.iinfo(dtype).max))
+    if values.dtype.kind == "c":
+        values = values[values.imag == 0].real
+    if values.dtype.kind == "f":  # (high + 1 a power of two: exact as a float)
+        values = values[(values == np.floor(values)) & (values >= low) & (values < high + 1)]
+    elif values.dtype.kind in "iub":  # numpy compares out-of-range Python ints exactly
+        values = values[(values >= low) & (values <= high)]
+    elif values.dtype == object:  # Python ints past 64 bits
+        values = np.asarray([v for v in values
+                             if isinstance(v, numbers.Integral) and low <= int(v) <= high],
+                            dtype=object)
+    else:
+        raise TypeError(f"jask.isin: test elements of dtype {values.dtype} cannot be "
+                        f"compared with {dtype}")
+    return values.astype(dtype)
+
+
 class _IsIn:
     """The kernel of :func:`isin`: a tile's elements tested against the set,
     both in the dtype jax.numpy compares them in."""
@@ -137,9 +160,19 @@ def isin(element, test_elements, assume_unique: bool = False, invert: bool = Fal
             "against all of it in memory. Use a smaller set, or raise the budget")
     values = np.asarray(primitives.materialize(test_elements, config=config)
                         if test_type is not None else test_elements)
-    like = test_elements if isinstance(test_elements, (bool, int, float)) \
-        else jnp.asarray(values)  # a Python number promotes weakly, as in jax.numpy
-    compute = np.dtype(jnp.result_type(jax.ShapeDtypeStruct((), aval.dtype), like))
+    if np.dtype(aval.dtype).kind in "biu":
+        # integers compared exactly, in x's dtype (as a jax.Array of it: int32 for an
+        # int64 store with x64 off): a test value it cannot hold (2**40 for uint8, -1
+        # for uint32, 1.5 for int32) matches nothing, where a cast would wrap it onto one
+        compute = np.dtype(jax.dtypes.canonicalize_dtype(aval.dtype))
+        values = _exactly_in(values.reshape(-1), compute)
+    else:
+        like = test_elements if isinstance(test_elements, (bool, int, float)) \
+            else jax.ShapeDtypeStruct((), values.dtype)  # a Python number promotes weakly
+        compute = np.dtype(jnp.result_type(jax.ShapeDtypeStruct((), aval.dtype), like))
+        if values.dtype.kind in "iufc":  # a finite value past the range is no infinity
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = values[~(np.isinf(values.astype(compute)) & np.isfinite(values))]
     test = np.unique(values)
     ref = jax.tree_util.Partial(jnp.isin, test_elements=jnp.asarray(test), invert=invert)
     row = ufuncs.Ufunc("isin", _IsIn(test, compute, invert), ref, (None,), public=False)

@@ -772,14 +772,16 @@ def vecdot(x1, x2, /, *, axis=-1):
 
 
 def take(x, indices, /, *, axis=None):
-    """Elements of ``x`` at ``indices`` along ``axis``.
+    """Elements of ``x`` at ``indices`` along ``axis`` (:func:`jask.take`: an
+    index out of range raises IndexError; indices on disk larger than memory
+    look up a small 1-D ``x`` tile by tile).
 
     Example:
       >>> import jask.array_api as xp
       >>> xp.take(xp.asarray([5, 6, 7]), xp.asarray([2, 0])).to_numpy()
       array([7, 5], dtype=int32)
     """
-    return own(indexing.take(x, _indices(indices), axis=axis))
+    return own(indexing.take(x, indices, axis=axis))
 
 
 def take_along_axis(x, indices, /, *, axis=-1):

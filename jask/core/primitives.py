@@ -24,7 +24,7 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from jask.base.config import Config, get_config
 from jask.core import dispatch, ufuncs
-from jask.core._jax_internals import prune_before_lowering, wants_cotangent
+from jask.core._jax_internals import is_tracer, prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.engine import lazy, work
 from jask.engine.blockwise import REDUCERS, Operand, reduce_partial, variance
@@ -1405,9 +1405,23 @@ def reshape(a, shape, *, config=None):
     return Reshape(_aval(a), tuple(shape), False, config)(a)
 
 
+def _int32_positions(i):
+    """Gather positions as int32, as the gather takes them: wider ones clipped
+    to int32's range first, so a position past it stays out of range (a
+    fill, or an IndexError) and never wraps around onto one inside."""
+    xp = jax.numpy if is_tracer(i) else np
+    i = xp.asarray(i)
+    dtype, info = np.dtype(i.dtype), np.iinfo(np.int32)
+    if dtype.kind == "u" and dtype.itemsize >= 4:
+        i = xp.minimum(i, info.max)
+    elif dtype.kind == "i" and dtype.itemsize > 4:
+        i = xp.clip(i, info.min, info.max)
+    return jax.numpy.asarray(i, np.int32)
+
+
 def gather(a, index, indexed, fill=None, *, permutation=False, local=False, config=None,
            grad=False, name="gather"):
-    index = [jax.numpy.asarray(i, np.int32) for i in index]
+    index = [_int32_positions(i) for i in index]
     return Gather(_aval(a), tuple(_aval(i) for i in index), tuple(indexed), fill,
                   permutation=permutation, local=local, grad=grad, config=config,
                   name=name)(a, *index)

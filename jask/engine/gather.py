@@ -5,7 +5,8 @@ an index vector (flip, roll, take, repeat, tile). A task writes one output
 tile: it groups the tile's source positions by source chunk along every
 axis and reads one chunk's part at a time, so it holds its output tile and
 one chunk's window, whatever the indices. An index outside ``[0, n)`` gives
-``fill`` (jax.numpy's ``take(mode="fill")``; negative ones wrap first).
+``fill`` (jax.numpy's ``take(mode="fill")``; negative ones wrap first);
+without a ``fill`` it raises IndexError (:func:`check_in_bounds`), as numpy.
 
 The scatter-add is the gather's transpose (its VJP when indices repeat):
 ``out[np.ix_(index...)] += g``, each task writing one tile of ``out`` from
@@ -21,7 +22,7 @@ from jask.engine.builders import chunk_graph
 from jask.store import read, read_model, write
 from jask.store.spec import StoreSpec
 
-__all__ = ["gather_graph", "scatter_add_graph", "normalized"]
+__all__ = ["gather_graph", "scatter_add_graph", "normalized", "check_in_bounds"]
 
 
 def normalized(index: np.ndarray, n: int) -> np.ndarray:
@@ -35,6 +36,25 @@ def normalized(index: np.ndarray, n: int) -> np.ndarray:
     index = np.asarray(index, np.int64).reshape(-1)
     index = np.where(index < 0, index + n, index)
     return np.where((index < 0) | (index >= n), -1, index)
+
+
+def check_in_bounds(index, n: int, axis: int, shape: tuple) -> None:
+    """Raise IndexError, as numpy does, naming the first of ``index``'s
+    positions outside ``[-n, n)`` and the axis; nothing when all are in.
+
+    Example:
+      >>> check_in_bounds(np.array([0, -3, 3]), 3, 1, (4, 3))
+      Traceback (most recent call last):
+      IndexError: index 3 is out of bounds for axis 1 with size 3 (shape (4, 3))
+    """
+    index = np.asarray(index).reshape(-1)
+    if not index.size:
+        return
+    outside = (index < -n) | (index >= n)
+    if outside.any():
+        bad = index[np.argmax(outside)]
+        raise IndexError(f"index {int(bad)} is out of bounds for axis {axis} with size {n} "
+                         f"(shape {tuple(shape)})")
 
 
 def _groups(want: np.ndarray, positions: np.ndarray, chunk: int) -> list:

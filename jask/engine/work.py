@@ -449,8 +449,9 @@ def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = Fa
            grad: bool = False):
     """Work for an outer gather of a store into ``shape``: the axes
     ``indexed`` take their positions from the in-memory index vectors (in
-    order), the others keep them; ``fill`` where an index is out of range
-    (``local``: see :func:`jask.engine.plan.ops.gather`)."""
+    order), the others keep them; ``fill`` where an index is out of range,
+    IndexError without one, raised before anything is written (``local``:
+    see :func:`jask.engine.plan.ops.gather`)."""
     def plan_of(stores, values, config: Config) -> Plan:
         view = _runs_view(stores[0], values)
         if view is not None:
@@ -459,6 +460,9 @@ def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = Fa
 
     def work(stores, values, config: Config):
         (source,) = stores
+        if fill is None:  # no fill asked for: a position out of range is an error
+            for d, vector in zip(indexed, values):
+                gathers.check_in_bounds(vector, source.shape[d], d, source.shape)
         index = _index(indexed, values, source.shape)
         return _produce(config, op, shape, source.dtype, plan_of(stores, values, config),
                         lambda out: gathers.gather_graph(op, out, source, index, fill),
