@@ -214,7 +214,8 @@ def test_the_device_feed_gives_the_host_paths_batches(tmp_path, case, shuffle):
 
 
 @pytest.mark.parametrize("stop_at", [1, 7, 16, 17, 40])
-def test_the_device_feed_resumes_mid_epoch(tmp_path, stop_at):
+def test_the_device_feed_resumes_mid_epoch(tmp_path, stop_at, monkeypatch):
+    monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 100)  # windows in 8-row pieces
     X, y, _ = _stores(tmp_path, 1000, 4, 64, 64, False)
     make = lambda **kw: jask.batches(X, y, batch_size=60, seed=5, buffer=200, epochs=3,
                                      device=CPU, **kw)

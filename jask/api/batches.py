@@ -17,7 +17,7 @@ the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
 (the default buffer halves until it fits).
 
 With a ``device`` (:class:`_DeviceFeeder`), each window goes to the device
-whole, in one asynchronous copy, and batches are gathered there by compiled
+whole, in one transfer of concurrent pieces, and batches are gathered there by compiled
 takes: the host's work per batch is a dispatch, its memory the two windows
 being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
 """
@@ -58,9 +58,14 @@ THREAD_BYTES = 2**18
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
 
-#: Windows a device feed holds on the device at most: one being copied, one
-#: waiting, one being cut, and the one before, until its last batch is computed.
-DEVICE_WINDOWS = 4
+#: Windows a device feed holds on the device at most: one being copied (twice,
+#: its pieces and their join), one waiting, one being cut, and the one before,
+#: until its last batch is computed.
+DEVICE_WINDOWS = 5
+#: A window goes to the device in pieces of about this many bytes, copied
+#: concurrently (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
+#: 13.8 GB/s several at once: /work/shared/design.md).
+TRANSFER_BYTES = 32 * 2**20
 #: The most of a device's memory a loader keeps for its windows and batches.
 DEVICE_SHARE = 1 / 4
 
@@ -123,10 +128,17 @@ class Plan:
 
     def window_order(self, epoch: int, w: int, n: int) -> np.ndarray:
         """The order of the ``n`` rows of window ``w`` (positions in it)."""
-        if not self.shuffle:
-            return np.arange(n)
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, self.shard[0], w]))
-        return rng.permutation(n)
+        return self.window_order_into(epoch, w, np.empty(n, np.int64))
+
+    def window_order_into(self, epoch: int, w: int, out: np.ndarray) -> np.ndarray:
+        """:meth:`window_order` written into ``out`` (a reused buffer: a fresh
+        one is slow to touch here), the same for any integer dtype."""
+        out[...] = np.arange(len(out))
+        if self.shuffle:
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, self.shard[0],
+                                                                w]))
+            rng.shuffle(out)  # (what rng.permutation(n) does to np.arange(n))
+        return out
 
     def batches_in(self, epoch: int) -> int:
         """Batches of this shard's epoch. Without ``drop_last`` the last may
@@ -388,8 +400,9 @@ class _Span:
 class _DeviceFeeder(_Feeder):
     """The background work of one iteration onto one device: a *stager*
     thread puts each window read (every array's rows, and the window's order)
-    on the device in one asynchronous ``device_put`` and frees its host
-    buffers for the next read as soon as the copy is done; the cutting thread
+    on the device in one ``device_put`` of pieces of :data:`TRANSFER_BYTES`,
+    copied concurrently and joined there, and frees its host buffers for the
+    next read as soon as the copy is done; the cutting thread
     gathers each batch from the windows on the device with a compiled take
     (the shuffle's permutation costs the host nothing). The device holds at
     most :data:`DEVICE_WINDOWS` windows and the batches ahead
@@ -430,36 +443,44 @@ class _DeviceFeeder(_Feeder):
         plan = self.plan
         window_rows = plan.unit * plan.window
         target = self.loader._device
-        on_cpu = _device_memory(target)[1] == "cpu"
+        piece_rows = [_pieces(window_rows, _row_bytes(a)) for a in self.loader._arrays]
         try:
             jobs = self._jobs()
             slots = [_Slot(self.loader._arrays, window_rows) for _ in range(SLOTS)]
+            # each slot's order, padded by a batch of zeros (so a take's slice never clamps)
+            orders = [np.zeros(window_rows + plan.batch_size, np.int32) for _ in range(SLOTS)]
             pending: list = []
 
             def submit(k: int) -> None:
                 job = next(jobs, None)
                 if job is not None:
-                    pending.append((job, k, slots[k].fill(self.pool, job[2], plan, job[3])))
+                    epoch, w, units, stamps, size = job
+                    work = slots[k].fill(self.pool, units, plan, stamps)
+                    work.append(self.pool.submit(plan.window_order_into, epoch, w,
+                                                 orders[k][:size]))
+                    pending.append((job, k, work))
 
             for k in range(SLOTS):
                 submit(k)
             while pending:
-                (epoch, w, _units, stamps, size), k, reads = pending.pop(0)
-                for f in reads:
+                (epoch, w, _units, stamps, size), k, work = pending.pop(0)
+                for f in work:
                     f.result()  # raises what a read raised
                     if self.stopping.is_set():
                         return
-                check_unchanged(stamps, _OP)
-                order = np.zeros(window_rows + plan.batch_size, np.int32)
-                order[:size] = plan.window_order(epoch, w, size)
-                # the whole slot: every window has one shape, so one compiled take serves all
-                *window, order = jax.device_put((*slots[k]._whole, order), target,
-                                                may_alias=False)
-                if on_cpu:  # JAX 0.10's CPU device shares 64-byte aligned numpy memory even
-                    window = _copy(tuple(window))  # with may_alias=False: copy it there
+                checked = self.pool.submit(check_unchanged, stamps, _OP)  # while it is copied
+                # the whole slot (every window has one shape, so one compiled take serves
+                # all), in pieces copied concurrently, joined on the device
+                pieces = [[whole[lo:hi] for lo, hi in cuts]
+                          for whole, cuts in zip(slots[k]._whole, piece_rows)]
+                pieces = jax.device_put((*pieces, [orders[k]]), target)
+                *window, order = _join(tuple(map(tuple, pieces)))
+                window = tuple(window)
+                del pieces
                 jax.block_until_ready((window, order))  # copied: the slot may be read into again
+                checked.result()
                 submit(k)
-                if not self._hand((epoch, w, tuple(window), order, size)):
+                if not self._hand((epoch, w, window, order, size)):
                     return
         except BaseException as err:  # raised in the cutting thread
             self._hand(err)
@@ -517,9 +538,20 @@ class _DeviceFeeder(_Feeder):
         return True
 
 
+def _pieces(rows: int, row_bytes: int) -> list[tuple[int, int]]:
+    """Row ranges of about :data:`TRANSFER_BYTES` each (whole multiples of 8
+    rows, the TPU's tiling) covering ``rows``."""
+    step = max(8, TRANSFER_BYTES // max(1, row_bytes) // 8 * 8)
+    return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
+
+
 @jax.jit
-def _copy(window: tuple) -> tuple:
-    return tuple(jnp.copy(a) for a in window)
+def _join(pieces: tuple) -> tuple:
+    """Each array's window from its pieces, in a buffer of the device's own:
+    a copy even of a single piece, since JAX 0.10's CPU device shares the
+    memory of a 64-byte aligned numpy array even with ``may_alias=False``,
+    and the host slot is read into again."""
+    return tuple(jnp.concatenate(p) if len(p) > 1 else jnp.copy(p[0]) for p in pieces)
 
 
 @partial(jax.jit, static_argnums=3)
