@@ -183,6 +183,97 @@ def test_device_places_batches_as_jax_arrays(tmp_path):
     assert isinstance(xb, np.ndarray)
 
 
+CPU = jax.devices("cpu")[0]
+
+
+def _on_host(loader) -> list:
+    return [tuple(np.asarray(v) for v in batch) for batch in loader]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in order", "shuffled"])
+def test_the_device_feed_gives_the_host_paths_batches(tmp_path, case, shuffle):
+    """Windows copied whole to the device and batches gathered there: the
+    same values in the same order as numpy batches, every row once."""
+    _, rows, cols, cx, cy, compressed, bs, buffer = case
+    X, y, x = _stores(tmp_path, rows, cols, cx, cy, compressed)
+    make = lambda **kw: jask.batches(X, y, batch_size=bs, shuffle=shuffle, seed=3,
+                                     buffer=buffer, epochs=2, **kw)
+    host, loader = _on_host(make()), make(device=CPU)
+    assert loader.device_bytes > 0
+    got = []
+    for xb, yb in loader:
+        assert isinstance(xb, jax.Array) and xb.devices() == {CPU} and yb.devices() == {CPU}
+        got.append((np.asarray(xb), np.asarray(yb)))
+    assert len(got) == len(host)
+    for (hx, hy), (dx, dy) in zip(host, got):
+        np.testing.assert_array_equal(dx, hx)
+        np.testing.assert_array_equal(dy, hy)
+    epoch = [r for _, yb in got[:len(got) // 2] for r in yb.tolist()]
+    assert sorted(epoch) == list(range(rows))
+
+
+@pytest.mark.parametrize("stop_at", [1, 7, 16, 17, 40])
+def test_the_device_feed_resumes_mid_epoch(tmp_path, stop_at, monkeypatch):
+    monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 100)  # windows in 8-row pieces
+    X, y, _ = _stores(tmp_path, 1000, 4, 64, 64, False)
+    make = lambda **kw: jask.batches(X, y, batch_size=60, seed=5, buffer=200, epochs=3,
+                                     device=CPU, **kw)
+    whole = _rows(make())
+    loader = make()
+    seen: list = []
+    for _, yb in loader:
+        seen.append(yb.tolist())
+        if len(seen) == stop_at:
+            break
+    assert not [t for t in threading.enumerate() if t.name.startswith("jask-batches")]
+    saved = json.loads(json.dumps(loader.state))
+    assert seen + _rows(make(state=saved)) == whole
+
+
+def test_the_device_feed_reads_shards_and_any_thread_count_alike(tmp_path):
+    X, y, _ = _stores(tmp_path, 1001, 2, 50, 50, True)
+    shares = []
+    for i in range(3):
+        runs = [_rows(jask.batches(X, y, batch_size=32, seed=4, shard=(i, 3), device=CPU,
+                                   threads=threads)) for threads in (1, 5)]
+        assert runs[0] == runs[1] == _rows(jask.batches(X, y, batch_size=32, seed=4,
+                                                        shard=(i, 3)))
+        shares.append(sorted(r for b in runs[0] for r in b))
+    assert sorted(sum(shares, [])) == list(range(1001))
+
+
+def test_the_device_feed_holds_on_the_device_at_most_what_it_states(tmp_path):
+    X, y, _ = _stores(tmp_path, 6000, 16, 100, 100, False)
+    before = {id(a) for a in jax.live_arrays()}
+
+    def held_now() -> int:  # (holding no array itself once it returns)
+        return sum(a.nbytes for a in jax.live_arrays() if id(a) not in before)
+
+    loader = jask.batches(X, y, batch_size=50, seed=0, buffer=400, device=CPU)
+    most = 0
+    for i, _batch in enumerate(loader):
+        if i % 5 == 0:
+            most = max(most, held_now())
+    assert 0 < most <= loader.device_bytes
+    assert loader.device_bytes < 6000 * (16 * 4 + 8) / 2  # a few windows, not the epoch
+    # the CPU device's memory is the host's: it is in the loader's host share
+    assert loader.held_bytes > jask.batches(X, y, batch_size=50, seed=0, buffer=400).held_bytes
+
+
+def test_a_sharding_places_each_batch(tmp_path):
+    X, y, x = _stores(tmp_path, 300, 4, 40, 40, False)
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]), ("rows",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows"))
+    loader = jask.batches(X, y, batch_size=32, seed=1, device=sharding)
+    assert loader.device_bytes > 0  # one device: windows go there whole
+    for xb, yb in loader:
+        assert xb.sharding == sharding or xb.devices() == sharding.device_set
+        np.testing.assert_array_equal(np.asarray(xb), x[np.asarray(yb)])
+    with pytest.raises(TypeError, match="device must be"):
+        jask.batches(X, y, batch_size=32, device="tpu")
+
+
 def test_a_step_trains_on_the_batches(tmp_path):
     """The loop users write: a jitted optax step per batch, numpy batches in."""
     import optax

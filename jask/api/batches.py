@@ -15,6 +15,11 @@ reading thread) is kept out of the budget the ops get while it runs
 the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
 ``shard``: never on the threads, nor on the budget once ``buffer`` is given
 (the default buffer halves until it fits).
+
+With a ``device`` (:class:`_DeviceFeeder`), each window goes to the device
+whole, in one transfer of concurrent pieces, and batches are gathered there by compiled
+takes: the host's work per batch is a dispatch, its memory the two windows
+being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
 """
 from __future__ import annotations
 
@@ -24,9 +29,12 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jask.base import config as _config
 from jask.base import memory
@@ -49,6 +57,20 @@ DEFAULT_THREADS = 8
 THREAD_BYTES = 2**18
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
+
+#: Windows a device feed holds on the device at most: one being copied (twice,
+#: its pieces and their join), one waiting, one being cut, and the one before,
+#: until its last batch is computed.
+DEVICE_WINDOWS = 5
+#: A window goes to the device in pieces of about this many bytes, copied
+#: concurrently (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
+#: 13.8 GB/s several at once: /work/shared/design.md).
+TRANSFER_BYTES = 32 * 2**20
+#: Batches a device feed gathers in one dispatch where a window holds them
+#: whole: a TPU runs a small program in about 0.3 ms, whatever it moves.
+TAKE_BATCHES = 8
+#: The most of a device's memory a loader keeps for its windows and batches.
+DEVICE_SHARE = 1 / 4
 
 _OP = "jask.batches"
 #: Windows held at once: the one being cut and the next, being read (a third
@@ -109,10 +131,19 @@ class Plan:
 
     def window_order(self, epoch: int, w: int, n: int) -> np.ndarray:
         """The order of the ``n`` rows of window ``w`` (positions in it)."""
+        return self.window_order_into(epoch, w, np.empty(n, np.int64))
+
+    def window_order_into(self, epoch: int, w: int, out: np.ndarray) -> np.ndarray:
+        """:meth:`window_order` written into ``out`` (a reused buffer: a fresh
+        one is slow to touch here), the same for any integer dtype."""
         if not self.shuffle:
-            return np.arange(n)
+            out[...] = np.arange(len(out))
+            return out
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, self.shard[0], w]))
-        return rng.permutation(n)
+        # the order of random keys: drawn and sorted without holding the GIL, which the
+        # threads dispatching batches need (a shuffle holds it: 30 ms for 500,000 rows)
+        out[...] = np.argsort(rng.random(len(out)), kind="stable")
+        return out
 
     def batches_in(self, epoch: int) -> int:
         """Batches of this shard's epoch. Without ``drop_last`` the last may
@@ -142,14 +173,18 @@ class Batches:
     batches of the current epoch, :attr:`state` where the loader is."""
 
     def __init__(self, arrays: tuple, plan: Plan, epochs: int | None, threads: int,
-                 prefetch: int, device, held: int):
+                 prefetch: int, device, held: int, device_bytes: int):
         self._arrays = arrays
         self.plan = plan
         self.epochs = epochs
         self.threads = threads
         self.prefetch = prefetch
         self._device = device
+        #: host memory the loader holds while iterated (kept out of the ops' budget)
         self.held_bytes = held
+        #: device memory the loader holds at most while iterated (0 without ``device``
+        #: or with a Sharding over several devices, where batches are cut on the host)
+        self.device_bytes = device_bytes
         self._epoch = 0
         self._batch = 0
         self._running = False
@@ -219,7 +254,8 @@ class Batches:
             last = self._epoch if self.epochs is None else self.epochs - 1
             if self._epoch > last:
                 return
-            feed = _Feeder(self, self._epoch, self._batch, last)
+            feeder = _DeviceFeeder if self.device_bytes else _Feeder
+            feed = feeder(self, self._epoch, self._batch, last)
             try:
                 with _config.holding(self.held_bytes):
                     feed.start()
@@ -297,12 +333,8 @@ class _Feeder:
         if start >= total:
             return True
         stamps = stamp(self.stores, _OP)  # the version this epoch reads
-        windows = plan.windows(epoch)
-        sizes = [plan.rows_in(units) for units in windows]
-        ends = np.cumsum(sizes)
-        first_row = start * B
-        w0 = int(np.searchsorted(ends, first_row, side="right"))
-        offset = first_row - (int(ends[w0 - 1]) if w0 else 0)
+        span = _Span(plan, epoch, start)
+        windows, sizes, w0, offset = span.windows, span.sizes, span.w0, span.offset
         slots = [_Slot(self.loader._arrays, plan.unit * plan.window) for _ in range(SLOTS)]
         pending = {}
 
@@ -347,6 +379,219 @@ class _Feeder:
         if self.loader._device is None:
             return tuple(parts)
         return tuple(jax.device_put(part, self.loader._device) for part in parts)
+
+
+class _Span:
+    """The windows of one shard's epoch from batch ``start`` on: which window
+    holds the batch's first row (``w0``, at ``offset`` in it) and which its
+    last batch's last row (``w_last``)."""
+
+    def __init__(self, plan: Plan, epoch: int, start: int):
+        self.total = plan.batches_in(epoch)
+        self.windows = plan.windows(epoch)
+        self.sizes = [plan.rows_in(units) for units in self.windows]
+        ends = np.cumsum(self.sizes)
+        first_row = start * plan.batch_size
+        self.w0 = int(np.searchsorted(ends, first_row, side="right"))
+        self.offset = first_row - (int(ends[self.w0 - 1]) if self.w0 else 0)
+        self.rows = int(ends[-1]) if len(ends) else 0
+        last_row = min(self.total * plan.batch_size, self.rows) - 1
+        self.w_last = int(np.searchsorted(ends, last_row, side="right"))
+
+    def batch_length(self, b: int, batch_size: int) -> int:
+        return min(batch_size, self.rows - b * batch_size)
+
+
+class _DeviceFeeder(_Feeder):
+    """The background work of one iteration onto one device: a *stager*
+    thread puts each window read (every array's rows, and the window's order)
+    on the device in one ``device_put`` of pieces of :data:`TRANSFER_BYTES`,
+    copied concurrently and joined there, and frees its host buffers for the
+    next read as soon as the copy is done; the cutting thread
+    gathers each batch from the windows on the device with a compiled take
+    (the shuffle's permutation costs the host nothing). The device holds at
+    most :data:`DEVICE_WINDOWS` windows and the batches ahead
+    (:attr:`Batches.device_bytes`)."""
+
+    def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
+        super().__init__(loader, epoch, batch, last)
+        # one window waiting beside the one being cut: the stager reads and copies on
+        self.staged: queue.Queue = queue.Queue(maxsize=1)
+        self.stager = threading.Thread(target=self._stage, name="jask-batches-put", daemon=True)
+
+    def start(self) -> None:
+        self.stager.start()
+        super().start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        while self.stager.is_alive():  # a put waiting for room, a read waited for
+            try:
+                self.staged.get_nowait()
+            except queue.Empty:
+                pass
+            self.stager.join(0.01)
+        super().stop()
+
+    def _hand(self, item) -> bool:
+        while not self.stopping.is_set():
+            try:
+                self.staged.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _stage(self) -> None:
+        """Read every window the iteration needs, in order, into two host
+        slots in turn; put each on the device; hand it to the cutting thread."""
+        plan = self.plan
+        window_rows = plan.unit * plan.window
+        target = self.loader._device
+        piece_rows = [_pieces(window_rows, _row_bytes(a)) for a in self.loader._arrays]
+        try:
+            jobs = self._jobs()
+            slots = [_Slot(self.loader._arrays, window_rows) for _ in range(SLOTS)]
+            # each slot's order, padded by a batch of zeros (so a take's slice never clamps)
+            orders = [np.zeros(window_rows + plan.batch_size, np.int32) for _ in range(SLOTS)]
+            pending: list = []
+
+            def submit(k: int) -> None:
+                job = next(jobs, None)
+                if job is not None:
+                    epoch, w, units, stamps, size = job
+                    work = slots[k].fill(self.pool, units, plan, stamps)
+                    work.append(self.pool.submit(plan.window_order_into, epoch, w,
+                                                 orders[k][:size]))
+                    pending.append((job, k, work))
+
+            for k in range(SLOTS):
+                submit(k)
+            while pending:
+                (epoch, w, _units, stamps, size), k, work = pending.pop(0)
+                for f in work:
+                    f.result()  # raises what a read raised
+                    if self.stopping.is_set():
+                        return
+                checked = self.pool.submit(check_unchanged, stamps, _OP)  # while it is copied
+                # the whole slot (every window has one shape, so one compiled take serves
+                # all), in pieces copied concurrently, joined on the device
+                pieces = [[whole[lo:hi] for lo, hi in cuts]
+                          for whole, cuts in zip(slots[k]._whole, piece_rows)]
+                pieces = jax.device_put((*pieces, [orders[k]]), target)
+                *window, order = _join(tuple(map(tuple, pieces)))
+                window = tuple(window)
+                del pieces
+                jax.block_until_ready((window, order))  # copied: the slot may be read into again
+                checked.result()
+                submit(k)
+                if not self._hand((epoch, w, window, order, size)):
+                    return
+        except BaseException as err:  # raised in the cutting thread
+            self._hand(err)
+
+    def _jobs(self) -> Iterator[tuple]:
+        """(epoch, window, its units, the epoch's stamps, its rows) of each
+        window the iteration needs, in order."""
+        for epoch in range(self.first[0], self.last + 1):
+            start = self.first[1] if epoch == self.first[0] else 0
+            span = _Span(self.plan, epoch, start)
+            if start >= span.total:
+                continue
+            stamps = stamp(self.stores, _OP)  # the version this epoch reads
+            for w in range(span.w0, span.w_last + 1):
+                yield epoch, w, span.windows[w], stamps, span.sizes[w]
+
+    def _next_window(self):
+        while True:
+            try:
+                item = self.staged.get(timeout=0.05)
+            except queue.Empty:
+                if self.stopping.is_set():
+                    return None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+    def _epoch(self, epoch: int, start: int) -> bool:
+        B = self.plan.batch_size
+        span = _Span(self.plan, epoch, start)
+        if start >= span.total:
+            return True
+        b, filled, batch = start, 0, None
+        for w in range(span.w0, span.w_last + 1):
+            item = self._next_window()
+            if item is None:
+                return False
+            got_epoch, got_w, window, order, size = item
+            assert (got_epoch, got_w) == (epoch, w), "the stager and the cutter disagree"
+            pos = span.offset if w == span.w0 else 0
+            while pos < size and b < span.total:
+                length = span.batch_length(b, B)
+                run = min(TAKE_BATCHES, (size - pos) // B, span.total - b)
+                if filled == 0 and length == B and run == TAKE_BATCHES:
+                    # several whole batches in one dispatch (each its own array)
+                    for one in _take_run(window, order, pos, B, run):
+                        if not self._put((epoch, b, one)):
+                            return False
+                        b += 1
+                    pos += run * B
+                    continue
+                n = min(length - filled, size - pos)
+                if filled == 0:  # (rows past n come from the next window, below)
+                    batch = _take(window, order, pos, length)
+                else:
+                    batch = _merge(batch, window, order, pos, filled, n)
+                pos, filled = pos + n, filled + n
+                if filled < length:
+                    break  # the batch goes on into the next window
+                if not self._put((epoch, b, batch)):
+                    return False
+                b, filled = b + 1, 0
+        return True
+
+
+def _pieces(rows: int, row_bytes: int) -> list[tuple[int, int]]:
+    """Row ranges of about :data:`TRANSFER_BYTES` each (whole multiples of 8
+    rows, the TPU's tiling) covering ``rows``."""
+    step = max(8, TRANSFER_BYTES // max(1, row_bytes) // 8 * 8)
+    return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
+
+
+@jax.jit
+def _join(pieces: tuple) -> tuple:
+    """Each array's window from its pieces, in a buffer of the device's own:
+    a copy even of a single piece, since JAX 0.10's CPU device shares the
+    memory of a 64-byte aligned numpy array even with ``may_alias=False``,
+    and the host slot is read into again."""
+    return tuple(jnp.concatenate(p) if len(p) > 1 else jnp.copy(p[0]) for p in pieces)
+
+
+@partial(jax.jit, static_argnums=3)
+def _take(window: tuple, order, start, length: int) -> tuple:
+    """Rows ``order[start:start + length]`` of each array of a window on the
+    device (``order`` is padded by a batch, so the slice never clamps)."""
+    rows = lax.dynamic_slice(order, (start,), (length,))
+    return tuple(jnp.take(a, rows, axis=0, mode="clip") for a in window)
+
+
+@partial(jax.jit, static_argnums=(3, 4))
+def _take_run(window: tuple, order, start, length: int, count: int) -> tuple:
+    """:func:`_take` of ``count`` consecutive batches in one dispatch."""
+    return tuple(_take(window, order, start + i * length, length) for i in range(count))
+
+
+@jax.jit
+def _merge(batch: tuple, window: tuple, order, start, at, n) -> tuple:
+    """``batch`` with its rows ``at:at + n`` taken from ``order[start:]`` of
+    this window: a batch that spans windows, one shape whatever the split."""
+    j = jnp.arange(batch[0].shape[0])
+    rows = order[jnp.clip(start + j - at, 0, order.shape[0] - 1)]
+    mine = (j >= at) & (j < at + n)
+    return tuple(jnp.where(mine.reshape((-1,) + (1,) * (a.ndim - 1)),
+                           jnp.take(a, rows, axis=0, mode="clip"), old)
+                 for old, a in zip(batch, window))
 
 
 class _InMemory:
@@ -448,15 +693,26 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         (``(jax.process_index(), jax.process_count())`` on several hosts).
       threads: reading threads (default 8); they never change the batches.
       prefetch: batches cut and placed on the device ahead of the step.
-      device: a ``jax.Device`` or ``Sharding`` to place the batches on
-        (``jax.device_put``, on the loader's thread); None: numpy batches.
+      device: a ``jax.Device`` or a ``Sharding`` to place the batches on;
+        None: numpy batches. On one device, each window read is copied
+        there whole (one asynchronous transfer of every array's window, its
+        host buffers read into again as soon as it is copied) and the
+        batches are gathered from it on the device: the same batches, in
+        the same order, as numpy ones, with the host doing no per-row work.
+        The device holds at most :data:`DEVICE_WINDOWS` windows and the
+        batches ahead (:attr:`Batches.device_bytes`, within a quarter of the
+        device's memory; on the CPU device within the host's share). A
+        Sharding over several devices gets each batch cut on the host and
+        put with it.
       state: a :attr:`Batches.state` to continue from.
 
     Raises:
       ValueError: arrays of different first axes, no arrays, 0-d arrays, a
         bad ``batch_size``/``buffer``/``shard``/``state``.
       BudgetError: if the loader's buffers (two windows, the batches ahead,
-        a chunk per thread) do not fit in half the budget, before anything is read.
+        a chunk per thread) do not fit in half the budget, or its windows on
+        ``device`` in a quarter of its memory, before anything is read.
+      TypeError: ``device`` neither a Device nor a Sharding.
 
     Example:
       >>> import numpy as np, jask
@@ -519,15 +775,16 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                     shuffle=bool(shuffle), seed=int(seed), drop_last=bool(drop_last),
                     shard=(int(shard[0]), int(shard[1])))
 
+    chip = _one_device(device)
     if buffer is not None:
         plan = plan_for(int(buffer))
-        fitted_threads, held = _fit(held_arrays, plan, threads, prefetch)
+        fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip)
     else:  # the default halves until it fits (then the order depends on the budget)
         wanted = DEFAULT_BUFFER_BATCHES * batch_size
         while True:
             plan = plan_for(wanted)
             try:
-                fitted_threads, held = _fit(held_arrays, plan, threads, prefetch)
+                fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip)
                 break
             except BudgetError:
                 if wanted <= batch_size:
@@ -535,7 +792,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                 wanted = max(batch_size, wanted // 2)
     threads = fitted_threads
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
-                     prefetch, device, held)
+                     prefetch, device, held, on_device)
     if state is not None:
         loader.restore(state)
     return loader
@@ -545,16 +802,63 @@ def _row_bytes(a) -> int:
     return math.prod(a.shape[1:]) * np.dtype(a.dtype).itemsize
 
 
-def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int) -> tuple[int, int]:
-    """The reading threads and the bytes the loader holds: its two windows, a
-    batch being cut and those ahead (each also as the copy made on the device),
-    and per thread a unit being read (with what its read holds besides, as
-    :func:`jask.base.memory.read_cost` counts it). Fewer threads before a refusal."""
+def _one_device(device):
+    """The device a device feed copies whole windows to, or None: no
+    ``device``, or a Sharding over several devices (each batch is then cut on
+    the host and put with that sharding)."""
+    if device is None:
+        return None
+    if isinstance(device, jax.sharding.Sharding):
+        devices = device.device_set
+        return device if len(devices) == 1 else None
+    if isinstance(device, jax.Device):
+        return device
+    raise TypeError(f"jask.batches: device must be a jax.Device or a jax.sharding.Sharding, "
+                    f"not {type(device).__name__}")
+
+
+def _device_memory(device) -> tuple[int | None, str]:
+    """The memory of ``device`` (None where it does not say) and its platform."""
+    one = next(iter(device.device_set)) if isinstance(device, jax.sharding.Sharding) else device
+    try:
+        stats = one.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - backends without memory statistics
+        stats = {}
+    return stats.get("bytes_limit"), one.platform
+
+
+def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int,
+         device=None) -> tuple[int, int, int]:
+    """The reading threads, the bytes the loader holds on the host and those
+    it holds on ``device`` (a device feed; else 0).
+
+    On the host: its two windows, a batch being cut and those ahead (each also
+    as the copy made on the device), and per thread a unit being read (with
+    what its read holds besides, as :func:`jask.base.memory.read_cost` counts
+    it); fewer threads before a refusal. On the device: :data:`DEVICE_WINDOWS`
+    windows with their orders and the batches ahead, within
+    :data:`DEVICE_SHARE` of its memory (and in the host's budget where the
+    device is the CPU)."""
     budget = _config.get_config().max_memory
     share = int(budget * LOADER_SHARE)
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
     fixed = SLOTS * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    on_device = 0
+    if device is not None:
+        window = window_rows * row + (window_rows + plan.batch_size) * 4
+        # the batches ahead, those gathered at once, the one the step holds, a merge's
+        batches = prefetch + TAKE_BATCHES + 2
+        on_device = DEVICE_WINDOWS * window + batches * plan.batch_size * row
+        memory_limit, platform = _device_memory(device)
+        if memory_limit is not None and on_device > memory_limit * DEVICE_SHARE:
+            raise BudgetError(
+                f"jask.batches: its windows on the device need {exact_bytes(on_device)}, over "
+                f"{DEVICE_SHARE:.0%} of the device's {exact_bytes(memory_limit)}: "
+                f"{DEVICE_WINDOWS} windows of {window_rows} rows of {exact_bytes(row)} and "
+                f"{prefetch} batches ahead; pass a smaller buffer= (rows) or batch_size=")
+        if platform == "cpu":  # the CPU device's memory is the host's
+            fixed += on_device
     per_thread = 0
     for a in arrays:
         if isinstance(a, DiskArray):
@@ -578,4 +882,4 @@ def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int) -> tuple[
             f"{n} reading thread(s) holding {exact_bytes(per_thread)} each (a chunk decoded "
             "whole where it is compressed); pass a smaller buffer= (rows) or batch_size=, "
             "fewer threads=, or raise the budget with jask.set_memory_budget")
-    return n, need
+    return n, need, on_device
