@@ -961,6 +961,113 @@ def nancumprod(x, /, axis=None, dtype=None):
     return own(nan_functions.nancumprod(x, axis=axis, dtype=dtype))
 
 
+# NaN-skipping reductions: xarray's skipna=True (its default for floating data) finds
+# them on the namespace (xarray.core.nputils), so their results are the namespace's
+
+
+def nansum(x, /, axis=None, dtype=None, *, keepdims=False):
+    """Sum treating NaNs as zero, as ``jax.numpy.nansum`` (:func:`jask.nansum`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nansum(xp.asarray([1.0, xp.nan, 3.0])))
+      4.0
+    """
+    return own(nan_functions.nansum(_cast(x, dtype), axis, keepdims))
+
+
+def nanprod(x, /, axis=None, dtype=None, *, keepdims=False):
+    """Product treating NaNs as one, as ``jax.numpy.nanprod`` (:func:`jask.nanprod`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanprod(xp.asarray([2.0, xp.nan, 3.0])))
+      6.0
+    """
+    return own(nan_functions.nanprod(_cast(x, dtype), axis, keepdims))
+
+
+def nanmean(x, /, axis=None, dtype=None, *, keepdims=False):
+    """Mean of the numbers along ``axis`` (NaN where there are none), as
+    ``jax.numpy.nanmean`` (:func:`jask.nanmean`: one pass).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanmean(xp.asarray([1.0, xp.nan, 2.0])))
+      1.5
+    """
+    return own(nan_functions.nanmean(_cast(x, dtype), axis, keepdims))
+
+
+def nanvar(x, /, axis=None, dtype=None, *, ddof=0, keepdims=False):
+    """Variance of the numbers along ``axis``, divided by their count minus
+    ``ddof``, as ``jax.numpy.nanvar`` (:func:`jask.nanvar`: one pass).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanvar(xp.asarray([1.0, xp.nan, 3.0])))
+      1.0
+    """
+    return own(nan_functions.nanvar(_cast(x, dtype), axis, keepdims, ddof=ddof))
+
+
+def nanstd(x, /, axis=None, dtype=None, *, ddof=0, keepdims=False):
+    """Standard deviation of the numbers along ``axis``, as ``jax.numpy.nanstd``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanstd(xp.asarray([1.0, xp.nan, 3.0])))
+      1.0
+    """
+    return own(nan_functions.nanstd(_cast(x, dtype), axis, keepdims, ddof=ddof))
+
+
+def nanmax(x, /, axis=None, *, keepdims=False):
+    """Largest number along ``axis`` (NaN where there are none), as ``jax.numpy.nanmax``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanmax(xp.asarray([1.0, xp.nan, 2.0])))
+      2.0
+    """
+    return own(nan_functions.nanmax(x, axis, keepdims))
+
+
+def nanmin(x, /, axis=None, *, keepdims=False):
+    """Smallest number along ``axis`` (NaN where there are none), as ``jax.numpy.nanmin``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanmin(xp.asarray([1.0, xp.nan, 2.0])))
+      1.0
+    """
+    return own(nan_functions.nanmin(x, axis, keepdims))
+
+
+def nanargmax(x, /, axis=None, *, keepdims=False):
+    """Index of the largest number along ``axis`` (-1 where there are none), as
+    ``jax.numpy.nanargmax``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.nanargmax(xp.asarray([1.0, xp.nan, 2.0])))
+      2
+    """
+    return own(nan_functions.nanargmax(x, axis, keepdims))
+
+
+def nanargmin(x, /, axis=None, *, keepdims=False):
+    """Index of the smallest number along ``axis`` (-1 where there are none), as
+    ``jax.numpy.nanargmin``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.nanargmin(xp.asarray([3.0, xp.nan, 2.0])))
+      2
+    """
+    return own(nan_functions.nanargmin(x, axis, keepdims))
+
+
 
 def transpose(x, /, axes=None):
     """numpy's name of :func:`permute_dims` (``axes=None``: reversed); xarray's
