@@ -112,6 +112,7 @@ from jask.array_api._functions import (
     einsum,
     expand_dims,
     flip,
+    gradient,
     isin,
     jask_function,
     matmul,
@@ -220,7 +221,7 @@ __all__ = [
      "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
      "unstack", "var", "vecdot", "where", "linalg",
      # beyond the standard: jax.numpy's functions xarray calls
-     "cross", "cumprod", "cumsum", "einsum", "isin", "median", "nancumprod", "nancumsum", "nanmedian",
+     "cross", "cumprod", "cumsum", "einsum", "gradient", "isin", "median", "nancumprod", "nancumsum", "nanmedian",
      "nanquantile", "nanargmax", "nanargmin", "nanmax", "nanmean", "nanmin",
      "nanprod", "nanstd", "nansum", "nanvar", "pad", "quantile", "sliding_window_view", "transpose", "lib"]
 __all__ += sorted(FUNCTIONS)
