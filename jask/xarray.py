@@ -21,6 +21,7 @@ import os
 import re
 
 import dask
+import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 from dask.array.core import normalize_chunks
@@ -180,7 +181,8 @@ class ChunkManager(ChunkManagerEntrypoint):
                      **kwargs):
         """``xr.apply_ufunc(f, ..., dask="parallelized")``: an elementwise ``f``
         (signature ``(),()->()``, xarray's when no core dims are given) runs tile
-        by tile through :func:`jask.map`; ``f`` receives jax.numpy tiles. Core
+        by tile through :func:`jask.map`: ``f`` receives jax.numpy tiles (a numpy
+        ufunc is taken as jax.numpy's function of its name). Core
         dimensions, several outputs and ``vectorize=True`` are refused."""
         if not _ELEMENTWISE_SIGNATURE.fullmatch(signature.replace(" ", "")):
             raise NotImplementedError(
@@ -192,6 +194,8 @@ class ChunkManager(ChunkManagerEntrypoint):
                 "xr.apply_ufunc(..., dask='parallelized', vectorize=True) on DiskArrays: jask "
                 "runs f on whole tiles of jax.numpy arrays, not one element at a time; drop "
                 "vectorize for an f written with jax.numpy's elementwise functions")
+        if isinstance(func, np.ufunc) and hasattr(jnp, func.__name__):
+            func = getattr(jnp, func.__name__)  # np.sin over a tile is jnp.sin
         out = jask.map(func, *args)
         if output_dtypes and np.dtype(output_dtypes[0]) != out.dtype:
             out = out.astype(output_dtypes[0])

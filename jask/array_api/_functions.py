@@ -25,6 +25,8 @@ import numpy as np
 
 from jask.api import (
     DiskArray,
+    creation,
+    disk_type,
     elementwise,
     indexing,
     interop,
@@ -40,6 +42,7 @@ from jask.api import (
 from jask.array_api._creation import check_device, full
 from jask.array_api._dtypes import check_dtype, default_float
 from jask.array_api._memory import namespace_function, own, unwrap, wrap_module
+from jask.base.config import get_config
 
 __all__ = ["ELEMENTWISE", "jask_function"]
 
@@ -1081,7 +1084,8 @@ def gradient(f, /, *varargs, axis=None, edge_order=1):
 
     Example:
       >>> import jask.array_api as xp
-      >>> xp.gradient(xp.asarray([1.0, 4.0, 9.0, 16.0]), xp.asarray([1.0, 2.0, 3.0, 4.0])).to_numpy()
+      >>> f, x = xp.asarray([1.0, 4.0, 9.0, 16.0]), xp.asarray([1.0, 2.0, 3.0, 4.0])
+      >>> xp.gradient(f, x).to_numpy()
       array([3., 4., 6., 7.], dtype=float32)
     """
     ndim = len(f.shape)
@@ -1129,8 +1133,17 @@ def _gradient_along(f, spacing, axis: int, edge_order: int):
         key = (slice(None),) * axis + (slice(start, stop),)
         return unwrap(f[key])
 
-    def weight(values):  # coefficients broadcast along ``axis``
-        return np.asarray(values, dtype).reshape((-1,) + trailing)
+    def weight(values):
+        """Coefficients broadcast along ``axis``: one number for equal spacing, else one
+        per position, written to disk when over an eighth of the budget (every tile
+        would read them whole)."""
+        values = np.asarray(values, dtype)
+        if np.all(values == values[0]):
+            return values[0]
+        values = values.reshape((-1,) + trailing)
+        if disk_type(f) is not None and values.nbytes > get_config().max_memory // 8:
+            return creation.from_numpy(values)
+        return values
 
     add, mul = elementwise.add, elementwise.multiply
     parts = []
