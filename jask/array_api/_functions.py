@@ -1155,7 +1155,10 @@ def _gradient_along(f, spacing, axis: int, edge_order: int):
                    -d1 / (d2 * (d1 + d2)))
         parts.append(add(add(mul(part(0, 1), weight([a])), mul(part(1, 2), weight([b]))),
                          mul(part(2, 3), weight([c]))))
-    if n > 2:
+    if n > 2 and np.all(dx == dx[0]):  # numpy's formula, which leaves out the middle value
+        parts.append(mul(elementwise.subtract(part(2, n), part(0, n - 2)),
+                         weight([0.5 / dx[0]])))
+    elif n > 2:
         hd, hs = dx[:-1], dx[1:]
         parts.append(add(add(mul(part(0, n - 2), weight(-hs / (hd * (hd + hs)))),
                              mul(part(1, n - 1), weight((hs - hd) / (hd * hs)))),
