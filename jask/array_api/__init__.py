@@ -221,7 +221,8 @@ __all__ = [
      "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
      "unstack", "var", "vecdot", "where", "linalg",
      # beyond the standard: jax.numpy's functions xarray calls
-     "cross", "cumprod", "cumsum", "einsum", "gradient", "isin", "median", "nancumprod", "nancumsum", "nanmedian",
-     "nanquantile", "nanargmax", "nanargmin", "nanmax", "nanmean", "nanmin",
-     "nanprod", "nanstd", "nansum", "nanvar", "pad", "quantile", "sliding_window_view", "transpose", "lib"]
+     "cross", "cumprod", "cumsum", "einsum", "gradient", "isin", "median", "nanargmax",
+     "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin",
+     "nanprod", "nanquantile", "nanstd", "nansum", "nanvar", "pad", "quantile",
+     "sliding_window_view", "transpose", "lib"]
 __all__ += sorted(FUNCTIONS)
