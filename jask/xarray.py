@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import dask
+import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 from dask.array.core import normalize_chunks
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 import jask  # the facade (it also installs x.__array_namespace__, which xarray needs)
+import jask.array_api as xp
 
 __all__ = ["open_dataset", "to_zarr", "ChunkManager"]
 
@@ -129,8 +132,9 @@ class ChunkManager(ChunkManagerEntrypoint):
     Registered under the name ``"jask"`` (the ``xarray.chunkmanagers`` entry
     point): ``ds.load()``/``.values`` read the values into memory,
     ``ds.to_zarr`` writes DiskArrays band by band within the memory budget,
-    ``ds.chunk(...)`` and ``xr.apply_ufunc(..., dask="parallelized")`` are
-    refused with what to do instead.
+    ``xr.full_like`` builds DiskArrays, ``xr.apply_ufunc(f, ...,
+    dask="parallelized")`` of an elementwise ``f`` runs it tile by tile
+    (:func:`jask.map`), ``ds.chunk(...)`` is refused with what to do instead.
 
     Example:
       >>> import numpy as np, xarray as xr, jask, jask.xarray
@@ -167,10 +171,35 @@ class ChunkManager(ChunkManagerEntrypoint):
             "DiskArrays are tiled by jask's memory budget, not by chunks: drop .chunk(...), "
             "or write a copy with other chunks with jask.save(x, path, chunks=...)")
 
-    def apply_gufunc(self, func, signature, *args, **kwargs):
-        raise NotImplementedError(
-            "xr.apply_ufunc(..., dask='parallelized') on DiskArrays: call jask.map(f, *arrays) "
-            "for an elementwise f, or jask's functions on the DataArray's .data")
+    @property
+    def array_api(self):
+        """The namespace ``xr.full_like`` (``zeros_like``, ``ones_like``) builds
+        DiskArrays with: :mod:`jask.array_api`, its ``full`` taking Dask's ``chunks=``."""
+        return _ARRAY_API
+
+    def apply_gufunc(self, func, signature, *args, vectorize=None, output_dtypes=None,
+                     **kwargs):
+        """``xr.apply_ufunc(f, ..., dask="parallelized")``: an elementwise ``f``
+        (signature ``(),()->()``, xarray's when no core dims are given) runs tile
+        by tile through :func:`jask.map`: ``f`` receives jax.numpy tiles (a numpy
+        ufunc is taken as jax.numpy's function of its name). Core
+        dimensions, several outputs and ``vectorize=True`` are refused."""
+        if not _ELEMENTWISE_SIGNATURE.fullmatch(signature.replace(" ", "")):
+            raise NotImplementedError(
+                f"xr.apply_ufunc(..., dask='parallelized') on DiskArrays takes an elementwise "
+                f"function with one output (signature (),()->()), not {signature!r}: call "
+                "jask's functions on the DataArray's .data for core dimensions")
+        if vectorize:
+            raise NotImplementedError(
+                "xr.apply_ufunc(..., dask='parallelized', vectorize=True) on DiskArrays: jask "
+                "runs f on whole tiles of jax.numpy arrays, not one element at a time; drop "
+                "vectorize for an f written with jax.numpy's elementwise functions")
+        if isinstance(func, np.ufunc) and hasattr(jnp, func.__name__):
+            func = getattr(jnp, func.__name__)  # np.sin over a tile is jnp.sin
+        out = jask.map(func, *args)
+        if output_dtypes and np.dtype(output_dtypes[0]) != out.dtype:
+            out = out.astype(output_dtypes[0])
+        return out
 
     def store(self, sources, targets, **kwargs) -> None:
         """Write each DiskArray into its Zarr target one band of rows at a time."""
@@ -182,6 +211,25 @@ class ChunkManager(ChunkManagerEntrypoint):
                 where = (slice(rows.start + offset[0], rows.stop + offset[0]),) + tuple(
                     slice(o, o + n) for o, n in zip(offset[1:], source.shape[1:]))
                 target[where] = np.asarray(source[rows].to_numpy())
+
+
+#: gufunc signatures of elementwise functions: ``()->()``, ``(),()->()``, ...
+_ELEMENTWISE_SIGNATURE = re.compile(r"\(\)(,\(\))*->\(\)")
+
+
+class _ChunkedArrayAPI:
+    """:mod:`jask.array_api` as xarray's chunk managers offer it: ``full``
+    takes (and ignores) Dask's ``chunks=``, since jask tiles by its memory budget."""
+
+    def __getattr__(self, name: str):
+        return getattr(xp, name)
+
+    @staticmethod
+    def full(shape, fill_value, *, dtype=None, chunks=None, **kwargs):
+        return xp.full(shape, fill_value, dtype=dtype, **kwargs)
+
+
+_ARRAY_API = _ChunkedArrayAPI()
 
 
 def _bands(x: jask.DiskArray):

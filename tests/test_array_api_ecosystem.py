@@ -536,3 +536,99 @@ def test_var_and_std_take_correction_or_numpys_ddof(function, kwargs, small_budg
 def test_correction_and_ddof_together_are_refused(small_budget):
     with pytest.raises(ValueError, match="correction or ddof, not both"):
         xp.var(xp.asarray(DATA["f"]), correction=1, ddof=1)
+
+
+#: float32 with NaNs, a column of them all NaN (90 x 40: several tiles under the budget)
+NANS = np.where(RNG.random((90, 40)) < 0.1, np.nan, DATA["f"]).astype(np.float32)
+NANS[:, 5] = np.nan
+
+#: (case id, function of (namespace, data)): what xarray calls on the namespace beyond the
+#: standard (its skipna=True reductions, ``cross``, ``differentiate``'s ``gradient``)
+XARRAY_CALLS = [
+    ("nansum", lambda ns, d: ns.nansum(d["n"], axis=0)),
+    ("nansum-all", lambda ns, d: ns.nansum(d["n"])),
+    ("nanprod-keepdims", lambda ns, d: ns.nanprod(d["n"][:, :8] * 0.5 + 1.0, axis=1,
+                                                  keepdims=True)),
+    ("nanmean", lambda ns, d: ns.nanmean(d["n"], axis=1)),
+    ("nanmean-all", lambda ns, d: ns.nanmean(d["n"])),
+    ("nanvar-ddof", lambda ns, d: ns.nanvar(d["n"], axis=0, ddof=1)),
+    ("nanstd", lambda ns, d: ns.nanstd(d["n"], axis=1)),
+    ("nanmax", lambda ns, d: ns.nanmax(d["n"], axis=0)),
+    ("nanmin-keepdims", lambda ns, d: ns.nanmin(d["n"], axis=1, keepdims=True)),
+    ("nanargmax", lambda ns, d: ns.nanargmax(d["n"][:, 6:], axis=0)),
+    ("nanargmin", lambda ns, d: ns.nanargmin(d["n"][:, :5], axis=1)),
+    ("nanmax-ints", lambda ns, d: ns.nanmax(d["c"])),
+    ("cross", lambda ns, d: ns.cross(d["X"][:, :3], d["X"][:, 3:6])),
+    ("cross-axis0", lambda ns, d: ns.cross(d["w"][:3], d["w"][3:6], axis=0)),
+    ("gradient", lambda ns, d: ns.gradient(d["f"])),
+    ("gradient-axis", lambda ns, d: ns.gradient(d["X"], axis=0)),
+    ("gradient-spacing", lambda ns, d: ns.gradient(d["w"], 0.5, axis=-1)),
+    ("gradient-per-axis", lambda ns, d: ns.gradient(d["w"], 2.0, d["u"])),
+    ("gradient-ints", lambda ns, d: ns.gradient(d["c"][:300])),
+]
+
+
+def _xarray_call_data(ns):
+    data = {k: ns.asarray(v) for k, v in DATA.items() if k in ("X", "w", "f", "c")}
+    data["n"] = ns.asarray(NANS)
+    data["u"] = np.arange(50.0) ** 2 / 64  # coordinates (exact in float32), in memory as xarray's
+    return data
+
+
+@pytest.mark.parametrize("case", [c[0] for c in XARRAY_CALLS])
+def test_what_xarray_calls_matches_jax_numpy(case, small_budget):
+    f = dict(XARRAY_CALLS)[case]
+    want = f(jnp, {k: v if k == "u" else jnp.asarray(v)
+                   for k, v in _xarray_call_data(np).items()})
+    got = f(xp, _xarray_call_data(xp))
+    _check(got, tuple(want) if isinstance(want, list) else want,  # jnp.gradient: a list
+           case, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("coordinates", [False, True], ids=["uniform", "coordinates"])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_matches_numpy_in_float64(edge_order, axis, coordinates, small_budget):
+    """jax.numpy has no ``edge_order=2`` and takes coordinates in float32 without x64 (their
+    differences lose digits); numpy's formulas in float64 are the reference."""
+    spacing = (np.cumsum(RNG.uniform(0.5, 2.0, DATA["X"].shape[axis])),) if coordinates else ()
+    X = DATA["X"].astype(np.float64)
+    with jax.enable_x64(True):
+        got = xp.gradient(xp.asarray(X), *spacing, axis=axis, edge_order=edge_order)
+        assert isinstance(got, jask.DiskArray) and got.dtype == np.float64
+        want = np.gradient(X, *spacing, axis=axis, edge_order=edge_order)
+        np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-9, atol=1e-9)
+
+
+def test_gradient_refusals(small_budget):
+    x = xp.asarray(DATA["w"])
+    with pytest.raises(ValueError, match="edge_order must be 1 or 2"):
+        xp.gradient(x, edge_order=3)
+    with pytest.raises(ValueError, match="at least 3"):
+        xp.gradient(x[:2], axis=0, edge_order=2)
+    with pytest.raises(ValueError, match="1-D of length 60"):
+        xp.gradient(x, np.arange(5.0), axis=0)
+    with pytest.raises(TypeError, match="one per axis"):
+        xp.gradient(x, 1.0, 2.0, 3.0)
+    with pytest.raises(ValueError, match="out of range"):
+        xp.gradient(x, axis=2)
+
+
+def test_in_memory_searchsorted_answers_the_namespace(small_budget):
+    row = xp.asarray(np.sort(DATA["X"][:40, 0])[None])[0]  # x[i] of a small row: in memory
+    assert isinstance(row, xp.InMemoryArray)
+    for v in (xp.asarray(DATA["v"]), DATA["v"], 0.25):
+        got = row.searchsorted(v, side="right")
+        assert isinstance(got, xp.Array) and not isinstance(got, jax.Array)
+        np.testing.assert_array_equal(_np(got), np.searchsorted(_np(row), v, side="right"))
+
+
+def test_opt_einsum_answers_the_namespace(small_budget):
+    """xarray's ``dot`` calls opt_einsum (when installed), which takes a backend from the
+    array's module: jask's arrays name this namespace."""
+    opt_einsum = pytest.importorskip("opt_einsum")
+    X, v = xp.asarray(DATA["X"]), xp.asarray(DATA["v"])
+    got = opt_einsum.contract("ij,j->", X, v)
+    assert isinstance(got, xp.InMemoryArray)
+    np.testing.assert_allclose(float(got), float(DATA["X"].astype(np.float64).sum(0) @ DATA["v"]),
+                               rtol=1e-4)

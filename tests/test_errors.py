@@ -48,6 +48,13 @@ def test_operands_jask_cannot_use_are_type_errors(a):
         jask.add(a)
 
 
+@pytest.mark.parametrize("ufunc", [np.sin, np.add])
+def test_map_of_a_numpy_ufunc_names_jax_numpys(a, ufunc):
+    """JAX cannot trace numpy's ufuncs over a tile (np.sin crashed the process)."""
+    with pytest.raises(TypeError, match=f"np.{ufunc.__name__}: pass jnp.{ufunc.__name__}"):
+        jask.map(ufunc, *[a] * ufunc.nin)
+
+
 def test_invalid_axes(a):
     with pytest.raises(ValueError, match="permutation"):
         jask.transpose(a, (0, 0))

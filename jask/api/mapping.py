@@ -95,6 +95,9 @@ def map(f, *arrays, config: Config | None = None):  # noqa: A001 - jask.map, lik
     """
     if not arrays:
         raise TypeError("jask.map needs at least one array")
+    if isinstance(f, np.ufunc):  # JAX cannot trace numpy's functions over a tile
+        raise TypeError(f"jask.map takes a function of jax.numpy arrays, not numpy's ufunc "
+                        f"np.{f.__name__}: pass jnp.{f.__name__}")
     if all(disk_type(x) is None for x in arrays):
         return f(*arrays)
     return elementwise.apply(_row(f, len(arrays)), *arrays, config=config)

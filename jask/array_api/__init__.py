@@ -112,6 +112,7 @@ from jask.array_api._functions import (
     einsum,
     expand_dims,
     flip,
+    gradient,
     isin,
     jask_function,
     matmul,
@@ -122,10 +123,19 @@ from jask.array_api._functions import (
     meshgrid,
     min,
     moveaxis,
+    nanargmax,
+    nanargmin,
     nancumprod,
     nancumsum,
+    nanmax,
+    nanmean,
     nanmedian,
+    nanmin,
+    nanprod,
     nanquantile,
+    nanstd,
+    nansum,
+    nanvar,
     nonzero,
     pad,
     permute_dims,
@@ -169,10 +179,30 @@ newaxis = None
 globals().update(FUNCTIONS)
 
 #: numpy's ``lib.stride_tricks.sliding_window_view``, where xarray's ``rolling`` finds it
+#: numpy's and jax.numpy's name of the cross product (``axis=``), which xarray's ``cross`` calls
+cross = linalg.cross
+
 lib = _types.SimpleNamespace(stride_tricks=_types.SimpleNamespace(
     sliding_window_view=sliding_window_view))
 
 _array.install()
+
+
+def _register_opt_einsum_backend() -> None:
+    """opt_einsum (which xarray's ``dot`` and ``weighted`` call when it is
+    installed) takes an array's backend from its class's top module, ``jask``,
+    whose ``einsum`` answers small results as ``jax.Array`` s; name this
+    namespace instead, as ``x.__array_namespace__()`` does."""
+    try:
+        from opt_einsum.backends import dispatch
+    except ImportError:
+        return
+    aliases = getattr(dispatch, "_aliases", None)
+    if isinstance(aliases, dict):
+        aliases.setdefault("jask", __name__)
+
+
+_register_opt_einsum_backend()
 
 __all__ = [
     "__array_namespace_info__", "Array", "InMemoryArray", "DISK", "Device", "e", "inf", "nan",
@@ -191,6 +221,8 @@ __all__ = [
      "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
      "unstack", "var", "vecdot", "where", "linalg",
      # beyond the standard: jax.numpy's functions xarray calls
-     "cumprod", "cumsum", "einsum", "isin", "median", "nancumprod", "nancumsum", "nanmedian",
-     "nanquantile", "pad", "quantile", "sliding_window_view", "transpose", "lib"]
+     "cross", "cumprod", "cumsum", "einsum", "gradient", "isin", "median", "nanargmax",
+     "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin",
+     "nanprod", "nanquantile", "nanstd", "nansum", "nanvar", "pad", "quantile",
+     "sliding_window_view", "transpose", "lib"]
 __all__ += sorted(FUNCTIONS)

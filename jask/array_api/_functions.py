@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 from typing import Callable
 
 import jax
@@ -24,6 +25,8 @@ import numpy as np
 
 from jask.api import (
     DiskArray,
+    creation,
+    disk_type,
     elementwise,
     indexing,
     interop,
@@ -37,8 +40,9 @@ from jask.api import (
     truth,
 )
 from jask.array_api._creation import check_device, full
-from jask.array_api._dtypes import check_dtype
-from jask.array_api._memory import namespace_function, own, wrap_module
+from jask.array_api._dtypes import check_dtype, default_float
+from jask.array_api._memory import namespace_function, own, unwrap, wrap_module
+from jask.base.config import get_config
 
 __all__ = ["ELEMENTWISE", "jask_function"]
 
@@ -960,6 +964,216 @@ def nancumprod(x, /, axis=None, dtype=None):
     """
     return own(nan_functions.nancumprod(x, axis=axis, dtype=dtype))
 
+
+# NaN-skipping reductions: xarray's skipna=True (its default for floating data) finds
+# them on the namespace (xarray.core.nputils), so their results are the namespace's
+
+
+def nansum(x, /, axis=None, dtype=None, *, keepdims=False):
+    """Sum treating NaNs as zero, as ``jax.numpy.nansum`` (:func:`jask.nansum`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nansum(xp.asarray([1.0, xp.nan, 3.0])))
+      4.0
+    """
+    return own(nan_functions.nansum(_cast(x, dtype), axis, keepdims))
+
+
+def nanprod(x, /, axis=None, dtype=None, *, keepdims=False):
+    """Product treating NaNs as one, as ``jax.numpy.nanprod`` (:func:`jask.nanprod`).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanprod(xp.asarray([2.0, xp.nan, 3.0])))
+      6.0
+    """
+    return own(nan_functions.nanprod(_cast(x, dtype), axis, keepdims))
+
+
+def nanmean(x, /, axis=None, dtype=None, *, keepdims=False):
+    """Mean of the numbers along ``axis`` (NaN where there are none), as
+    ``jax.numpy.nanmean`` (:func:`jask.nanmean`: one pass).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanmean(xp.asarray([1.0, xp.nan, 2.0])))
+      1.5
+    """
+    return own(nan_functions.nanmean(_cast(x, dtype), axis, keepdims))
+
+
+def nanvar(x, /, axis=None, dtype=None, *, ddof=0, keepdims=False):
+    """Variance of the numbers along ``axis``, divided by their count minus
+    ``ddof``, as ``jax.numpy.nanvar`` (:func:`jask.nanvar`: one pass).
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanvar(xp.asarray([1.0, xp.nan, 3.0])))
+      1.0
+    """
+    return own(nan_functions.nanvar(_cast(x, dtype), axis, keepdims, ddof=ddof))
+
+
+def nanstd(x, /, axis=None, dtype=None, *, ddof=0, keepdims=False):
+    """Standard deviation of the numbers along ``axis``, as ``jax.numpy.nanstd``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanstd(xp.asarray([1.0, xp.nan, 3.0])))
+      1.0
+    """
+    return own(nan_functions.nanstd(_cast(x, dtype), axis, keepdims, ddof=ddof))
+
+
+def nanmax(x, /, axis=None, *, keepdims=False):
+    """Largest number along ``axis`` (NaN where there are none), as ``jax.numpy.nanmax``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanmax(xp.asarray([1.0, xp.nan, 2.0])))
+      2.0
+    """
+    return own(nan_functions.nanmax(x, axis, keepdims))
+
+
+def nanmin(x, /, axis=None, *, keepdims=False):
+    """Smallest number along ``axis`` (NaN where there are none), as ``jax.numpy.nanmin``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> float(xp.nanmin(xp.asarray([1.0, xp.nan, 2.0])))
+      1.0
+    """
+    return own(nan_functions.nanmin(x, axis, keepdims))
+
+
+def nanargmax(x, /, axis=None, *, keepdims=False):
+    """Index of the largest number along ``axis`` (-1 where there are none), as
+    ``jax.numpy.nanargmax``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.nanargmax(xp.asarray([1.0, xp.nan, 2.0])))
+      2
+    """
+    return own(nan_functions.nanargmax(x, axis, keepdims))
+
+
+def nanargmin(x, /, axis=None, *, keepdims=False):
+    """Index of the smallest number along ``axis`` (-1 where there are none), as
+    ``jax.numpy.nanargmin``.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> int(xp.nanargmin(xp.asarray([3.0, xp.nan, 2.0])))
+      2
+    """
+    return own(nan_functions.nanargmin(x, axis, keepdims))
+
+
+
+def gradient(f, /, *varargs, axis=None, edge_order=1):
+    """The gradient of ``f`` by finite differences, as ``numpy.gradient``
+    (xarray's ``differentiate`` calls it): second-order central differences
+    inside, ``edge_order`` (1 or 2; ``None``: 1, as jax.numpy) one-sided ones
+    at the ends; spacing 1 by default, one scalar for all axes, or one scalar
+    or 1-D coordinate array (in memory) per axis. Streamed: slices of ``f``
+    shifted along the axis, combined elementwise, then joined. One array for
+    one axis, else a tuple of them.
+
+    Example:
+      >>> import jask.array_api as xp
+      >>> f, x = xp.asarray([1.0, 4.0, 9.0, 16.0]), xp.asarray([1.0, 2.0, 3.0, 4.0])
+      >>> xp.gradient(f, x).to_numpy()
+      array([3., 4., 6., 7.], dtype=float32)
+    """
+    ndim = len(f.shape)
+    axes = tuple(range(ndim)) if axis is None else (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    if not builtins.all(-ndim <= operator.index(a) < ndim for a in axes):
+        raise ValueError(f"jask.array_api.gradient: axis {axis} is out of range for an array "
+                         f"of {ndim} dimensions")
+    axes = tuple(operator.index(a) % ndim for a in axes)
+    if not varargs:
+        spacings: tuple = (1.0,) * len(axes)
+    elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        spacings = varargs * len(axes)
+    elif len(varargs) == len(axes):
+        spacings = varargs
+    else:
+        raise TypeError(f"jask.array_api.gradient: give no spacing, one scalar, or one per axis "
+                        f"({len(axes)}), not {len(varargs)}")
+    edge_order = 1 if edge_order is None else edge_order
+    if edge_order not in (1, 2):
+        raise ValueError(f"jask.array_api.gradient: edge_order must be 1 or 2, not {edge_order!r}")
+    if not np.issubdtype(np.dtype(f.dtype), np.inexact):
+        f = astype(f, default_float())
+    out = tuple(_gradient_along(f, h, a, edge_order) for h, a in zip(spacings, axes))
+    return out[0] if len(out) == 1 else out
+
+
+def _gradient_along(f, spacing, axis: int, edge_order: int):
+    """numpy.gradient's formulas along one ``axis`` (unequal spacing included)."""
+    n = f.shape[axis]
+    if n < edge_order + 1:
+        raise ValueError(f"jask.array_api.gradient: axis {axis} has {n} elements; edge_order="
+                         f"{edge_order} needs at least {edge_order + 1}")
+    if np.ndim(spacing) == 0:
+        dx = np.full(n - 1, float(spacing))
+    else:
+        coordinates = np.asarray(spacing, dtype=np.float64)
+        if coordinates.shape != (n,):
+            raise ValueError(f"jask.array_api.gradient: the coordinates of axis {axis} must be "
+                             f"1-D of length {n}, got shape {coordinates.shape}")
+        dx = np.diff(coordinates)
+    trailing = (1,) * (len(f.shape) - axis - 1)
+    dtype = np.dtype(f.dtype)
+
+    def part(start, stop):
+        key = (slice(None),) * axis + (slice(start, stop),)
+        return unwrap(f[key])
+
+    def weight(values):
+        """Coefficients broadcast along ``axis``: one number for equal spacing, else one
+        per position, written to disk when over an eighth of the budget (every tile
+        would read them whole)."""
+        values = np.asarray(values, dtype)
+        if np.all(values == values[0]):
+            return values[0]
+        values = values.reshape((-1,) + trailing)
+        if disk_type(f) is not None and values.nbytes > get_config().max_memory // 8:
+            return creation.from_numpy(values)
+        return values
+
+    add, mul = elementwise.add, elementwise.multiply
+    parts = []
+    if n == 2 or edge_order == 1:
+        parts.append(mul(elementwise.subtract(part(1, 2), part(0, 1)), weight([1 / dx[0]])))
+    else:
+        d1, d2 = dx[0], dx[1]
+        a, b, c = (-(2 * d1 + d2) / (d1 * (d1 + d2)), (d1 + d2) / (d1 * d2),
+                   -d1 / (d2 * (d1 + d2)))
+        parts.append(add(add(mul(part(0, 1), weight([a])), mul(part(1, 2), weight([b]))),
+                         mul(part(2, 3), weight([c]))))
+    if n > 2 and np.all(dx == dx[0]):  # numpy's formula, which leaves out the middle value
+        parts.append(mul(elementwise.subtract(part(2, n), part(0, n - 2)),
+                         weight([0.5 / dx[0]])))
+    elif n > 2:
+        hd, hs = dx[:-1], dx[1:]
+        parts.append(add(add(mul(part(0, n - 2), weight(-hs / (hd * (hd + hs)))),
+                             mul(part(1, n - 1), weight((hs - hd) / (hd * hs)))),
+                         mul(part(2, n), weight(hd / (hs * (hd + hs))))))
+    if n == 2 or edge_order == 1:
+        parts.append(mul(elementwise.subtract(part(n - 1, n), part(n - 2, n - 1)),
+                         weight([1 / dx[-1]])))
+    else:
+        d1, d2 = dx[-2], dx[-1]
+        a, b, c = (d2 / (d1 * (d1 + d2)), -(d2 + d1) / (d1 * d2),
+                   (2 * d2 + d1) / (d2 * (d1 + d2)))
+        parts.append(add(add(mul(part(n - 3, n - 2), weight([a])),
+                             mul(part(n - 2, n - 1), weight([b]))),
+                         mul(part(n - 1, n), weight([c]))))
+    return concat(parts, axis=axis)
 
 
 def transpose(x, /, axes=None):

@@ -306,6 +306,11 @@ class InMemoryArray(Array):
     def __invert__(self):
         return _xp().bitwise_invert(self)
 
+    def searchsorted(self, v, side="left", sorter=None):
+        """Where ``v``'s elements would go in this sorted 1-D array (numpy's and
+        jax's method; xarray's ``searchsorted``): :func:`jask.array_api.searchsorted`."""
+        return _xp().searchsorted(self, v, side=side, sorter=sorter)
+
     __hash__ = None  # type: ignore[assignment]
 
     def __getattr__(self, name: str) -> Any:
