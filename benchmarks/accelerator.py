@@ -1,8 +1,11 @@
 """jask on an accelerator (issues 44 and 45): the host path and the chip path side by side.
 
 Run on a machine with a GPU or TPU: ``python -m benchmarks.accelerator
-[--quick] [--folder DIR] [--only ops|loader]``. Sections:
+[--quick] [--folder DIR] [--only steps|ops|loader]``. Sections:
 
+* ``steps`` (:func:`benchmarks.chip_ops.logistic`, issue 45): a logistic
+  ``value_and_grad`` step over X, eager and under ``jax.jit``, host path and
+  chip path, against moving X once and the chip's step with X in its memory.
 * ``ops`` (:mod:`benchmarks.chip_ops`, issue 45) measures ``jask.sum(X)``,
   ``X.T @ X`` (d = 128 and 1,024) on the host and on the chip, the time to
   move X once and the chip's step with X in its memory.
@@ -22,7 +25,7 @@ import tempfile
 
 from benchmarks import chip_ops, loader_device
 
-SECTIONS = ("ops", "loader")
+SECTIONS = ("steps", "ops", "loader")
 
 
 def main(argv=None) -> None:
@@ -34,6 +37,9 @@ def main(argv=None) -> None:
     args, rest = parser.parse_known_args(argv)
     folder = args.folder or tempfile.mkdtemp(prefix="jask-accelerator-")
     sections = args.only or SECTIONS
+    if "steps" in sections:
+        steps = chip_ops.logistic(folder, args.quick)
+        print(json.dumps({"steps": steps}, indent=1), flush=True)
     if "ops" in sections:
         rows = chip_ops.measure(folder, args.quick)
         print(json.dumps({"ops": rows}, indent=1), flush=True)

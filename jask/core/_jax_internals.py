@@ -208,22 +208,37 @@ def prune_before_lowering(is_ours, *, movable, mutates, merge, forgetting,
         jaxpr = _forget_before_mutations(jaxpr, is_ours, mutates, forgetting)
         return core.ClosedJaxpr(jaxpr, hi_jaxpr.consts)
 
-    def lower_jaxpr(hi_jaxpr, lo_avals):
-        whole = is_eager()  # a program of its own, not one nested in another's lowering
+    def rewritten(hi_jaxpr, whole: bool):
         try:
-            lean = done[hi_jaxpr][whole]
+            return done[hi_jaxpr][whole]
         except (KeyError, TypeError):
             lean = rewrite(hi_jaxpr, whole)
             try:
                 done.setdefault(hi_jaxpr, {})[whole] = lean
             except TypeError:  # not weakly referenceable: rewrite again next time
                 pass
+            return lean
+
+    def lower_jaxpr(hi_jaxpr, lo_avals):
+        whole = is_eager()  # a program of its own, not one nested in another's lowering
+        lean = rewritten(hi_jaxpr, whole)
         if refused is not None:
             _refuse_hi_operands_of_lo_primitives(lean.jaxpr, refused)
         return original(lean, lo_avals)
 
     lower_jaxpr._rewrites_for = is_ours  # type: ignore[attr-defined]
+    lower_jaxpr._rewritten = rewritten  # type: ignore[attr-defined]
     pe.lower_jaxpr = lower_jaxpr  # type: ignore[assignment]
+
+
+def rewritten_jaxpr(hi_jaxpr, whole: bool = True):
+    """``hi_jaxpr`` as :func:`prune_before_lowering`'s rewrite leaves it before
+    lowering (cached with the lowering's own), ``whole``: a program of its
+    own; ``hi_jaxpr`` itself before any rewrite was installed."""
+    from jax._src.interpreters import partial_eval as pe
+
+    rewritten = getattr(pe.lower_jaxpr, "_rewritten", None)
+    return hi_jaxpr if rewritten is None else rewritten(hi_jaxpr, whole)
 
 
 def _common_values(jaxpr, pure, mutates):

@@ -298,10 +298,22 @@ def to_values(ops: Sequence[ValueOp], keep: Sequence[DiskArray] = (),
     jask's scheduler merges value ops this way inside a compiled program
     (:func:`jask.core._jax_internals.prune_before_lowering`).
     """
-    if is_eager():  # not made eagerly; kept correct all the same
-        values = [to_value(*op) for op in ops]
-        return tuple(values) + tuple(jax.numpy.asarray(v) for v in _posted(
-            [np.asarray(v) for v in values], post))
+    if is_eager():  # a compiled step run in pieces (jask.core.rewrite): one group, now
+        with interrupts.deferred():  # a Ctrl-C stops it between tasks, or at its end
+            collect_if_idle()
+            parts = [(*_handles(arrays), *(np.asarray(v) for v in scalars))
+                     for _, arrays, scalars, *_ in ops]
+            cfg = get_config()
+            done = lazy.values([(fuse, part, config or cfg)
+                                for (_, _, _, _, config, fuse), part in zip(ops, parts)],
+                               keep=_handles(keep), wide=bool(post),
+                               device=None if keep else device_groups.runner(cfg))
+            values = [_value_alone(work, part, len(arrays), config) if value is None
+                      else value for (work, arrays, *_, config, _), part, value
+                      in zip(ops, parts, done)]  # (float64 where post needs them wide)
+        types = [op[3] for op in ops] + every_post(post)
+        return tuple(jax.numpy.asarray(np.asarray(v, r.dtype))
+                     for v, r in zip(values + _posted(values, post), types))
     sizes = [(len(arrays), len(scalars)) for _, arrays, scalars, *_ in ops]
     results = tuple(result for *_, result, _, _ in ops)
     every = results + tuple(jax.ShapeDtypeStruct(shape, dtype) for *_, shape, dtype in post)
@@ -335,6 +347,11 @@ def to_values(ops: Sequence[ValueOp], keep: Sequence[DiskArray] = (),
     flat = [x for operands, _ in staged for x in operands] + _handles(keep)
     outs = io_callback(callback, tuple(_wire(r) for r in every), *flat, ordered=True)
     return tuple(jax.numpy.asarray(_from_wire(x, r)) for x, r in zip(outs, every))
+
+
+def every_post(post: Sequence) -> list:
+    """The result types of ``post``'s entries (see :func:`to_values`)."""
+    return [jax.ShapeDtypeStruct(shape, dtype) for *_, shape, dtype in post]
 
 
 def _posted(values: list, post: Sequence) -> list:

@@ -26,6 +26,7 @@ from jask.base.config import Config, get_config
 from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import is_tracer, prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
+from jask.core.rewrite import take_over_jit
 from jask.engine import lazy, work
 from jask.engine.blockwise import REDUCERS, Operand, reduce_partial, variance
 from jask.engine.plan import Plan
@@ -1838,3 +1839,11 @@ prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_
 # made here, so the type (jask.core.array) gets them from this module.
 setattr(DiskArrayType, "vspace_zero", lambda self: fill(0, self, grad=True))
 setattr(DiskArrayType, "vspace_add", lambda self, x, y: add(x, y, grad=True))
+
+# An eager jitted step holding a band group runs as compiled pieces with the
+# group streamed to the configured device between them (jask.core.rewrite):
+# a Together of value ops, or a value op alone (a Together of none only
+# computes the stores a program returns).
+take_over_jit(ours=lambda prim: isinstance(prim, DiskPrimitive),
+              group=lambda prim: (bool(prim.params["prims"]) if isinstance(prim, Together)
+                                  else isinstance(prim, DiskPrimitive) and _is_value_op(prim)))

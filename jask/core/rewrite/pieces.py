@@ -1,0 +1,211 @@
+"""A jitted step run as compiled pieces with its band groups streamed between them.
+
+Under ``jax.jit`` each band group of a step (the value ops that
+``prune_before_lowering`` merged into one ``Together``) runs inside an
+ordered ``io_callback`` of the compiled program. Tiles must not reach the
+chip from there: pulled through callback results they moved at 0.73 GB/s,
+and device work launched from inside a callback moved at 0.87 GB/s and is
+forbidden by JAX's docs (hangs are reported, jax#24720), where a host loop
+of ``device_put`` and compiled partials reached 13.8 GB/s
+(``shared/design.md``).
+
+So when a device is configured, a jitted call made outside any trace
+(``jax.jit(step)(w, X, y)`` as users write it) whose rewritten jaxpr holds
+a band group at its top level is taken over here (:func:`take_over_jit`,
+at JAX's hi-to-lo step of ``jit``): :func:`split` cuts the jaxpr at each of
+jask's equations, each run of JAX's own equations between them becomes one
+compiled program (cached with the split), and :func:`run_split` runs the
+pieces in order on the host: a program piece as a compiled call, jask's
+equations as eager calls (an op making a store is recorded, a band group
+runs as one group streamed to the device by
+:class:`jask.core.device_groups.OnDevice`, its values left as ``jax.Array``).
+The values are those of the compiled program: the same rewritten jaxpr,
+its ops in program order.
+
+Anything else keeps the compiled program: a jitted call under another
+trace (``jax.grad(jax.jit(f))`` is traced, then runs as one program), a
+step without a band group at its top level (one inside ``lax.fori_loop``
+stays in the loop's callbacks), or no device configured.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import jax
+from jax._src import core
+
+from jask.base.config import get_config
+from jask.core import device as on_device
+from jask.core._jax_internals import hi_primitive, is_eager, rewritten_jaxpr
+
+__all__ = ["Piece", "Split", "split", "run_split", "take_over_jit"]
+
+
+#: What :func:`take_over_jit` was told: ``ours(prim)`` (a primitive of jask's)
+#: and ``group(prim)`` (one that is a band group: value ops run together).
+_rules: dict = {"ours": lambda prim: False, "group": lambda prim: False}
+
+
+def _holds_ours(eqn) -> bool:
+    """Whether an equation is one of jask's or holds one (a nested program)."""
+    if _rules["ours"](hi_primitive(eqn)):
+        return True
+    return any(_holds_ours(e) for sub in core.jaxprs_in_params(eqn.params) for e in sub.eqns)
+
+
+def _is_group(eqn) -> bool:
+    return bool(_rules["group"](hi_primitive(eqn)))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of a split step: ``kind`` "program" (JAX's own equations,
+    compiled as one: ``call`` takes ``reads``' values, returns ``writes``')
+    or "eqn" (one of jask's equations, or one holding them, called eagerly)."""
+
+    kind: str
+    reads: tuple
+    writes: tuple
+    call: object
+
+
+@dataclass(frozen=True)
+class Split:
+    """A jaxpr as pieces run in order; ``groups``: how many of them are band groups."""
+
+    jaxpr: core.ClosedJaxpr
+    pieces: tuple
+    groups: int
+
+
+def _program(eqns: list, later: set) -> Piece:
+    """JAX's own equations as one compiled program reading what they do not
+    define and returning what ``later`` (equations after them and the
+    outputs) reads."""
+    defined = {v for e in eqns for v in e.outvars}
+    reads: list = []
+    for e in eqns:
+        for v in e.invars:
+            if isinstance(v, core.Var) and v not in defined and v not in reads:
+                reads.append(v)
+    writes = [v for e in eqns for v in e.outvars
+              if v in later and not isinstance(v, core.DropVar)]
+    effects = core.join_effects(*(e.effects for e in eqns))
+    jaxpr = core.Jaxpr([], reads, writes, eqns, effects)
+    return Piece("program", tuple(reads), tuple(writes),
+                 jax.jit(core.jaxpr_as_fun(core.ClosedJaxpr(jaxpr, []))))
+
+
+def _reads_after(eqns: list, outvars: list) -> list:
+    """For each position i, the variables read by equations from i on or by the outputs."""
+    after: list = [None] * (len(eqns) + 1)
+    seen = {v for v in outvars if isinstance(v, core.Var)}
+    after[len(eqns)] = set(seen)
+    for i in range(len(eqns) - 1, -1, -1):
+        seen |= {v for v in eqns[i].invars if isinstance(v, core.Var)}
+        after[i] = set(seen)
+    return after
+
+
+def split(closed: core.ClosedJaxpr) -> Split:
+    """``closed`` (a rewritten step) cut at each of jask's equations: the runs
+    of JAX's equations between them each one compiled :class:`Piece`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> s = split(jax.make_jaxpr(lambda x: jnp.sin(x) * 2)(1.0))
+      >>> [p.kind for p in s.pieces], s.groups
+      (['program'], 0)
+    """
+    eqns = list(closed.jaxpr.eqns)
+    after = _reads_after(eqns, closed.jaxpr.outvars)
+    pieces: list = []
+    run: list = []
+    start = 0
+    groups = 0
+    for i, eqn in enumerate(eqns):
+        if not _holds_ours(eqn):
+            if not run:
+                start = i
+            run.append(eqn)
+            continue
+        if run:
+            pieces.append(_program(run, after[start + len(run)]))
+            run = []
+        groups += _is_group(eqn)
+        pieces.append(Piece("eqn", tuple(eqn.invars), tuple(eqn.outvars), eqn))
+    if run:
+        pieces.append(_program(run, after[start + len(run)]))
+    return Split(closed, tuple(pieces), groups)
+
+
+def _value(env: dict, v):
+    return v.val if isinstance(v, core.Literal) else env[v]
+
+
+def run_split(done: Split, args) -> list:
+    """The step's outputs: its pieces run in order on ``args`` (eagerly:
+    jask's equations as eager calls, the rest as compiled programs)."""
+    jaxpr = done.jaxpr.jaxpr
+    env: dict = dict(zip(jaxpr.constvars, done.jaxpr.consts))
+    env.update(zip(jaxpr.invars, args))
+    for piece in done.pieces:
+        ins = [_value(env, v) for v in piece.reads]
+        if piece.kind == "program":
+            outs = piece.call(*ins)
+        else:
+            eqn = piece.call
+            outs = eqn.primitive.bind(*ins, **eqn.params)
+            if not eqn.primitive.multiple_results:
+                outs = [outs]
+        for v, x in zip(piece.writes, outs):
+            if not isinstance(v, core.DropVar):
+                env[v] = x
+    return [_value(env, v) for v in jaxpr.outvars]
+
+
+#: Splits by the jaxpr a jitted call traced (a jitted step called again
+#: finds its pieces compiled).
+_splits: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _split_of(hi_jaxpr) -> Split | None:
+    try:
+        return _splits[hi_jaxpr]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referenceable: not cached
+        return _worth(split(rewritten_jaxpr(hi_jaxpr, True)))
+    done = _worth(split(rewritten_jaxpr(hi_jaxpr, True)))
+    _splits[hi_jaxpr] = done
+    return done
+
+
+def _worth(done: Split) -> Split | None:
+    return done if done.groups else None
+
+
+def take_over_jit(ours, group) -> None:
+    """Have an eager jitted call holding a band group at its top level run
+    as :func:`split` pieces when a device is configured (see the module's
+    docstring); every other call as JAX compiles it. ``ours(prim)``: a
+    primitive of jask's; ``group(prim)``: one that is a band group.
+    Installed once."""
+    from jax._src import pjit
+
+    _rules.update(ours=ours, group=group)
+    original = pjit.jit_p.to_lojax
+    if getattr(original, "_splits_for_device", False):
+        return
+
+    def to_lojax(*hi_args, jaxpr, **params):
+        if (is_eager() and on_device.target(get_config()) is not None
+                and not any(getattr(a, "has_qdd", False) for a in jaxpr.in_aval_qdds)):
+            done = _split_of(jaxpr)
+            if done is not None:
+                return run_split(done, hi_args)
+        return original(*hi_args, jaxpr=jaxpr, **params)
+
+    to_lojax._splits_for_device = True  # type: ignore[attr-defined]
+    pjit.jit_p.to_lojax = to_lojax  # type: ignore[method-assign]
