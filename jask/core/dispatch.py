@@ -298,8 +298,8 @@ def to_values(ops: Sequence[ValueOp], keep: Sequence[DiskArray] = (),
     jask's scheduler merges value ops this way inside a compiled program
     (:func:`jask.core._jax_internals.prune_before_lowering`).
     """
-    if is_eager():  # not made eagerly; kept correct all the same
-        values = [to_value(*op) for op in ops]
+    if is_eager():
+        values = _values_now(ops) if not keep else [to_value(*op) for op in ops]
         return tuple(values) + tuple(jax.numpy.asarray(v) for v in _posted(
             [np.asarray(v) for v in values], post))
     sizes = [(len(arrays), len(scalars)) for _, arrays, scalars, *_ in ops]
@@ -335,6 +335,31 @@ def to_values(ops: Sequence[ValueOp], keep: Sequence[DiskArray] = (),
     flat = [x for operands, _ in staged for x in operands] + _handles(keep)
     outs = io_callback(callback, tuple(_wire(r) for r in every), *flat, ordered=True)
     return tuple(jax.numpy.asarray(_from_wire(x, r)) for x, r in zip(outs, every))
+
+
+def _values_now(ops: Sequence[ValueOp]) -> list:
+    """Eagerly, value ops run together: those reading the same rows (and the
+    pending ops they read) in one band group (:func:`lazy.values`), each other
+    one as :func:`to_value` runs it."""
+    fusable = [op for op in ops if op[5] is not None]
+    if len(fusable) < 2 or any((op[4] or get_config()) is not (fusable[0][4] or get_config())
+                               or device.sum_on_device(op[5], [x._handle for x in op[1]],
+                                                       op[2], op[4] or get_config())
+                               for op in fusable):
+        return [to_value(*op) for op in ops]  # (a sum the device computes goes there)
+    with interrupts.deferred():  # a Ctrl-C stops it between tasks, or at its end
+        collect_if_idle()
+        items = [(fuse, [*(x._handle for x in arrays), *(_as_called(s) for s in scalars)],
+                  config or get_config()) for _, arrays, scalars, _, config, fuse in fusable]
+        done = iter(lazy.values(items))
+    values = []
+    for work, arrays, scalars, result, config, fuse in ops:
+        value = next(done) if fuse is not None else None
+        if value is None:
+            values.append(to_value(work, arrays, scalars, result, config, fuse))
+        else:
+            values.append(jax.numpy.asarray(np.asarray(value, result.dtype)))
+    return values
 
 
 def _posted(values: list, post: Sequence) -> list:
