@@ -479,7 +479,7 @@ class Blockwise(DiskPrimitive):
         tangent_op, operands = self._jvp_map_op(primals, tangents, nz)
         return tangent_op(*operands)
 
-    def _jvp_map_op(self, primals, tangents, nz: tuple) -> tuple[Blockwise, tuple]:
+    def _jvp_map_op(self, primals, tangents, nz):
         """(the Blockwise computing a map's tangent, its operands), for the
         operands at ``nz`` (nonzero tangents): see :meth:`_jvp_map`."""
         kernel = JVP(self.ufunc, nz)
@@ -499,19 +499,19 @@ class Blockwise(DiskPrimitive):
             return together
         return super().jvp(primals, tangents)
 
-    def _value_and_tangent_now(self, primals: tuple, tangents: tuple):
+    def _value_and_tangent_now(self, primals, tangents):
         """Eagerly, a sum or mean answering an in-memory value, and its tangent:
         (value, tangent) computed by one band group, so a loss's ``jax.jvp``
         reads its data once (bound one after the other, the tangent's group
         would read again the pending ops the value's group just read). None
         where the op is not such a reduction or has no tangent to compute."""
-        if not is_eager() or _on_disk(self.out_aval) or not _linear_reducer(self.reducer):
+        if not is_eager() or _on_disk(self.out_aval) or not _linear_reducer(self.params["reducer"]):
             return None
         if any(_no_elements(a) for a in (*self.in_avals, self.out_aval)):
             return None  # answered from shapes alone (DiskPrimitive._run)
         nzs = tuple(not isinstance(t, Zero) for t in tangents)
         self.check_real(nzs)
-        rules = self.ufunc.vjps
+        rules = getattr(self.params["ufunc"], "vjps")
         if rules is None or not self.tangent_nonzero(nzs):
             return None
         nz = tuple(j for j, (t, rule) in enumerate(zip(tangents, rules))
