@@ -13,6 +13,9 @@ says):
   ``w`` an in-memory ``jax.Array``; dask computes ``2 X.T @ (X @ w - y)``;
 * ``lstsq value_and_grad``: the same with ``jax.value_and_grad``; dask
   computes the loss and the gradient in one ``dask.compute``;
+* ``lstsq jvp (eager)``: ``jax.jvp(lambda w: sum(square(X @ w - y)), (w,), (v,))``
+  not compiled, the loss and its derivative along ``v``; dask computes
+  ``sum(r * r)`` and ``2 sum(r * (X @ v))`` in one ``dask.compute``;
 * ``logistic step``: one SGD step of logistic regression (``jask.nn.softplus``
   loss, ``w`` and ``b`` in memory) under ``jax.jit``; dask computes the
   hand-written gradient and numpy updates the parameters.
@@ -42,7 +45,7 @@ from benchmarks.measure import run_case
 from benchmarks.report import REL_TOL, fmt_seconds, text_table
 from benchmarks.workloads import write_data
 
-CASES = ("lstsq grad", "lstsq value_and_grad", "logistic step")
+CASES = ("lstsq grad", "lstsq value_and_grad", "lstsq jvp (eager)", "logistic step")
 LR = 0.1
 
 
@@ -93,6 +96,9 @@ def jask_case(params: dict):
     elif case == "lstsq value_and_grad":
         f = jax.jit(jax.value_and_grad(lstsq))
         run = lambda: f(state["p"][0])[1]  # noqa: E731
+    elif case == "lstsq jvp (eager)":
+        v = jnp.ones_like(state["p"][0])
+        run = lambda: jnp.stack(jax.jvp(lstsq, (state["p"][0],), (v,)))  # noqa: E731
     else:
         @jax.jit
         def f(p):
@@ -159,6 +165,9 @@ def dask_case(params: dict):
             r = X @ w - y
             _, g = dask.compute((r * r).sum(), 2 * X.T @ r)
             return g
+        if case == "lstsq jvp (eager)":
+            r = X @ w - y
+            return np.stack(dask.compute((r * r).sum(), 2 * (r * (X @ np.ones_like(w))).sum()))
         z = X @ w + b
         r = (1 / (1 + da.exp(-z)) - y) / n
         gw, gb = dask.compute(X.T @ r, r.sum())

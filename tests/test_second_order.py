@@ -52,6 +52,36 @@ def test_hessian_vector_product_reads_X_once(data, name, rng):
     assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
 
 
+def _mean_loss(X, Y):
+    """A mean, not a sum: the other linear reducer (on jask or jnp)."""
+    if isinstance(X, jask.DiskArray):
+        return lambda w: jask.mean(jask.square(X @ w - Y))
+    return lambda w: jnp.mean(jnp.square(X @ w - Y))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("name", LOSSES + ["mean of squares"])
+def test_loss_and_its_tangent_read_X_once(data, name, jit, rng):
+    """jax.jvp(loss, (w,), (v,)): the loss and its directional derivative in one
+    band group, eagerly too (the value's and the tangent's sums run together)."""
+    x, y, X, Y, w = data
+    if name == "mean of squares":
+        loss, ref = _mean_loss(X, Y), _mean_loss(x, y)
+    else:
+        loss, ref = losses(X, Y)[name], losses(x, y)[name]
+    v = jnp.asarray(rng.standard_normal(D).astype(w.dtype))
+    want = jax.jvp(ref, (w,), (v,))
+    both = lambda w, v: jax.jvp(loss, (w,), (v,))  # noqa: E731
+    if jit:
+        both = jax.jit(both)
+        both(w, v)  # compiled outside the count
+    with jask.track() as counts:
+        got = [np.asarray(g) for g in both(w, v)]
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=2e-4, atol=1e-5)
+    assert 0.99 <= counts.passes(X) <= ONE_PASS, counts
+
+
 @pytest.mark.parametrize("name", LOSSES)
 def test_hessian_matches_jax_numpy(data, name):
     """jax.hessian (jacfwd of jacrev: a vmap of forward over reverse) of a GLM

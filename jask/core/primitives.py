@@ -24,7 +24,7 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from jask.base.config import Config, get_config
 from jask.core import dispatch, ufuncs
-from jask.core._jax_internals import is_tracer, prune_before_lowering, wants_cotangent
+from jask.core._jax_internals import is_eager, is_tracer, prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.core.rewrite import take_over_jit
 from jask.engine import lazy, work
@@ -477,15 +477,55 @@ class Blockwise(DiskPrimitive):
                 raise NotImplementedError(rules[j].unknown)
         if not nz:
             return Zero(self.out_aval.to_tangent_aval())
+        tangent_op, operands = self._jvp_map_op(primals, tangents, nz)
+        return tangent_op(*operands)
+
+    def _jvp_map_op(self, primals, tangents, nz):
+        """(the Blockwise computing a map's tangent, its operands), for the
+        operands at ``nz`` (nonzero tangents): see :meth:`_jvp_map`."""
         kernel = JVP(self.ufunc, nz)
         reads = kernel.reads
         operands = (tuple(primals) if reads else ()) + tuple(tangents[j] for j in nz)
-        return Blockwise(kernel, tuple(_aval(x) for x in operands),
-                         (self.axes if reads else ()) + tuple(self.axes[j] for j in nz),
-                         (self.dtypes if reads else ()) + tuple(self.dtypes[j] for j in nz),
-                         self.shape, self.out_axes, self.out_aval.dtype, reducer=self.reducer,
-                         to_memory=not _on_disk(self.out_aval), grad=self.grad,
-                         config=self.config, name=f"{self.op}_jvp")(*operands)
+        op = Blockwise(kernel, tuple(_aval(x) for x in operands),
+                       (self.axes if reads else ()) + tuple(self.axes[j] for j in nz),
+                       (self.dtypes if reads else ()) + tuple(self.dtypes[j] for j in nz),
+                       self.shape, self.out_axes, self.out_aval.dtype, reducer=self.reducer,
+                       to_memory=not _on_disk(self.out_aval), grad=self.grad,
+                       config=self.config, name=f"{self.op}_jvp")
+        return op, operands
+
+    def jvp(self, primals, tangents):
+        together = self._value_and_tangent_now(tuple(primals), tuple(tangents))
+        if together is not None:
+            return together
+        return super().jvp(primals, tangents)
+
+    def _value_and_tangent_now(self, primals, tangents):
+        """Eagerly, a sum or mean answering an in-memory value, and its tangent:
+        (value, tangent) computed by one band group, so a loss's ``jax.jvp``
+        reads its data once (bound one after the other, the tangent's group
+        would read again the pending ops the value's group just read). None
+        where the op is not such a reduction or has no tangent to compute."""
+        if not is_eager() or _on_disk(self.out_aval) or not _linear_reducer(self.params["reducer"]):
+            return None
+        if any(_no_elements(a) for a in (*self.in_avals, self.out_aval)):
+            return None  # answered from shapes alone (DiskPrimitive._run)
+        nzs = tuple(not isinstance(t, Zero) for t in tangents)
+        self.check_real(nzs)
+        rules = getattr(self.params["ufunc"], "vjps")
+        if rules is None or not self.tangent_nonzero(nzs):
+            return None
+        nz = tuple(j for j, (t, rule) in enumerate(zip(tangents, rules))
+                   if not isinstance(t, Zero) and rule is not None
+                   and np.dtype(_aval(t).dtype) != jax.dtypes.float0)
+        if not nz or any(ufuncs.is_unknown(rules[j]) for j in nz):
+            return None  # (refused as bound one by one, naming the op)
+        tangent_op, operands = self._jvp_map_op(primals, tangents, nz)
+        if any(is_tracer(x) for x in (*primals, *operands)):
+            return None
+        value, tangent = dispatch.to_values([self.value_op(primals),
+                                             tangent_op.value_op(operands)])
+        return value, tangent
 
 
 def _batch_blockwise(prim, size: int, args: tuple, dims: tuple):
