@@ -1,13 +1,15 @@
 """Minibatches of DiskArrays for training loops: :func:`batches`.
 
-A loader reads whole chunks (a *unit*: one chunk row of the array with the
-most bytes per row, or a piece of one when the shuffle buffer is smaller) on
-background threads, ahead of the step, and cuts batches from them in memory:
-no jask op runs per batch. A shuffled epoch permutes the units, then mixes
-the rows of each *window* of consecutive units (the shuffle buffer), as
-CorgiPile does (Xu et al., SIGMOD 2022): every row comes once per epoch,
-and a row moves at most a window's rows from its neighbours in the
-permuted unit order.
+A loader reads *units* of rows on background threads, ahead of the step, and
+cuts batches from them in memory: no jask op runs per batch. A shuffled epoch
+permutes the units, then mixes the rows of each *window* of consecutive units
+(the shuffle buffer), as CorgiPile does (Xu et al., SIGMOD 2022): every row
+comes once per epoch. A unit is a short run of rows where reading one costs
+its bytes (uncompressed local chunks: :func:`jask.store.read_runs` reads a
+window's runs a chunk file at a time), so that a window draws at least half a
+batch's count of runs from the whole store and a batch mixes about as well
+as a full shuffle's; else a whole chunk row of the array with the most bytes
+per row (or a piece of one when the buffer is smaller), read and decoded once.
 
 What a loader holds (two windows, the batches ready ahead, one unit per
 reading thread) is kept out of the budget the ops get while it runs
@@ -41,7 +43,15 @@ from jask.base import memory
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
-from jask.store import StoreChangedError, check_unchanged, held, read, read_model, stamp
+from jask.store import (
+    StoreChangedError,
+    check_unchanged,
+    held,
+    read_model,
+    read_runs,
+    reads_runs,
+    stamp,
+)
 
 __all__ = ["batches", "Batches"]
 
@@ -55,6 +65,14 @@ DEFAULT_THREADS = 8
 #: What a reading thread holds besides its chunk: its own malloc arena's pages
 #: (the memory grid measured 2.1-2.4 MB above the buffers with 8 threads).
 THREAD_BYTES = 2**18
+#: Read tasks a window is split into, per reading thread (each reads many runs).
+TASKS_PER_THREAD = 2
+#: Where short runs of rows read at about their bytes' cost (local uncompressed
+#: chunks, arrays in memory), a shuffle window holds at least ``batch_size /
+#: RUNS_PER_BATCH`` runs drawn from anywhere in the shard: a batch's label mean
+#: then deviates about sqrt(1 + RUNS_PER_BATCH) times a full shuffle's (the
+#: window's own mean deviates as a mean of its runs').
+RUNS_PER_BATCH = 2
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
 
@@ -614,31 +632,39 @@ class _Slot:
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
     def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan, stamps) -> list:
-        """Start reading ``units`` into this slot; the reads' futures."""
+        """Start reading ``units`` (sorted) into this slot; the reads' futures.
+
+        Each array's units are read in a few tasks of many runs each (a task
+        opens or decodes each of its chunks once, :func:`jask.store.read_runs`),
+        about two per reading thread."""
         if not self._whole:  # made at the first window, touched by its reads
             self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype) for a in self.arrays]
         n = plan.rows_in(units)
         self.buffers = [buf[:n] for buf in self._whole]
-        tasks, at = [], 0
-        for u in units:
-            lo, hi = plan.unit_rows(int(u))
+        starts = np.asarray(units, np.int64) * plan.unit
+        stops = np.minimum(starts + plan.unit, plan.rows)
+        at = np.concatenate([[0], np.cumsum(stops - starts)])
+        tasks = []
+        for group in np.array_split(np.arange(len(units)), min(len(units), TASKS_PER_THREAD
+                                                                 * pool._max_workers)):
+            lo, hi = int(at[group[0]]), int(at[group[-1] + 1])
             for a, buf in zip(self.arrays, self.buffers):
-                tasks.append(pool.submit(_read_unit, a, lo, hi, buf[at:at + hi - lo], stamps))
-            at += hi - lo
+                tasks.append(pool.submit(_read_runs, a, starts[group], stops[group],
+                                         buf[lo:hi], stamps))
         return tasks
 
 
-def _read_unit(a, lo: int, hi: int, into: np.ndarray, stamps: list) -> None:
-    """Rows ``lo:hi`` of one array into its window's buffer, held against this
-    process's writers (the window's stamps are checked once it is read)."""
+def _read_runs(a, starts: np.ndarray, stops: np.ndarray, into: np.ndarray, stamps: list) -> None:
+    """Rows ``starts[i]:stops[i]`` of one array, one after another, into its
+    window's buffer, held against this process's writers (the window's stamps
+    are checked once it is read)."""
     if isinstance(a, _InMemory):
-        into[...] = a.value[lo:hi]
+        np.concatenate([a.value[lo:hi] for lo, hi in zip(starts, stops)], out=into)
         return
     store = a._store()
-    region = (slice(lo, hi),) + tuple(slice(0, n) for n in a.shape[1:])
     try:
         with held([store]):
-            read(store, region, out=into)
+            read_runs(store, starts, stops, into)
     except Exception as err:  # replaced by another process while read: say that
         try:
             check_unchanged(stamps, _OP)
@@ -662,10 +688,14 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     runs until ``epochs`` epochs in all are done, from where it is
     (:attr:`Batches.state`).
 
-    The shuffle (``shuffle=True``): every epoch permutes the arrays' chunks
-    (whole chunk rows of the array with the most bytes per row), deals them
-    to the shards, and mixes the rows of every ``buffer`` rows' worth of
-    consecutive chunks. Every row comes exactly once per epoch; the rows of
+    The shuffle (``shuffle=True``): every epoch permutes runs of rows of the
+    arrays, deals them to the shards, and mixes the rows of every ``buffer``
+    rows' worth of consecutive runs. A run is up to ``2 * buffer /
+    batch_size`` rows (128 by default) where the arrays' chunks are
+    uncompressed files (or in memory): on a store sorted by label, batch
+    means then deviate about 1.2-1.7x as much as a full shuffle's; else a
+    whole chunk row of the array with the most bytes per row (a compressed
+    chunk is decoded whole). Every row comes exactly once per epoch; the rows of
     a batch come from one window of at most ``buffer`` rows (or two, where
     the batch crosses into the next); the order is
     fixed by ``seed``, the epoch, the arrays' shapes and chunks,
@@ -765,9 +795,16 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                          f"{buffer!r}")
     lead = max(held_arrays, key=_row_bytes)
     chunk_rows = lead.chunks[0] if isinstance(lead, DiskArray) else max(1, rows)
+    # short runs where reading them costs their bytes; else whole chunks (a run of a
+    # compressed chunk would cost the whole chunk's read and decode)
+    runs = shuffle and all(reads_runs(a._store()) for a in held_arrays
+                           if isinstance(a, DiskArray))
 
     def plan_for(rows_mixed: int) -> Plan:
         unit = max(1, min(chunk_rows, rows_mixed, rows))
+        if runs:
+            unit = _run_rows(chunk_rows, max(1, rows_mixed * RUNS_PER_BATCH // batch_size),
+                             unit)
         # whole chunks, never more rows than asked (in order too: a window's units are read
         # at once)
         window = min(max(1, rows_mixed // unit), max(1, -(-rows // unit)))
@@ -796,6 +833,25 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     if state is not None:
         loader.restore(state)
     return loader
+
+
+def _run_rows(chunk_rows: int, target: int, most: int) -> int:
+    """The rows of a shuffle's run: the largest divisor of ``chunk_rows`` at
+    most ``target`` (runs never straddle chunks), and at most ``most``.
+
+    Example:
+      >>> _run_rows(8192, 128, 8192), _run_rows(100, 128, 100), _run_rows(1000, 300, 40)
+      (128, 100, 40)
+    """
+    if target >= chunk_rows:
+        return min(chunk_rows, most)
+    best = 1
+    for d in range(1, math.isqrt(chunk_rows) + 1):
+        if chunk_rows % d == 0:
+            for k in (d, chunk_rows // d):
+                if k <= target and k > best:
+                    best = k
+    return min(best, most)
 
 
 def _row_bytes(a) -> int:
