@@ -536,3 +536,19 @@ def test_read_runs_reads_the_rows_of_each_run(tmp_path, case):
     np.testing.assert_array_equal(out, np.concatenate([values[lo:hi] for lo, hi in runs]))
     with pytest.raises(ValueError, match="read_runs into an array of shape"):
         read_runs(registry.spec(a._handle), starts, stops, out[1:])
+
+
+@pytest.mark.parametrize("device", [None, "cpu"], ids=["numpy", "cpu device"])
+def test_narrow_arrays_beside_runs_are_read_whole_once_an_epoch(tmp_path, device):
+    X, y, x = _stores(tmp_path, 6000, 16, 600, 250, False)
+    loader = jask.batches(X, y, batch_size=50, seed=4, buffer=3000,
+                          device=None if device is None else jax.devices("cpu")[0])
+    assert loader._resident == (False, True)  # y's 48 kB, under a window's 240 kB
+    assert loader.held_bytes >= 6000 * 8
+    for epoch in range(2):
+        with jask.track() as t:
+            got = [(np.asarray(xb), np.asarray(yb)) for xb, yb in loader]
+        assert t.passes(y) == 1.0 and t.passes(X) == 1.0
+        assert [yb.tolist() for _, yb in got] == [b.tolist() for b in loader.plan.batch_rows(epoch)]
+        for xb, yb in got:
+            np.testing.assert_array_equal(xb, x[yb])

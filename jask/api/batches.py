@@ -191,8 +191,14 @@ class Batches:
     batches of the current epoch, :attr:`state` where the loader is."""
 
     def __init__(self, arrays: tuple, plan: Plan, epochs: int | None, threads: int,
-                 prefetch: int, device, held: int, device_bytes: int):
+                 prefetch: int, device, held: int, device_bytes: int,
+                 resident: tuple = ()):
         self._arrays = arrays
+        #: which arrays are read whole at each epoch's start and their runs taken in
+        #: memory (narrow ones, beside runs of a wider one: a read per run costs more
+        #: than its bytes), and the buffers they are read into, reused across epochs
+        self._resident = resident or (False,) * len(arrays)
+        self._whole: dict[int, np.ndarray] = {}
         self.plan = plan
         self.epochs = epochs
         self.threads = threads
@@ -310,6 +316,27 @@ class _Feeder:
     def start(self) -> None:
         self.thread.start()
 
+    def hold_whole(self) -> list:
+        """Each resident array (:attr:`Batches._resident`) read whole into its
+        loader's reused buffer, on the reading pool (the epoch's window checks
+        its version); None for the others."""
+        loader, out, work = self.loader, [], []
+        for i, (a, resident) in enumerate(zip(loader._arrays, loader._resident)):
+            if not resident:
+                out.append(None)
+                continue
+            if i not in loader._whole:
+                loader._whole[i] = np.empty(a.shape, a.dtype)
+            whole = loader._whole[i]
+            step = a.chunks[0] * max(1, -(-a.shape[0] // a.chunks[0]) // loader.threads)
+            cuts = np.arange(0, a.shape[0], step)
+            work.append(self.pool.submit(_read_runs, a, cuts, np.minimum(cuts + step, a.shape[0]),
+                                         whole, []))
+            out.append(whole)
+        for f in work:
+            f.result()
+        return out
+
     def get(self):
         item = self.ready.get()
         if isinstance(item, BaseException):
@@ -351,6 +378,7 @@ class _Feeder:
         if start >= total:
             return True
         stamps = stamp(self.stores, _OP)  # the version this epoch reads
+        whole = self.hold_whole()
         span = _Span(plan, epoch, start)
         windows, sizes, w0, offset = span.windows, span.sizes, span.w0, span.offset
         slots = [_Slot(self.loader._arrays, plan.unit * plan.window) for _ in range(SLOTS)]
@@ -358,7 +386,7 @@ class _Feeder:
 
         def submit(w: int) -> None:
             if w < len(windows):
-                pending[w] = slots[w % SLOTS].fill(self.pool, windows[w], plan, stamps)
+                pending[w] = slots[w % SLOTS].fill(self.pool, windows[w], plan, stamps, whole)
 
         for ahead in range(SLOTS):
             submit(w0 + ahead)
@@ -477,8 +505,8 @@ class _DeviceFeeder(_Feeder):
             def submit(k: int) -> None:
                 job = next(jobs, None)
                 if job is not None:
-                    epoch, w, units, stamps, size = job
-                    work = slots[k].fill(self.pool, units, plan, stamps)
+                    epoch, w, units, stamps, whole, size = job
+                    work = slots[k].fill(self.pool, units, plan, stamps, whole)
                     work.append(self.pool.submit(plan.window_order_into, epoch, w,
                                                  orders[k][:size]))
                     pending.append((job, k, work))
@@ -486,7 +514,7 @@ class _DeviceFeeder(_Feeder):
             for k in range(SLOTS):
                 submit(k)
             while pending:
-                (epoch, w, _units, stamps, size), k, work = pending.pop(0)
+                (epoch, w, _units, stamps, _whole, size), k, work = pending.pop(0)
                 for f in work:
                     f.result()  # raises what a read raised
                     if self.stopping.is_set():
@@ -509,16 +537,17 @@ class _DeviceFeeder(_Feeder):
             self._hand(err)
 
     def _jobs(self) -> Iterator[tuple]:
-        """(epoch, window, its units, the epoch's stamps, its rows) of each
-        window the iteration needs, in order."""
+        """(epoch, window, its units, the epoch's stamps, the resident arrays,
+        its rows) of each window the iteration needs, in order."""
         for epoch in range(self.first[0], self.last + 1):
             start = self.first[1] if epoch == self.first[0] else 0
             span = _Span(self.plan, epoch, start)
             if start >= span.total:
                 continue
             stamps = stamp(self.stores, _OP)  # the version this epoch reads
+            whole = self.hold_whole()
             for w in range(span.w0, span.w_last + 1):
-                yield epoch, w, span.windows[w], stamps, span.sizes[w]
+                yield epoch, w, span.windows[w], stamps, whole, span.sizes[w]
 
     def _next_window(self):
         while True:
@@ -631,8 +660,10 @@ class _Slot:
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
-    def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan, stamps) -> list:
-        """Start reading ``units`` (sorted) into this slot; the reads' futures.
+    def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan, stamps,
+             whole: list) -> list:
+        """Start reading ``units`` (sorted) into this slot; the reads' futures
+        (the runs of an array in ``whole`` are taken from it in memory).
 
         Each array's units are read in a few tasks of many runs each (a task
         opens or decodes each of its chunks once, :func:`jask.store.read_runs`),
@@ -648,8 +679,9 @@ class _Slot:
         for group in np.array_split(np.arange(len(units)), min(len(units), TASKS_PER_THREAD
                                                                  * pool._max_workers)):
             lo, hi = int(at[group[0]]), int(at[group[-1] + 1])
-            for a, buf in zip(self.arrays, self.buffers):
-                tasks.append(pool.submit(_read_runs, a, starts[group], stops[group],
+            for a, buf, held_whole in zip(self.arrays, self.buffers, whole):
+                source = a if held_whole is None else _InMemory(held_whole)
+                tasks.append(pool.submit(_read_runs, source, starts[group], stops[group],
                                          buf[lo:hi], stamps))
         return tasks
 
@@ -829,7 +861,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                 wanted = max(batch_size, wanted // 2)
     threads = fitted_threads
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
-                     prefetch, device, held, on_device)
+                     prefetch, device, held, on_device, _resident(held_arrays, plan))
     if state is not None:
         loader.restore(state)
     return loader
@@ -852,6 +884,21 @@ def _run_rows(chunk_rows: int, target: int, most: int) -> int:
                 if k <= target and k > best:
                     best = k
     return min(best, most)
+
+
+def _resident(arrays, plan: Plan) -> tuple:
+    """Which arrays a loader reads whole at each epoch's start: where its
+    units are shorter than a chunk of the widest array (shuffled runs), the
+    other stores whose whole bytes are at most what one window of all the
+    arrays holds (labels beside features: a read per run of a narrow array
+    costs its system calls, not its bytes)."""
+    lead = max(arrays, key=_row_bytes)
+    chunk_rows = lead.chunks[0] if isinstance(lead, DiskArray) else max(1, lead.shape[0])
+    if plan.unit >= chunk_rows:
+        return (False,) * len(arrays)
+    window = plan.unit * plan.window * sum(_row_bytes(a) for a in arrays)
+    return tuple(isinstance(a, DiskArray) and a is not lead
+                 and a.shape[0] * _row_bytes(a) <= window for a in arrays)
 
 
 def _row_bytes(a) -> int:
@@ -900,6 +947,8 @@ def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int,
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
     fixed = SLOTS * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    fixed += sum(a.shape[0] * _row_bytes(a) for a, whole
+                 in zip(arrays, _resident(arrays, plan)) if whole)
     on_device = 0
     if device is not None:
         window = window_rows * row + (window_rows + plan.batch_size) * 4
