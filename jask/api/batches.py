@@ -320,7 +320,8 @@ class _Feeder:
         """Each resident array (:attr:`Batches._resident`) read whole into its
         loader's reused buffer, on the reading pool (the epoch's window checks
         its version); None for the others."""
-        loader, out, work = self.loader, [], []
+        loader, work = self.loader, []
+        out: list[np.ndarray | None] = []
         for i, (a, resident) in enumerate(zip(loader._arrays, loader._resident)):
             if not resident:
                 out.append(None)
