@@ -5,7 +5,9 @@ the page cache dropped before each run; a training loop's time against
 max(read, compute); and what the chunk-and-buffer shuffle costs in epochs
 on a store sorted by label, against a full shuffle.
 
-Run: ``python -m benchmarks.minibatches [--gib 2] [--repeat 3] [--data-dir D]``.
+Run: ``python -m benchmarks.minibatches [--gib 2] [--repeat 3] [--data-dir D]``;
+``--quick``: only a shuffled epoch against the raw read (cold cache,
+interleaved) and the mixing of batch label means against a full shuffle.
 Loops that read far slower than the disk (random rows from a memmap, grain's
 per-record reads) are stopped after ``--cap`` seconds and their rate is
 that of the rows they read. Prints a markdown report.
@@ -427,6 +429,80 @@ def small_slice() -> dict:
     return {"slice to numpy": whole, "read alone": alone}
 
 
+def epoch_against_raw(paths: dict, repeat: int) -> list[dict]:
+    """Cold-cache rates, interleaved so that the machine's load hits all
+    alike: the raw parallel read of X's chunk files (8 threads), a shuffled
+    ``jask.batches`` epoch of X and y, and one in order; each after the page
+    cache is dropped. One dict of rates (MB/s of X) per repeat."""
+    runs = []
+    for _ in range(repeat):
+        got = {}
+        for name, fn in [("raw read", lambda: raw_parallel(paths, 8)),
+                         ("shuffled", lambda: jask_batches(paths, shuffle=True)),
+                         ("in order", lambda: jask_batches(paths, shuffle=False))]:
+            _drop_cache([paths["X"], paths["y"], paths["npy"]])
+            nbytes, seconds = fn()
+            got[name] = nbytes / seconds / 1e6
+        runs.append(got)
+    return runs
+
+
+def mixing(folder: str, rows: int = 2**20, chunk: int = 8192) -> list[tuple]:
+    """On a store whose labels are sorted, the deviation of the batches' label
+    means from the global mean (root mean square over an epoch's batches),
+    against a full shuffle's (4 permutations): (store, batch, runs, ratio)."""
+    import zarr
+
+    import jask
+    y = np.sort(np.random.default_rng(0).random(rows)).astype(np.float32)
+    out = []
+    for name, kw in [("uncompressed", {"compressors": None}), ("zstd", {})]:
+        path = os.path.join(folder, f"sorted-{name}-{rows}.zarr")
+        if not os.path.exists(path):
+            z = zarr.create_array(path, shape=(rows,), chunks=(chunk,), dtype="f4", **kw)
+            z[:] = y
+        for batch in (64, BATCH):
+            full = statistics.mean(
+                _deviation(y[np.random.default_rng(s).permutation(rows)][:rows // batch * batch]
+                           .reshape(-1, batch).mean(axis=1), y) for s in range(4))
+            loader = jask.batches(jask.open(path), batch_size=batch, seed=0, drop_last=True)
+            means = np.array([b.mean() for (b,) in loader])
+            out.append((name, batch, f"{loader.plan.window} of {loader.plan.unit} rows",
+                        _deviation(means, y) / full))
+    return out
+
+
+def _deviation(means: np.ndarray, y: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((means - y.mean()) ** 2)))
+
+
+def quick(args) -> None:
+    """``--quick``: the shuffled epoch against the raw read, cold cache,
+    interleaved, and the shuffle's mixing against a full one."""
+    import jask
+    jask.set_memory_budget("1GB", scratch_dir=os.path.join(args.data_dir, "scratch"))
+    paths = prepare(args.data_dir, args.gib)
+    print(f"X: {paths['rows']:,} x {COLS} float32 ({args.gib} GiB), {CHUNK_ROWS}-row "
+          f"uncompressed chunks, and y; batches of {BATCH}; page cache dropped before each "
+          f"run; load {os.getloadavg()[0]:.1f}\n")
+    print("| run | raw read of X's chunk files (8 threads) | jask.batches shuffled | in order "
+          "| shuffled / raw | in order / raw |\n|---|---|---|---|---|---|")
+    runs = epoch_against_raw(paths, args.repeat)
+    for i, r in enumerate(runs):
+        print(f"| {i + 1} | {r['raw read']:.0f} MB/s | {r['shuffled']:.0f} MB/s | "
+              f"{r['in order']:.0f} MB/s | {r['shuffled'] / r['raw read']:.2f} | "
+              f"{r['in order'] / r['raw read']:.2f} |", flush=True)
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(f"| median | {med['raw read']:.0f} MB/s | {med['shuffled']:.0f} MB/s | "
+          f"{med['in order']:.0f} MB/s | "
+          f"{statistics.median(r['shuffled'] / r['raw read'] for r in runs):.2f} | "
+          f"{statistics.median(r['in order'] / r['raw read'] for r in runs):.2f} |\n")
+    print("| store sorted by label (2^20 rows, 8,192-row chunks) | batch | a window's units "
+          "| batch-mean deviation / a full shuffle's |\n|---|---|---|---|")
+    for name, batch, units, ratio in mixing(args.data_dir):
+        print(f"| {name} | {batch} | {units} | {ratio:.2f} x |", flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.minibatches")
     p.add_argument("--gib", type=float, default=2.0, help="size of X (GiB)")
@@ -435,8 +511,12 @@ def main(argv=None) -> None:
     p.add_argument("--data-dir", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), ".bench_data"))
     p.add_argument("--skip", default="", help="comma-separated: readers,training,convergence")
+    p.add_argument("--quick", action="store_true",
+                   help="only the shuffled epoch against the raw read and the mixing figure")
     args = p.parse_args(argv)
     os.makedirs(args.data_dir, exist_ok=True)
+    if args.quick:
+        return quick(args)
     import jask
     jask.set_memory_budget("1GB", scratch_dir=os.path.join(args.data_dir, "scratch"))
     paths = prepare(args.data_dir, args.gib)

@@ -16,7 +16,7 @@ import pytest
 import zarr
 
 import jask
-from jask.api.batches import Plan
+from jask.api.batches import RUNS_PER_BATCH, Plan
 
 #: (name, rows, columns, X's chunk rows, y's chunk rows, compressed, batch_size, buffer)
 CASES = [
@@ -78,8 +78,9 @@ def test_in_order_reads_each_byte_once_and_shuffled_epochs_differ(tmp_path):
     assert first != second and sorted(sum(first, [])) == sorted(sum(second, []))
 
 
-def test_same_seed_same_batches_whatever_the_budget_and_threads(tmp_path):
-    X, y, _ = _stores(tmp_path, 3000, 16, 128, 128, True)
+@pytest.mark.parametrize("compressed", [True, False], ids=["whole chunks", "runs"])
+def test_same_seed_same_batches_whatever_the_budget_and_threads(tmp_path, compressed):
+    X, y, _ = _stores(tmp_path, 3000, 16, 128, 128, compressed)
     runs = []
     for budget, threads in [("64MB", 1), ("8MB", 4), ("1GB", 2)]:
         jask.set_memory_budget(budget, scratch_dir=str(tmp_path / "scratch"))
@@ -436,3 +437,118 @@ def test_the_default_buffer_halves_to_fit_a_small_budget(tmp_path):
         assert sorted(sum(_rows(loader), [])) == list(range(20000))
     finally:
         jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
+
+
+def _sorted_labels(tmp_path, rows, chunk, compressed, sharded=False):
+    """A store of labels sorted ascending (the worst case for a local shuffle)
+    beside a feature store, as users make them."""
+    y = np.sort(np.random.default_rng(0).random(rows)).astype(np.float32)
+    kw = {} if compressed else {"compressors": None}
+    Y = zarr.create_array(str(tmp_path / "y.zarr"), shape=(rows,), chunks=(chunk,), dtype="f4",
+                          **kw, **({"shards": (chunk * 4,)} if sharded else {}))
+    Y[:] = y
+    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=(rows, 4), chunks=(chunk, 4),
+                          dtype="f4", **kw, **({"shards": (chunk * 4, 4)} if sharded else {}))
+    X[:] = np.repeat(y[:, None], 4, axis=1)
+    return jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr")), y
+
+
+def _deviation(means: np.ndarray, y: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((means - y.mean()) ** 2)))
+
+
+def test_on_a_label_sorted_store_batch_means_deviate_within_2x_a_full_shuffle(tmp_path):
+    rows, B = 2**17, 64
+    X, Y, y = _sorted_labels(tmp_path, rows, 4096, compressed=False)
+    loader = jask.batches(X, Y, batch_size=B, seed=5, drop_last=True)
+    assert loader.plan.window >= B / RUNS_PER_BATCH  # runs of a window, from anywhere
+    got = []
+    for epoch in range(2):
+        means = []
+        for xb, yb in loader:
+            np.testing.assert_array_equal(xb[:, 0], yb)
+            means.append(yb.mean())
+        got.append(_deviation(np.array(means), y))
+    full = [_deviation(y[np.random.default_rng(s).permutation(rows)][:rows // B * B]
+                       .reshape(-1, B).mean(axis=1), y) for s in range(4)]
+    assert max(got) <= 2 * np.mean(full), (got, full)
+    # the runs come from all over the store, not from a few neighbouring chunks
+    first_window = loader.plan.windows(0)[0] * loader.plan.unit // 4096
+    assert len(set(first_window.tolist())) > 16
+
+
+@pytest.mark.parametrize("compressed,sharded", [(True, False), (False, True)],
+                         ids=["compressed", "sharded"])
+def test_chunks_that_must_be_decoded_whole_are_shuffled_whole(tmp_path, compressed, sharded):
+    X, Y, y = _sorted_labels(tmp_path, 20_000, 1000, compressed, sharded)
+    loader = jask.batches(X, Y, batch_size=50, seed=2)
+    assert loader.plan.unit == 1000  # a run would cost its whole chunk's read and decode
+    assert sorted(v for _, yb in loader for v in yb.tolist()) == sorted(y.tolist())
+
+
+def test_runs_across_several_arrays_chunked_otherwise_and_in_memory(tmp_path):
+    rows = 5000
+    x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=x.shape, chunks=(500, 3), dtype="f4",
+                          compressors=None)
+    X[:] = x
+    Z = zarr.create_array(str(tmp_path / "Z.zarr"), shape=(rows, 2), chunks=(333, 1),
+                          dtype="i8", compressors=None)  # chunks narrower than the array
+    Z[:] = np.arange(rows * 2).reshape(rows, 2)
+    y = np.arange(rows)  # (Z, of the most bytes a row, sets the runs: its chunks of 333 rows)
+    Xj, Zj = jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "Z.zarr"))
+    loader = jask.batches(Xj, Zj, y, batch_size=40, seed=9, buffer=400, threads=3)
+    assert loader.plan.unit == 9  # 400 rows mixed: at least 20 runs for batches of 40
+    seen = []
+    for xb, zb, yb in loader:
+        np.testing.assert_array_equal(xb, x[yb])
+        np.testing.assert_array_equal(zb, np.arange(rows * 2).reshape(rows, 2)[yb])
+        seen.extend(yb.tolist())
+    assert sorted(seen) == list(range(rows))
+
+
+#: (name, shape, chunks, compressed, sharded, runs as (start, stop))
+RUN_CASES = [
+    ("raw, within chunks", (1000, 6), (100, 6), False, False, [(0, 5), (7, 9), (150, 200)]),
+    ("raw, across chunks", (1000, 6), (100, 6), False, False, [(95, 230), (230, 231),
+                                                                 (999, 1000)]),
+    ("raw, narrow chunks", (500, 6), (64, 4), False, False, [(3, 70), (100, 101), (400, 500)]),
+    ("compressed", (1000, 3), (128, 3), True, False, [(1, 2), (10, 20), (127, 129),
+                                                      (600, 1000)]),
+    ("sharded", (1000,), (50,), False, True, [(0, 1), (49, 51), (300, 310), (320, 330)]),
+]
+
+
+@pytest.mark.parametrize("case", RUN_CASES, ids=[c[0] for c in RUN_CASES])
+def test_read_runs_reads_the_rows_of_each_run(tmp_path, case):
+    from jask.store import read_runs, registry
+    _, shape, chunks, compressed, sharded, runs = case
+    values = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    kw = {} if compressed else {"compressors": None}
+    if sharded:
+        kw["shards"] = (chunks[0] * 4,) + chunks[1:]
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=shape, chunks=chunks, dtype="f4", **kw)
+    z[:] = values
+    a = jask.open(str(tmp_path / "a.zarr"))
+    starts, stops = (np.array(v) for v in zip(*runs))
+    out = np.empty((int(np.sum(stops - starts)),) + shape[1:], np.float32)
+    read_runs(registry.spec(a._handle), starts, stops, out)
+    np.testing.assert_array_equal(out, np.concatenate([values[lo:hi] for lo, hi in runs]))
+    with pytest.raises(ValueError, match="read_runs into an array of shape"):
+        read_runs(registry.spec(a._handle), starts, stops, out[1:])
+
+
+@pytest.mark.parametrize("device", [None, "cpu"], ids=["numpy", "cpu device"])
+def test_narrow_arrays_beside_runs_are_read_whole_once_an_epoch(tmp_path, device):
+    X, y, x = _stores(tmp_path, 6000, 16, 600, 250, False)
+    loader = jask.batches(X, y, batch_size=50, seed=4, buffer=3000,
+                          device=None if device is None else jax.devices("cpu")[0])
+    assert loader._resident == (False, True)  # y's 48 kB, under a window's 240 kB
+    assert loader.held_bytes >= 6000 * 8
+    for epoch in range(2):
+        with jask.track() as t:
+            got = [(np.asarray(xb), np.asarray(yb)) for xb, yb in loader]
+        assert t.passes(y) == 1.0 and t.passes(X) == 1.0
+        assert [yb.tolist() for _, yb in got] == [b.tolist() for b in loader.plan.batch_rows(epoch)]
+        for xb, yb in got:
+            np.testing.assert_array_equal(xb, x[yb])

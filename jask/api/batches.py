@@ -1,13 +1,15 @@
 """Minibatches of DiskArrays for training loops: :func:`batches`.
 
-A loader reads whole chunks (a *unit*: one chunk row of the array with the
-most bytes per row, or a piece of one when the shuffle buffer is smaller) on
-background threads, ahead of the step, and cuts batches from them in memory:
-no jask op runs per batch. A shuffled epoch permutes the units, then mixes
-the rows of each *window* of consecutive units (the shuffle buffer), as
-CorgiPile does (Xu et al., SIGMOD 2022): every row comes once per epoch,
-and a row moves at most a window's rows from its neighbours in the
-permuted unit order.
+A loader reads *units* of rows on background threads, ahead of the step, and
+cuts batches from them in memory: no jask op runs per batch. A shuffled epoch
+permutes the units, then mixes the rows of each *window* of consecutive units
+(the shuffle buffer), as CorgiPile does (Xu et al., SIGMOD 2022): every row
+comes once per epoch. A unit is a short run of rows where reading one costs
+its bytes (uncompressed local chunks: :func:`jask.store.read_runs` reads a
+window's runs a chunk file at a time), so that a window draws at least half a
+batch's count of runs from the whole store and a batch mixes about as well
+as a full shuffle's; else a whole chunk row of the array with the most bytes
+per row (or a piece of one when the buffer is smaller), read and decoded once.
 
 What a loader holds (two windows, the batches ready ahead, one unit per
 reading thread) is kept out of the budget the ops get while it runs
@@ -41,7 +43,15 @@ from jask.base import memory
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
-from jask.store import StoreChangedError, check_unchanged, held, read, read_model, stamp
+from jask.store import (
+    StoreChangedError,
+    check_unchanged,
+    held,
+    read_model,
+    read_runs,
+    reads_runs,
+    stamp,
+)
 
 __all__ = ["batches", "Batches"]
 
@@ -55,6 +65,14 @@ DEFAULT_THREADS = 8
 #: What a reading thread holds besides its chunk: its own malloc arena's pages
 #: (the memory grid measured 2.1-2.4 MB above the buffers with 8 threads).
 THREAD_BYTES = 2**18
+#: Read tasks a window is split into, per reading thread (each reads many runs).
+TASKS_PER_THREAD = 2
+#: Where short runs of rows read at about their bytes' cost (local uncompressed
+#: chunks, arrays in memory), a shuffle window holds at least ``batch_size /
+#: RUNS_PER_BATCH`` runs drawn from anywhere in the shard: a batch's label mean
+#: then deviates about sqrt(1 + RUNS_PER_BATCH) times a full shuffle's (the
+#: window's own mean deviates as a mean of its runs').
+RUNS_PER_BATCH = 2
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
 
@@ -173,8 +191,14 @@ class Batches:
     batches of the current epoch, :attr:`state` where the loader is."""
 
     def __init__(self, arrays: tuple, plan: Plan, epochs: int | None, threads: int,
-                 prefetch: int, device, held: int, device_bytes: int):
+                 prefetch: int, device, held: int, device_bytes: int,
+                 resident: tuple = ()):
         self._arrays = arrays
+        #: which arrays are read whole at each epoch's start and their runs taken in
+        #: memory (narrow ones, beside runs of a wider one: a read per run costs more
+        #: than its bytes), and the buffers they are read into, reused across epochs
+        self._resident = resident or (False,) * len(arrays)
+        self._whole: dict[int, np.ndarray] = {}
         self.plan = plan
         self.epochs = epochs
         self.threads = threads
@@ -292,6 +316,28 @@ class _Feeder:
     def start(self) -> None:
         self.thread.start()
 
+    def hold_whole(self) -> list:
+        """Each resident array (:attr:`Batches._resident`) read whole into its
+        loader's reused buffer, on the reading pool (the epoch's window checks
+        its version); None for the others."""
+        loader, work = self.loader, []
+        out: list[np.ndarray | None] = []
+        for i, (a, resident) in enumerate(zip(loader._arrays, loader._resident)):
+            if not resident:
+                out.append(None)
+                continue
+            if i not in loader._whole:
+                loader._whole[i] = np.empty(a.shape, a.dtype)
+            whole = loader._whole[i]
+            step = a.chunks[0] * max(1, -(-a.shape[0] // a.chunks[0]) // loader.threads)
+            cuts = np.arange(0, a.shape[0], step)
+            work.append(self.pool.submit(_read_runs, a, cuts, np.minimum(cuts + step, a.shape[0]),
+                                         whole, []))
+            out.append(whole)
+        for f in work:
+            f.result()
+        return out
+
     def get(self):
         item = self.ready.get()
         if isinstance(item, BaseException):
@@ -333,6 +379,7 @@ class _Feeder:
         if start >= total:
             return True
         stamps = stamp(self.stores, _OP)  # the version this epoch reads
+        whole = self.hold_whole()
         span = _Span(plan, epoch, start)
         windows, sizes, w0, offset = span.windows, span.sizes, span.w0, span.offset
         slots = [_Slot(self.loader._arrays, plan.unit * plan.window) for _ in range(SLOTS)]
@@ -340,7 +387,7 @@ class _Feeder:
 
         def submit(w: int) -> None:
             if w < len(windows):
-                pending[w] = slots[w % SLOTS].fill(self.pool, windows[w], plan, stamps)
+                pending[w] = slots[w % SLOTS].fill(self.pool, windows[w], plan, stamps, whole)
 
         for ahead in range(SLOTS):
             submit(w0 + ahead)
@@ -459,8 +506,8 @@ class _DeviceFeeder(_Feeder):
             def submit(k: int) -> None:
                 job = next(jobs, None)
                 if job is not None:
-                    epoch, w, units, stamps, size = job
-                    work = slots[k].fill(self.pool, units, plan, stamps)
+                    epoch, w, units, stamps, whole, size = job
+                    work = slots[k].fill(self.pool, units, plan, stamps, whole)
                     work.append(self.pool.submit(plan.window_order_into, epoch, w,
                                                  orders[k][:size]))
                     pending.append((job, k, work))
@@ -468,7 +515,7 @@ class _DeviceFeeder(_Feeder):
             for k in range(SLOTS):
                 submit(k)
             while pending:
-                (epoch, w, _units, stamps, size), k, work = pending.pop(0)
+                (epoch, w, _units, stamps, _whole, size), k, work = pending.pop(0)
                 for f in work:
                     f.result()  # raises what a read raised
                     if self.stopping.is_set():
@@ -491,16 +538,17 @@ class _DeviceFeeder(_Feeder):
             self._hand(err)
 
     def _jobs(self) -> Iterator[tuple]:
-        """(epoch, window, its units, the epoch's stamps, its rows) of each
-        window the iteration needs, in order."""
+        """(epoch, window, its units, the epoch's stamps, the resident arrays,
+        its rows) of each window the iteration needs, in order."""
         for epoch in range(self.first[0], self.last + 1):
             start = self.first[1] if epoch == self.first[0] else 0
             span = _Span(self.plan, epoch, start)
             if start >= span.total:
                 continue
             stamps = stamp(self.stores, _OP)  # the version this epoch reads
+            whole = self.hold_whole()
             for w in range(span.w0, span.w_last + 1):
-                yield epoch, w, span.windows[w], stamps, span.sizes[w]
+                yield epoch, w, span.windows[w], stamps, whole, span.sizes[w]
 
     def _next_window(self):
         while True:
@@ -613,32 +661,43 @@ class _Slot:
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
-    def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan, stamps) -> list:
-        """Start reading ``units`` into this slot; the reads' futures."""
+    def fill(self, pool: ThreadPoolExecutor, units: np.ndarray, plan: Plan, stamps,
+             whole: list) -> list:
+        """Start reading ``units`` (sorted) into this slot; the reads' futures
+        (the runs of an array in ``whole`` are taken from it in memory).
+
+        Each array's units are read in a few tasks of many runs each (a task
+        opens or decodes each of its chunks once, :func:`jask.store.read_runs`),
+        about two per reading thread."""
         if not self._whole:  # made at the first window, touched by its reads
             self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype) for a in self.arrays]
         n = plan.rows_in(units)
         self.buffers = [buf[:n] for buf in self._whole]
-        tasks, at = [], 0
-        for u in units:
-            lo, hi = plan.unit_rows(int(u))
-            for a, buf in zip(self.arrays, self.buffers):
-                tasks.append(pool.submit(_read_unit, a, lo, hi, buf[at:at + hi - lo], stamps))
-            at += hi - lo
+        starts = np.asarray(units, np.int64) * plan.unit
+        stops = np.minimum(starts + plan.unit, plan.rows)
+        at = np.concatenate([[0], np.cumsum(stops - starts)])
+        tasks = []
+        for group in np.array_split(np.arange(len(units)), min(len(units), TASKS_PER_THREAD
+                                                                 * pool._max_workers)):
+            lo, hi = int(at[group[0]]), int(at[group[-1] + 1])
+            for a, buf, held_whole in zip(self.arrays, self.buffers, whole):
+                source = a if held_whole is None else _InMemory(held_whole)
+                tasks.append(pool.submit(_read_runs, source, starts[group], stops[group],
+                                         buf[lo:hi], stamps))
         return tasks
 
 
-def _read_unit(a, lo: int, hi: int, into: np.ndarray, stamps: list) -> None:
-    """Rows ``lo:hi`` of one array into its window's buffer, held against this
-    process's writers (the window's stamps are checked once it is read)."""
+def _read_runs(a, starts: np.ndarray, stops: np.ndarray, into: np.ndarray, stamps: list) -> None:
+    """Rows ``starts[i]:stops[i]`` of one array, one after another, into its
+    window's buffer, held against this process's writers (the window's stamps
+    are checked once it is read)."""
     if isinstance(a, _InMemory):
-        into[...] = a.value[lo:hi]
+        np.concatenate([a.value[lo:hi] for lo, hi in zip(starts, stops)], out=into)
         return
     store = a._store()
-    region = (slice(lo, hi),) + tuple(slice(0, n) for n in a.shape[1:])
     try:
         with held([store]):
-            read(store, region, out=into)
+            read_runs(store, starts, stops, into)
     except Exception as err:  # replaced by another process while read: say that
         try:
             check_unchanged(stamps, _OP)
@@ -662,10 +721,14 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     runs until ``epochs`` epochs in all are done, from where it is
     (:attr:`Batches.state`).
 
-    The shuffle (``shuffle=True``): every epoch permutes the arrays' chunks
-    (whole chunk rows of the array with the most bytes per row), deals them
-    to the shards, and mixes the rows of every ``buffer`` rows' worth of
-    consecutive chunks. Every row comes exactly once per epoch; the rows of
+    The shuffle (``shuffle=True``): every epoch permutes runs of rows of the
+    arrays, deals them to the shards, and mixes the rows of every ``buffer``
+    rows' worth of consecutive runs. A run is up to ``2 * buffer /
+    batch_size`` rows (128 by default) where the arrays' chunks are
+    uncompressed files (or in memory): on a store sorted by label, batch
+    means then deviate about 1.2-1.7x as much as a full shuffle's; else a
+    whole chunk row of the array with the most bytes per row (a compressed
+    chunk is decoded whole). Every row comes exactly once per epoch; the rows of
     a batch come from one window of at most ``buffer`` rows (or two, where
     the batch crosses into the next); the order is
     fixed by ``seed``, the epoch, the arrays' shapes and chunks,
@@ -765,9 +828,16 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                          f"{buffer!r}")
     lead = max(held_arrays, key=_row_bytes)
     chunk_rows = lead.chunks[0] if isinstance(lead, DiskArray) else max(1, rows)
+    # short runs where reading them costs their bytes; else whole chunks (a run of a
+    # compressed chunk would cost the whole chunk's read and decode)
+    runs = shuffle and all(reads_runs(a._store()) for a in held_arrays
+                           if isinstance(a, DiskArray))
 
     def plan_for(rows_mixed: int) -> Plan:
         unit = max(1, min(chunk_rows, rows_mixed, rows))
+        if runs:
+            unit = _run_rows(chunk_rows, max(1, rows_mixed * RUNS_PER_BATCH // batch_size),
+                             unit)
         # whole chunks, never more rows than asked (in order too: a window's units are read
         # at once)
         window = min(max(1, rows_mixed // unit), max(1, -(-rows // unit)))
@@ -792,10 +862,44 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                 wanted = max(batch_size, wanted // 2)
     threads = fitted_threads
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
-                     prefetch, device, held, on_device)
+                     prefetch, device, held, on_device, _resident(held_arrays, plan))
     if state is not None:
         loader.restore(state)
     return loader
+
+
+def _run_rows(chunk_rows: int, target: int, most: int) -> int:
+    """The rows of a shuffle's run: the largest divisor of ``chunk_rows`` at
+    most ``target`` (runs never straddle chunks), and at most ``most``.
+
+    Example:
+      >>> _run_rows(8192, 128, 8192), _run_rows(100, 128, 100), _run_rows(1000, 300, 40)
+      (128, 100, 40)
+    """
+    if target >= chunk_rows:
+        return min(chunk_rows, most)
+    best = 1
+    for d in range(1, math.isqrt(chunk_rows) + 1):
+        if chunk_rows % d == 0:
+            for k in (d, chunk_rows // d):
+                if k <= target and k > best:
+                    best = k
+    return min(best, most)
+
+
+def _resident(arrays, plan: Plan) -> tuple:
+    """Which arrays a loader reads whole at each epoch's start: where its
+    units are shorter than a chunk of the widest array (shuffled runs), the
+    other stores whose whole bytes are at most what one window of all the
+    arrays holds (labels beside features: a read per run of a narrow array
+    costs its system calls, not its bytes)."""
+    lead = max(arrays, key=_row_bytes)
+    chunk_rows = lead.chunks[0] if isinstance(lead, DiskArray) else max(1, lead.shape[0])
+    if plan.unit >= chunk_rows:
+        return (False,) * len(arrays)
+    window = plan.unit * plan.window * sum(_row_bytes(a) for a in arrays)
+    return tuple(isinstance(a, DiskArray) and a is not lead
+                 and a.shape[0] * _row_bytes(a) <= window for a in arrays)
 
 
 def _row_bytes(a) -> int:
@@ -844,6 +948,8 @@ def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int,
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
     fixed = SLOTS * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    fixed += sum(a.shape[0] * _row_bytes(a) for a, whole
+                 in zip(arrays, _resident(arrays, plan)) if whole)
     on_device = 0
     if device is not None:
         window = window_rows * row + (window_rows + plan.batch_size) * 4

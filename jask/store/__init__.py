@@ -35,7 +35,7 @@ from jask.store.space import (
 )
 from jask.store.spec import OBJECTS, DamagedStoreError, kind_of
 from jask.store.tiles import forget as forget_cached
-from jask.store.tiles import open_array, prefetch, read, read_model, write
+from jask.store.tiles import open_array, prefetch, read, read_model, read_runs, reads_runs, write
 from jask.store.trash import wait as wait_for_trash
 from jask.store.versions import (
     check_layouts,
@@ -64,7 +64,8 @@ __all__ = [
     "Location", "location_of", "locate", "register_options",
     "worker_options",
     # tiles
-    "read", "write", "read_model", "prefetch", "forget_cached", "open_array", "buffer_scope",
+    "read", "read_runs", "reads_runs", "write", "read_model", "prefetch", "forget_cached",
+    "open_array", "buffer_scope",
     # views
     "view_key", "base_of", "as_transposed", "transpose_view", "slice_view", "reshape_view",
     "gather_view", "same_elements",

@@ -55,6 +55,14 @@ class LocalFolder(Location):
     def prefetch(self, store: StoreSpec, region: tuple) -> None:
         chunkio.prefetch(self, store, region)
 
+    def reads_runs(self, store: StoreSpec) -> bool:
+        return chunkio.reads_runs(self, store)
+
+    def read_runs(self, store: StoreSpec, starts, stops, out: np.ndarray) -> np.ndarray:
+        if chunkio.reads_runs(self, store):
+            return chunkio.read_runs(self, store, starts, stops, out)
+        return super().read_runs(store, starts, stops, out)
+
     def read_model(self, store):
         return chunkio.read_model(self, store, on_disk=os.path.isdir(self.path))
 

@@ -21,10 +21,12 @@ import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar
 
+import numpy as np
+
+from jask.store import buffers
 from jask.store.spec import StoreSpec, kind_of
 
 if TYPE_CHECKING:
-    import numpy as np
     import zarr
 
     from jask.base.memory import ReadModel
@@ -109,6 +111,44 @@ class Location(abc.ABC):
     def prefetch(self, store: StoreSpec, region: tuple) -> None:
         """Start reading a tile's chunks ahead of :meth:`read`, at no cost to
         the budget (where the kind can: nothing by default)."""
+
+    def reads_runs(self, store: StoreSpec) -> bool:
+        """Whether short runs of rows of ``store`` cost about their own bytes
+        to read (:meth:`read_runs`): no by default (a chunk is fetched or
+        decoded whole)."""
+        return False
+
+    def read_runs(self, store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
+                  out: np.ndarray) -> np.ndarray:
+        """Rows ``starts[i]:stops[i]`` of ``store`` (all of its other axes;
+        sorted runs, not overlapping, each within one chunk row) one after
+        another into ``out``.
+
+        By default each chunk row is read once for all its runs: the span
+        from its first run to its last, into a reused buffer, the runs copied
+        out (a compressed chunk is decoded once, however many runs it gives).
+        """
+        rest = tuple(slice(0, n) for n in store.shape[1:])
+        per = store.chunks[0]
+        at, i, n = 0, 0, len(starts)
+        while i < n:
+            j = i + 1  # the runs of chunk row starts[i] // per
+            while j < n and (starts[j] // per) == (starts[i] // per):
+                j += 1
+            lo, hi = int(starts[i]), int(stops[j - 1])
+            length = int(np.sum(stops[i:j] - starts[i:j]))
+            if j - i == 1 or length == hi - lo:  # one run, or runs that touch: straight in
+                self.read(store, (slice(lo, hi),) + rest, out[at:at + length])
+            else:
+                span = buffers.empty((hi - lo,) + tuple(store.shape[1:]), np.dtype(store.dtype))
+                self.read(store, (slice(lo, hi),) + rest, span)
+                k = at
+                for a, b in zip(starts[i:j].tolist(), stops[i:j].tolist()):
+                    out[k:k + b - a] = span[a - lo:b - lo]
+                    k += b - a
+            at += length
+            i = j
+        return out
 
     @abc.abstractmethod
     def read_model(self, store: StoreSpec) -> ReadModel:

@@ -19,7 +19,8 @@ from jask.store.spec import StoreSpec
 
 from . import views
 
-__all__ = ["read", "write", "prefetch", "read_model", "open_array", "open_user_array", "forget"]
+__all__ = ["read", "read_runs", "reads_runs", "write", "prefetch", "read_model", "open_array",
+           "open_user_array", "forget"]
 
 
 def read(store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
@@ -51,6 +52,63 @@ def read(store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.n
             return out
         return np.empty(tuple(max(0, s.stop - s.start) for s in region), store.dtype)
     return location_of(store).read(store, region, out)
+
+
+def reads_runs(store: StoreSpec) -> bool:
+    """Whether short runs of rows of ``store`` cost about their own bytes
+    (:func:`read_runs`): local uncompressed chunk files."""
+    return store.view is None and location_of(store).reads_runs(store)
+
+
+def read_runs(store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
+              out: np.ndarray) -> np.ndarray:
+    """Rows ``starts[i]:stops[i]`` of ``store`` (all its other axes; sorted
+    runs, not overlapping, none empty) one after another into ``out`` (C-contiguous):
+    many runs per chunk in one call, each chunk opened (or decoded) once.
+
+    Example:
+      >>> import numpy as np, jask
+      >>> a = jask.from_numpy(np.arange(10.0))
+      >>> out = np.empty(4)
+      >>> read_runs(jask.store.registry.spec(a._handle), np.array([1, 6]), np.array([3, 8]), out)
+      array([1., 2., 6., 7.])
+    """
+    starts, stops = np.asarray(starts, np.int64), np.asarray(stops, np.int64)
+    rows = int(np.sum(stops - starts))
+    shape = (rows,) + tuple(store.shape[1:])
+    if out.shape != shape or out.dtype != store.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"read_runs into an array of shape {out.shape} and dtype {out.dtype}: "
+                         f"the runs are {shape} of {store.dtype} (C-contiguous)")
+    if store.view is not None:  # a view reads its base, run by run
+        at = 0
+        for lo, hi in zip(starts.tolist(), stops.tolist()):
+            read(store, (slice(lo, hi),) + tuple(slice(0, n) for n in store.shape[1:]),
+                 out[at:at + hi - lo])
+            at += hi - lo
+        return out
+    if rows == 0:
+        return out
+    counters.read(store, (slice(0, rows),) + tuple(slice(0, n) for n in store.shape[1:]))
+    starts, stops = _within_chunk_rows(starts, stops, store.chunks[0])
+    return location_of(store).read_runs(store, starts, stops, out)
+
+
+def _within_chunk_rows(starts: np.ndarray, stops: np.ndarray, per: int) -> tuple:
+    """The runs cut where they cross from one chunk row into the next.
+
+    Example:
+      >>> [v.tolist() for v in _within_chunk_rows(np.array([2, 9]), np.array([7, 10]), 4)]
+      [[2, 4, 9], [4, 7, 10]]
+    """
+    first, last = starts // per, (stops - 1) // per
+    if np.all(first == last):
+        return starts, stops
+    pieces = last - first + 1
+    own = np.repeat(np.arange(len(starts)), pieces)
+    k = np.arange(len(own)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece in its run
+    lo = np.maximum(starts[own], (first[own] + k) * per)
+    hi = np.minimum(stops[own], (first[own] + k + 1) * per)
+    return lo, hi
 
 
 def write(store: StoreSpec, region: tuple, block: np.ndarray) -> None:
