@@ -221,6 +221,7 @@ def rfftfreq(n, d=1.0, *, dtype=None, device=None):
 
 def _shifts(x, axes, sign: int):
     aval = disk_type(x)
+    assert aval is not None  # the callers checked that x is a DiskArray
     ndim = aval.ndim
     if axes is None:
         axes = tuple(range(ndim))
