@@ -15,7 +15,10 @@ from jask import (
     nn,  # noqa: F401 - jask.nn.relu etc.
     optim,  # noqa: F401 - jask.optim.adam etc.
 )
-from jask.api import methods  # noqa: F401 - installs DiskArray's operators and methods
+from jask.api import (
+    fft,  # noqa: F401 - jask.fft.fft etc., as jax.numpy.fft
+    methods,  # noqa: F401 - installs DiskArray's operators and methods
+)
 from jask.api.batches import Batches, batches
 from jask.api.creation import from_numpy, open, open_group, open_icechunk
 from jask.api.elementwise import (  # the rest of the Array API's elementwise functions

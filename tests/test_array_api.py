@@ -326,7 +326,7 @@ def test_docstring_examples():
     out = io.StringIO()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     ran = 0
-    for module in (xp, _dtypes, _creation, _functions, _array, _memory, xp.linalg):
+    for module in (xp, _dtypes, _creation, _functions, _array, _memory, xp.linalg, xp.fft):
         for test in doctest.DocTestFinder().find(module):
             runner.run(test, out=out.write)
             ran += len(test.examples)

@@ -183,3 +183,66 @@ def test_special_values_follow_the_standard(small_budget):
         assert jask.abs(z).to_numpy()[0] == np.inf  # jax.numpy: nan
         assert complex(jask.expm1(z).to_numpy()[1]) == complex(np.inf, 0.0)  # numpy: inf+nanj
         assert complex(jask.sqrt(z).to_numpy()[2]) == -1j  # jax.numpy: 1j
+
+
+#: (function, argument, the standard's value): C99's special cases for complex
+#: arguments with NaN or infinite parts, where jax.numpy (or numpy) differ.
+_INF, _NAN, _PI = np.inf, np.nan, np.pi
+STANDARD_VALUES = [
+    ("acos", complex(0.0, _NAN), complex(_PI / 2, _NAN)),
+    ("acos", complex(-0.0, -_NAN), complex(_PI / 2, _NAN)),
+    ("acosh", complex(0.0, _NAN), complex(_NAN, _PI / 2)),
+    ("acosh", complex(2.5, _NAN), complex(_NAN, _NAN)),
+    ("asinh", complex(_NAN, 0.0), complex(_NAN, 0.0)),
+    ("asinh", complex(_NAN, -0.0), complex(_NAN, -0.0)),
+    ("atanh", complex(0.0, _NAN), complex(0.0, _NAN)),
+    ("atanh", complex(_INF, _NAN), complex(0.0, _NAN)),
+    ("atanh", complex(_NAN, 1.0), complex(_NAN, _NAN)),
+    ("atanh", complex(_NAN, _NAN), complex(_NAN, _NAN)),
+    ("cosh", complex(0.0, _INF), complex(_NAN, 0.0)),
+    ("cosh", complex(_INF, _NAN), complex(_INF, _NAN)),
+    ("sinh", complex(0.0, _NAN), complex(0.0, _NAN)),
+    ("sinh", complex(_INF, _INF), complex(_INF, _NAN)),
+    ("tanh", complex(0.0, _INF), complex(0.0, _NAN)),
+    ("tanh", complex(_INF, -3.0), complex(1.0, -0.0)),
+    ("exp", complex(-_INF, _INF), complex(0.0, 0.0)),
+    ("exp", complex(-_INF, -_INF), complex(0.0, -0.0)),
+    ("exp", complex(_INF, _NAN), complex(_INF, _NAN)),
+    ("expm1", complex(-_INF, _NAN), complex(-1.0, 0.0)),
+    ("expm1", complex(_INF, _INF), complex(_INF, _NAN)),
+    ("log", complex(-_INF, _NAN), complex(_INF, _NAN)),
+    ("log", complex(_NAN, _INF), complex(_INF, _NAN)),
+    ("log1p", complex(_INF, _NAN), complex(_INF, _NAN)),
+    ("sqrt", complex(-_INF, _NAN), complex(_NAN, _INF)),
+    ("sqrt", complex(_INF, _NAN), complex(_INF, _NAN)),
+    ("sqrt", complex(_NAN, -_INF), complex(_INF, -_INF)),
+]
+
+
+def _same(got: complex, want: complex) -> bool:
+    """Equal part by part, NaN matching NaN and zeros matching in sign."""
+    def part(g, w):
+        if np.isnan(w):
+            return bool(np.isnan(g))
+        return g == w and (w != 0 or np.signbit(g) == np.signbit(w))
+    return part(got.real, want.real) and part(got.imag, want.imag)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("name,z,want", STANDARD_VALUES,
+                         ids=[f"{n}({z})" for n, z, _ in STANDARD_VALUES])
+def test_nan_and_infinite_parts_give_the_standard_s_values(small_budget, name, z, want, dtype):
+    """On disk (numpy's kernels) and in memory (jax.numpy's), through jask's
+    top level and the namespace; finite elements beside them keep their values."""
+    with jax.enable_x64(dtype == np.complex128), np.errstate(all="ignore"):
+        values = np.array([z, 0.5 + 0.25j] * 40, dtype)
+        f = getattr(xp, name)
+        on_disk = f(xp.asarray(values)).to_numpy()
+        in_memory = np.asarray(getattr(jask, name)(jnp.asarray(values)))
+        zero_d = complex(f(xp.asarray(z, dtype=dtype)))
+        finite = getattr(np, name.replace("a", "arc", 1) if name[0] == "a" else name)(values[1])
+    want = complex(np.asarray(want, dtype))  # pi/2 rounded to the dtype
+    for got in (complex(on_disk[0]), complex(in_memory[0]), zero_d):
+        assert _same(got, want), (got, want)
+    np.testing.assert_allclose(on_disk[1::2], finite, rtol=1e-6)
+    np.testing.assert_allclose(in_memory[1::2], finite, rtol=1e-6)

@@ -26,7 +26,8 @@ called: a function whose jask counterpart does not exist yet raises a
 ``NotImplementedError`` naming it. What depends on the data's values
 (``unique_*``, boolean masks on disk, iteration, ``x[key] = v``) runs on
 concrete arrays outside ``jax.jit``, and is refused inside it with what to do
-instead. ``linalg`` is the standard's extension (:mod:`jask.array_api.linalg`).
+instead. ``linalg`` and ``fft`` are the standard's extensions (:mod:`jask.array_api.linalg`,
+:mod:`jask.array_api.fft`).
 complex64 and complex128 are offered, with the standard's promotion (a real
 floating type and a complex one mix); derivatives through complex values are
 refused, naming the op.
@@ -44,7 +45,7 @@ from __future__ import annotations
 import math as _math
 import types as _types
 
-from jask.array_api import _array, linalg
+from jask.array_api import _array, fft, linalg
 from jask.array_api._creation import (
     arange,
     asarray,
@@ -219,7 +220,7 @@ __all__ = [
      "moveaxis", "nonzero", "permute_dims", "prod", "repeat", "reshape", "roll",
      "searchsorted", "sort", "squeeze", "stack", "std", "sum", "take", "take_along_axis",
      "tensordot", "tile", "unique_all", "unique_counts", "unique_inverse", "unique_values",
-     "unstack", "var", "vecdot", "where", "linalg",
+     "unstack", "var", "vecdot", "where", "fft", "linalg",
      # beyond the standard: jax.numpy's functions xarray calls
      "cross", "cumprod", "cumsum", "einsum", "gradient", "isin", "median", "nanargmax",
      "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin",

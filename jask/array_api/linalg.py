@@ -36,6 +36,7 @@ Example:
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable, NamedTuple, cast
 
@@ -109,6 +110,7 @@ def _in_memory_op(name: str, reference: Callable, doc: str) -> Callable:
         return _own(reference(*in_memory(name, *arrays), *rest, **kwargs))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
+    op.__signature__ = inspect.signature(reference)  # type: ignore[attr-defined]
     return op
 
 

@@ -1189,6 +1189,24 @@ class Sort(DiskPrimitive):
         _accum(accums[0], cotangent)
 
 
+class FFT(DiskPrimitive):
+    """A discrete Fourier transform along ``axis`` (whole lanes per tile):
+    ``kind`` one of :data:`jask.engine.fft.KINDS`, of length ``n``, the
+    result ``shape`` and ``dtype``. Complex values: no derivative rules
+    (refused, naming the op)."""
+
+    def __init__(self, aval, axis: int, kind: str, n: int, norm: str, shape: tuple, dtype, *,
+                 config: Config | None = None):
+        super().__init__((aval,), DiskArrayType(tuple(shape), dtype), op=kind, axis=int(axis),
+                         kind=kind, n=int(n), norm=norm, dtype=np.dtype(dtype), config=config)
+
+    def disk_work(self):
+        return work.fft(self.op, self.kind, self.axis, self.n, self.norm, self.dtype)
+
+    def expand(self, x):
+        return self._run(self.disk_work(), [x])
+
+
 class Search(DiskPrimitive):
     """searchsorted: where each of ``values`` goes in the sorted 1-D
     ``sorted_`` (either on disk or in memory), compared in ``dtype``; the
@@ -1478,6 +1496,10 @@ def cumprod(a, axis, dtype, *, config=None):
 
 def sort(a, axis, kind, dtype, *, descending=False, config=None):
     return Sort((_aval(a),), axis, kind, dtype, descending=descending, config=config)(a)
+
+
+def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
+    return FFT(_aval(a), axis, kind, n, norm, shape, dtype, config=config)(a)
 
 
 def searchsorted(values, sorted_, side, dtype, out_dtype, *, config=None):

@@ -25,6 +25,7 @@ from scipy.special import expit
 
 from jask.core import kernels
 from jask.core.kernels import keep_integers
+from jask.core.special_values import follow_standard
 from jask.engine.blockwise import positional, unchanged
 
 __all__ = ["Ufunc", "TABLE", "PASS", "REAL_ONLY"]
@@ -115,6 +116,8 @@ def _table_row(name: str) -> Ufunc:
 
 
 def _row(name, numpy, jnp_fn, *vjps, public=True, doc="", example=None, second=None):
+    # complex arguments with NaN or infinite parts: the standard's values, on tiles and in memory
+    numpy, jnp_fn = follow_standard(name, numpy), follow_standard(name, jnp_fn)
     ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc, example=example,
                   second=_second(second, len(vjps)))
     TABLE[name] = ufunc

@@ -691,19 +691,45 @@ def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
     order (int64) and the result. Refused, naming the budget, when one lane
     does not fit."""
     shape = tuple(stores[0].shape)
+    return lanes(op, stores, axis, shape[axis], out_dtype, SORT_TEMPORARY_BYTES, config,
+                 holds="a sort holds a whole lane in memory", shorter="sort shorter lanes")
+
+
+__all__ += ["lanes", "FFT_TEMPORARY_BYTES"]
+
+#: Bytes per element of the longer lane (input or output) an FFT task holds
+#: besides its input and output tiles: the lanes in double precision
+#: (complex128), pocketfft's result before rounding and its scratch.
+FFT_TEMPORARY_BYTES = 48
+
+
+def lanes(op: str, stores: list, axis: int, out_length: int, out_dtype, temporary_bytes: int,
+          config: Config, *, holds: str, shorter: str) -> Plan:
+    """An op on whole lanes along ``axis`` (a sort, an FFT): output tiles span
+    the whole axis (``out_length``; the inputs' tiles span theirs), the other
+    axes halved from the default chunks until a task fits (one task at a time
+    if need be). A task holds its input tiles, the result and
+    ``temporary_bytes`` per element of the longer lane. Refused, naming the
+    op, the lane and the budget (``holds``: why a lane is whole; ``shorter``:
+    the way around), when one lane does not fit."""
+    shape = tuple(stores[0].shape)
     n = shape[axis]
+    longest = max(n, out_length)
     models = [read_model(s) for s in stores]
 
     def cost_of(tile, at_once):
-        cost = memory.task_cost(op, tile, [(m, tile) for m in models],
+        in_tile = tuple(n if d == axis else t for d, t in enumerate(tile))
+        cost = memory.task_cost(op, tile, [(m, in_tile) for m in models],
                                 memory.nbytes(tile, out_dtype), memory.ELEMENTWISE_OUT_COPIES,
                                 at_once)
+        across = math.prod(t for d, t in enumerate(tile) if d != axis)
         return dataclasses.replace(cost, task_bytes=cost.task_bytes
-                                   + math.prod(tile) * SORT_TEMPORARY_BYTES)
+                                   + across * longest * temporary_bytes)
 
+    out_shape = tuple(out_length if d == axis else s for d, s in enumerate(shape))
     others = tuple(1 if d == axis else s for d, s in enumerate(shape))
     start = memory.default_chunks(others, out_dtype, config.max_memory, config.workers)
-    tiles = [tuple(max(n, 1) if d == axis else t for d, t in enumerate(tile))
+    tiles = [tuple(max(out_length, 1) if d == axis else t for d, t in enumerate(tile))
              for tile in memory.shrinking(start)]  # (an empty axis: chunks of one)
     # a lane of a compressed store decodes every chunk it crosses, whole: those decode
     # buffers ran 1.14-1.25x the model with two tasks at once (zstd, the memory grid)
@@ -712,13 +738,13 @@ def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
         for tile in tiles:
             cost = cost_of(tile, at_once)
             if cost.total <= config.max_memory:
-                return Plan(op, tile, tile, _n_tiles(shape, tile), cost)
+                return Plan(op, tile, tile, _n_tiles(out_shape, tile), cost)
     need = cost_of(tiles[-1], 1).total
     raise memory.BudgetError(
         f"jask.{op}: one lane along axis {axis} of shape {shape} ({n} elements, a tile of "
         f"shape {tiles[-1]}) needs {exact_bytes(need)} in one task, over the memory budget of "
-        f"{exact_bytes(config.max_memory)}: a sort holds a whole lane in memory. Raise the budget "
-        f"to at least {exact_bytes(need)}, or sort shorter lanes")
+        f"{exact_bytes(config.max_memory)}: {holds}. Raise the budget "
+        f"to at least {exact_bytes(need)}, or {shorter}")
 
 
 __all__ += ["search"]

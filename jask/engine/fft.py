@@ -1,0 +1,63 @@
+"""Discrete Fourier transforms along one axis, tile by tile: each tile holds whole lanes.
+
+A tile spans the whole transformed axis (its input length in the input, the
+transform's output length in the output) for a block of the other axes, so
+every lane is transformed in one task by ``numpy.fft`` (pocketfft, in double
+precision whatever the input's, then rounded to the result's dtype: no less
+accurate than jax.numpy's single-precision transforms) and written as one
+whole output chunk; a lane that does not fit in the budget is refused by the
+planner (:func:`jask.engine.plan.ops.lanes`). Multi-axis transforms are
+these, one axis after another. Nothing here knows of JAX.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jask.engine.builders import key_name, regions
+from jask.store import read, write
+from jask.store.spec import StoreSpec
+
+__all__ = ["KINDS", "out_length", "transform", "fft_graph"]
+
+#: The one-axis transforms, numpy.fft's names (the standard's too).
+KINDS = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")
+
+
+def out_length(kind: str, n: int) -> int:
+    """The output's length along the axis for a transform of length ``n``.
+
+    Example:
+      >>> out_length("fft", 8), out_length("rfft", 8), out_length("irfft", 8)
+      (8, 5, 8)
+    """
+    return n // 2 + 1 if kind in ("rfft", "ihfft") else n
+
+
+def transform(kind: str, tile: np.ndarray, n: int, axis: int, norm: str, dtype) -> np.ndarray:
+    """One tile's transform along ``axis`` (every lane whole), in ``dtype``.
+
+    Example:
+      >>> transform("rfft", np.array([[1.0, 2.0, 3.0, 4.0]], np.float32), 4, 1, "backward",
+      ...           np.complex64)
+      array([[10.+0.j, -2.+2.j, -2.+0.j]], dtype=complex64)
+    """
+    wide = np.complex128 if np.iscomplexobj(tile) else np.float64
+    result = getattr(np.fft, kind)(tile.astype(wide, copy=False), n=n, axis=axis, norm=norm)
+    return np.ascontiguousarray(result.astype(dtype, copy=False))
+
+
+def _fft_block(kind: str, source: StoreSpec, out: StoreSpec, region: tuple, axis: int, n: int,
+               norm: str) -> None:
+    within = list(region)
+    within[axis] = slice(0, source.shape[axis])
+    tile = read(source, tuple(within))
+    write(out, region, transform(kind, tile, n, axis, norm, out.dtype))
+
+
+def fft_graph(op: str, kind: str, source: StoreSpec, out: StoreSpec, tile: tuple, axis: int,
+              n: int, norm: str, token: str):
+    """One task per tile of whole lanes (a whole output chunk)."""
+    name = key_name(op, token)
+    graph = {(name, i): (_fft_block, kind, source, out, region, axis, n, norm)
+             for i, region in enumerate(regions(tuple(out.shape), tile))}
+    return graph, list(graph)
