@@ -632,3 +632,17 @@ def test_opt_einsum_answers_the_namespace(small_budget):
     assert isinstance(got, xp.InMemoryArray)
     np.testing.assert_allclose(float(got), float(DATA["X"].astype(np.float64).sum(0) @ DATA["v"]),
                                rtol=1e-4)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_take_of_an_in_memory_matrix_at_small_indices_on_disk(axis, small_budget):
+    # scikit-learn's svd_flip: take(reshape(Vt, (-1,)), argmax(...) + arange(k) * d), the
+    # arange on disk, Vt in memory (PCA's fit under Array API dispatch)
+    table = DATA["S"]
+    idx = np.array([6, 0, -1, 3], np.int32)
+    want = jnp.take(jnp.asarray(table), idx, axis=axis)
+    for t in (jnp.asarray(table), xp.asarray(table), np.asarray(table)):
+        got = xp.take(t, xp.asarray(idx), axis=axis)
+        np.testing.assert_array_equal(_np(got), np.asarray(want))
+    with pytest.raises(IndexError, match="out of bounds"):
+        xp.take(jnp.asarray(table), xp.asarray(np.array([49 if axis is None else 7])), axis=axis)

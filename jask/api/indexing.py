@@ -671,6 +671,11 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
             and not memory.fits_in_memory(_shape_of(indices), indices.dtype, config) \
             and memory.fits_in_memory(_shape_of(x), x.dtype, config):
         return _lookup(x, indices, mode, fill_value, config)
+    if isinstance(indices, DiskArray) \
+            and memory.fits_in_memory(_shape_of(indices), indices.dtype, config):
+        # small: read them here (an in-memory ``x`` too: scikit-learn's ``svd_flip`` takes
+        # from a small matrix at ``argmax(...) + arange(n) * k``, an arange on disk)
+        indices = primitives.materialize(indices, config=config)
     if aval is None:
         shape = np.shape(x)
         if mode in _RAISE_MODES and not is_tracer(indices) and (
@@ -678,12 +683,9 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
             n = math.prod(shape) if axis is None else shape[axis]
             check_in_bounds(np.asarray(indices), n, 0 if axis is None else axis % len(shape),
                             shape)
-            mode = "promise_in_bounds"  # checked
+            mode = "fill"  # checked, so nothing fills (jax.numpy's take has no "promise")
         return jnp.take(x, indices, axis=axis, mode="fill" if mode is None else mode,
                         fill_value=fill_value)
-    if isinstance(indices, DiskArray) \
-            and memory.fits_in_memory(_shape_of(indices), indices.dtype, config):
-        indices = primitives.materialize(indices, config=config)  # small: read them here
     if disk_type(indices) is not None:
         raise TypeError("jask.take: indices must be in memory (a numpy or JAX array, or a "
                         "DiskArray within the in-memory share of the budget, read outside "
