@@ -230,3 +230,35 @@ def test_track_reports_no_device_bytes_on_the_host_path(jask_scratch, rng):
         np.asarray(X.T @ X)
     assert t.peak_device_bytes == 0 and "device:" not in repr(t)
     jask.set_device()
+
+
+@pytest.mark.parametrize("loss", [_logistic, _least_squares])
+@pytest.mark.parametrize("jitted", [False, True])
+def test_hessian_weighted_gram_on_device(cpu_device, rng, loss, jitted):
+    """``jax.hessian`` of a GLM: its group's weighted Gram product (``X.T @
+    (c * X)`` a band, times the tangents at the end) runs on the device as
+    the other groups do: no Dask graph, one pass when jitted (eagerly, the
+    loss's, tangent's and gradient's groups first, as on the host), device
+    bytes within the share; values against jax.numpy's hessian."""
+    p = 24
+    x = rng.standard_normal((30_000, p)).astype(np.float32)  # centred: curvature not vanishing
+    X = jask.from_numpy(x)
+    y = (rng.random(30_000) > 0.5).astype(np.float32)
+    Y = jask.from_numpy(y)
+    w = jnp.asarray(rng.standard_normal(p).astype(np.float32) * 0.05)
+    hessian = jax.hessian(loss)
+    if jitted:
+        hessian = jax.jit(hessian, static_argnums=3)
+    with jax.default_matmul_precision("highest"):
+        want = jax.hessian(loss)(w, jnp.asarray(x), jnp.asarray(y), jnp)
+        with jask.track() as t:
+            got = np.asarray(hessian(w, X, Y, jask))
+    ref = np.asarray(want, np.float64)
+    assert got.shape == (p, p)
+    assert _rel(got, ref) <= 1e-5
+    assert t.graphs == 0 and t.ran == []  # every group streamed to the device
+    assert t.passes(X) == (1.0 if jitted else 4.0)
+    streamed = on_device.last_stream()
+    assert streamed.plan.device_bytes <= streamed.share
+    assert 0 < t.peak_device_bytes <= streamed.share
+    assert len(streamed.plan.bands) > 1

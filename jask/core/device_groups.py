@@ -128,8 +128,9 @@ class _Lifted(np.lib.mixins.NDArrayOperatorsMixin):
 
 
 def _known_kernel(kernel) -> bool:
-    """A kernel of the op table (a row, its VJP or JVP), not a user's function
-    (whose closure may change between calls of a cached program)."""
+    """A kernel of the op table (a row, its VJP or JVP, the JVP of its VJP: a
+    Hessian's), not a user's function (whose closure may change between
+    calls of a cached program)."""
     if kernel is unchanged:
         return True
     if is_positional(kernel):
@@ -137,6 +138,8 @@ def _known_kernel(kernel) -> bool:
     owner = getattr(kernel, "__self__", None)
     row = getattr(owner, "ufunc", None)
     if row is not None:
+        while getattr(row, "ufunc", None) is not None:  # a VJP's own JVP: its row's rules
+            row = row.ufunc
         return not row.at_call and ufuncs.TABLE.get(row.name) is row
     return any(kernel is r.numpy and not r.at_call for r in ufuncs.TABLE.values())
 
