@@ -196,3 +196,69 @@ def test_group_with_a_users_function_stays_on_the_host(cpu_device, rng):
         value = jask.sum(jask.map(lambda b: b * 2.0, X @ w))
     np.testing.assert_allclose(value, 2 * (x.astype(np.float64) @ np.ones(4)).sum(), rtol=1e-5)
     assert t.graphs >= 1
+
+
+def test_track_reports_peak_device_bytes_within_the_share(cpu_device, rng):
+    """``jask.track`` reports the most bytes a stream held on the device: the
+    bands in flight and the partials, measured at every band, within the
+    device share (a store of 7.7 MiB through a share of 2 MiB)."""
+    x, X = _store(rng, (60_000, 32))
+    y = (rng.random(60_000) > 0.5).astype(np.float32)
+    Y = jask.from_numpy(y)
+    w = jnp.zeros(32, jnp.float32)
+    share = 2 * 2**20
+    runs = {"product": lambda: np.asarray(X.T @ X),
+            "row sum": lambda: jask.sum(X, axis=0),
+            "band groups": lambda: jax.value_and_grad(_logistic)(w, X, Y, jask),
+            "jitted step": lambda: jax.jit(jax.value_and_grad(_logistic), static_argnums=3)(
+                w, X, Y, jask)}
+    for name, run in runs.items():
+        with jask.track() as t:
+            jax.block_until_ready(run())
+        assert t.graphs == 0, name  # streamed to the device, not a host graph
+        band = on_device.last_stream().plan.band_bytes
+        assert band < X.nbytes / 4, name  # many bands: the store does not fit the share
+        assert band <= t.peak_device_bytes <= share, (name, t.peak_device_bytes)
+        assert "device: peak" in repr(t)
+
+
+def test_track_reports_no_device_bytes_on_the_host_path(jask_scratch, rng):
+    jask.set_memory_budget("4MiB", scratch_dir=jask_scratch.path)
+    _, X = _store(rng, (4_000, 8))
+    jask.set_device("host")
+    with jask.track() as t:
+        np.asarray(X.T @ X)
+    assert t.peak_device_bytes == 0 and "device:" not in repr(t)
+    jask.set_device()
+
+
+@pytest.mark.parametrize("loss", [_logistic, _least_squares])
+@pytest.mark.parametrize("jitted", [False, True])
+def test_hessian_weighted_gram_on_device(cpu_device, rng, loss, jitted):
+    """``jax.hessian`` of a GLM: its group's weighted Gram product (``X.T @
+    (c * X)`` a band, times the tangents at the end) runs on the device as
+    the other groups do: no Dask graph, one pass when jitted (eagerly, the
+    loss's, tangent's and gradient's groups first, as on the host), device
+    bytes within the share; values against jax.numpy's hessian."""
+    p = 24
+    x = rng.standard_normal((30_000, p)).astype(np.float32)  # centred: curvature not vanishing
+    X = jask.from_numpy(x)
+    y = (rng.random(30_000) > 0.5).astype(np.float32)
+    Y = jask.from_numpy(y)
+    w = jnp.asarray(rng.standard_normal(p).astype(np.float32) * 0.05)
+    hessian = jax.hessian(loss)
+    if jitted:
+        hessian = jax.jit(hessian, static_argnums=3)
+    with jax.default_matmul_precision("highest"):
+        want = jax.hessian(loss)(w, jnp.asarray(x), jnp.asarray(y), jnp)
+        with jask.track() as t:
+            got = np.asarray(hessian(w, X, Y, jask))
+    ref = np.asarray(want, np.float64)
+    assert got.shape == (p, p)
+    assert _rel(got, ref) <= 1e-5
+    assert t.graphs == 0 and t.ran == []  # every group streamed to the device
+    assert t.passes(X) == (1.0 if jitted else 4.0)
+    streamed = on_device.last_stream()
+    assert streamed.plan.device_bytes <= streamed.share
+    assert 0 < t.peak_device_bytes <= streamed.share
+    assert len(streamed.plan.bands) > 1

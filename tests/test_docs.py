@@ -1,4 +1,5 @@
 """The Sphinx documentation builds without a warning, and covers the API."""
+import os
 import pathlib
 import re
 import subprocess
@@ -26,7 +27,7 @@ def html(tmp_path_factory):
 
 def test_pages_exist(html):
     for page in ("index", "getting_started", "concepts", "testing", "api", "array_api",
-                 "object_storage", "promises"):
+                 "object_storage", "promises", "accelerators"):
         assert (html / f"{page}.html").is_file(), page
 
 
@@ -85,3 +86,17 @@ def test_getting_started_runs_and_its_model_learns(tmp_path):
     assert len(losses) == 2, result.stdout  # steps 0 and 10
     # the loss starts at y's variance (about 16) and falls to the noise's (0.01)
     assert losses[0] > 5 and losses[-1] < 0.05 * losses[0], losses
+
+
+def test_accelerators_page_runs_on_the_cpu_device(tmp_path):
+    """The page's code as written, with the device it names being JAX's CPU
+    device (no chip in CI): the device path, one pass, within the share."""
+    script = "\n\n".join(_python_blocks(DOCS / "accelerators.rst"))
+    env = {**os.environ, "PYTHONPATH": str(DOCS.parent)}  # this checkout's jask
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.split()
+    assert lines[:2] == ["1.0", "True"], result.stdout  # one pass, within the share
+    assert float(lines[2]) < 0.6931  # the loss fell below log 2 in three steps
+    assert lines[3:] == ["True", "True"], result.stdout

@@ -190,6 +190,15 @@ def retried(path: str) -> None:
     _add(path, _RETRIES, 1, 0)
 
 
+def device_peak(n: int) -> None:
+    """A device stream held ``n`` bytes on its device at its peak (called by
+    :mod:`jask.core.device` as each stream ends): the most of the open
+    ``track`` blocks' :attr:`Track.peak_device_bytes`."""
+    with _lock:
+        for t in _tracks:
+            t.peak_device_bytes = max(t.peak_device_bytes, int(n))
+
+
 @contextlib.contextmanager
 def op(name: str) -> Iterator[None]:
     """Count this thread's I/O inside the block for op ``name`` (work done
@@ -461,12 +470,19 @@ class Track(Stats):
 
     ``ran`` lists the graphs run in the block, in order, by op: a band group
     as ``"fused_sum (subtract, divide, multiply, sum)"``, an eager op
-    computed when its result was first needed as ``"add (deferred)"``."""
+    computed when its result was first needed as ``"add (deferred)"``.
+
+    ``peak_device_bytes`` is the most bytes a stream to an accelerator
+    (:func:`jask.set_device`) held on its device in the block, beyond what
+    was there when the stream began: what the device reports in use
+    (``memory_stats()``) where it reports it, else the arrays alive on it;
+    within the device share. 0 when nothing ran on a device."""
 
     def __init__(self):
         super().__init__()
         self._table = _Table()
         self.ran: list[str] = []
+        self.peak_device_bytes = 0
 
     def _tables(self) -> tuple[dict, dict]:
         with _lock:
@@ -475,7 +491,10 @@ class Track(Stats):
     def __repr__(self) -> str:
         ran = self.ran[-20:]
         more = f"{len(self.ran) - len(ran)} earlier, then " if len(self.ran) > len(ran) else ""
-        return super().__repr__() + (f"\n  ran: {more}" + "; ".join(ran) if ran else "")
+        device = (f"\n  device: peak {_size(self.peak_device_bytes)}"
+                  if self.peak_device_bytes else "")
+        return (super().__repr__() + device
+                + (f"\n  ran: {more}" + "; ".join(ran) if ran else ""))
 
     def __enter__(self) -> "Track":
         with _lock:

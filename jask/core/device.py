@@ -18,8 +18,9 @@ product over all the rows.
 
 Device memory is planned like host memory: the bands in flight and the
 partials fit the device share (:func:`share`), and :func:`last_stream` says
-what the last stream planned and held (arrays alive on the device,
-measured at every band).
+what the last stream planned and held (:func:`device_bytes`, measured at
+every band: what the device reports in use, else the arrays alive on it);
+``jask.track`` reports the most any stream in its block held.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from jask.store import as_transposed, registry, write
 from jask.store.spec import StoreSpec
 
 __all__ = ["target", "share", "gram", "row_sum", "dot_on_device", "sum_on_device",
-           "last_stream", "Streamed", "SHARE_FRACTION", "CPU_SHARE"]
+           "last_stream", "Streamed", "device_bytes", "Meter", "finished",
+           "SHARE_FRACTION", "CPU_SHARE"]
 
 #: Fraction of the memory a device reports (``bytes_limit``) that is the
 #: device share by default: the rest stays for the user's own arrays and
@@ -142,8 +144,34 @@ def _finish(acc, comp):
     return acc - comp
 
 
-def _device_bytes(device) -> int:
+def device_bytes(device) -> int:
+    """Bytes in use on ``device``: what it reports (``memory_stats()``'s
+    ``bytes_in_use``, as a GPU or TPU does) where it does, else the bytes of
+    the arrays alive on it (a CPU device reports nothing)."""
+    used = (device.memory_stats() or {}).get("bytes_in_use")
+    if used is not None:
+        return int(used)
     return sum(x.nbytes for x in jax.live_arrays() if device in x.devices())
+
+
+class Meter:
+    """The most bytes in use on a device beyond those in use when the meter
+    was made (before a stream puts anything there): what the stream held."""
+
+    def __init__(self, device):
+        self.device = device
+        self.base = device_bytes(device)
+        self.peak = 0
+
+    def measure(self) -> None:
+        self.peak = max(self.peak, device_bytes(self.device) - self.base)
+
+
+def finished(planned: streaming.StreamPlan, room: int, meter: Meter) -> None:
+    """Record a finished stream: :func:`last_stream`, and its peak device
+    bytes for the open ``jask.track`` blocks."""
+    _last[0] = Streamed(planned, room, meter.peak)
+    counters.device_peak(meter.peak)
 
 
 class _Fold:
@@ -153,18 +181,18 @@ class _Fold:
     def __init__(self, device, program, shape, dtype):
         self.device = device
         self.program = program
+        self.meter = Meter(device)  # before the partials: they are the stream's too
         zeros = jax.device_put(np.zeros(shape, dtype), device)
         self.acc, self.comp = zeros, zeros
-        self.base = _device_bytes(device)
-        self.peak = 0
 
     def put(self, tiles: list) -> list:
         band = [jax.device_put(t, self.device) for t in tiles]
-        self.peak = max(self.peak, _device_bytes(self.device) - self.base)
+        self.meter.measure()
         return band
 
     def fold(self, band):
         self.acc, self.comp = self.program(self.acc, self.comp, *band)
+        self.meter.measure()
         return self.acc
 
     def wait(self, token) -> None:
@@ -178,8 +206,10 @@ def _run(stores: list, fold: _Fold, partial_bytes: int, device, config: Config, 
     room = share(device, config)
     planned = streaming.plan(stores, partial_bytes, room, config)
     streaming.stream(stores, planned, fold, op)
-    _last[0] = Streamed(planned, room, fold.peak)
-    return fold.result()
+    result = fold.result()
+    fold.meter.measure()
+    finished(planned, room, fold.meter)
+    return result
 
 
 def gram(a: StoreSpec, b: StoreSpec, dtype, device, config: Config, op: str = "dot"):

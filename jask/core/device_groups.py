@@ -128,8 +128,9 @@ class _Lifted(np.lib.mixins.NDArrayOperatorsMixin):
 
 
 def _known_kernel(kernel) -> bool:
-    """A kernel of the op table (a row, its VJP or JVP), not a user's function
-    (whose closure may change between calls of a cached program)."""
+    """A kernel of the op table (a row, its VJP or JVP, the JVP of its VJP: a
+    Hessian's), not a user's function (whose closure may change between
+    calls of a cached program)."""
     if kernel is unchanged:
         return True
     if is_positional(kernel):
@@ -137,6 +138,8 @@ def _known_kernel(kernel) -> bool:
     owner = getattr(kernel, "__self__", None)
     row = getattr(owner, "ufunc", None)
     if row is not None:
+        while getattr(row, "ufunc", None) is not None:  # a VJP's own JVP: its row's rules
+            row = row.ufunc
         return not row.at_call and ufuncs.TABLE.get(row.name) is row
     return any(kernel is r.numpy and not r.at_call for r in ufuncs.TABLE.values())
 
@@ -359,25 +362,25 @@ class _GroupFold:
     def __init__(self, device, program, partials: list, consts: list):
         self.device = device
         self.program = program
+        self.meter = on_device.Meter(device)  # before the partials and constants
         self.accs = tuple(jax.device_put(np.full(shape, start, dtype), device)
                           for shape, dtype, start in partials)
         self.comps = tuple(jax.device_put(np.zeros(shape, dtype), device)
                            for shape, dtype, _ in partials)
         self.consts = tuple(jax.device_put(c, device) for c in consts)
-        self.base = on_device._device_bytes(device)
-        self.peak = 0
         self.start = 0
 
     def put(self, tiles: list):
         band = [jax.device_put(t, self.device) for t in tiles]
         start, self.start = self.start, self.start + len(tiles[0])
-        self.peak = max(self.peak, on_device._device_bytes(self.device) - self.base)
+        self.meter.measure()
         return start, band
 
     def fold(self, band):
         start, tiles = band
         self.accs, self.comps = self.program(self.accs, self.comps, np.int32(start),
                                              tuple(tiles), self.consts)
+        self.meter.measure()
         return self.accs
 
     def wait(self, token) -> None:
@@ -436,8 +439,7 @@ class OnDevice:
                                  work_row_bytes=work_row)
         fold = _GroupFold(self.device, program, partials, layout.consts)
         streaming.stream(layout.stores, planned, fold, name)
-        on_device._last[0] = on_device.Streamed(planned, room + sum(
-            c.nbytes for c in layout.consts), fold.peak)
+        on_device.finished(planned, room + sum(c.nbytes for c in layout.consts), fold.meter)
         totals = [np.asarray(acc) - np.asarray(comp) if reducer not in ("max", "min")
                   else np.asarray(acc)
                   for acc, comp, reducer in zip(fold.accs, fold.comps, layout.reducers)]
