@@ -552,3 +552,53 @@ def test_narrow_arrays_beside_runs_are_read_whole_once_an_epoch(tmp_path, device
         assert [yb.tolist() for _, yb in got] == [b.tolist() for b in loader.plan.batch_rows(epoch)]
         for xb, yb in got:
             np.testing.assert_array_equal(xb, x[yb])
+
+
+def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch):
+    from jask.store import OpenFiles, read_runs, registry
+    values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
+                          dtype="f4", compressors=None)
+    z[:] = values
+    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    opened: list = []
+    real_open = os.open
+    chunks = os.path.join(str(tmp_path / "a.zarr"), "c")
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: (
+        str(path).startswith(chunks) and opened.append(path), real_open(path, *a, **k))[1])
+    starts, stops = np.array([5, 210, 230, 590]), np.array([9, 220, 231, 600])
+    expected = np.concatenate([values[lo:hi] for lo, hi in zip(starts, stops)])
+
+    def read(files):
+        out = np.empty((int(np.sum(stops - starts)), 3), np.float32)
+        read_runs(spec, starts, stops, out, files)
+        np.testing.assert_array_equal(out, expected)
+
+    files = OpenFiles()
+    read(files)
+    read(files)
+    assert len(opened) == len(set(opened)) == 3  # chunks 0, 2 and 5, once each
+    held = [files.get(p) for p in opened]
+    files.close()
+    for fd in held:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    opened.clear()
+    few = OpenFiles()
+    few.MOST = 1  # past it, a call opens and closes its own
+    read(few)
+    read(few)
+    assert len(opened) == 1 + 2 * 2
+    few.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_loader_leaves_no_chunk_file_open(tmp_path):
+    X, y, _ = _stores(tmp_path, 6000, 16, 600, 250, False)
+    before = len(os.listdir("/proc/self/fd"))
+    for epochs in (2, None):
+        loader = jask.batches(X, y, batch_size=50, seed=4, buffer=3000, epochs=epochs)
+        assert sum(map(len, _rows(loader))) == 6000 * (epochs or 1)
+    for _, _ in zip(range(3), jask.batches(X, y, batch_size=50, seed=4, buffer=3000)):
+        pass  # left midway
+    assert len(os.listdir("/proc/self/fd")) == before

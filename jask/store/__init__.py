@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from jask.store.buffers import scope as buffer_scope
+from jask.store.chunkio import OpenFiles
 from jask.store.groups import Member, group_members, read_values, zarr_store
 from jask.store.groups import open_array as open_zarr_array
 from jask.store.kinds.icechunk.repositories import name as icechunk_name
@@ -64,8 +65,8 @@ __all__ = [
     "Location", "location_of", "locate", "register_options",
     "worker_options",
     # tiles
-    "read", "read_runs", "reads_runs", "write", "read_model", "prefetch", "forget_cached",
-    "open_array", "buffer_scope",
+    "read", "read_runs", "OpenFiles", "reads_runs", "write", "read_model", "prefetch",
+    "forget_cached", "open_array", "buffer_scope",
     # views
     "view_key", "base_of", "as_transposed", "transpose_view", "slice_view", "reshape_view",
     "gather_view", "same_elements",

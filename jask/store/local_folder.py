@@ -58,10 +58,11 @@ class LocalFolder(Location):
     def reads_runs(self, store: StoreSpec) -> bool:
         return chunkio.reads_runs(self, store)
 
-    def read_runs(self, store: StoreSpec, starts, stops, out: np.ndarray) -> np.ndarray:
+    def read_runs(self, store: StoreSpec, starts, stops, out: np.ndarray,
+                  files: chunkio.OpenFiles | None = None) -> np.ndarray:
         if chunkio.reads_runs(self, store):
-            return chunkio.read_runs(self, store, starts, stops, out)
-        return super().read_runs(store, starts, stops, out)
+            return chunkio.read_runs(self, store, starts, stops, out, files)
+        return super().read_runs(store, starts, stops, out, files)
 
     def read_model(self, store):
         return chunkio.read_model(self, store, on_disk=os.path.isdir(self.path))

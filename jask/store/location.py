@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import zarr
 
     from jask.base.memory import ReadModel
+    from jask.store.chunkio import OpenFiles
 
 __all__ = ["Location", "location_of"]
 
@@ -119,10 +120,11 @@ class Location(abc.ABC):
         return False
 
     def read_runs(self, store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
-                  out: np.ndarray) -> np.ndarray:
+                  out: np.ndarray, files: OpenFiles | None = None) -> np.ndarray:
         """Rows ``starts[i]:stops[i]`` of ``store`` (all of its other axes;
         sorted runs, not overlapping, each within one chunk row) one after
-        another into ``out``.
+        another into ``out`` (``files``: chunk files held open across calls,
+        by the kinds that read them by ``preadv``; ignored here).
 
         By default each chunk row is read once for all its runs: the span
         from its first run to its last, into a reused buffer, the runs copied

@@ -14,6 +14,7 @@ import numpy as np
 import zarr
 
 from jask.base import counters, forks, memory
+from jask.store.chunkio import OpenFiles
 from jask.store.location import location_of
 from jask.store.spec import StoreSpec
 
@@ -61,10 +62,11 @@ def reads_runs(store: StoreSpec) -> bool:
 
 
 def read_runs(store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
-              out: np.ndarray) -> np.ndarray:
+              out: np.ndarray, files: OpenFiles | None = None) -> np.ndarray:
     """Rows ``starts[i]:stops[i]`` of ``store`` (all its other axes; sorted
     runs, not overlapping, none empty) one after another into ``out`` (C-contiguous):
-    many runs per chunk in one call, each chunk opened (or decoded) once.
+    many runs per chunk in one call, each chunk opened (or decoded) once, or
+    held open in ``files`` (:class:`OpenFiles`) across calls.
 
     Example:
       >>> import numpy as np, jask
@@ -90,7 +92,7 @@ def read_runs(store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
         return out
     counters.read(store, (slice(0, rows),) + tuple(slice(0, n) for n in store.shape[1:]))
     starts, stops = _within_chunk_rows(starts, stops, store.chunks[0])
-    return location_of(store).read_runs(store, starts, stops, out)
+    return location_of(store).read_runs(store, starts, stops, out, files)
 
 
 def _within_chunk_rows(starts: np.ndarray, stops: np.ndarray, per: int) -> tuple:
