@@ -439,7 +439,7 @@ class Blockwise(DiskPrimitive):
         if not super().tangent_nonzero(nzs):
             return False
         rules = getattr(self.params["ufunc"], "vjps")
-        if rules is None or not is_linear(self.op, self.params["reducer"]):
+        if rules is None or not is_linear(self.params["op"], self.params["reducer"]):
             return True  # (refused, or a reducer's own rule)
         return any(nz and rule is not None for nz, rule in zip(nzs, rules))
 
@@ -460,8 +460,7 @@ class Blockwise(DiskPrimitive):
     def batched(self, size, args, dims):
         return _batch_blockwise(self, size, args, dims)
 
-    def derived(self, ufunc, in_avals, axes: tuple, dtypes: tuple, out_axes: tuple, out_dtype,
-                **params) -> Blockwise:
+    def derived(self, ufunc, in_avals, axes, dtypes, out_axes, out_dtype, **params):
         """A Blockwise over this op's full shape and config: a map or a
         reduction of its derivative (see :mod:`jask.core.primitives.reductions`)."""
         return Blockwise(ufunc, in_avals, axes, dtypes, self.shape, out_axes, out_dtype,

@@ -224,6 +224,6 @@ def rule_of(op: str, reducer: str) -> ReductionRule:
     return rule
 
 
-def is_linear(op: str, reducer: str | None) -> bool:
+def is_linear(op, reducer) -> bool:
     """None (a map), a sum or a mean: reductions linear in what they reduce."""
     return reducer is None or rule_of(op, reducer).linear
