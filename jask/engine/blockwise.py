@@ -270,7 +270,7 @@ class Reducer(NamedTuple):
     ``skips_nan``: NaNs are left out, counted per kept position
     (``"nanmean"``, :func:`nan_variance`); ``kind``: which reduction it is,
     whatever its parameters (``"mean"`` for every count): the key of its
-    derivative rules in ``jask.core.primitives.REDUCTION_RULES``."""
+    derivative rules in ``jask.core.primitives.reductions.REDUCTION_RULES``."""
 
     reduce: Callable
     combine: Callable

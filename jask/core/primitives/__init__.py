@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -26,6 +25,7 @@ from jask.base.config import Config, get_config
 from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import is_eager, is_tracer, prune_before_lowering, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
+from jask.core.primitives.reductions import is_linear, rule_of
 from jask.core.rewrite import take_over_jit
 from jask.engine import lazy, work
 from jask.engine.blockwise import REDUCERS, Operand, reduce_partial, variance
@@ -400,7 +400,7 @@ class Blockwise(DiskPrimitive):
 
     def backward(self, res, g, *accums):
         args, out = res
-        rule = _reduction_rule(self.reducer)
+        rule = None if self.reducer is None else rule_of(self.op, self.reducer)
         if rule is not None and rule.vjp is not None:  # the reduction's own rule
             _accum(accums[0], lambda: rule.vjp(self, args[0], out, g))
             return
@@ -439,26 +439,32 @@ class Blockwise(DiskPrimitive):
         if not super().tangent_nonzero(nzs):
             return False
         rules = getattr(self.params["ufunc"], "vjps")
-        if rules is None or not _linear_reducer(self.params["reducer"]):
+        if rules is None or not is_linear(self.params["op"], self.params["reducer"]):
             return True  # (refused, or a reducer's own rule)
         return any(nz and rule is not None for nz, rule in zip(nzs, rules))
 
     def tangent(self, primals, out, tangents):
         reducer = self.reducer
-        if _linear_reducer(reducer):  # a map, a sum or a mean: linear in the map
+        if is_linear(self.op, reducer):  # a map, a sum or a mean: linear in the map
             return self._jvp_map(primals, tangents)
         x, t = primals[0], tangents[0]
         if self.ufunc.vjps != (ufuncs.PASS,) or isinstance(t, Zero):
             raise NotImplementedError(
                 f"jask.{self.op}: forward-mode differentiation of a {reducer} reduction of "
                 f"{self.ufunc.name} is not supported (only of the array itself)")
-        rule = _reduction_rule(reducer)
-        if rule is None or rule.vjp is None:
+        rule = rule_of(self.op, reducer)
+        if rule.jvp is None:
             return super().tangent(primals, out, tangents)
-        return rule.vjp(self, x, out, t, forward=True)
+        return rule.jvp(self, x, out, t)
 
     def batched(self, size, args, dims):
         return _batch_blockwise(self, size, args, dims)
+
+    def derived(self, ufunc, in_avals, axes, dtypes, out_axes, out_dtype, **params):
+        """A Blockwise over this op's full shape and config: a map or a
+        reduction of its derivative (see :mod:`jask.core.primitives.reductions`)."""
+        return Blockwise(ufunc, in_avals, axes, dtypes, self.shape, out_axes, out_dtype,
+                         config=self.config, **params)
 
     def _jvp_map(self, primals, tangents):
         """The tangent of a map (reduced by a sum or a mean, which are linear):
@@ -506,7 +512,8 @@ class Blockwise(DiskPrimitive):
         reads its data once (bound one after the other, the tangent's group
         would read again the pending ops the value's group just read). None
         where the op is not such a reduction or has no tangent to compute."""
-        if not is_eager() or _on_disk(self.out_aval) or not _linear_reducer(self.params["reducer"]):
+        if (not is_eager() or _on_disk(self.out_aval)
+                or not is_linear(self.params["op"], self.params["reducer"])):
             return None
         if any(_no_elements(a) for a in (*self.in_avals, self.out_aval)):
             return None  # answered from shapes alone (DiskPrimitive._run)
@@ -620,12 +627,6 @@ def _batch_last(x, d: int):
     return _moved(x, tuple(i for i in range(n) if i != d) + (d,))
 
 
-def _linear_reducer(reducer) -> bool:
-    """None (a map), a sum or a mean: reductions linear in what they reduce."""
-    rule = _reduction_rule(reducer)
-    return reducer is None or (rule is not None and rule.linear)
-
-
 class VJP:
     """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``.
 
@@ -707,177 +708,6 @@ class JVP:
 
     def __eq__(self, other):
         return isinstance(other, JVP) and (self.ufunc, self.nz) == (other.ufunc, other.nz)
-
-
-def _last(prim, row, operands, axes: tuple, dtype, forward: bool, name: str | None = None):
-    """The last map of a reduction's derivative, ``row(g, *operands)``: its
-    VJP (``g`` along the result's axes, the cotangent along the input's) or,
-    ``forward``, its JVP (``g`` a tangent along the input's axes, the
-    result's tangent summed back to the result's axes)."""
-    out_axes, x_axes = prim.out_axes, prim.axes[0]
-    if not forward:
-        return Blockwise(row, tuple(_aval(a) for a in operands), (out_axes,) + tuple(axes),
-                         (dtype,) * len(operands), prim.shape, x_axes, dtype, grad=True,
-                         config=prim.config, name=name)(*operands)
-    return Blockwise(row, tuple(_aval(a) for a in operands), (x_axes,) + tuple(axes),
-                     (dtype,) * len(operands), prim.shape, out_axes, prim.out_aval.dtype,
-                     reducer="sum", to_memory=not _on_disk(prim.out_aval), grad=prim.grad,
-                     config=prim.config, name=f"{prim.op}_jvp")(*operands)
-
-
-def _chooser_vjp(prim, x, out, g, forward: bool = False):
-    """d max/min: the cotangent goes to the elements equal to the result,
-    split evenly among ties (as jax.numpy does); ``forward``: the tangent is
-    the mean of the tangents at the chosen elements (jax's rule)."""
-    x_aval, out_aval = prim.in_avals[0], prim.out_aval
-    dtype = x_aval.dtype
-    axes, out_axes = prim.axes[0], prim.out_axes
-    counts = Blockwise(ufuncs.TIES, (x_aval, out_aval), (axes, out_axes), (dtype, dtype),
-                       prim.shape, out_axes, dtype, reducer="sum",
-                       to_memory=not _on_disk(out_aval), grad=True, config=prim.config)(x, out)
-    return _last(prim, ufuncs.CHOSEN, (g, x, out, counts), (axes, out_axes, out_axes), dtype,
-                 forward)
-
-
-def _prod_vjp(prim, x, out, g, forward: bool = False):
-    """d prod: each element gets the product of the others (zeros included,
-    as jax.numpy): from the product of the nonzero elements and the count of
-    zeros, two reductions, then one map (``forward``: the tangents times
-    those products, summed)."""
-    x_aval, out_aval = prim.in_avals[0], prim.out_aval
-    dtype = x_aval.dtype
-    axes, out_axes = prim.axes[0], prim.out_axes
-    to_memory = not _on_disk(out_aval)
-    parts = [Blockwise(row, (x_aval,), (axes,), (dtype,), prim.shape, out_axes, dtype,
-                       reducer=reducer, to_memory=to_memory, grad=True, config=prim.config)(x)
-             for row, reducer in ((ufuncs.NONZERO_OR_ONE, "prod"), (ufuncs.IS_ZERO, "sum"))]
-    return _last(prim, ufuncs.PROD_VJP, (g, x, *parts), (axes, out_axes, out_axes), dtype,
-                 forward)
-
-
-def _mean_vjp(prim, x, out, g, forward: bool = False):
-    """d mean: the cotangent divided by the count, broadcast back to ``x``:
-    the cotangent of the sum of ``x * (1 / count)``, whose rule it is (a
-    mean is linear: its tangent is the map's, never asked here)."""
-    assert not forward
-    x_aval = prim.in_avals[0]
-    count = REDUCERS[prim.reducer].mean_count
-    inverse = jax.numpy.asarray(1.0 / count if count else np.nan, prim.dtypes[0])
-    scaled = Blockwise(ufuncs.MUL, (x_aval, _aval(inverse)), (prim.axes[0], ()),
-                       (prim.dtypes[0],) * 2, prim.shape, prim.out_axes, prim.out_aval.dtype,
-                       reducer="sum", to_memory=not _on_disk(prim.out_aval),
-                       config=prim.config, name=prim.op)
-    return scaled._cotangent(0, ufuncs.MUL.vjps[0], (x, inverse), g)
-
-
-def _var_vjp(prim, x, out, g, forward: bool = False):
-    """d var: ``2 (x - mean) / (N - ddof)`` times the cotangent, as the
-    cotangent of the squared deviations ``(x - mean)**2 / (N - ddof)`` (the
-    two-pass formula, whose mean carries no gradient): the mean, then one map."""
-    x_aval, out_aval = prim.in_avals[0], prim.out_aval
-    dtype = x_aval.dtype
-    axes, out_axes = prim.axes[0], prim.out_axes
-    to_memory = not _on_disk(out_aval)
-    count = int(np.prod([n for d, n in enumerate(prim.shape) if d not in set(out_axes)]))
-    ddof = REDUCERS[prim.reducer].ddof
-    assert ddof is not None  # (a variance's reducer)
-    inverse = jax.numpy.asarray(1.0 / count if count else np.nan, dtype)
-    mean = Blockwise(ufuncs.MUL, (x_aval, _aval(inverse)), (axes, ()), (dtype, dtype),
-                     prim.shape, out_axes, dtype, reducer="sum", to_memory=to_memory,
-                     grad=True, config=prim.config, name="mean")(x, inverse)
-    scale = jax.numpy.asarray(1.0 / (count - ddof) if count > ddof else np.nan, dtype)
-    deviations = Blockwise(ufuncs.SQDIFF, (x_aval, _aval(mean), _aval(scale)),
-                           (axes, out_axes, ()), (dtype,) * 3, prim.shape, out_axes,
-                           out_aval.dtype, reducer="sum", to_memory=to_memory,
-                           config=prim.config, name="var")
-    if forward:  # the mean carries no tangent (its derivative's term is zero)
-        return deviations._jvp_map((x, mean, scale), (g, Zero(_aval(mean)), Zero(_aval(scale))))
-    return deviations._cotangent(0, ufuncs.SQDIFF.vjps[0], (x, mean, scale), g)
-
-
-
-def _logsumexp_vjp(prim, x, out, g, forward: bool = False):
-    """d logsumexp: the softmax ``exp(x - logsumexp)`` times the cotangent.
-    Reduced over axes that keep the rows, the logsumexp is taken again as a
-    store (a row-wise reduction), never the forward value: inside a band
-    group each band recomputes its own rows' and the backward pass needs
-    nothing from the forward one (one pass under ``jit(value_and_grad)``);
-    eagerly it is a small store. Over the rows, the forward value is read."""
-    x_aval, out_aval = prim.in_avals[0], prim.out_aval
-    axes, out_axes = prim.axes[0], prim.out_axes
-    if forward:  # the softmax-weighted sum of the tangents
-        return _last(prim, ufuncs.SOFTMAX_TANGENT, (g, x, out), (axes, out_axes),
-                     x.aval.dtype if hasattr(x, "aval") else _aval(x).dtype, True)
-    lse = out
-    if 0 in out_axes:
-        lse = Blockwise(prim.ufunc, (x_aval,), (axes,), prim.dtypes, prim.shape, out_axes,
-                        out_aval.dtype, reducer="logsumexp", grad=True, config=prim.config,
-                        name="logsumexp")(x)
-    dtype = x_aval.dtype
-    softmax = Blockwise(ufuncs.EXP_SUB, (x_aval, _aval(lse)), (axes, out_axes), (dtype, dtype),
-                        prim.shape, out_axes, out_aval.dtype, reducer="sum",
-                        to_memory=not _on_disk(out_aval), config=prim.config,
-                        name="logsumexp")
-    return softmax._cotangent(0, ufuncs.EXP_SUB.vjps[0], (x, lse), g)
-
-
-def _nan_vjp(prim, x, out, g, forward: bool = False):
-    """d nanmean, d nanvar: zero at a NaN; elsewhere the cotangent over the
-    position's count (nanmean), or ``2 (x - mean) / (count - ddof)`` times
-    it (nanvar). The counts (and means) are reductions of their own, read in
-    one pass with the map under a compiled program."""
-    x_aval, out_aval = prim.in_avals[0], prim.out_aval
-    dtype = x_aval.dtype
-    axes, out_axes = prim.axes[0], prim.out_axes
-    to_memory = not _on_disk(out_aval)
-
-    def reduction(ufunc, reducer, name):
-        return Blockwise(ufunc, (x_aval,), (axes,), (dtype,), prim.shape, out_axes, dtype,
-                         reducer=reducer, to_memory=to_memory, grad=True, config=prim.config,
-                         name=name)(x)
-
-    count = reduction(ufuncs.IS_NUMBER, "sum", "nan_count")
-    ddof = REDUCERS[prim.reducer].ddof
-    name = f"{prim.op}_vjp"
-    if ddof is None:
-        return _last(prim, ufuncs.NAN_MEAN_VJP, (g, x, count), (axes, out_axes), dtype,
-                     forward, name)
-    mean = reduction(ufuncs.IDENTITY, "nanmean", "nanmean")
-    offset = jax.numpy.asarray(ddof, dtype)
-    return _last(prim, ufuncs.NAN_VAR_VJP, (g, x, mean, count, offset),
-                 (axes, out_axes, out_axes, ()), dtype, forward, name)
-
-class ReductionRule(NamedTuple):
-    """How a reduction is differentiated, by its reducer's kind
-    (``jask.engine.blockwise.Reducer.kind``): ``vjp(prim, x, out, g,
-    forward=False)`` gives the cotangent of ``x`` (``forward``: the tangent
-    of the output, ``g`` then being ``x``'s tangent); ``None``: the map's own
-    rules, reduced by a sum. ``linear``: the tangent is the map's tangent,
-    reduced the same way."""
-
-    vjp: Callable | None = None
-    linear: bool = False
-
-
-#: The derivative rules of the reductions, one row per kind. A kind not
-#: listed (``arg``, ``all``, ``any``: integer and boolean results) takes the
-#: map's rules; the internal ones (``m2``, ``statistics``) are made after
-#: differentiation and never meet a rule.
-REDUCTION_RULES: dict[str, ReductionRule] = {
-    "sum": ReductionRule(linear=True),
-    "mean": ReductionRule(_mean_vjp, linear=True),
-    "max": ReductionRule(_chooser_vjp),
-    "min": ReductionRule(_chooser_vjp),
-    "prod": ReductionRule(_prod_vjp),
-    "logsumexp": ReductionRule(_logsumexp_vjp),
-    "variance": ReductionRule(_var_vjp),
-    "nanmean": ReductionRule(_nan_vjp),
-    "nanvariance": ReductionRule(_nan_vjp),
-}
-
-
-def _reduction_rule(reducer: str | None) -> ReductionRule | None:
-    return None if reducer is None else REDUCTION_RULES.get(REDUCERS[reducer].kind)
 
 
 # --- layout ------------------------------------------------------------------
