@@ -42,7 +42,6 @@ from jask.api import (
 from jask.array_api._creation import check_device, full
 from jask.array_api._dtypes import check_dtype, default_float
 from jask.array_api._memory import namespace_function, own, unwrap, wrap_module
-from jask.base.config import get_config
 
 __all__ = ["ELEMENTWISE", "jask_function"]
 
@@ -1141,7 +1140,7 @@ def _gradient_along(f, spacing, axis: int, edge_order: int):
         if np.all(values == values[0]):
             return values[0]
         values = values.reshape((-1,) + trailing)
-        if disk_type(f) is not None and values.nbytes > get_config().max_memory // 8:
+        if disk_type(f) is not None and not interop.fits_in_memory(values.shape, values.dtype):
             return creation.from_numpy(values)
         return values
 

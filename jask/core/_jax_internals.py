@@ -9,6 +9,18 @@ import numpy as np
 from jax._src import core
 from jax._src.interpreters import ad
 
+#: JAX's jaxpr data types (``Var``, ``Literal``, ``DropVar``, ``Jaxpr``,
+#: ``ClosedJaxpr``, ``jaxpr_as_fun``...), for the rewrite passes in
+#: :mod:`jask.core.rewrite` that cut and rebuild jaxprs.
+jaxpr_core = core
+
+
+def jit_primitive():
+    """JAX's ``jit`` primitive (``pjit.jit_p``), whose hi-to-lo step the
+    device split takes over (:func:`jask.core.rewrite.pieces.take_over_jit`)."""
+    from jax._src import pjit
+    return pjit.jit_p
+
 
 def is_eager() -> bool:
     """True when ops run now, on concrete values (no trace is active).

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
-from jask.store import buffers
+import jask.store.buffers as buffers
 from jask.store.spec import StoreSpec, kind_of
 
 if TYPE_CHECKING:

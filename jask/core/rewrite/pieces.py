@@ -33,11 +33,11 @@ import weakref
 from dataclasses import dataclass
 
 import jax
-from jax._src import core
 
 from jask.base.config import get_config
 from jask.core import device as on_device
-from jask.core._jax_internals import hi_primitive, is_eager, rewritten_jaxpr
+from jask.core._jax_internals import hi_primitive, is_eager, jit_primitive, rewritten_jaxpr
+from jask.core._jax_internals import jaxpr_core as core
 
 __all__ = ["Piece", "Split", "split", "run_split", "take_over_jit"]
 
@@ -192,10 +192,8 @@ def take_over_jit(ours, group) -> None:
     docstring); every other call as JAX compiles it. ``ours(prim)``: a
     primitive of jask's; ``group(prim)``: one that is a band group.
     Installed once."""
-    from jax._src import pjit
-
     _rules.update(ours=ours, group=group)
-    original = pjit.jit_p.to_lojax
+    original = jit_primitive().to_lojax
     if getattr(original, "_splits_for_device", False):
         return
 
@@ -208,4 +206,4 @@ def take_over_jit(ours, group) -> None:
         return original(*hi_args, jaxpr=jaxpr, **params)
 
     to_lojax._splits_for_device = True  # type: ignore[attr-defined]
-    pjit.jit_p.to_lojax = to_lojax  # type: ignore[method-assign]
+    jit_primitive().to_lojax = to_lojax  # type: ignore[method-assign]
