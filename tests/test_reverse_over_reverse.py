@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from ops_table import OPS, as_jask, make_inputs
-from test_second_order import LOSSES, N, ONE_PASS, losses
+from test_second_order import LOSSES, ONE_PASS, N, losses
 
 import jask
 from helpers import to_numpy, tolerance
