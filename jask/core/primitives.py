@@ -1071,6 +1071,13 @@ class ScatterAdd(DiskPrimitive):
     def tangent(self, primals, out, tangents):
         return self._linear(primals, tangents, (0,))
 
+    def backward(self, res, g, cg, *cindex):
+        # (a gradient's gradient) the gather again, by the same positions; out of
+        # range the scatter dropped its element, so the gather fills zero there
+        _, *index = res
+        _accum(cg, lambda: gather(g, index, self.indexed, 0, grad=True, config=self.config,
+                                  name=f"{self.op}_vjp"))
+
 
 class Cumsum(DiskPrimitive):
     """The cumulative sum of a DiskArray along ``axis`` in ``dtype``
@@ -1177,6 +1184,9 @@ class Sort(DiskPrimitive):
                     grad=self.grad, config=self.config, name="sort_jvp")(t, inverse)
 
     def backward(self, res, g, *accums):
+        if self.kind == "unsort":  # sort's VJP (a gradient's gradient): linear in g
+            _accum(accums[0], lambda: self._unsort_transposed(res[1], g))
+            return
         if self.kind != "sort":
             super().backward(res, g, *accums)
         (x,) = res
@@ -1190,6 +1200,16 @@ class Sort(DiskPrimitive):
             return Sort((_aval(g), _aval(perm)), self.axis, "unsort", aval.dtype, grad=True,
                         config=self.config, name="sort_vjp")(g, perm)
         _accum(accums[0], cotangent)
+
+    def _unsort_transposed(self, order, g):
+        """The transpose of putting ``g`` back by ``order`` (out[order[i]] = g[i]):
+        g taken in that order (g[order[i]]), which is g put back by the
+        inverse order."""
+        index = self.in_avals[1]
+        inverse = Sort((index,), self.axis, "argsort", index.dtype, grad=True,
+                       config=self.config, name="sort_inverse")(order)
+        return Sort((_aval(g), _aval(inverse)), self.axis, "unsort", self.dtype, grad=True,
+                    config=self.config, name=f"{self.op}_vjp")(g, inverse)
 
 
 class FFT(DiskPrimitive):
