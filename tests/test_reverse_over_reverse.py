@@ -66,7 +66,8 @@ NO_REVERSE_SECOND = ("cumprod[", "prod[", "nanprod[", "map")
 #: The rows checked in CI's run (the rest of each op's first case is marked slow).
 IN_CI = ("multiply[1d:disk-disk]", "softplus", "logsumexp[3d,axis=None,keepdims=False]",
          "max[1d,axis=None,keepdims=False]", "dot[wide]", "flip[axis=1]",
-         "cumprod[zeros,axis=0]", "getitem[rows]", "take[axis=0]", "sort[axis=0]", "prod[zeros,axis=1,keepdims]")
+         "cumprod[zeros,axis=0]", "getitem[rows]", "take[axis=0]", "sort[axis=0]",
+         "prod[zeros,axis=1,keepdims]")
 
 
 def _first_of_each_op() -> list:
