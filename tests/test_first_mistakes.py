@@ -57,19 +57,30 @@ def test_device_put_is_refused_clearly(X):
         jax.device_put(X)
 
 
-def test_second_derivatives_reverse_over_reverse_are_refused_naming_forward_over_reverse(X):
-    """jax.grad of a gradient is refused, naming what works: the Hessian-vector
-    product forward over reverse, which equals jax.numpy's."""
+def test_second_derivatives_reverse_over_reverse_match_jax_numpy_or_name_the_op(X, x):
+    """jax.grad of a gradient, as a new user writes it first: jax.numpy's
+    values, eagerly and under jit; where a backward piece has no rule of its
+    own (cumprod's), refused naming the op, never a wrong value.
+    Reverse over forward stays refused, naming forward over reverse."""
     def loss(w):
         return jask.sum(jask.square(X @ w))
 
     w = jnp.ones(7, jnp.float32)
+    xm = jnp.asarray(x)
+    want = 2 * xm.T @ (xm @ jnp.ones(7, jnp.float32))  # grad of sum(grad): H @ 1, H = 2 X^T X
     for second in (jax.grad(lambda w: jnp.sum(jax.grad(loss)(w))),
                    jax.jit(jax.grad(lambda w: jnp.sum(jax.grad(loss)(w))))):
-        with pytest.raises(NotImplementedError, match=r"reverse mode over reverse mode.*"
-                                                      r"jax\.jvp\(jax\.grad\(f\)"):
-            second(w)
-    x = jnp.asarray(X.to_numpy())
+        np.testing.assert_allclose(second(w), want, rtol=1e-5)
+    np.testing.assert_allclose(jax.jacrev(jax.grad(loss))(w), 2 * xm.T @ xm, rtol=1e-5)
+    a = jnp.float32(0.5)
+    rows = jnp.array([3, 0, 3])  # a gather: its VJP is a scatter-add, whose own is the gather
+    np.testing.assert_allclose(
+        jax.grad(jax.grad(lambda a: jask.sum(jask.square(jask.take(X * a, rows, axis=0)))))(a),
+        2 * jnp.sum(jnp.square(xm[rows])), rtol=1e-5)
+    with_zeros = jask.from_numpy(np.where(np.abs(x) < 0.3, 0, x))
+    with pytest.raises(NotImplementedError, match=r"jask\.cumprod: second derivatives.*"
+                                                  r"not supported"):
+        jax.grad(jax.grad(lambda a: jask.sum(jask.cumprod(with_zeros * a, axis=0))))(a)
     v = jnp.arange(7.0, dtype=jnp.float32)
     for reverse_over_forward in (jax.grad(lambda w: jax.jvp(loss, (w,), (v,))[1]),
                                  jax.jacrev(jax.jacfwd(loss))):
@@ -77,7 +88,7 @@ def test_second_derivatives_reverse_over_reverse_are_refused_naming_forward_over
                                                       r"forward over reverse"):
             reverse_over_forward(w)
     _, hv = jax.jvp(jax.grad(loss), (w,), (v,))
-    np.testing.assert_allclose(hv, 2 * x.T @ (x @ v), rtol=1e-5)
+    np.testing.assert_allclose(hv, 2 * xm.T @ (xm @ v), rtol=1e-5)
 
 
 def test_optax_apply_updates_keeps_disk_parameters_eagerly_as_under_jit(X, x, small_budget):

@@ -626,20 +626,27 @@ def _others_product(g, x, p, z):
     return g * np.where(x == 0, np.where(z == 1, p, 0), np.where(z == 0, p / safe, 0))
 
 
-_PROD_SECOND = unknown("jask.prod: second derivatives (forward mode over prod's gradient: "
-                       "jax.hessian, a Hessian-vector product) are not supported")
+_PROD_SECOND = unknown("jask.prod: second derivatives (jax.hessian, jax.jvp or jax.grad of "
+                       "its gradient) are not supported: its gradient's rule at a zero "
+                       "element has no derivative jask computes")
 PROD_VJP = _row("prod_vjp", _others_product, lambda g, x, p, z: g,
                 lambda t, g, x, p, z: _others_product(t, x, p, z), _PROD_SECOND, _PROD_SECOND,
                 None, public=False)
 
 # cumprod's VJP (zeros included): ``c`` is the running count of zeros along the axis.
-# (Forward mode through cumprod is refused before any of these is reached.)
+# Its pieces have no rules of their own: read at a zero as constants, their
+# derivatives would miss the zero's own terms (a wrong value), so reverse mode over
+# them (jax.grad of cumprod's gradient) is refused naming cumprod; forward mode
+# through cumprod is refused before any of these is reached.
+_CUMPROD_SECOND = unknown("jask.cumprod: second derivatives (jax.grad or jax.jacrev of its "
+                          "gradient; forward mode through it) are not supported")
 FIRST_ZERO_AS_ONE = _row("first_zero_as_one",
                          lambda x, c: np.where((x == 0) & (c == 1), np.ones_like(x), x),
-                         lambda x, c: x, None, None, public=False)
+                         lambda x, c: x, _CUMPROD_SECOND, None, public=False)
 BEFORE_ZERO = _row("before_zero", lambda g, y, c: g * y * (c == 0), lambda g, y, c: g,
-                   None, None, None, public=False)
+                   _CUMPROD_SECOND, _CUMPROD_SECOND, None, public=False)
 CUMPROD_VJP = _row("cumprod_vjp",
                    lambda b, s, x, c: np.where(c == 0, b / np.where(x == 0, np.ones_like(x), x),
                                                np.where((x == 0) & (c == 1), s, 0)),
-                   lambda b, s, x, c: b, None, None, None, None, public=False)
+                   lambda b, s, x, c: b, _CUMPROD_SECOND, _CUMPROD_SECOND, _CUMPROD_SECOND,
+                   None, public=False)

@@ -46,14 +46,6 @@ def _aval(x):
     return jax.typeof(x)
 
 
-#: The refusal of a gradient's own gradient (reverse over reverse).
-SECOND_DERIVATIVES = (
-    "jask: second derivatives in reverse mode over reverse mode are not supported (jax.grad of "
-    "a gradient): {op} belongs to a backward pass. Take them forward over reverse: "
-    "jax.jvp(jax.grad(f), (w,), (v,)) for a Hessian-vector product, jax.hessian(f) (jacfwd of "
-    "jacrev) for the whole Hessian")
-
-
 COMPLEX_DERIVATIVES = (
     "jask.{op}: derivatives through complex values are not supported (jax.grad, jax.jvp and "
     "their kin of an op with a complex operand or result): jask's derivative rules are "
@@ -71,7 +63,6 @@ class DiskPrimitive(VJPHiPrimitive):
         super().__init__()
 
     def vjp_fwd(self, nzs_in, *args):
-        self.check_first_order()
         self.check_real(nzs_in)
         return self(*args), args
 
@@ -86,11 +77,6 @@ class DiskPrimitive(VJPHiPrimitive):
         if "c" in kinds:
             raise NotImplementedError(COMPLEX_DERIVATIVES.format(
                 op=self.params.get("op", type(self).__name__)))
-
-    def check_first_order(self):
-        """Refuse to differentiate an op of a backward pass (a second derivative)."""
-        if self.params.get("grad"):
-            raise NotImplementedError(SECOND_DERIVATIVES.format(op=self.params.get("op")))
 
     # --- forward mode: jax.jvp, jax.linearize (and jvp(grad): forward over reverse) ----
     def jvp(self, primals, tangents):
@@ -148,10 +134,10 @@ class DiskPrimitive(VJPHiPrimitive):
         """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
         raise NotImplementedError(
             f"jask: {self.params.get('op', type(self).__name__)} is not differentiable in "
-            "reverse mode: it computes a derivative (a tangent or a cotangent), and reverse "
-            "mode over a derivative is not supported. Take second derivatives forward over "
-            "reverse: jax.jvp(jax.grad(f), (w,), (v,)), or jax.hessian(f) (not jax.jacrev of "
-            "jax.jacfwd)")
+            "reverse mode: it computes a derivative (a tangent, or a cotangent with no "
+            "backward rule of its own), and jax.grad of it is not supported. Take second "
+            "derivatives forward over reverse: jax.jvp(jax.grad(f), (w,), (v,)), or "
+            "jax.hessian(f) (not jax.jacrev of jax.jacfwd)")
 
     # --- jax.vmap: a batched op is the same kind of op over one more axis ------------
     def batch(self, axis_data, args, dims):
@@ -393,15 +379,21 @@ class Blockwise(DiskPrimitive):
         return np.asarray(value).astype(self.out_aval.dtype).reshape(-1)[0]
 
     def vjp_fwd(self, nzs_in, *args):
-        self.check_first_order()
         self.check_real(nzs_in)
         out = self(*args)
         return out, (args, out)
 
     def backward(self, res, g, *accums):
+        # (Also reverse over reverse: a backward pass's maps are Blockwise ops too, whose
+        # rows carry their own rules, VJP kernels' from the row's second derivatives.)
         args, out = res
         rule = None if self.reducer is None else rule_of(self.op, self.reducer)
         if rule is not None and rule.vjp is not None:  # the reduction's own rule
+            if self.grad and self.ufunc.vjps != (ufuncs.PASS,):
+                # the rule differentiates what is reduced as if it were the operand
+                _accum(accums[0], lambda: _refuse(
+                    f"jask.{self.op}: reverse mode through a {self.reducer} reduction of "
+                    f"{self.ufunc.name} (a piece of a gradient) is not supported"))
             _accum(accums[0], lambda: rule.vjp(self, args[0], out, g))
             return
         if self.ufunc.vjps is None:
@@ -410,6 +402,8 @@ class Blockwise(DiskPrimitive):
             rule = self.ufunc.vjps[j]
             if rule is None:
                 continue  # not differentiable in this operand (a condition, a stop)
+            if ufuncs.is_unknown(rule):  # a derivative jask has no rule for: refused, by name
+                _accum(accum, lambda rule=rule: _refuse(rule.unknown))
             _accum(accum, lambda j=j, rule=rule: self._cotangent(j, rule, args, g))
 
     def _cotangent(self, j, rule, args, g):
@@ -627,6 +621,11 @@ def _batch_last(x, d: int):
     return _moved(x, tuple(i for i in range(n) if i != d) + (d,))
 
 
+def _refuse(what: str):
+    """Refuse a derivative jask has no rule for, at trace time, naming the op."""
+    raise NotImplementedError(what)
+
+
 class VJP:
     """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``.
 
@@ -778,6 +777,10 @@ class Scatter(DiskPrimitive):
     def tangent(self, primals, out, tangents):
         return self._linear(primals, tangents, (0,))
 
+    def backward(self, res, g, cg, *cstarts):
+        _, *starts = res  # (a gradient's gradient: the slice again)
+        _accum(cg, lambda: take_slice(g, self.sizes, starts, config=self.config, grad=True))
+
 
 class Concatenate(DiskPrimitive):
     """Operands joined along ``axis`` (``stack``: along a new axis)."""
@@ -898,6 +901,13 @@ class ScatterAdd(DiskPrimitive):
     def tangent(self, primals, out, tangents):
         return self._linear(primals, tangents, (0,))
 
+    def backward(self, res, g, cg, *cindex):
+        # (a gradient's gradient) the gather again, by the same positions; out of
+        # range the scatter dropped its element, so the gather fills zero there
+        _, *index = res
+        _accum(cg, lambda: gather(g, index, self.indexed, 0, grad=True, config=self.config,
+                                  name=f"{self.op}_vjp"))
+
 
 class Cumsum(DiskPrimitive):
     """The cumulative sum of a DiskArray along ``axis`` in ``dtype``
@@ -1004,6 +1014,9 @@ class Sort(DiskPrimitive):
                     grad=self.grad, config=self.config, name="sort_jvp")(t, inverse)
 
     def backward(self, res, g, *accums):
+        if self.kind == "unsort":  # sort's VJP (a gradient's gradient): linear in g
+            _accum(accums[0], lambda: self._unsort_transposed(res[1], g))
+            return
         if self.kind != "sort":
             super().backward(res, g, *accums)
         (x,) = res
@@ -1017,6 +1030,16 @@ class Sort(DiskPrimitive):
             return Sort((_aval(g), _aval(perm)), self.axis, "unsort", aval.dtype, grad=True,
                         config=self.config, name="sort_vjp")(g, perm)
         _accum(accums[0], cotangent)
+
+    def _unsort_transposed(self, order, g):
+        """The transpose of putting ``g`` back by ``order`` (out[order[i]] = g[i]):
+        g taken in that order (g[order[i]]), which is g put back by the
+        inverse order."""
+        index = self.in_avals[1]
+        inverse = Sort((index,), self.axis, "argsort", index.dtype, grad=True,
+                       config=self.config, name="sort_inverse")(order)
+        return Sort((_aval(g), _aval(inverse)), self.axis, "unsort", self.dtype, grad=True,
+                    config=self.config, name=f"{self.op}_vjp")(g, inverse)
 
 
 class FFT(DiskPrimitive):
@@ -1201,19 +1224,20 @@ class Dot(DiskPrimitive):
             _accum(cb, lambda: _dot_vjp(a, g, not ta, False, B, cfg))
 
     def _vector_backward(self, a, b, g, ca, cb):
-        """1-D operands (never read transposed): the other cotangent is an
-        outer product, which is elementwise."""
+        """A 1-D operand (never read transposed; the matrix may be, as in a
+        gradient's ``X.T @ g``, whose own gradient this is then): the other
+        cotangent is an outer product, which is elementwise."""
         A, B = self.in_avals
-        cfg = self.config
+        ta, tb, cfg = self.ta, self.tb, self.config
         if A.ndim == 1 and B.ndim == 1:  # a . b: g is a scalar
             _accum(ca, lambda: outer(g, b, A, cfg))
             _accum(cb, lambda: outer(g, a, B, cfg))
-        elif A.ndim == 1:  # (k,) @ (k, n): da = b @ g, db = outer(a, g)
-            _accum(ca, lambda: _dot_vjp(b, g, False, False, A, cfg))
-            _accum(cb, lambda: outer(a, g, B, cfg))
-        else:  # (m, k) @ (k,): da = outer(g, b), db = a.T @ g
-            _accum(ca, lambda: outer(g, b, A, cfg))
-            _accum(cb, lambda: _dot_vjp(a, g, True, False, B, cfg))
+        elif A.ndim == 1:  # (k,) @ op(b): da = op(b) @ g, dB = outer(a, g)
+            _accum(ca, lambda: _dot_vjp(b, g, tb, False, A, cfg))
+            _accum(cb, lambda: outer(g, a, B, cfg) if tb else outer(a, g, B, cfg))
+        else:  # op(a) @ (k,): dA = outer(g, b), db = op(a).T @ g
+            _accum(ca, lambda: outer(b, g, A, cfg) if ta else outer(g, b, A, cfg))
+            _accum(cb, lambda: _dot_vjp(a, g, not ta, False, B, cfg))
 
 
 def _dot_vjp(a, b, ta, tb, like, config):
