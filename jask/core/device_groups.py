@@ -296,11 +296,7 @@ def _band_program(layout: _Layout):
             block = jnp.asarray(block)
             if dt is not None and block.dtype != dt:
                 block = block.astype(dt)
-            dims = [1] * len(full)
-            for i, a in enumerate(ax):
-                if a is not None:
-                    dims[a] = block.shape[i]
-            tiles.append(_Lifted(block.reshape(dims)))
+            tiles.append(_Lifted(block.reshape(fusion.placed_dims(block.shape, ax, len(full)))))
         result = jnp.broadcast_to(_lower(p["kernel"](*tiles)), full)
         kept = {a for a in p["out_axes"] if a is not None}
         reduced = tuple(d for d in range(len(full)) if d not in kept)

@@ -140,6 +140,18 @@ def band_length(node: Node) -> int:
 
 # --- computing one band ------------------------------------------------------------
 
+def placed_dims(shape: tuple, axes, ndim: int) -> list[int]:
+    """The shape that places a block of ``shape`` on the result's ``axes``
+    (``None``: an axis the block lacks) in an ``ndim``-dimensional
+    broadcast: the block's lengths there, 1 elsewhere. Shared by the host
+    band and the device's traced one (:mod:`jask.core.device_groups`)."""
+    dims = [1] * ndim
+    for i, a in enumerate(axes):
+        if a is not None:
+            dims[a] = shape[i]
+    return dims
+
+
 def _band_of(x, values: dict, rows: slice):
     """An input's band: a node's value, a store's rows, or an array's rows."""
     if isinstance(x, Node):
@@ -165,11 +177,7 @@ def _map_band(node: Node, values: dict, rows: slice) -> np.ndarray:
             block = _band_of(x, values, rows)
         if dt is not None and block.dtype != dt:
             block = block.astype(dt)
-        dims = [1] * len(full)
-        for i, a in enumerate(ax):
-            if a is not None:
-                dims[a] = block.shape[i]
-        tiles.append(block.reshape(dims))
+        tiles.append(block.reshape(placed_dims(block.shape, ax, len(full))))
     kernel = p["kernel"]
     with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
         if is_positional(kernel):  # the band's place in the full shape
