@@ -292,4 +292,4 @@ def take_over_jit(ours, group) -> None:
         return original(*hi_args, jaxpr=jaxpr, **params)
 
     to_lojax._splits_for_device = True  # type: ignore[attr-defined]
-    jit_primitive().to_lojax = to_lojax  # type: ignore[method-assign]
+    jit_primitive().to_lojax = to_lojax
