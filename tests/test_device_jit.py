@@ -138,3 +138,78 @@ def test_jitted_training_loop_soak(cpu_device, rng, split_calls, steps):
         ref = _train_reference(jnp.asarray(x), jnp.asarray(y), steps)
     assert len(split_calls) == steps
     np.testing.assert_allclose(w, ref, rtol=1e-4, atol=1e-5)
+
+
+def _descend(w, X, y, m=jask, steps=6):
+    """A jitted training loop: ``steps`` gradient steps in ``lax.fori_loop``."""
+    return jax.lax.fori_loop(0, steps, lambda i, w: w - 0.5 * jax.grad(_logistic)(w, X, y, m), w)
+
+
+def _until_small(w, X, y, m=jask):
+    """Gradient steps in ``lax.while_loop`` until the gradient is small; the steps taken."""
+    def more(c):
+        return (jnp.linalg.norm(c[1]) > 2e-3) & (c[2] < 40)
+
+    def step(c):
+        g = jax.grad(_logistic)(c[0], X, y, m)
+        return c[0] - 2.0 * g, g, c[2] + 1
+
+    w, _, k = jax.lax.while_loop(more, step, (w, jnp.ones_like(w), 0))
+    return w, k
+
+
+def _scanned(w, X, y, m=jask, reverse=False):
+    """``lax.scan`` over step sizes: the losses as ``ys``, the weights carried."""
+    def step(w, rate):
+        v, g = jax.value_and_grad(_logistic)(w, X, y, m)
+        return w - rate * g, v
+
+    return jax.lax.scan(step, w, jnp.linspace(0.2, 1.0, 5), reverse=reverse)
+
+
+def _nested(w, X, y, m=jask):
+    """A ``fori_loop`` of ``fori_loop``s: 2 x 3 gradient steps."""
+    return jax.lax.fori_loop(0, 2, lambda i, w: _descend(w, X, y, m, steps=3) * 0.9, w)
+
+
+def _scanned_back(w, X, y, m=jask):
+    return _scanned(w, X, y, m, reverse=True)
+
+
+#: Each loop and the passes over X it makes (None: the steps it returns).
+LOOPS = [(_descend, 6), (_until_small, None), (_scanned, 5), (_scanned_back, 5), (_nested, 6)]
+
+
+@pytest.mark.parametrize("fn, passes", LOOPS, ids=["fori", "while", "scan", "scan-reverse",
+                                                   "nested"])
+def test_band_groups_inside_loops_run_on_the_device(cpu_device, rng, split_calls, fn, passes):
+    x, y, X, Y = _data(rng, 20_000, 6)
+    w = jnp.asarray(rng.standard_normal(6).astype(np.float32) * 0.1)
+    step = jax.jit(fn)
+    with jax.default_matmul_precision("highest"):
+        ref = jax.jit(lambda w: fn(w, jnp.asarray(x), jnp.asarray(y), jnp))(w)
+        with jask.track() as t:
+            got = step(w, X, Y)
+        jask.set_device("host")
+        host = step(w, X, Y)  # the compiled program, its groups in the loop's callbacks
+    assert split_calls == [1]
+    passes = passes or int(ref[1])
+    assert passes > 1 and t.passes(X) == passes and t.graphs == 0  # a group each iteration
+    assert 0 < t.peak_device_bytes <= on_device.last_stream().share
+    for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(ref), jax.tree.leaves(host)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_without_a_group_stays_compiled(cpu_device, rng, split_calls):
+    x, y, X, Y = _data(rng, 2_000, 4)
+    doubled, w = jax.jit(lambda X, w: (X * 2.0, jax.lax.fori_loop(0, 3, lambda i, w: w * 2, w)))(
+        X, jnp.ones(4))  # a store op and a loop of JAX's own: no band group to stream
+    assert split_calls == []
+    np.testing.assert_allclose(doubled.to_numpy(), 2 * x)
+    np.testing.assert_allclose(w, np.full(4, 8.0))
+    with jask.track() as t:
+        total = jax.jit(lambda w, X: jax.lax.fori_loop(0, 3, lambda i, w: w + jask.sum(X), w))(
+            jnp.zeros(()), X)  # a sum alone is a group: streamed each iteration
+    assert split_calls == [1] and t.passes(X) == 3 and t.graphs == 0
+    np.testing.assert_allclose(total, 3 * x.sum(dtype=np.float64), rtol=1e-4)

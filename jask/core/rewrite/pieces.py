@@ -22,10 +22,19 @@ runs as one group streamed to the device by
 The values are those of the compiled program: the same rewritten jaxpr,
 its ops in program order.
 
+A loop of the step (``lax.scan``, ``lax.while_loop``; ``lax.fori_loop``
+is one of them) whose body holds a band group is one piece of its own, run
+on the host as a Python loop (:class:`Loop`): its body rewritten as JAX
+lowers a nested program and split the same way, once, its condition (a
+``while``'s) a split of its own whose boolean comes back once an
+iteration, the carry passed along as ``jax.Array`` values; a ``scan``'s
+``xs`` sliced and its ``ys`` stacked. A loop inside such a body is split
+in turn.
+
 Anything else keeps the compiled program: a jitted call under another
 trace (``jax.grad(jax.jit(f))`` is traced, then runs as one program), a
-step without a band group at its top level (one inside ``lax.fori_loop``
-stays in the loop's callbacks), or no device configured.
+step without a band group (at its top level or in a loop's body), a scan
+over a store's rows, or no device configured.
 """
 from __future__ import annotations
 
@@ -33,13 +42,14 @@ import weakref
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 
 from jask.base.config import get_config
 from jask.core import device as on_device
 from jask.core._jax_internals import hi_primitive, is_eager, jit_primitive, rewritten_jaxpr
 from jask.core._jax_internals import jaxpr_core as core
 
-__all__ = ["Piece", "Split", "split", "run_split", "take_over_jit"]
+__all__ = ["Loop", "Piece", "Split", "split", "run_split", "take_over_jit"]
 
 
 #: What :func:`take_over_jit` was told: ``ours(prim)`` (a primitive of jask's)
@@ -61,8 +71,9 @@ def _is_group(eqn) -> bool:
 @dataclass(frozen=True)
 class Piece:
     """One piece of a split step: ``kind`` "program" (JAX's own equations,
-    compiled as one: ``call`` takes ``reads``' values, returns ``writes``')
-    or "eqn" (one of jask's equations, or one holding them, called eagerly)."""
+    compiled as one: ``call`` takes ``reads``' values, returns ``writes``'),
+    "loop" (a :class:`Loop`, called the same way) or "eqn" (one of jask's
+    equations, or one holding them, called eagerly)."""
 
     kind: str
     reads: tuple
@@ -108,6 +119,71 @@ def _reads_after(eqns: list, outvars: list) -> list:
     return after
 
 
+@dataclass(frozen=True)
+class Loop:
+    """A ``scan`` or ``while`` equation run on the host as a Python loop of
+    split pieces: ``body`` its body's :class:`Split`, ``cond`` a ``while``'s
+    condition's (None for a ``scan``), ``params`` the equation's."""
+
+    kind: str
+    body: Split
+    cond: Split | None
+    params: dict
+
+    def __call__(self, *args):
+        return self._scan(args) if self.kind == "scan" else self._while(args)
+
+    def _scan(self, args) -> list:
+        p = self.params
+        consts = list(args[:p["num_consts"]])
+        carry = list(args[p["num_consts"]:p["num_consts"] + p["num_carry"]])
+        xs = args[p["num_consts"] + p["num_carry"]:]
+        length = p["length"]
+        order = range(length - 1, -1, -1) if p["reverse"] else range(length)
+        ys: list = []
+        for i in order:
+            outs = _run(self.body, consts + carry + [x[i] for x in xs])
+            carry, y = list(outs[:p["num_carry"]]), outs[p["num_carry"]:]
+            ys.append(y)
+        if p["reverse"]:
+            ys.reverse()
+        avals = [v.aval for v in self.body.jaxpr.jaxpr.outvars[p["num_carry"]:]]
+        stacked = [jnp.stack([y[k] for y in ys]) if ys
+                   else jnp.zeros((0, *a.shape), a.dtype) for k, a in enumerate(avals)]
+        return carry + stacked
+
+    def _while(self, args) -> list:
+        p = self.params
+        cond_consts = list(args[:p["cond_nconsts"]])
+        start = p["cond_nconsts"] + p["body_nconsts"]
+        body_consts = list(args[p["cond_nconsts"]:start])
+        carry = list(args[start:])
+        assert self.cond is not None
+        while bool(_run(self.cond, cond_consts + carry)[0]):  # one boolean back
+            carry = list(_run(self.body, body_consts + carry))
+        return carry
+
+
+def _loop(eqn) -> Loop | None:
+    """A loop equation whose body (rewritten as JAX lowers a nested program)
+    holds a band group, as a :class:`Loop`; None for any other equation, and
+    for a scan over a store's rows (its ``xs`` are not in memory)."""
+    params = dict(eqn.params)
+    if eqn.primitive.name == "scan":
+        xs = eqn.invars[params["num_consts"] + params["num_carry"]:]
+        if not all(isinstance(v.aval, core.ShapedArray) for v in xs):
+            return None
+        body, cond = split(rewritten_jaxpr(params["jaxpr"], False)), None
+    elif eqn.primitive.name == "while":
+        body = split(rewritten_jaxpr(params["body_jaxpr"], False))
+        cond = split(rewritten_jaxpr(params["cond_jaxpr"], False))
+    else:
+        return None
+    if not body.groups:
+        return None
+    return Loop(eqn.primitive.name, body, cond, params)
+
+
 def split(closed: core.ClosedJaxpr) -> Split:
     """``closed`` (a rewritten step) cut at each of jask's equations: the runs
     of JAX's equations between them each one compiled :class:`Piece`.
@@ -133,6 +209,11 @@ def split(closed: core.ClosedJaxpr) -> Split:
         if run:
             pieces.append(_program(run, after[start + len(run)]))
             run = []
+        loop = None if _is_group(eqn) or hi_primitive(eqn) is not None else _loop(eqn)
+        if loop is not None:
+            groups += loop.body.groups + (loop.cond.groups if loop.cond else 0)
+            pieces.append(Piece("loop", tuple(eqn.invars), tuple(eqn.outvars), loop))
+            continue
         groups += _is_group(eqn)
         pieces.append(Piece("eqn", tuple(eqn.invars), tuple(eqn.outvars), eqn))
     if run:
@@ -146,13 +227,18 @@ def _value(env: dict, v):
 
 def run_split(done: Split, args) -> list:
     """The step's outputs: its pieces run in order on ``args`` (eagerly:
-    jask's equations as eager calls, the rest as compiled programs)."""
+    jask's equations as eager calls, loops as Python loops, the rest as
+    compiled programs)."""
+    return _run(done, args)
+
+
+def _run(done: Split, args) -> list:
     jaxpr = done.jaxpr.jaxpr
     env: dict = dict(zip(jaxpr.constvars, done.jaxpr.consts))
     env.update(zip(jaxpr.invars, args))
     for piece in done.pieces:
         ins = [_value(env, v) for v in piece.reads]
-        if piece.kind == "program":
+        if piece.kind != "eqn":
             outs = piece.call(*ins)
         else:
             eqn = piece.call
@@ -206,4 +292,4 @@ def take_over_jit(ours, group) -> None:
         return original(*hi_args, jaxpr=jaxpr, **params)
 
     to_lojax._splits_for_device = True  # type: ignore[attr-defined]
-    jit_primitive().to_lojax = to_lojax  # type: ignore[method-assign]
+    jit_primitive().to_lojax = to_lojax
