@@ -38,6 +38,8 @@ NOTEBOOKS = ROOT / "notebooks"
 
 #: Small sizes for CI; the notebooks' own defaults are larger.
 SIZES = {
+    "accelerator_training.ipynb": {"JASK_NB_ROWS": "300000", "JASK_NB_FEATURES": "32",
+                                   "JASK_NB_BUDGET": "16MB", "JASK_NB_EPOCHS": "2"},
     "quickstart.ipynb": {"JASK_NB_ROWS": "100000", "JASK_NB_BUDGET": "2MB",
                          "JASK_NB_STEPS": "8"},
     "dashboard.ipynb": {"JASK_NB_ROWS": "400000", "JASK_NB_BUDGET": "8MB"},
@@ -231,6 +233,28 @@ def test_minibatches(tmp_path, monkeypatch):
     assert float(re.findall(r"accuracy ([\d.]+)", text)[-1]) > 0.8, text
     assert "resumed with the 11th batch: True" in text
     pngs = _pngs(nbformat.read(tmp_path / "minibatches.ipynb", as_version=4))
+    assert pngs and pngs[0].startswith(b"\x89PNG")
+    assert elapsed < RUNAWAY, elapsed
+
+
+def test_accelerator_training(tmp_path, monkeypatch):
+    nb, elapsed = _execute("accelerator_training.ipynb", tmp_path, monkeypatch)
+    text = _text(nb)
+    assert float(re.search(r"\(([\d.]+)x the budget", text)[1]) > 2, text
+    assert "device: " in text and "jask's read rate" in text
+    assert re.search(r"loader alone: \d+ batches in [\d.]+ s, \d+ MB/s", text), text
+    assert re.search(r"as numpy batches \(device=None\): \d+ MB/s", text), text  # on the CPU
+    assert re.search(r"steps alone: \d+ steps in [\d.]+ s", text), text
+    assert re.search(r"fed by the loader: [\d.]+ s = [\d.]+x max\(steps alone, loader alone\)",
+                     text), text
+    # the run shuffle on a label-sorted store: close to a full shuffle (whole chunks: ~12x)
+    assert float(re.search(r"a full shuffle's [\d.]+ \(([\d.]+)x\)", text)[1]) < 3, text
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", text).groups())
+    assert last < first, text
+    assert "resumed with the 11th batch: True" in text
+    held = re.search(r"the loader holds at most ([\d.]+ \w+) on cpu", text)
+    assert held and not held[1].startswith("0 "), text
+    pngs = _pngs(nbformat.read(tmp_path / "accelerator_training.ipynb", as_version=4))
     assert pngs and pngs[0].startswith(b"\x89PNG")
     assert elapsed < RUNAWAY, elapsed
 
