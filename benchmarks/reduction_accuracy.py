@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 import accuracy_table as table  # noqa: E402
 
 import jask  # noqa: E402
-from jask.engine import blockwise  # noqa: E402
+from jask.engine.ops import reductions as reducers  # noqa: E402
 
 
 def accuracy(sizes: tuple, folder: str) -> None:
@@ -65,7 +65,7 @@ def tile_speed() -> None:
     for columns in (4, 64, 1024):
         tile = rng.random(((1 << 20) // columns, columns), dtype=np.float32)
         for axis in ((0,), (1,)):
-            new = min(timeit.repeat(lambda: blockwise._wide_sum(tile, axis), number=5,
+            new = min(timeit.repeat(lambda: reducers._wide_sum(tile, axis), number=5,
                                     repeat=7)) / 5
             old = min(timeit.repeat(lambda: _float32_sum(tile, axis), number=5, repeat=7)) / 5
             print(f"  {tile.shape!s:>14s} axis {axis[0]}: float64 {new * 1e3:6.2f} ms, "
@@ -83,17 +83,17 @@ def store_speed(folder: str, reps: int = 5) -> None:
     for i in range(0, rows, step):
         z[i:i + step] = np.random.default_rng(i).random((step, columns), dtype=np.float32)
     X = jask.open(path)
-    new = blockwise.REDUCERS["sum"]
+    new = reducers.REDUCERS["sum"]
     old = new._replace(reduce=_float32_sum)
     times: dict = {"float64": [], "float32": []}
     float(jask.sum(X, axis=0)[0])  # the page cache, and jask's caches, warm
     for _ in range(reps):
         for name, reducer in (("float64", new), ("float32", old)):
-            blockwise.REDUCERS["sum"] = reducer
+            reducers.REDUCERS["sum"] = reducer
             start = time.perf_counter()
             float(jask.sum(X, axis=0)[0])
             times[name].append(time.perf_counter() - start)
-    blockwise.REDUCERS["sum"] = new
+    reducers.REDUCERS["sum"] = new
     f64, f32 = statistics.median(times["float64"]), statistics.median(times["float32"])
     print(f"\njask.sum(X, axis=0), X {rows} x {columns} float32 (256 MiB, page cache), "
           f"median of {reps}: float64 {f64 * 1e3:.0f} ms, float32 {f32 * 1e3:.0f} ms, "

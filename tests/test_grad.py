@@ -28,7 +28,7 @@ def test_a_reduction_with_no_derivative_row_raises_naming_it(small_budget, rng, 
     import pytest
 
     from jask.core import primitives, ufuncs
-    from jask.engine.blockwise import REDUCERS, Reducer
+    from jask.engine.ops.reductions import REDUCERS, Reducer
 
     monkeypatch.setitem(REDUCERS, "fake_sum", Reducer(REDUCERS["sum"].reduce, np.add,
                                                       kind="fake"))

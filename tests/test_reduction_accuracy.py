@@ -76,7 +76,7 @@ def test_a_worker_process_knows_a_mean_or_variance_by_its_name_alone():
     never called ``mean_of`` (a LocalCluster's mean raised KeyError)."""
     import subprocess
     import sys
-    code = ("from jask.engine.blockwise import REDUCERS as R; "
+    code = ("from jask.engine.ops.reductions import REDUCERS as R; "
             "print(R['mean(count=20000)'].mean_count, R['var(ddof=1)'].ddof)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()

@@ -26,7 +26,7 @@ from jask.base import memory
 from jask.base.config import Config
 from jask.core import primitives, ufuncs
 from jask.core.array import disk_type
-from jask.engine.blockwise import mean_of, nan_variance, variance
+from jask.engine.ops.reductions import mean_of, nan_variance, variance
 
 __all__ = ["sum", "mean", "max", "min", "var", "std", "logsumexp", "argmax", "argmin",
            "IN_MEMORY_SHARE"]

@@ -34,7 +34,8 @@ from jask.core import device as on_device
 from jask.core import ufuncs
 from jask.engine import device as streaming
 from jask.engine import fusion
-from jask.engine.blockwise import REDUCERS, is_positional, unchanged
+from jask.engine.blockwise import is_positional, unchanged
+from jask.engine.ops.reductions import REDUCERS
 from jask.store import view_key
 from jask.store.spec import StoreSpec
 

@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jask.engine.blockwise import REDUCERS, is_positional
+from jask.engine.blockwise import is_positional
 from jask.engine.builders import FAN_IN, key_name
+from jask.engine.ops.reductions import REDUCERS
 from jask.engine.tasks import strip_product
 from jask.store import read, view_key, write
 from jask.store.spec import StoreSpec

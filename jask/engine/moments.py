@@ -4,7 +4,7 @@
 one after the other, and each eager reduction to memory returns a value at
 once: nothing can wait for the second. So an eager mean or variance (or
 standard deviation) of an array's own values takes its partials as
-(count, mean, M2, total) in float64 (:func:`jask.engine.blockwise.with_moments`:
+(count, mean, M2, total) in float64 (:func:`jask.engine.ops.reductions.with_moments`:
 Chan et al.'s moments and the sum a mean is made from, one pass), and they
 are kept here: the next mean, variance, standard deviation (any ``ddof``) or
 float sum of the same data over the same axes is finished from them without
@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from jask.base import forks
-from jask.engine.blockwise import REDUCERS, stat_of, unchanged, with_moments
+from jask.engine.blockwise import unchanged
+from jask.engine.ops.reductions import REDUCERS, stat_of, with_moments
 from jask.store import base_of, identity, location_of, registry, resolved, view_key
 from jask.store.spec import StoreSpec
 

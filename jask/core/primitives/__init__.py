@@ -28,7 +28,8 @@ from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.core.primitives.reductions import is_linear, rule_of
 from jask.core.rewrite import take_over_jit
 from jask.engine import lazy, work
-from jask.engine.blockwise import REDUCERS, Operand, reduce_partial, variance
+from jask.engine.blockwise import Operand, reduce_partial
+from jask.engine.ops.reductions import REDUCERS, variance
 from jask.engine.plan import Plan
 
 

@@ -2,7 +2,7 @@
 
 A reduction is a :class:`jask.core.primitives.Blockwise` with a ``reducer``;
 how it reduces (partial, combine, finish) is the reducer's row in
-:data:`jask.engine.blockwise.REDUCERS`, and how it is differentiated is the
+:data:`jask.engine.ops.reductions.REDUCERS`, and how it is differentiated is the
 row of :data:`REDUCTION_RULES` for that reducer's ``kind``. A kind with no row
 here raises when differentiated, naming the op (as JAX's "Differentiation
 rule for '...' not implemented"): no reduction silently takes another's rules.
@@ -22,7 +22,7 @@ from jax.experimental.hijax import Zero
 
 from jask.core import ufuncs
 from jask.core.array import DiskArrayType
-from jask.engine.blockwise import REDUCERS
+from jask.engine.ops.reductions import REDUCERS
 
 __all__ = ["REDUCTION_RULES", "ReductionRule", "is_linear", "rule_of"]
 
@@ -173,7 +173,7 @@ def _nan_vjp(prim, x, out, g, forward: bool = False):
 
 class ReductionRule(NamedTuple):
     """How a reduction is differentiated, by its reducer's kind
-    (``jask.engine.blockwise.Reducer.kind``).
+    (``jask.engine.ops.reductions.Reducer.kind``).
 
     ``vjp(prim, x, out, g)``: the cotangent of ``x``; ``None``: the map's own
     rules, reduced by a sum (a sum's derivative, and the no-rules of a map

@@ -13,9 +13,9 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.config import Config
-from jask.engine.blockwise import MOMENTS, REDUCERS, SLAB
 from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, partial_shape, whole_inputs
+from jask.engine.ops.reductions import MOMENTS, REDUCERS, SLAB
 from jask.engine.plan.tiles import Plan
 from jask.store import read_model, view_key
 from jask.store.spec import StoreSpec
@@ -75,14 +75,14 @@ def _partial_bytes(node: Node) -> int:
 
 def _squares_deviations(node: Node) -> bool:
     """Whether a node's reducer squares deviations in a float64 buffer (a
-    variance's, or the moments of :func:`jask.engine.blockwise.with_moments`)."""
+    variance's, or the moments of :func:`jask.engine.ops.reductions.with_moments`)."""
     reducer = node.params.get("reducer") if node.kind == "map" else None
     return reducer is not None and REDUCERS[reducer].reduce in MOMENTS
 
 
 def _slab_bytes(node: Node, rows: int) -> int:
     """That buffer for a band of ``rows``: a slab of rows at a time, at most
-    :data:`jask.engine.blockwise.SLAB` elements (one row if a row is longer),
+    :data:`jask.engine.ops.reductions.SLAB` elements (one row if a row is longer),
     never more than the band."""
     row = math.prod(node.params["full_shape"][1:])
     return 8 * min(rows * row, max(SLAB, row))
