@@ -187,13 +187,21 @@ def test_device_places_batches_as_jax_arrays(tmp_path):
 CPU = jax.devices("cpu")[0]
 
 
+@pytest.fixture
+def device_feed(monkeypatch):
+    """The device feed (windows copied whole, batches gathered on the device)
+    on JAX's CPU device, which otherwise gets batches cut on the host: the
+    path an accelerator takes, tested where CI has none."""
+    monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
+
+
 def _on_host(loader) -> list:
     return [tuple(np.asarray(v) for v in batch) for batch in loader]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("shuffle", [False, True], ids=["in order", "shuffled"])
-def test_the_device_feed_gives_the_host_paths_batches(tmp_path, case, shuffle):
+def test_the_device_feed_gives_the_host_paths_batches(tmp_path, case, shuffle, device_feed):
     """Windows copied whole to the device and batches gathered there: the
     same values in the same order as numpy batches, every row once."""
     _, rows, cols, cx, cy, compressed, bs, buffer = case
@@ -215,7 +223,7 @@ def test_the_device_feed_gives_the_host_paths_batches(tmp_path, case, shuffle):
 
 
 @pytest.mark.parametrize("stop_at", [1, 7, 16, 17, 40])
-def test_the_device_feed_resumes_mid_epoch(tmp_path, stop_at, monkeypatch):
+def test_the_device_feed_resumes_mid_epoch(tmp_path, stop_at, monkeypatch, device_feed):
     monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 100)  # windows in 8-row pieces
     X, y, _ = _stores(tmp_path, 1000, 4, 64, 64, False)
     make = lambda **kw: jask.batches(X, y, batch_size=60, seed=5, buffer=200, epochs=3,
@@ -232,7 +240,7 @@ def test_the_device_feed_resumes_mid_epoch(tmp_path, stop_at, monkeypatch):
     assert seen + _rows(make(state=saved)) == whole
 
 
-def test_the_device_feed_reads_shards_and_any_thread_count_alike(tmp_path):
+def test_the_device_feed_reads_shards_and_any_thread_count_alike(tmp_path, device_feed):
     X, y, _ = _stores(tmp_path, 1001, 2, 50, 50, True)
     shares = []
     for i in range(3):
@@ -244,7 +252,7 @@ def test_the_device_feed_reads_shards_and_any_thread_count_alike(tmp_path):
     assert sorted(sum(shares, [])) == list(range(1001))
 
 
-def test_the_device_feed_holds_on_the_device_at_most_what_it_states(tmp_path):
+def test_the_device_feed_holds_on_the_device_at_most_what_it_states(tmp_path, device_feed):
     X, y, _ = _stores(tmp_path, 6000, 16, 100, 100, False)
     before = {id(a) for a in jax.live_arrays()}
 
@@ -262,7 +270,29 @@ def test_the_device_feed_holds_on_the_device_at_most_what_it_states(tmp_path):
     assert loader.held_bytes > jask.batches(X, y, batch_size=50, seed=0, buffer=400).held_bytes
 
 
-def test_a_sharding_places_each_batch(tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in order", "shuffled"])
+def test_the_cpu_device_gets_batches_cut_on_the_host(tmp_path, shuffle):
+    """On JAX's CPU device (whose memory is the host's) batches are cut as
+    numpy ones and put there: the same batches, nothing held on the device
+    besides them, the host share that of numpy batches; each batch stays
+    intact while later ones are cut (none shares a reused buffer)."""
+    X, y, x = _stores(tmp_path, 1000, 4, 64, 64, False)
+    make = lambda **kw: jask.batches(X, y, batch_size=60, shuffle=shuffle, seed=2, buffer=200,
+                                     epochs=2, **kw)
+    host, loader = make(), make(device=CPU)
+    assert loader.device_bytes == 0 and loader.held_bytes == host.held_bytes
+    got = list(loader)  # every batch kept until the end
+    want = _on_host(host)
+    assert len(got) == len(want)
+    for (xb, yb), (hx, hy) in zip(got, want):
+        assert isinstance(xb, jax.Array) and xb.devices() == {CPU} and yb.devices() == {CPU}
+        np.testing.assert_array_equal(np.asarray(xb), hx)
+        np.testing.assert_array_equal(np.asarray(yb), hy)
+        np.testing.assert_array_equal(np.asarray(xb), x[np.asarray(yb).astype(int)])
+    assert not [t for t in threading.enumerate() if t.name.startswith("jask-batches")]
+
+
+def test_a_sharding_places_each_batch(tmp_path, device_feed):
     X, y, x = _stores(tmp_path, 300, 4, 40, 40, False)
     mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]), ("rows",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows"))
@@ -539,7 +569,7 @@ def test_read_runs_reads_the_rows_of_each_run(tmp_path, case):
 
 
 @pytest.mark.parametrize("device", [None, "cpu"], ids=["numpy", "cpu device"])
-def test_narrow_arrays_beside_runs_are_read_whole_once_an_epoch(tmp_path, device):
+def test_narrow_arrays_beside_runs_are_read_whole_once_an_epoch(tmp_path, device, device_feed):
     X, y, x = _stores(tmp_path, 6000, 16, 600, 250, False)
     loader = jask.batches(X, y, batch_size=50, seed=4, buffer=3000,
                           device=None if device is None else jax.devices("cpu")[0])

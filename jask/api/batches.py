@@ -22,6 +22,8 @@ With a ``device`` (:class:`_DeviceFeeder`), each window goes to the device
 whole, in one transfer of concurrent pieces, and batches are gathered there by compiled
 takes: the host's work per batch is a dispatch, its memory the two windows
 being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
+On JAX's CPU device (:data:`HOST_CUT_PLATFORMS`) batches are cut on the host
+as numpy ones and each is put there.
 """
 from __future__ import annotations
 
@@ -90,6 +92,12 @@ TRANSFER_BYTES = 32 * 2**20
 TAKE_BATCHES = 8
 #: The most of a device's memory a loader keeps for its windows and batches.
 DEVICE_SHARE = 1 / 4
+#: Platforms whose device memory is the host's: batches are cut there on the host,
+#: as numpy ones, and each is put on the device (a batch is a fresh array, never a
+#: reused buffer, so the CPU device may share its memory). Copying windows to the
+#: device and gathering there measured 4-5x slower on the CPU device
+#: (benchmarks/RESULTS.md, the loader), and would count a few windows twice.
+HOST_CUT_PLATFORMS = ("cpu",)
 
 _OP = "jask.batches"
 #: Windows held at once: the one being cut and the next, being read (a third
@@ -208,8 +216,9 @@ class Batches:
         self._device = device
         #: host memory the loader holds while iterated (kept out of the ops' budget)
         self.held_bytes = held
-        #: device memory the loader holds at most while iterated (0 without ``device``
-        #: or with a Sharding over several devices, where batches are cut on the host)
+        #: device memory the loader holds at most while iterated (0 without ``device``,
+        #: on the CPU device or with a Sharding over several devices, where batches are
+        #: cut on the host)
         self.device_bytes = device_bytes
         self._epoch = 0
         self._batch = 0
@@ -453,7 +462,8 @@ class _Feeder:
     def _deliver(self, parts: list) -> tuple:
         if self.loader._device is None:
             return tuple(parts)
-        return tuple(jax.device_put(part, self.loader._device) for part in parts)
+        # one call for every array: a device_put's dispatch costs about what its copy does
+        return tuple(jax.device_put(tuple(parts), self.loader._device))
 
 
 class _Span:
@@ -795,9 +805,10 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         the same order, as numpy ones, with the host doing no per-row work.
         The device holds at most :data:`DEVICE_WINDOWS` windows and the
         batches ahead (:attr:`Batches.device_bytes`, within a quarter of the
-        device's memory; on the CPU device within the host's share). A
-        Sharding over several devices gets each batch cut on the host and
-        put with it.
+        device's memory). JAX's CPU device, whose memory is the host's, and a
+        Sharding over several devices get each batch cut on the host and put
+        with it (on the CPU device a batch is a fresh array the device may
+        share; ``device_bytes`` is 0).
       state: a :attr:`Batches.state` to continue from.
 
     Raises:
@@ -939,17 +950,22 @@ def _row_bytes(a) -> int:
 
 def _one_device(device):
     """The device a device feed copies whole windows to, or None: no
-    ``device``, or a Sharding over several devices (each batch is then cut on
-    the host and put with that sharding)."""
+    ``device``, a Sharding over several devices, or a device on one of
+    :data:`HOST_CUT_PLATFORMS` (each batch is then cut on the host and put
+    there)."""
     if device is None:
         return None
     if isinstance(device, jax.sharding.Sharding):
         devices = device.device_set
-        return device if len(devices) == 1 else None
-    if isinstance(device, jax.Device):
-        return device
-    raise TypeError(f"jask.batches: device must be a jax.Device or a jax.sharding.Sharding, "
-                    f"not {type(device).__name__}")
+        if len(devices) != 1:
+            return None
+        one = next(iter(devices))
+    elif isinstance(device, jax.Device):
+        one = device
+    else:
+        raise TypeError(f"jask.batches: device must be a jax.Device or a jax.sharding.Sharding, "
+                        f"not {type(device).__name__}")
+    return None if one.platform in HOST_CUT_PLATFORMS else device
 
 
 def _device_memory(device) -> tuple[int | None, str]:
