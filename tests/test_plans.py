@@ -53,6 +53,7 @@ EXAMPLES = {
     P.Gather: lambda: P.Gather(A, (ShapedArray((500,), np.dtype("int32")),), (0,)),
     P.ScatterAdd: lambda: P.ScatterAdd(A, DiskArrayType((500, 40), F32),
                                        (ShapedArray((500,), np.dtype("int32")),), (0,)),
+    P.FFT: lambda: P.FFT(A, 1, "fft", 40, "backward", (300, 40), np.dtype("complex64")),
 }
 
 #: Primitives that run several ops and so have no plan of their own.
