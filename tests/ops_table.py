@@ -772,6 +772,17 @@ def complex_of(dtype) -> np.dtype:
     return np.dtype(np.complex64 if np.dtype(dtype) == np.float32 else np.complex128)
 
 
+def of_argnums(f, args, argnums):
+    """``f`` as a function of the arguments at ``argnums`` only, the others
+    fixed at ``args``' values (what jax.grad and jax.jvp are handed)."""
+    def g(*diff):
+        full = list(args)
+        for i, d in zip(argnums, diff):
+            full[i] = d
+        return f(*full)
+    return g
+
+
 def make_inputs(case: Case, dtype, rng):
     """numpy values for a case's operands."""
     values = []
