@@ -113,9 +113,10 @@ def test_host_path_unchanged_when_off(jask_scratch, rng):
 def test_device_share_too_small_is_a_budget_error(cpu_device, rng):
     _, X = _store(rng, (1_000, 300))
     jask.set_device(cpu_device, memory=2**20)  # partials alone: 4 x 360 kB
-    with pytest.raises(BudgetError, match="device share"):
+    with jask.track() as t, pytest.raises(BudgetError, match="device share"):
         X.T @ X
     assert not registry.has_deferred()
+    assert t.tiles_read == 0  # refused before anything is read
 
 
 def test_set_device_checks_its_arguments():

@@ -42,7 +42,7 @@ from jask.store.spec import StoreSpec
 
 __all__ = ["target", "share", "gram", "row_sum", "dot_on_device", "sum_on_device",
            "last_stream", "Streamed", "device_bytes", "Meter", "finished",
-           "SHARE_FRACTION", "CPU_SHARE"]
+           "SHARE_FRACTION", "CPU_SHARE", "blocked_sum"]
 
 #: Fraction of the memory a device reports (``bytes_limit``) that is the
 #: device share by default: the rest stays for the user's own arrays and
@@ -128,15 +128,20 @@ def _gram_fold(acc, comp, a, b=None, *, same: bool):
 SUM_BLOCK = 256
 
 
-@functools.partial(jax.jit, static_argnames="axes")
-def _sum_fold(acc, comp, x, *, axes: tuple):
+def blocked_sum(x, axes: tuple, keepdims: bool = False):
+    """``x`` summed over ``axes`` (the rows' axis among them) in blocks of
+    :data:`SUM_BLOCK` rows, the blocks' sums then added."""
     rows = x.shape[0]
     padded = -(-rows // SUM_BLOCK) * SUM_BLOCK
     x = jnp.pad(x, [(0, padded - rows)] + [(0, 0)] * (x.ndim - 1))
     blocks = x.reshape((padded // SUM_BLOCK, SUM_BLOCK) + x.shape[1:])
     inner = tuple(a + 1 for a in axes)  # the rows' axis and the others summed, per block
-    part = jnp.sum(jnp.sum(blocks, axis=inner), axis=0)
-    return _two_sum(acc, comp, part.astype(acc.dtype))
+    return jnp.sum(jnp.sum(blocks, axis=inner, keepdims=keepdims), axis=0)
+
+
+@functools.partial(jax.jit, static_argnames="axes")
+def _sum_fold(acc, comp, x, *, axes: tuple):
+    return _two_sum(acc, comp, blocked_sum(x, axes).astype(acc.dtype))
 
 
 @jax.jit

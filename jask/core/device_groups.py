@@ -170,12 +170,7 @@ def _reduce(reducer: str, x, axes: tuple, rows_reduced: bool):
         return jnp.min(x, axis=axes, keepdims=True)
     if not rows_reduced or x.shape[0] <= SUM_BLOCK:
         return jnp.sum(x, axis=axes, keepdims=True)
-    rows = x.shape[0]
-    padded = -(-rows // SUM_BLOCK) * SUM_BLOCK
-    x = jnp.pad(x, [(0, padded - rows)] + [(0, 0)] * (x.ndim - 1))
-    blocks = x.reshape((padded // SUM_BLOCK, SUM_BLOCK) + x.shape[1:])
-    inner = jnp.sum(blocks, axis=tuple(a + 1 for a in axes), keepdims=True)
-    return jnp.sum(inner, axis=0)
+    return on_device.blocked_sum(x, axes, keepdims=True)
 
 
 def _combine(reducer: str, acc, comp, part):
