@@ -98,25 +98,30 @@ def loader_reads(paths: dict, threads: int = 8) -> float:
 
     import jask
     from jask.api.batches import _Slot
-    from jask.store import stamp
+    from jask.store import OpenFiles, stamp
     X, y = jask.open(paths["X"]), jask.open(paths["y"])
     loader = jask.batches(X, y, batch_size=BATCH, seed=0)
     plan, arrays = loader.plan, loader._arrays
     slots = [_Slot(arrays, plan.unit * plan.window) for _ in range(2)]
     stamps = stamp([a._store() for a in arrays], "benchmark")
     windows = plan.windows(0)
+    files, whole = OpenFiles(), [None] * len(arrays)  # every array read by runs
+
+    def fill(slot, units):
+        return slot.fill(pool, threads, units, plan, stamps, whole, files)
     with ThreadPoolExecutor(threads) as pool:
-        for f in slots[0].fill(pool, windows[0], plan, stamps) + slots[1].fill(
-                pool, windows[1 % len(windows)], plan, stamps):
+        for f in fill(slots[0], windows[0]) + fill(slots[1], windows[1 % len(windows)]):
             f.result()  # touched
         start = time.perf_counter()
-        pending = [slots[0].fill(pool, windows[0], plan, stamps)]
+        pending = [fill(slots[0], windows[0])]
         for w in range(1, len(windows) + 1):
             if w < len(windows):
-                pending.append(slots[w % 2].fill(pool, windows[w], plan, stamps))
+                pending.append(fill(slots[w % 2], windows[w]))
             for f in pending.pop(0):
                 f.result()
-    return (X.nbytes + y.nbytes) / (time.perf_counter() - start) / 1e9
+        seconds = time.perf_counter() - start
+    files.close()
+    return (X.nbytes + y.nbytes) / seconds / 1e9
 
 
 def transfer_rates(device, total_bytes: int) -> dict:

@@ -632,3 +632,38 @@ def test_a_loader_leaves_no_chunk_file_open(tmp_path):
     for _, _ in zip(range(3), jask.batches(X, y, batch_size=50, seed=4, buffer=3000)):
         pass  # left midway
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("dtype", ["f2", "bool", "i1", "i8", "u2"])
+def test_read_runs_reads_every_dtype_and_empty_rows(tmp_path, dtype):
+    from jask.store import read_runs, registry
+    values = (np.arange(600) % 7).astype(dtype).reshape(200, 3)
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(200, 3), chunks=(50, 3), dtype=dtype,
+                          compressors=None)
+    z[:] = values
+    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    starts, stops = np.array([1, 49, 120]), np.array([3, 60, 121])
+    out = np.empty((14, 3), dtype)
+    read_runs(spec, starts, stops, out)
+    np.testing.assert_array_equal(out, np.concatenate([values[lo:hi]
+                                                       for lo, hi in zip(starts, stops)]))
+    empty = np.empty((0, 3), dtype)
+    assert read_runs(spec, np.array([], np.int64), np.array([], np.int64), empty) is empty
+
+
+def test_read_runs_names_a_chunk_file_cut_short_even_when_held_open(tmp_path):
+    from jask.store import OpenFiles, read_runs, registry
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(200, 3), chunks=(50, 3), dtype="f4",
+                          compressors=None)
+    z[:] = np.ones((200, 3), np.float32)
+    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    chunk = os.path.join(str(tmp_path / "a.zarr"), "c", "1", "0")
+    starts, stops = np.array([60]), np.array([90])
+    out = np.zeros((30, 3), np.float32)
+    files = OpenFiles()
+    read_runs(spec, starts, stops, out, files)  # the file is held open from here on
+    os.truncate(chunk, 100)
+    for held in (files, None):  # read through the held descriptor, then opened afresh
+        with pytest.raises(jask.DamagedStoreError, match="c/1/0"):
+            read_runs(spec, starts, stops, out, held)
+    files.close()

@@ -376,24 +376,13 @@ class _Feeder:
 
     def stop(self) -> None:
         self.stopping.set()
-        while self.thread.is_alive():  # let a put waiting for room end
-            try:
-                self.ready.get_nowait()
-            except queue.Empty:
-                pass
-            self.thread.join(0.01)
+        _drain_until_ended(self.thread, self.ready)  # let a put waiting for room end
         self.pool.shutdown(wait=True, cancel_futures=True)
         for files in [*self.retired, self.files]:  # no read is left to use them
             files.close()
 
     def _put(self, item) -> bool:
-        while not self.stopping.is_set():
-            try:
-                self.ready.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return _put_unless(self.ready, item, self.stopping)
 
     def _run(self) -> None:
         try:
@@ -510,22 +499,11 @@ class _DeviceFeeder(_Feeder):
 
     def stop(self) -> None:
         self.stopping.set()
-        while self.stager.is_alive():  # a put waiting for room, a read waited for
-            try:
-                self.staged.get_nowait()
-            except queue.Empty:
-                pass
-            self.stager.join(0.01)
+        _drain_until_ended(self.stager, self.staged)  # a put waiting for room, a read waited for
         super().stop()
 
     def _hand(self, item) -> bool:
-        while not self.stopping.is_set():
-            try:
-                self.staged.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return _put_unless(self.staged, item, self.stopping)
 
     def _stage(self) -> None:
         """Read every window the iteration needs, in order, into two host
@@ -637,6 +615,27 @@ class _DeviceFeeder(_Feeder):
                     return False
                 b, filled = b + 1, 0
         return True
+
+
+def _put_unless(q: queue.Queue, item, stopping: threading.Event) -> bool:
+    """Put ``item`` on ``q`` once it has room; False if ``stopping`` is set first."""
+    while not stopping.is_set():
+        try:
+            q.put(item, timeout=0.05)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _drain_until_ended(thread: threading.Thread, q: queue.Queue) -> None:
+    """Empty ``q`` until ``thread`` ends (a put of its waiting for room ends)."""
+    while thread.is_alive():
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            pass
+        thread.join(0.01)
 
 
 def _pieces(rows: int, row_bytes: int) -> list[tuple[int, int]]:

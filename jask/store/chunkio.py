@@ -290,23 +290,33 @@ def _read_rows(layout: ChunkLayout, index: tuple, rows: slice,
         _check_may_be_missing(layout, index, path)
         return None
     try:
-        size = os.fstat(fd).st_size
-        if size != row * layout.chunks[0]:
-            raise layout.damaged(index, f"its file {path!r} holds {size} bytes, not "
-                                 f"{row * layout.chunks[0]}")
+        _check_size(layout, index, path, fd, row * layout.chunks[0])
         if callable(dest):  # a sparse store's missing chunks need no buffer
             dest = dest()
-        view, offset = dest.data.cast("B"), rows.start * row
+        view = dest.data.cast("B")
         counters.stored_read(layout.root, view.nbytes)
-        while view.nbytes:
-            got = os.preadv(fd, [view], offset)
-            if got <= 0:
-                raise layout.damaged(index, f"its file {path!r} ended early (was it cut "
-                                     "short while being read?)")
-            view, offset = view[got:], offset + got
+        _pread_into(layout, index, path, fd, view, rows.start * row)
     finally:
         os.close(fd)
     return dest
+
+
+def _check_size(layout: ChunkLayout, index: tuple, path: str, fd: int, expected: int) -> None:
+    """Refuse chunk file ``path`` (open as ``fd``) unless it holds ``expected`` bytes."""
+    size = os.fstat(fd).st_size
+    if size != expected:
+        raise layout.damaged(index, f"its file {path!r} holds {size} bytes, not {expected}")
+
+
+def _pread_into(layout: ChunkLayout, index: tuple, path: str, fd: int, view: memoryview,
+               offset: int) -> None:
+    """Fill ``view`` from ``fd`` at ``offset``; a file that ends first is damaged."""
+    while view.nbytes:
+        got = os.preadv(fd, [view], offset)
+        if got <= 0:
+            raise layout.damaged(index, f"its file {path!r} ended early (was it cut short "
+                                 "while being read?)")
+        view, offset = view[got:], offset + got
 
 
 def _read_raw(layout: ChunkLayout, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
@@ -548,20 +558,12 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
                 continue
         try:
             if mine:
-                size = os.fstat(fd).st_size
-                if size != row * per:
-                    raise layout.damaged(index, f"its file {path!r} holds {size} bytes, not "
-                                         f"{row * per}")
+                _check_size(layout, index, path, fd, row * per)
                 if files is not None and files.keep(path, fd):
                     mine = False
             for lo, hi in zip(lows[i:j], highs[i:j]):
-                view, offset = flat[at:at + hi - lo].data.cast("B"), (lo - c * per) * row
-                while view.nbytes:
-                    got = os.preadv(fd, [view], offset)
-                    if got <= 0:
-                        raise layout.damaged(index, f"its file {path!r} ended early (was it "
-                                             "cut short while being read?)")
-                    view, offset = view[got:], offset + got
+                _pread_into(layout, index, path, fd, flat[at:at + hi - lo].data.cast("B"),
+                            (lo - c * per) * row)
                 at += hi - lo
         finally:
             if mine:
