@@ -246,3 +246,23 @@ def test_nan_and_infinite_parts_give_the_standard_s_values(small_budget, name, z
         assert _same(got, want), (got, want)
     np.testing.assert_allclose(on_disk[1::2], finite, rtol=1e-6)
     np.testing.assert_allclose(in_memory[1::2], finite, rtol=1e-6)
+
+
+def test_standard_values_leave_real_tiles_to_numpy_s_ufunc(rng):
+    """The special-value wrapper costs real tiles nothing: the engine still lets
+    numpy's ufunc write into the tile it read; a complex tile is not overwritten
+    before the rules read it."""
+    from types import SimpleNamespace
+
+    from jask.core import ufuncs
+    from jask.engine import blockwise
+    kernel = ufuncs.TABLE["exp"].numpy
+    operand = SimpleNamespace(on_disk=True)
+    real = rng.standard_normal((4, 5)).astype(np.float32)
+    assert blockwise._reusable(kernel, [real], [operand], real.shape) is real
+    want = np.exp(real)
+    assert kernel(real, out=real) is real
+    np.testing.assert_array_equal(real, want)
+    z = np.array([complex(-np.inf, np.inf), 1 + 2j], np.complex64)
+    got = kernel(z, out=z)
+    assert got[0] == 0 and z[0] == complex(-np.inf, np.inf)

@@ -89,6 +89,15 @@ def test_multi_axis_transforms_are_one_pass_per_axis(small_budget, rng, name, s,
            getattr(np.fft, name)(wide, s=s, axes=axes, norm=norm))
 
 
+@pytest.mark.parametrize("name", ["fftn", "ifftn", "rfftn", "irfftn"])
+def test_no_axes_is_no_transform_in_jax_numpy_s_dtype(small_budget, name):
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    got = getattr(jask.fft, name)(jask.from_numpy(a), axes=())
+    want = getattr(jnp.fft, name)(a, axes=())
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.to_numpy(), np.asarray(want))
+
+
 @pytest.mark.parametrize("axes", [None, 0, (1,), (0, 1)])
 def test_shifts_are_rolls_as_numpy_s(small_budget, axes):
     a = np.arange(35.0).reshape(5, 7)

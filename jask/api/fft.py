@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jask.api.elementwise import astype
 from jask.api.manipulation import roll
 from jask.base.config import Config
 from jask.core import primitives
@@ -140,8 +141,10 @@ def _n_axes(kind: str, a, s, axes, norm, config: Config | None):
     if aval is None:
         return getattr(jnp.fft, kind)(a, s=s, axes=axes, norm=norm)
     s, axes = _axes_lengths(kind, aval, s, axes)
-    if not axes:
-        return a
+    if not axes:  # no transform: jax.numpy's dtype (complex for fftn and ifftn)
+        struct = jax.ShapeDtypeStruct(tuple(aval.shape), np.dtype(aval.dtype))
+        out = jax.eval_shape(lambda v: getattr(jnp.fft, kind)(v, axes=()), struct)
+        return a if out.dtype == aval.dtype else astype(a, out.dtype, config=config)
     one = {"fftn": "fft", "ifftn": "ifft"}.get(kind)
     x: Any = a
     if one is not None:

@@ -30,54 +30,42 @@ __all__ = ["fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "
            "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
 
 
-def fft(x, /, *, n=None, axis=-1, norm="backward"):
-    """The 1-D discrete Fourier transform along ``axis`` (length ``n``)."""
-    return transforms.fft(x, n=n, axis=axis, norm=norm)
+def _one_axis(kind: str, doc: str):
+    """The standard's signature of a one-axis transform over :mod:`jask.fft`'s."""
+    transform = getattr(transforms, kind)
+
+    def function(x, /, *, n=None, axis=-1, norm="backward"):
+        return transform(x, n=n, axis=axis, norm=norm)
+    function.__name__ = function.__qualname__ = kind
+    function.__doc__ = doc
+    return function
 
 
-def ifft(x, /, *, n=None, axis=-1, norm="backward"):
-    """The inverse of :func:`fft`."""
-    return transforms.ifft(x, n=n, axis=axis, norm=norm)
+def _n_axes(kind: str, doc: str):
+    """The standard's signature of a transform over several axes."""
+    transform = getattr(transforms, kind)
+
+    def function(x, /, *, s=None, axes=None, norm="backward"):
+        return transform(x, s=s, axes=axes, norm=norm)
+    function.__name__ = function.__qualname__ = kind
+    function.__doc__ = doc
+    return function
 
 
-def fftn(x, /, *, s=None, axes=None, norm="backward"):
-    """The N-D transform over ``axes`` (lengths ``s``)."""
-    return transforms.fftn(x, s=s, axes=axes, norm=norm)
-
-
-def ifftn(x, /, *, s=None, axes=None, norm="backward"):
-    """The inverse of :func:`fftn`."""
-    return transforms.ifftn(x, s=s, axes=axes, norm=norm)
-
-
-def rfft(x, /, *, n=None, axis=-1, norm="backward"):
-    """The transform of real data: ``n // 2 + 1`` frequencies along ``axis``."""
-    return transforms.rfft(x, n=n, axis=axis, norm=norm)
-
-
-def irfft(x, /, *, n=None, axis=-1, norm="backward"):
-    """The inverse of :func:`rfft`: ``n`` real values (by default ``2 * (m - 1)``)."""
-    return transforms.irfft(x, n=n, axis=axis, norm=norm)
-
-
-def rfftn(x, /, *, s=None, axes=None, norm="backward"):
-    """The N-D transform of real data (the real transform along the last axis)."""
-    return transforms.rfftn(x, s=s, axes=axes, norm=norm)
-
-
-def irfftn(x, /, *, s=None, axes=None, norm="backward"):
-    """The inverse of :func:`rfftn`."""
-    return transforms.irfftn(x, s=s, axes=axes, norm=norm)
-
-
-def hfft(x, /, *, n=None, axis=-1, norm="backward"):
-    """The transform of a Hermitian-symmetric signal given by its first half."""
-    return transforms.hfft(x, n=n, axis=axis, norm=norm)
-
-
-def ihfft(x, /, *, n=None, axis=-1, norm="backward"):
-    """The inverse of :func:`hfft`."""
-    return transforms.ihfft(x, n=n, axis=axis, norm=norm)
+fft = _one_axis("fft", "The 1-D discrete Fourier transform along ``axis`` (length ``n``).")
+ifft = _one_axis("ifft", "The inverse of :func:`fft`.")
+fftn = _n_axes("fftn", "The N-D transform over ``axes`` (lengths ``s``).")
+ifftn = _n_axes("ifftn", "The inverse of :func:`fftn`.")
+rfft = _one_axis("rfft", "The transform of real data: ``n // 2 + 1`` frequencies along "
+                         "``axis``.")
+irfft = _one_axis("irfft", "The inverse of :func:`rfft`: ``n`` real values (by default "
+                           "``2 * (m - 1)``).")
+rfftn = _n_axes("rfftn", "The N-D transform of real data (the real transform along the last "
+                         "axis).")
+irfftn = _n_axes("irfftn", "The inverse of :func:`rfftn`.")
+hfft = _one_axis("hfft", "The transform of a Hermitian-symmetric signal given by its first "
+                         "half.")
+ihfft = _one_axis("ihfft", "The inverse of :func:`hfft`.")
 
 
 def _frequencies(op: str, values: np.ndarray, dtype, device):

@@ -157,14 +157,16 @@ def standard_values(name: str, z, result):
 
 def follow_standard(name: str, f):
     """``f`` (numpy's or jax.numpy's ``name``) giving the standard's values
-    at NaN and infinite parts of complex arguments (real ones untouched)."""
+    at NaN and infinite parts of complex arguments (real ones untouched: ``f``
+    itself, its ``out=`` included, so the engine still lets a numpy ufunc write
+    into the tile it read, seeing it through ``__wrapped__``)."""
     if name not in RULES:
         return f
 
     @functools.wraps(f)
     def function(z, *args, **kwargs):
-        result = f(z, *args, **kwargs)
-        if not np.issubdtype(np.dtype(result.dtype), np.complexfloating):
-            return result
-        return standard_values(name, z, result)
+        if not np.iscomplexobj(z):
+            return f(z, *args, **kwargs)
+        kwargs.pop("out", None)  # the rules read z after f: it must not be overwritten
+        return standard_values(name, z, f(z, *args, **kwargs))
     return function

@@ -139,10 +139,13 @@ def _apply(kernel: Callable, operands: tuple, region: tuple, shape: tuple | None
 
 def _reusable(kernel, tiles, operands, shape) -> np.ndarray | None:
     """A tile this task read that a numpy ufunc may write its result into:
-    one array fewer to allocate (and fault in) per task."""
-    if not isinstance(kernel, np.ufunc) or kernel.nout != 1:
+    one array fewer to allocate (and fault in) per task. A kernel wrapping a
+    ufunc (``__wrapped__``: the table's complex special values) passes ``out=``
+    on for real tiles and drops it for complex ones."""
+    ufunc = getattr(kernel, "__wrapped__", kernel)
+    if not isinstance(ufunc, np.ufunc) or ufunc.nout != 1:
         return None
-    dtype = _ufunc_dtype(kernel, tuple(t.dtype for t in tiles))
+    dtype = _ufunc_dtype(ufunc, tuple(t.dtype for t in tiles))
     for x, t in zip(operands, tiles):
         if x.on_disk and t.shape == shape and t.dtype == dtype and t.flags.writeable:
             return t  # read from disk: this task's own array
