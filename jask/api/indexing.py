@@ -652,8 +652,9 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     anything is read; indices only known when a ``jit`` program runs (traced,
     or on disk) are checked by the task that reads them, which raises there
     (under ``jit`` the error reaches the caller wrapped by XLA's runtime
-    error, its message kept). jax.numpy's modes stay available when asked
-    for: "fill" gives ``fill_value`` (NaN for floats, the most negative int,
+    error, its message kept); traced indices into an in-memory ``x`` are
+    jax.numpy's, which cannot raise: they fill. jax.numpy's modes stay
+    available when asked for: "fill" gives ``fill_value`` (NaN for floats, the most negative int,
     the largest unsigned, True), "clip" clips, "wrap" wraps. Its VJP adds
     the cotangent back where each index points (repeats add up).
 
