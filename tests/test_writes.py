@@ -314,3 +314,21 @@ def test_a_write_on_a_full_disk_leaves_every_old_byte(write, tmp_path, small_bud
         assert_bytes_equal(path, data, f"{write} on a full disk")
         assert sorted(os.listdir(mount)) == ["a.zarr", "ballast"]
         del x
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x64-off", "x64-on"])
+def test_a_float_past_a_float_stores_range_is_infinity_as_numpy(x64, tmp_path, small_budget):
+    """numpy writes 1e300 into float32 as inf (with its overflow warning), and
+    so does jax.numpy: no refusal, which is for integers only."""
+    data = _data("float32")
+    path = _store(tmp_path, data)
+    want = data.copy()
+    with np.errstate(over="ignore"):
+        want[0, :2] = 1e300
+        want[1, :2] = np.array([-1e300, 1.0])
+    with jax.enable_x64(x64), pytest.warns(RuntimeWarning, match="overflow"):  # numpy's own
+        x = jask.open(path)
+        x[0, :2] = 1e300
+        x[1, :2] = np.array([-1e300, 1.0])
+    assert np.isinf(want[0, :2]).all() and np.isneginf(want[1, 0])
+    assert_bytes_equal(path, want, "1e300 into float32")

@@ -512,7 +512,8 @@ def _cast_value(value, dtype: np.dtype, method: str, config):
     out = np.empty(np.shape(given), dtype)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # NaN or inf into integers
+            if dtype.kind in "iu":  # NaN, inf or a float out of range into integers:
+                warnings.simplefilter("error", RuntimeWarning)  # garbage, so refused
             out[...] = given
     except (OverflowError, ValueError, TypeError, RuntimeWarning) as err:
         kind = ValueError if isinstance(err, RuntimeWarning) else type(err)
