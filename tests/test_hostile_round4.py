@@ -180,6 +180,10 @@ def test_in_memory_arrays_follow_the_same_default(small_budget):
     with pytest.raises(IndexError, match="index -7 is out of bounds for axis 0"):
         jask.take_along_axis(x, np.array([-7]), axis=0)
     np.testing.assert_array_equal(np.asarray(jask.take(x, np.array([6]), mode="fill")), [np.nan])
+    # traced indices into an in-memory x are jax.numpy's, which cannot raise: they fill
+    # (docs/promises.rst says so; a DiskArray's gather task raises instead)
+    traced = jax.jit(lambda i: jask.take(x, i))(jnp.array([6]))
+    np.testing.assert_array_equal(np.asarray(traced), [np.nan])
 
 
 @pytest.mark.parametrize("size", list(SIZES))

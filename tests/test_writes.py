@@ -286,3 +286,49 @@ def test_random_writes_equal_numpys(tmp_path_factory, small_budget, case):
             want[key] = value
             x[key] = value
     assert_bytes_equal(path, want, f"{dtype} {shape} {steps} x64={x64}")
+
+
+@pytest.mark.parametrize("write", ["setitem", "at-add"])
+def test_a_write_on_a_full_disk_leaves_every_old_byte(write, tmp_path, small_budget):
+    """``x[key] = v`` and ``update_(x.at[key].add(v))`` (the where in the
+    store's dtype, a float64 value a small store of its own) on a disk with no
+    room for the replacement: DiskFullError, and the store holds every old
+    byte, nothing left beside it."""
+    import os
+
+    from helpers import tmpfs_mount
+
+    data = _data("float64").repeat(60, axis=0).repeat(60, axis=1)  # 420 x 300: 1 MB
+    with tmpfs_mount(tmp_path / "small", "2m") as mount:
+        path = str(mount / "a.zarr")
+        zarr.create_array(path, data=data, chunks=(50, 50), compressors=None)
+        with open(mount / "ballast", "wb") as f:  # room for half a copy
+            stat = os.statvfs(mount)
+            os.posix_fallocate(f.fileno(), 0, stat.f_bavail * stat.f_frsize - data.nbytes // 2)
+        x = jask.open(path)
+        with pytest.raises(jask.DiskFullError):
+            if write == "setitem":
+                x[3, :] = 0.1  # float64 0.1: no 32-bit value holds it
+            else:
+                x.update_(x.at[:, np.array([0, 7])].add(0.1))
+        assert_bytes_equal(path, data, f"{write} on a full disk")
+        assert sorted(os.listdir(mount)) == ["a.zarr", "ballast"]
+        del x
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x64-off", "x64-on"])
+def test_a_float_past_a_float_stores_range_is_infinity_as_numpy(x64, tmp_path, small_budget):
+    """numpy writes 1e300 into float32 as inf (with its overflow warning), and
+    so does jax.numpy: no refusal, which is for integers only."""
+    data = _data("float32")
+    path = _store(tmp_path, data)
+    want = data.copy()
+    with np.errstate(over="ignore"):
+        want[0, :2] = 1e300
+        want[1, :2] = np.array([-1e300, 1.0])
+    with jax.enable_x64(x64), pytest.warns(RuntimeWarning, match="overflow"):  # numpy's own
+        x = jask.open(path)
+        x[0, :2] = 1e300
+        x[1, :2] = np.array([-1e300, 1.0])
+    assert np.isinf(want[0, :2]).all() and np.isneginf(want[1, 0])
+    assert_bytes_equal(path, want, "1e300 into float32")

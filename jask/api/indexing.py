@@ -512,7 +512,8 @@ def _cast_value(value, dtype: np.dtype, method: str, config):
     out = np.empty(np.shape(given), dtype)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # NaN or inf into integers
+            if dtype.kind in "iu":  # NaN, inf or a float out of range into integers:
+                warnings.simplefilter("error", RuntimeWarning)  # garbage, so refused
             out[...] = given
     except (OverflowError, ValueError, TypeError, RuntimeWarning) as err:
         kind = ValueError if isinstance(err, RuntimeWarning) else type(err)
@@ -652,8 +653,9 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     anything is read; indices only known when a ``jit`` program runs (traced,
     or on disk) are checked by the task that reads them, which raises there
     (under ``jit`` the error reaches the caller wrapped by XLA's runtime
-    error, its message kept). jax.numpy's modes stay available when asked
-    for: "fill" gives ``fill_value`` (NaN for floats, the most negative int,
+    error, its message kept); traced indices into an in-memory ``x`` are
+    jax.numpy's, which cannot raise: they fill. jax.numpy's modes stay
+    available when asked for: "fill" gives ``fill_value`` (NaN for floats, the most negative int,
     the largest unsigned, True), "clip" clips, "wrap" wraps. Its VJP adds
     the cotangent back where each index points (repeats add up).
 
