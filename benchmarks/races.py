@@ -155,7 +155,7 @@ def swap_keeping_the_inode(path: str) -> dict:
     the deletion, which is not every time), made certain."""
     import zarr
 
-    from jask.store import durability
+    from jask.store.kinds.local import durability
     try:
         from jask.store import versions
     except ImportError:  # a jask before version tokens (the harness runs against it too)
@@ -243,7 +243,8 @@ def _child(argv) -> None:
     elif a.role == "serve":  # commands on stdin, a JSON line each (tests/test_races.py)
         for line in sys.stdin:
             what, store, *rest = line.split()
-            jask.store.durability.FSYNC = False  # races, not power losses: syncfs is slow
+            # races, not power losses: syncfs is slow
+            jask.store.kinds.local.durability.FSYNC = False
             if what == "update":
                 done = update_loop(jask.open(store), float(rest[0]), int(rest[1]))
             else:

@@ -4,7 +4,7 @@ all old or all new values, never torn, never missing.
 A real child process (forked from one that imported jask once, so that many
 kills fit in seconds) loops ``target.update_(full(k))`` and is killed with
 SIGKILL inside each step of ``update_`` (it pauses there through the test hook
-``jask.store.durability.on_step``: every step is hit on every run, on any machine),
+``jask.store.kinds.local.durability.on_step``: every step is hit on every run, on any machine),
 then at random moments; after every kill this process reads the store with
 plain zarr.
 """
@@ -17,7 +17,7 @@ import pytest
 import zarr
 
 from helpers import script_command
-from jask.store import durability
+from jask.store.kinds.local import durability
 
 
 def _user_store(path, layout):

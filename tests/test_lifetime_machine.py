@@ -46,7 +46,8 @@ from hypothesis.stateful import (
 
 import jask
 from jask.engine import lazy
-from jask.store import registry, sessions, trash
+from jask.store import registry, trash
+from jask.store.kinds.local import sessions
 from jask.store.spec import StoreSpec
 
 SHAPE = (6, 4)

@@ -12,9 +12,9 @@ import pytest
 import jask
 from jask.store import location_of, session_dir, trash
 from jask.store.kinds.icechunk.location import IcechunkBranch
+from jask.store.kinds.local.location import LocalFolder
 from jask.store.kinds.objects import sessions as object_sessions
 from jask.store.kinds.objects.location import ObjectPrefix
-from jask.store.local_folder import LocalFolder
 from jask.store.location import Location
 from jask.store.spec import StoreSpec, plain_v3_metadata
 

@@ -24,7 +24,7 @@ import zarr
 
 import jask
 from helpers import run_script
-from jask.store import sessions
+from jask.store.kinds.local import sessions
 
 
 def _user_array(path, value, chunks=(5, 4)):

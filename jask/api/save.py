@@ -7,7 +7,7 @@ tasks, one whole output chunk per task (concurrent tasks never share a
 chunk file, so compressed chunks are never lost), checked against the
 memory budget before anything is written. It goes to a hidden folder beside
 the target and is put in place only once complete, over an existing array by
-one atomic exchange (:mod:`jask.store.saves`): a failure or a kill never
+one atomic exchange (:mod:`jask.store.kinds.local.saves`): a failure or a kill never
 leaves a half-written array, nor no array, at ``path``.
 """
 from __future__ import annotations

@@ -127,8 +127,8 @@ _STAGING = re.compile(r"^(.*)/\.(.+)\.(?:jask-update|jask-save)-[0-9a-f]+$")
 @functools.lru_cache(maxsize=4096)
 def _store_key(path: str) -> str:
     """The store a path counts for: an ``update_`` or ``save`` staging folder
-    counts for the store it becomes (:mod:`jask.store.durability`,
-    :mod:`jask.store.saves`). A URL (object storage) is its own key."""
+    counts for the store it becomes (:mod:`jask.store.kinds.local.durability`,
+    :mod:`jask.store.kinds.local.saves`). A URL (object storage) is its own key."""
     if not is_local_path(path):
         return path
     path = os.path.abspath(path)

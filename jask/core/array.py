@@ -10,6 +10,7 @@ Each op writes a fresh store, so a value never changes under its holder;
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from jax.experimental.hijax import HiType, ShapedArray, aval_property, register_hitype
@@ -18,7 +19,7 @@ from jask.base.config import get_config
 from jask.base.sizes import exact_bytes
 from jask.core._jax_internals import is_tracer, refuse_scans_over
 from jask.core.lifetime import collect_if_idle
-from jask.store import open_writable, read, registry, snapshot
+from jask.store import location_of, open_writable, read, registry, snapshot
 from jask.store.spec import StoreSpec
 
 __all__ = ["DiskArray", "DiskArrayType", "check_storable"]
@@ -202,7 +203,7 @@ class DiskArray:
         if _lo_tracer is not None:  # internal: a handle inside a trace
             self._init(_lo_tracer, None, DiskArrayType(shape, dtype))
             return
-        store = registry.register_external(filename)
+        store = location_of(os.fspath(filename)).open()  # a user's: never deleted
         aval = DiskArrayType(shape, dtype)
         if (store.shape, store.dtype) != (aval.shape, aval.dtype):
             raise ValueError(

@@ -540,7 +540,7 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
 
     The copy goes to a staging folder beside the target with the target's own
     layout; only once it is complete (and synced) does it replace the target,
-    in one atomic exchange (:mod:`jask.store.durability`), so a failed, interrupted
+    in one atomic exchange (:mod:`jask.store.kinds.local.durability`), so a failed, interrupted
     or killed copy leaves the target as it was, and a reader never finds it
     torn or missing.
     """

@@ -18,12 +18,12 @@ from jask.store.chunkio import OpenFiles
 from jask.store.groups import Member, group_members, read_values, zarr_store
 from jask.store.groups import open_array as open_zarr_array
 from jask.store.kinds.icechunk.repositories import name as icechunk_name
+from jask.store.kinds.local.saves import put as put_saved
 from jask.store.kinds.objects.buckets import RemoteStoreError
 from jask.store.layout import compressed, create_at, maker_like
 from jask.store.location import Location, location_of
 from jask.store.memmaps import WritableView, open_writable
 from jask.store.recycle import clear as clear_recycled
-from jask.store.saves import put as put_saved
 from jask.store.space import (
     DiskFullError,
     StoreChangedError,
@@ -56,8 +56,8 @@ from jask.store.views import take as slice_view
 from jask.store.views import transpose as transpose_view
 
 # each kind of location registers itself with jask.store.location when imported
-from . import local_folder  # noqa: F401
 from .kinds.icechunk import location as icechunk_branch  # noqa: F401
+from .kinds.local import location as local_folder  # noqa: F401
 from .kinds.objects import buckets
 from .kinds.objects import location as object_prefix  # noqa: F401
 

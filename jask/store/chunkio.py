@@ -21,7 +21,8 @@ value; such missing files read as the fill value here too).
 What a chunk is (its layout, its codec, its checked decoding) is in
 :mod:`jask.store.chunk_layout`, which :mod:`jask.store.kinds.objects.remote` shares.
 
-This is the tile I/O of two kinds of location (:class:`~jask.store.local_folder.LocalFolder`,
+This is the tile I/O of two kinds of location
+(:class:`~jask.store.kinds.local.location.LocalFolder`,
 :class:`~jask.store.kinds.icechunk.location.IcechunkBranch`): each function takes the
 location (its path, and its ``zarr_array()``). :mod:`jask.store.tiles` calls
 them, a view's region mapped to its base's and empty regions dealt with.
@@ -54,7 +55,7 @@ from jask.store.chunk_layout import (
 )
 from jask.store.spec import DamagedStoreError, StoreSpec
 
-from . import buffers, sessions
+from . import buffers
 
 __all__ = ["read", "read_runs", "reads_runs", "write", "prefetch", "forget", "read_model",
            "cached_array", "remember_plain"]
@@ -268,16 +269,17 @@ def _group(unit: tuple, itemsize: int) -> int:
     return max(1, min(ZARR_GROUP_BYTES // per, int(zarr.config.get("async.concurrency") or 1)))
 
 
-def _check_may_be_missing(layout: ChunkLayout, index: tuple, path: str) -> None:
+def _check_may_be_missing(where, layout: ChunkLayout, index: tuple, path: str) -> None:
     """Zarr leaves chunks of only the fill value unwritten, but jask writes
-    every chunk of its own stores: there a missing file is damage."""
-    if not os.path.isdir(layout.root) or sessions.holds_jask_stores(layout.root):
+    every chunk of its own stores (``where`` says which): there a missing file
+    is damage."""
+    if not os.path.isdir(layout.root) or where.holds_jask_stores():
         raise FileNotFoundError(
             f"chunk {layout.encode_key(index)!r} of the Zarr store {layout.root!r} is "
             f"missing (no file {path!r}): the store is damaged or was removed")
 
 
-def _read_rows(layout: ChunkLayout, index: tuple, rows: slice,
+def _read_rows(where, layout: ChunkLayout, index: tuple, rows: slice,
                dest: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray | None:
     """Fill ``dest`` (or the array it makes, once the file is found) with
     rows ``rows`` of chunk ``index`` (all its other axes, full chunk width);
@@ -287,7 +289,7 @@ def _read_rows(layout: ChunkLayout, index: tuple, rows: slice,
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
-        _check_may_be_missing(layout, index, path)
+        _check_may_be_missing(where, layout, index, path)
         return None
     try:
         _check_size(layout, index, path, fd, row * layout.chunks[0])
@@ -319,7 +321,8 @@ def _pread_into(layout: ChunkLayout, index: tuple, path: str, fd: int, view: mem
         view, offset = view[got:], offset + got
 
 
-def _read_raw(layout: ChunkLayout, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
+def _read_raw(where, layout: ChunkLayout, region: tuple,
+              out: np.ndarray | None = None) -> np.ndarray:
     """A tile of an uncompressed C-order store, reading only the chunk rows
     it needs; straight into the tile where those rows are contiguous in it."""
     if out is None:
@@ -330,7 +333,7 @@ def _read_raw(layout: ChunkLayout, region: tuple, out: np.ndarray | None = None)
         direct = (all(s.start == 0 and s.stop == c for s, c in zip(src[1:], layout.chunks[1:]))
                   and all(d.start == 0 and d.stop == n for d, n in zip(dst[1:], out.shape[1:])))
         if direct:
-            if _read_rows(layout, index, src[0], out[dst]) is None:
+            if _read_rows(where, layout, index, src[0], out[dst]) is None:
                 out[dst] = layout.fill_value
             continue
         shape = (src[0].stop - src[0].start,) + layout.chunks[1:]
@@ -340,7 +343,7 @@ def _read_raw(layout: ChunkLayout, region: tuple, out: np.ndarray | None = None)
             if buffer is None or buffer.size < math.prod(shape):
                 buffer = buffers.empty((math.prod(shape),), layout.dtype)
             return buffer[:math.prod(shape)].reshape(shape)
-        rows = _read_rows(layout, index, src[0], rows_buffer)
+        rows = _read_rows(where, layout, index, src[0], rows_buffer)
         if rows is not None:
             out[dst] = rows[(slice(None),) + src[1:]]
         else:
@@ -462,7 +465,7 @@ def read(where, store: StoreSpec, region: tuple, out: np.ndarray | None = None) 
         out[...] = tile
         return out
     if layout.plain:
-        return _read_raw(layout, region, out)
+        return _read_raw(where, layout, region, out)
     return _read_decoded(layout, region, out)
 
 
@@ -530,7 +533,7 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
     if tuple(layout.chunks[1:]) != tuple(store.shape[1:]):
         rest, at = tuple(slice(0, n) for n in store.shape[1:]), 0
         for lo, hi in zip(starts.tolist(), stops.tolist()):
-            _read_raw(layout, (slice(lo, hi),) + rest, out[at:at + hi - lo])
+            _read_raw(where, layout, (slice(lo, hi),) + rest, out[at:at + hi - lo])
             at += hi - lo
         return out
     per = layout.chunks[0]
@@ -553,7 +556,7 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
-                _check_may_be_missing(layout, index, path)
+                _check_may_be_missing(where, layout, index, path)
                 length = int(np.sum(stops[i:j] - starts[i:j]))
                 out[at:at + length] = layout.fill_value
                 at, i = at + length, j
@@ -606,6 +609,7 @@ def write(where, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         counters.stored_written(store.path, counters.region_bytes(store, region))  # as decoded
         return
     block = np.asarray(block, dtype=layout.dtype)
+    mode = where.file_mode()  # 0600 in jask's scratch
     for index in itertools.product(*chunk_ranges(region, layout.chunks)):
         src = tuple(slice(i * c - s.start, min((i + 1) * c, n) - s.start)
                     for i, c, s, n in zip(index, layout.chunks, region, layout.shape))
@@ -629,8 +633,7 @@ def write(where, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         counters.stored_written(layout.root, view.nbytes)
         # no O_TRUNC: a reused store's chunk file (jask.store.recycle) is overwritten
         # in place, with no blocks freed and allocated again
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT,
-                     sessions.file_mode(layout.root))  # 0600 in jask's scratch
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, mode)
         try:
             size = view.nbytes
             while view:  # on a filling disk a write can be short before one fails

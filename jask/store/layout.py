@@ -46,7 +46,7 @@ def create_like(original: str, path: str) -> None:
 
 def maker_like(target: StoreSpec):
     """``path -> None`` making an empty store at ``path`` laid out as
-    ``target`` (what :func:`jask.store.durability.replace` stages into):
+    ``target`` (what :func:`jask.store.kinds.local.durability.replace` stages into):
     jask's own layout without asking Zarr, a user's copied from its metadata."""
     def make(path: str) -> None:
         if target.managed:

@@ -3,7 +3,7 @@
 A store is a local folder, a prefix in object storage or an array of an
 icechunk repository's branch. Everything that differs between them is owned
 by one :class:`Location` subclass per kind, each in a module of its own
-(:mod:`jask.store.local_folder`, :mod:`jask.store.kinds.objects.location`,
+(:mod:`jask.store.kinds.local.location`, :mod:`jask.store.kinds.objects.location`,
 :mod:`jask.store.kinds.icechunk.location`), as zarr-python's ``zarr.abc.store.Store``
 has one subclass per kind with its capabilities as properties (here constants
 of the kind, read the same way): how its tiles are read and written and what
@@ -180,6 +180,11 @@ class Location(abc.ABC):
                metadata: str | None) -> None:
         """Make an empty store here with the Zarr v3 metadata ``metadata``
         (jask's plain layout; None: a dtype whose metadata Zarr writes)."""
+
+    def file_mode(self) -> int:
+        """The permission bits of a file jask makes in the store here: ``0600``
+        in this process's scratch, ``0644`` elsewhere (files: a folder's)."""
+        return 0o644
 
     def free_bytes(self) -> int:
         """The bytes that may still be written here (no limit known: a huge

@@ -55,7 +55,7 @@ def give(path: str, shape, dtype, chunks, nbytes: int) -> None:
 
     Example:
       >>> import tempfile
-      >>> from jask.store import sessions
+      >>> from jask.store.kinds.local import sessions
       >>> d = sessions.session_dir(tempfile.mkdtemp())
       >>> os.makedirs(os.path.join(d, "a-1.zarr"))
       >>> give(os.path.join(d, "a-1.zarr"), (2,), "float32", (2,), 8)

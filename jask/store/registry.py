@@ -46,18 +46,17 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import zarr
 
 from jask.base import forks
 from jask.base.urls import is_local_path
 from jask.store.layout import create_at
 from jask.store.location import location_of
-from jask.store.spec import GRAD_SUFFIX, StoreSpec, check_metadata, plain_v3_metadata, stored_nbytes
+from jask.store.spec import GRAD_SUFFIX, StoreSpec, plain_v3_metadata, stored_nbytes
 
-from . import chunkio, durability, recycle, tiles, trash, versions
+from . import chunkio, recycle, tiles, trash, versions
 
 __all__ = ["Owner", "State", "Record", "LifetimeError", "create", "register",
-           "register_external", "spec", "claim", "sweep", "live_paths", "in_callback",
+           "spec", "claim", "sweep", "live_paths", "in_callback",
            "Deferred"]
 
 
@@ -412,7 +411,7 @@ def _delete(store: StoreSpec, *, later: bool) -> None:
     """Remove a store's folder if this session owns it (see :func:`discard`)."""
     tiles.forget(store.path)
     if not location_of(store).owned():
-        pass  # opened by path, or a forked parent's: never deleted (jask.store.sessions)
+        pass  # opened by path, or a forked parent's: never deleted (Location.owned)
     elif later and plain_v3_metadata(store.shape, store.dtype, store.chunks) is not None:
         recycle.give(store.path, store.shape, store.dtype, store.chunks, stored_nbytes(store))
     elif later:
@@ -451,31 +450,6 @@ def own_store(handle) -> StoreSpec:
         if record is None or record.copy is None:
             return spec(handle)
         return fulfil(handle, record.copy.compute())
-
-
-def register_external(path) -> StoreSpec:
-    """Register an existing Zarr array that jask must never delete.
-
-    The store is known by its resolved path (symlinks followed): opened
-    through a link and through its real path it is one store, and the layout
-    it was opened with is remembered (:func:`jask.store.versions.opened`).
-    Raises FileNotFoundError, naming the path, when there is no Zarr array.
-    """
-    path = versions.resolved(os.fspath(path))
-    location_of(path).keep()  # even a scratch store: a DiskArray of the user's reads it now
-    durability.recover(path)  # finish an update_ a killed process left
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
-    layout = versions.layout(path)  # before zarr reads the metadata: a later change is seen
-    try:
-        arr = zarr.open_array(path, mode="r")
-    except Exception as err:  # zarr raises several kinds for a folder that is no array
-        raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
-    chunks, dtype = check_metadata(path, arr.shape, arr.chunks, arr.dtype)  # before any planning
-    tiles.forget(path)  # a store written anew in this folder: its own layout
-    store = StoreSpec(path, tuple(arr.shape), dtype, chunks, managed=False)
-    versions.opened(store, layout)
-    return register(store)
 
 
 class Deferred:

@@ -41,7 +41,7 @@ def remove(path: str) -> None:
 
     Example:
       >>> import os, tempfile
-      >>> from jask.store import sessions
+      >>> from jask.store.kinds.local import sessions
       >>> d = sessions.session_dir(tempfile.mkdtemp())
       >>> os.makedirs(os.path.join(d, "a.zarr", "c"))
       >>> remove(os.path.join(d, "a.zarr")); wait()

@@ -2,7 +2,7 @@
 
 ``update_`` (and an in-place optimizer step, and ``save(overwrite=True)``)
 replace a store by exchanging a complete new folder into its path
-(:mod:`jask.store.durability`). A reader that opens chunk files by path
+(:mod:`jask.store.kinds.local.durability`). A reader that opens chunk files by path
 while that happens could read some chunks of the old folder and some of the
 new one. Two mechanisms stop that:
 

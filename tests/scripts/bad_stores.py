@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 
 import jask
-from jask.store import durability
+from jask.store.kinds.local import durability
 
 
 def outcome(fn):
@@ -42,7 +42,7 @@ def run(case, path):
         new = zarr.open_array(spare, mode="r+")
         new[:] = -new[:] - 1.0  # the new version differs everywhere, and in sign
 
-        session = jask.store.sessions.session_dir(jask.get_config().scratch_dir)
+        session = jask.store.kinds.local.sessions.session_dir(jask.get_config().scratch_dir)
         before = set(os.listdir(session))
 
         def other_writer():

@@ -25,14 +25,14 @@ def outcome(fn):
 
 def stores_in(session: str) -> list[str]:
     """The session folder's entries but jask's proof of it (its marker file)."""
-    return [n for n in os.listdir(session) if n != jask.store.sessions.MARKER]
+    return [n for n in os.listdir(session) if n != jask.store.kinds.local.sessions.MARKER]
 
 
 def main(mount: str, input_path: str) -> None:
     scratch = os.path.join(mount, "scratch")
     jask.set_memory_budget("8MB", scratch_dir=scratch, allow_tmpfs=True)
     a = jask.open(input_path)
-    session = jask.store.sessions.session_dir(scratch)
+    session = jask.store.kinds.local.sessions.session_dir(scratch)
     report = {"session": session}
     # 1. the output (4 MB) cannot fit: refused before writing
     report["refused"] = outcome(lambda: (a + 1.0).shape)

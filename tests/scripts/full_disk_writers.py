@@ -56,7 +56,7 @@ def main(mount: str, scratch: str) -> None:
     fill_up(mount, 200_000)
     report["optim.step"] = outcome(lambda: jask.optim.step(tx, g, state, q))
     report["optax.apply_updates"] = outcome(lambda: optax.apply_updates(q, g))
-    report["scratch"] = jask.store.sessions.session_dir(small)
+    report["scratch"] = jask.store.kinds.local.sessions.session_dir(small)
     print(json.dumps(report), flush=True)
 
 

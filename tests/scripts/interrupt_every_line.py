@@ -17,7 +17,8 @@ import sys
 import numpy as np
 
 import jask
-from jask.store import registry, sessions
+from jask.store import registry
+from jask.store.kinds.local import sessions
 
 #: The module functions that make, register and delete stores, and every
 #: transition of a store's lifetime record (registry.Record).

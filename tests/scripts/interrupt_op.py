@@ -26,7 +26,7 @@ def main(mode: str, scratch: str) -> None:
     small = jask.from_numpy(np.ones((40, 40), np.float32))
     float(step(small)), jask.square(small + 1.0) * 3.0  # compile before the clock starts
     a = jask.from_numpy(np.ones((3000, 3000), np.float32))
-    inputs = set(os.listdir(jask.store.sessions.session_dir(scratch)))
+    inputs = set(os.listdir(jask.store.kinds.local.sessions.session_dir(scratch)))
     print("running", flush=True)
     caught, kind, landed = None, None, None
     try:
@@ -46,7 +46,7 @@ def main(mode: str, scratch: str) -> None:
             landed = landed[0]
         del err  # its traceback would keep the interrupted op's operands alive
     jask.collect()
-    left = sorted(set(os.listdir(jask.store.sessions.session_dir(scratch))) - inputs)
+    left = sorted(set(os.listdir(jask.store.kinds.local.sessions.session_dir(scratch))) - inputs)
     next_ok = [float(jask.sum(small + 1.0)), float(step(small))] == [3200.0, 19200.0]
     print(json.dumps({"caught": caught, "type": kind, "landed": landed,
                       "left": left, "next_ok": next_ok}), flush=True)

@@ -22,7 +22,8 @@ import jax
 import numpy as np
 
 import jask
-from jask.store import registry, sessions
+from jask.store import registry
+from jask.store.kinds.local import sessions
 
 
 def main(mode: str, scratch: str) -> None:

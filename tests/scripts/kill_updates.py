@@ -7,7 +7,7 @@ filesystems without it). This process imports jask once, then for each line
 ``target.update_(full(k))`` for k = TRIAL*1000, TRIAL*1000+1, ... and kills it
 with SIGKILL: after a random delay (WHEN=random), or exactly inside the step
 of ``update_`` named WHEN (``copy``, ``sync``, ``swap``, ``cleanup``,
-``renamed-*``: see ``jask.store.durability.on_step``), where the child pauses, in
+``renamed-*``: see ``jask.store.kinds.local.durability.on_step``), where the child pauses, in
 its first, second or third ``update_``. It prints one JSON line per kill: the
 last k whose ``update_`` returned, the k in progress, and the step the child
 was in. The test reads the store with plain zarr after each line; nothing here
@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 import jask
-from jask.store import durability
+from jask.store.kinds.local import durability
 
 
 def child(store: str, first: int, out_fd: int, mode: str, pause_at: str, nth: int) -> None:

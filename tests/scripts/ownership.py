@@ -7,9 +7,9 @@ Kills.
 SOURCE is a Zarr array of ones; FOLDER holds one user array of zeros per
 scenario, ``<step>-<exchange|fallback>.zarr``. For each scenario a forked
 child opens SOURCE, saves it over its target and SIGKILLs itself when the
-save reaches that step (``jask.store.saves.on_step``; in the fallback, with
+save reaches that step (``jask.store.kinds.local.saves.on_step``; in the fallback, with
 no ``renameat2``); two more kill ``update_`` of the target, before and
-after its exchange (``jask.store.durability.on_step``). A jask whose save
+after its exchange (``jask.store.kinds.local.durability.on_step``). A jask whose save
 renames the target aside is also killed right after that rename, wherever
 it does it. Right after each kill the target is read with plain zarr (the
 next child's session then cleans up after the killed one); a last child
@@ -42,11 +42,10 @@ def save_and_die(scratch: str, source: str, target: str, step: str, how: str) ->
         if at == step:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    saves = getattr(jask.store, "saves", None)
-    if saves is not None:
-        saves.on_step = die
-        if how == "fallback":
-            saves.renameat2 = None
+    saves = jask.store.kinds.local.saves
+    saves.on_step = die
+    if how == "fallback":
+        saves.renameat2 = None
     rename = os.rename
 
     def rename_then_die(src, dst, *args, **kwargs):  # a target renamed aside: the gap
@@ -56,7 +55,7 @@ def save_and_die(scratch: str, source: str, target: str, step: str, how: str) ->
     os.rename = rename_then_die
     jask.set_memory_budget("8MB", scratch_dir=scratch)
     if how == "update":
-        jask.store.durability.on_step = die
+        jask.store.kinds.local.durability.on_step = die
         jask.open(target).update_(jask.open(source))
     else:
         jask.save(jask.open(source), target, overwrite=True)
@@ -70,7 +69,7 @@ def main(scratch: str, source: str, folder: str, forked: str) -> None:
 def forks(scratch: str) -> dict:
     jask.set_memory_budget("8MB", scratch_dir=scratch)
     x = jask.from_numpy(np.arange(6.0, dtype=np.float32))
-    folder = jask.store.sessions.session_dir(scratch)
+    folder = jask.store.kinds.local.sessions.session_dir(scratch)
 
     def drop_everything():
         nonlocal x
@@ -84,7 +83,7 @@ def forks(scratch: str) -> dict:
     pid = os.fork()
     if pid == 0:  # no JAX call: XLA's compiler may hang in a forked child
         ok = z.to_numpy().tolist() == [1, 2, 3, 4, 5, 6]
-        jask.store.sessions._remove_sessions()  # what atexit does (its pool's threads
+        jask.store.kinds.local.sessions._remove_sessions()  # what atexit does (its pool's threads
         os._exit(0 if ok else 3)  # may crash the interpreter's exit in a forked child)
     lazy_exit = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     child = multiprocessing.get_context("fork").Process(target=drop_everything)
@@ -114,7 +113,7 @@ def kills(scratch: str, source: str, folder: str) -> dict:
     pid = os.fork()  # one more session, killed with no save: the last one's cleaner
     if pid == 0:
         try:
-            jask.store.sessions.session_dir(scratch)
+            jask.store.kinds.local.sessions.session_dir(scratch)
             os.kill(os.getpid(), signal.SIGKILL)
         finally:
             os._exit(0)

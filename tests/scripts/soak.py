@@ -37,7 +37,7 @@ def main(scratch, steps):
     step = jax.jit(lambda w, X, y: w.update_(w - jax.grad(loss)(w, X, y) * 1e-4))
     for _ in range(100):
         w = step(w, X, y)
-    session = jask.store.sessions.session_dir(scratch)
+    session = jask.store.kinds.local.sessions.session_dir(scratch)
     before, t0 = figures(session), time.perf_counter()
     for _ in range(int(steps)):
         w = step(w, X, y)

@@ -1,7 +1,7 @@
 """Arrays in icechunk repositories: an ``update_`` is one commit.
 
 Object storage has no rename, so the atomic folder exchange of
-:mod:`jask.store.durability` cannot exist there: a plain Zarr store at a URL
+:mod:`jask.store.kinds.local.durability` cannot exist there: a plain Zarr store at a URL
 is rewritten one object at a time, and a reader (or a crash) mid-update sees
 a mix. An icechunk repository gives snapshot isolation instead: every write
 goes into a *writable session* that no reader sees, and one ``commit`` moves

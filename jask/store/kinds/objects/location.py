@@ -17,8 +17,7 @@ import numpy as np
 import zarr
 
 from jask.store import registry, tiles, versions
-from jask.store import sessions as local_sessions
-from jask.store.location import Location
+from jask.store.location import Location, location_of
 from jask.store.spec import GRAD_SUFFIX, OBJECTS, StoreSpec
 
 from . import buckets, remote, sessions
@@ -101,8 +100,7 @@ class ObjectPrefix(Location):
     def journal(self) -> str:
         # in a local session of its own (recovered by the next process here
         # whose scratch is in object storage)
-        return local_sessions.journal_dir(
-            local_sessions.session_dir(os.path.join(tempfile.gettempdir(), "jask-journals")))
+        return location_of(os.path.join(tempfile.gettempdir(), "jask-journals")).journal()
 
     def owned(self) -> bool:
         return sessions.owns(self.path)

@@ -3,7 +3,7 @@
 With ``set_memory_budget(B, scratch_dir="s3://bucket/prefix")`` every store
 jask makes lives under ``prefix/session-<host>-<pid>-<id>/`` in the bucket,
 where every worker of a cluster can read it. What the local
-:mod:`jask.store.sessions` gets from the filesystem, it gets here from
+:mod:`jask.store.kinds.local.sessions` gets from the filesystem, it gets here from
 objects (the reasons, mechanism by mechanism, are in ``jask/DESIGN.md``):
 
 * **A session is proven by content, never by name.** Its ``.jask-session``

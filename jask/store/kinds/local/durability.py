@@ -41,7 +41,9 @@ import shutil
 import uuid
 from typing import Callable
 
-from . import versions
+from jask.store import versions
+
+from . import sessions
 
 __all__ = ["replace", "recover", "store_lock", "FSYNC"]
 
@@ -91,8 +93,7 @@ def store_lock(target: str, *, blocking: bool = True):
     """
     path = _sibling(target, _LOCK)
     while True:
-        from jask.store.sessions import open_lock  # (a local import: a small hunk)
-        fd = open_lock(path)  # never through a symlink, never another user's file
+        fd = sessions.open_lock(path)  # never through a symlink, never another user's file
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:

@@ -47,7 +47,7 @@ _made_scratch: set[str] = set()             # scratch dirs made here: removed at
 _LOCK_SUFFIX = ".lock"
 #: Name of the proof file inside every session folder.
 MARKER = ".jask-session"
-#: Subfolder of a session folder that journals saves in progress (jask.store.saves).
+#: Subfolder of a session folder that journals saves in progress (jask.store.kinds.local.saves).
 JOURNAL = "saves"
 _PROOF_TAG = "jask-session 1"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -249,7 +249,7 @@ def _alive(proof: dict[str, str]) -> bool:
 
 
 def _finish_journal(folder: str) -> None:
-    """Complete or undo the saves a dead session journalled (jask.store.saves)."""
+    """Complete or undo the saves a dead session journalled (jask.store.kinds.local.saves)."""
     saves.recover_journal(os.path.join(folder, JOURNAL))
 
 

@@ -1,7 +1,7 @@
 """A store in a local folder: its chunk files read and written by positioned
 I/O (:mod:`jask.store.chunkio`), replaced by one atomic exchange of folders
-(:mod:`jask.store.durability`), jask's own kept in this process's session
-folder (:mod:`jask.store.sessions`) and deleted by a rename out of sight
+(:mod:`jask.store.kinds.local.durability`), jask's own kept in this process's session
+folder (:mod:`jask.store.kinds.local.sessions`) and deleted by a rename out of sight
 (:mod:`jask.store.trash`)."""
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from typing import Callable
 import numpy as np
 import zarr
 
+from jask.store import chunkio, registry, tiles, trash, versions
 from jask.store.location import Location, location_of
-from jask.store.spec import FOLDER, StoreSpec
+from jask.store.spec import FOLDER, StoreSpec, check_metadata
 
-from . import chunkio, durability, registry, saves, sessions, tiles, trash, versions
+from . import durability, saves, sessions
 
 __all__ = ["LocalFolder"]
 
@@ -105,6 +106,9 @@ class LocalFolder(Location):
         # tile I/O then knows its files without asking Zarr (about 2 ms a store)
         chunkio.remember_plain(self.path, shape, dtype, chunks)
 
+    def file_mode(self) -> int:
+        return sessions.file_mode(self.path)
+
     def free_bytes(self) -> int:
         probe = os.path.abspath(self.path)
         while not os.path.exists(probe):  # made on first write
@@ -143,7 +147,25 @@ class LocalFolder(Location):
     # A user's store here.
 
     def open(self) -> StoreSpec:
-        return registry.register_external(self.path)
+        """Known by its resolved path (symlinks followed): opened through a
+        link and through its real path it is one store, and the layout it was
+        opened with is remembered (:func:`jask.store.versions.opened`). Raises
+        FileNotFoundError, naming the path, when there is no Zarr array."""
+        path = versions.resolved(self.path)
+        sessions.keep(path)  # even a scratch store: a DiskArray of the user's reads it now
+        durability.recover(path)  # finish an update_ a killed process left
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"no Zarr array at {path!r} (no such folder)")
+        layout = versions.layout(path)  # before zarr reads the metadata: a later change is seen
+        try:
+            arr = zarr.open_array(path, mode="r")
+        except Exception as err:  # zarr raises several kinds for a folder that is no array
+            raise FileNotFoundError(f"{path!r} is not a Zarr array: {err}") from None
+        chunks, dtype = check_metadata(path, arr.shape, arr.chunks, arr.dtype)  # before planning
+        tiles.forget(path)  # a store written anew in this folder: its own layout
+        store = StoreSpec(path, tuple(arr.shape), dtype, chunks, managed=False)
+        versions.opened(store, layout)
+        return registry.register(store)
 
     def replace(self, target: StoreSpec, make_staging: Callable[[str], None],
                 fill: Callable[[str], None], scratch_dir: str) -> StoreSpec:

@@ -15,7 +15,7 @@ The new array is written into a hidden staging folder beside the path,
   the next jask session puts the complete new one in.
 
 Proof, not names. Before the staging folder exists, an entry in this
-process's session journal (:func:`jask.store.sessions.journal_dir`, a
+process's session journal (:func:`jask.store.kinds.local.sessions.journal_dir`, a
 ``0600`` file of this user's in a proven session folder) records the path,
 the two hidden names (each with a random id) and the inode of the old
 array. A later session that finds a dead session's folder (and this
@@ -155,7 +155,7 @@ def _renameat2(source: str, target: str, flags: int) -> bool:
 @contextlib.contextmanager
 def copies_of(target: str, journal: str | None):
     """Journal the hidden copies of ``target`` made in the block, for
-    ``update_`` (:func:`jask.store.durability.replace`): ``note(make)`` wraps a
+    ``update_`` (:func:`jask.store.kinds.local.durability.replace`): ``note(make)`` wraps a
     ``make(path)``. If the process is killed, a later session removes each
     copy the journal names (the new values, or the old store after the
     exchange), never what is at ``target``.
