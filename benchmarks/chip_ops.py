@@ -51,7 +51,8 @@ def _move_once(X) -> float:
     """Seconds to read X's row bands (jask's reads) and device_put each."""
     import jax
 
-    from jask.store import read, registry
+    from jask.store import registry
+    from jask.store.tiles import read
 
     spec = registry.spec(X._handle)
     rows, cols = spec.shape

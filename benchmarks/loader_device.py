@@ -98,7 +98,8 @@ def loader_reads(paths: dict, threads: int = 8) -> float:
 
     import jask
     from jask.api.batches import _Slot
-    from jask.store import OpenFiles, stamp
+    from jask.store.space import stamp
+    from jask.store.tiles import OpenFiles
     X, y = jask.open(paths["X"]), jask.open(paths["y"])
     loader = jask.batches(X, y, batch_size=BATCH, seed=0)
     plan, arrays = loader.plan, loader._arrays

@@ -418,7 +418,8 @@ def small_slice() -> dict:
     import timeit
 
     import jask
-    from jask.store import read, registry
+    from jask.store import registry
+    from jask.store.tiles import read
     X = jask.from_numpy(np.zeros((65536, COLS), np.float32))
     spec = registry.spec(X._handle)
     np.asarray(X[BATCH:2 * BATCH])

@@ -40,7 +40,8 @@ import pytest
 
 from jask.base.config import Config, get_config, set_memory_budget
 from jask.core.lifetime import collect
-from jask.store import clear_recycled, registry
+from jask.store import registry
+from jask.store.recycle import clear as clear_recycled
 
 __all__ = ["Scratch", "jask_scratch", "leaked_stores", "DEFAULT_BUDGET"]
 

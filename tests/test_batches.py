@@ -551,7 +551,8 @@ RUN_CASES = [
 
 @pytest.mark.parametrize("case", RUN_CASES, ids=[c[0] for c in RUN_CASES])
 def test_read_runs_reads_the_rows_of_each_run(tmp_path, case):
-    from jask.store import read_runs, registry
+    from jask.store import registry
+    from jask.store.tiles import read_runs
     _, shape, chunks, compressed, sharded, runs = case
     values = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     kw = {} if compressed else {"compressors": None}
@@ -585,7 +586,8 @@ def test_narrow_arrays_beside_runs_are_read_whole_once_an_epoch(tmp_path, device
 
 
 def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch):
-    from jask.store import OpenFiles, read_runs, registry
+    from jask.store import registry
+    from jask.store.tiles import OpenFiles, read_runs
     values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
     z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
                           dtype="f4", compressors=None)
@@ -636,7 +638,8 @@ def test_a_loader_leaves_no_chunk_file_open(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["f2", "bool", "i1", "i8", "u2"])
 def test_read_runs_reads_every_dtype_and_empty_rows(tmp_path, dtype):
-    from jask.store import read_runs, registry
+    from jask.store import registry
+    from jask.store.tiles import read_runs
     values = (np.arange(600) % 7).astype(dtype).reshape(200, 3)
     z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(200, 3), chunks=(50, 3), dtype=dtype,
                           compressors=None)
@@ -652,7 +655,8 @@ def test_read_runs_reads_every_dtype_and_empty_rows(tmp_path, dtype):
 
 
 def test_read_runs_names_a_chunk_file_cut_short_even_when_held_open(tmp_path):
-    from jask.store import OpenFiles, read_runs, registry
+    from jask.store import registry
+    from jask.store.tiles import OpenFiles, read_runs
     z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(200, 3), chunks=(50, 3), dtype="f4",
                           compressors=None)
     z[:] = np.ones((200, 3), np.float32)

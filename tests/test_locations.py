@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jask
-from jask.store import location_of, session_dir, trash
+from jask.store import location_of, session_dir, tiles, trash
 from jask.store.kinds.icechunk.location import IcechunkBranch
 from jask.store.kinds.local.location import LocalFolder
 from jask.store.kinds.objects import sessions as object_sessions
@@ -75,12 +75,12 @@ def test_a_store_made_written_and_read_through_its_location(place, jask_scratch)
                  plain_v3_metadata(shape, np.dtype(np.float32), chunks))
     spec = StoreSpec(path, shape, np.dtype(np.float32), chunks, managed=False)
     x = np.arange(30, dtype=np.float32).reshape(shape)
-    jask.store.write(spec, (slice(0, 6), slice(0, 5)), x)
-    np.testing.assert_array_equal(jask.store.read(spec, (slice(1, 5), slice(2, 4))), x[1:5, 2:4])
-    assert jask.store.read(spec, (slice(3, 3), slice(0, 5))).shape == (0, 5)  # nothing read
-    assert jask.store.read_model(spec).raw  # jask's plain layout: read by ranges/positions
+    tiles.write(spec, (slice(0, 6), slice(0, 5)), x)
+    np.testing.assert_array_equal(tiles.read(spec, (slice(1, 5), slice(2, 4))), x[1:5, 2:4])
+    assert tiles.read(spec, (slice(3, 3), slice(0, 5))).shape == (0, 5)  # nothing read
+    assert tiles.read_model(spec).raw  # jask's plain layout: read by ranges/positions
     np.testing.assert_array_equal(where.user_array()[...], x)
-    jask.store.forget_cached(path)
+    tiles.forget(path)
     np.testing.assert_array_equal(jask.open(path).to_numpy(), x)
 
 

@@ -5,7 +5,7 @@ cuts batches from them in memory: no jask op runs per batch. A shuffled epoch
 permutes the units, then mixes the rows of each *window* of consecutive units
 (the shuffle buffer), as CorgiPile does (Xu et al., SIGMOD 2022): every row
 comes once per epoch. A unit is a short run of rows where reading one costs
-its bytes (uncompressed local chunks: :func:`jask.store.read_runs` reads a
+its bytes (uncompressed local chunks: :func:`jask.store.tiles.read_runs` reads a
 window's runs a chunk file at a time), so that a window draws at least half a
 batch's count of runs from the whole store and a batch mixes about as well
 as a full shuffle's; else a whole chunk row of the array with the most bytes
@@ -45,16 +45,10 @@ from jask.base import memory
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
-from jask.store import (
-    OpenFiles,
-    StoreChangedError,
-    check_unchanged,
-    held,
-    read_model,
-    read_runs,
-    reads_runs,
-    stamp,
-)
+from jask.store import StoreChangedError
+from jask.store.space import check_unchanged, stamp
+from jask.store.tiles import OpenFiles, read_model, read_runs, reads_runs
+from jask.store.versions import held
 
 __all__ = ["batches", "Batches"]
 
@@ -706,7 +700,7 @@ class _Slot:
         taken from it in memory; chunk files stay open in ``files``).
 
         Each array's units are read in a few tasks of many runs each (a task
-        opens or decodes each of its chunks once, :func:`jask.store.read_runs`),
+        opens or decodes each of its chunks once, :func:`jask.store.tiles.read_runs`),
         about two per reading thread."""
         if not self._whole:  # made at the first window, touched by its reads
             self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype) for a in self.arrays]

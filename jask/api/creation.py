@@ -23,16 +23,11 @@ from jask.core.lifetime import collect_if_idle
 from jask.core.ufuncs import PASS, Ufunc
 from jask.engine import work
 from jask.engine.blockwise import positional
-from jask.store import (
-    Member,
-    forget_cached,
-    group_members,
-    icechunk_name,
-    locate,
-    open_array,
-    read_values,
-)
+from jask.store import icechunk_name, locate
+from jask.store.groups import Member, group_members, read_values
 from jask.store.spec import StoreSpec, check_metadata
+from jask.store.tiles import forget as forget_cached
+from jask.store.tiles import open_array
 
 __all__ = ["open", "open_group", "open_icechunk", "from_numpy", "to_disk", "full", "arange",
            "linspace", "eye", "tri"]

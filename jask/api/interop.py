@@ -28,9 +28,11 @@ from jask.core.array import DiskArray, disk_type
 from jask.core.lifetime import collect_if_idle
 from jask.engine import execute
 from jask.engine.blockwise import positional
-from jask.store import open_array, open_zarr_array, register_options, registry
-from jask.store import zarr_store as zarr_store_at
+from jask.store import register_options, registry
+from jask.store.groups import open_array as open_zarr_array
+from jask.store.groups import zarr_store as zarr_store_at
 from jask.store.spec import StoreSpec
+from jask.store.tiles import open_array
 
 __all__ = ["to_dask", "from_dask", "dask_operand", "materialize", "zarr_store"]
 

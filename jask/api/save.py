@@ -27,22 +27,12 @@ from jask.core.array import DiskArray
 from jask.core.lifetime import collect_if_idle
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
-from jask.store import (
-    check_space,
-    forget_cached,
-    journal_dir,
-    locate,
-    put_saved,
-    read,
-    registry,
-    replaced,
-    resolved,
-    snapshot,
-    space_errors,
-    write,
-    write_token,
-)
+from jask.store import journal_dir, locate, put_saved, registry
+from jask.store.space import check_space, snapshot, space_errors
 from jask.store.spec import StoreSpec, stored_nbytes
+from jask.store.tiles import forget as forget_cached
+from jask.store.tiles import read, write
+from jask.store.versions import replaced, resolved, write_token
 
 __all__ = ["save", "COMPRESSORS"]
 

@@ -19,8 +19,11 @@ from jask.base.config import get_config
 from jask.base.sizes import exact_bytes
 from jask.core._jax_internals import is_tracer, refuse_scans_over
 from jask.core.lifetime import collect_if_idle
-from jask.store import location_of, open_writable, read, registry, snapshot
+from jask.store import location_of, registry
+from jask.store.memmaps import open_writable
+from jask.store.space import snapshot
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read
 
 __all__ = ["DiskArray", "DiskArrayType", "check_storable"]
 

@@ -37,8 +37,10 @@ from jask.base.memory import default_chunks, nbytes
 from jask.engine import device as streaming
 from jask.engine.blockwise import unchanged
 from jask.engine.lazy import Recorded
-from jask.store import as_transposed, registry, write
+from jask.store import registry
 from jask.store.spec import StoreSpec
+from jask.store.tiles import write
+from jask.store.views import as_transposed
 
 __all__ = ["target", "share", "gram", "row_sum", "dot_on_device", "sum_on_device",
            "last_stream", "Streamed", "device_bytes", "Meter", "finished",

@@ -36,8 +36,8 @@ from jask.engine import device as streaming
 from jask.engine import fusion
 from jask.engine.blockwise import is_positional, unchanged
 from jask.engine.ops.reductions import REDUCERS
-from jask.store import view_key
 from jask.store.spec import StoreSpec
+from jask.store.views import key as view_key
 
 __all__ = ["OnDevice", "runner"]
 

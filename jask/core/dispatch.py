@@ -24,7 +24,8 @@ from jask.core._jax_internals import is_eager
 from jask.core.array import HANDLE_DTYPE, DiskArray, DiskArrayType
 from jask.core.lifetime import collect_if_idle
 from jask.engine import lazy
-from jask.store import StoreChangedError, registry, snapshot
+from jask.store import StoreChangedError, registry
+from jask.store.space import snapshot
 from jask.store.spec import StoreSpec
 
 #: work(input stores, scalar operands as numpy, config) -> output store

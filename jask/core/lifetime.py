@@ -13,7 +13,9 @@ import gc
 import jax
 
 from jask.base.interrupts import clear_caller_hook
-from jask.store import clear_recycled, registry, wait_for_trash
+from jask.store import registry
+from jask.store.recycle import clear as clear_recycled
+from jask.store.trash import wait as wait_for_trash
 
 __all__ = ["collect", "collect_if_idle"]
 

@@ -34,8 +34,8 @@ import numpy as np
 
 from jask.engine.builders import FAN_IN, key_name, regions
 from jask.engine.ops.reductions import REDUCERS
-from jask.store import prefetch, read, write
 from jask.store.spec import StoreSpec
+from jask.store.tiles import prefetch, read, write
 
 __all__ = ["Operand", "broadcast_axes", "map_graph", "positional", "reduce_graph", "unchanged"]
 

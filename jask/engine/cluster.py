@@ -7,7 +7,7 @@ import uuid
 from jask.base import counters, forks
 from jask.base.memory import BudgetError, TileCost
 from jask.base.sizes import exact_bytes
-from jask.store import buffer_scope
+from jask.store.buffers import scope as buffer_scope
 
 
 def distributed_client(scheduler):
@@ -55,7 +55,7 @@ _held_lock = forks.lock()
 class ReusingBuffers:
     """A graph task's function, run on a worker with the tile buffers its
     thread's earlier tasks of the graph left reused, as a local run reuses
-    them (:func:`jask.store.buffer_scope`).
+    them (:func:`jask.store.buffers.scope`).
 
     Fresh pages fault in at 0.5-0.8 GB/s here: a logistic step's band tasks
     (1 MiB chunk rows) took 2x as long on a worker as in-process, all of it

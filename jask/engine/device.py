@@ -28,8 +28,8 @@ from jask.base import counters
 from jask.base.config import Config
 from jask.base.memory import BudgetError, nbytes, op_overhead
 from jask.base.sizes import exact_bytes
-from jask.store import read
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read
 
 __all__ = ["Target", "StreamPlan", "plan", "stream", "IN_FLIGHT", "BAND_BYTES"]
 
@@ -132,7 +132,7 @@ def plan(stores: Sequence[StoreSpec], partial_bytes: int, device_share: int,
 def stream(stores: Sequence[StoreSpec], planned: StreamPlan, target: Target,
            op: str = "device") -> None:
     """Every band of ``stores`` through ``target``, in order, each store read
-    once (by :func:`jask.store.read`, counted): reads run ahead on reader
+    once (by :func:`jask.store.tiles.read`, counted): reads run ahead on reader
     threads into reused buffers, copies and programs ``in_flight`` ahead.
 
     Band ``i`` is read into slot ``i % slots``; band ``i + slots`` is read

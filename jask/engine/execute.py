@@ -31,7 +31,7 @@ from threadpoolctl import ThreadpoolController
 from jask.base import counters, forks, interrupts
 from jask.base.memory import TileCost
 from jask.engine import cluster, progress
-from jask.store import buffer_scope
+from jask.store.buffers import scope as buffer_scope
 
 _blas = ThreadpoolController()
 

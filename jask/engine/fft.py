@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from jask.engine.builders import key_name, regions
-from jask.store import read, write
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read, write
 
 __all__ = ["KINDS", "out_length", "transform", "fft_graph"]
 

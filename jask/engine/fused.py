@@ -14,7 +14,7 @@ import numpy as np
 
 from jask.engine.blockwise import Operand
 from jask.engine.builders import key_name, regions
-from jask.store import prefetch, write
+from jask.store.tiles import prefetch, write
 
 __all__ = ["fused_block", "fused_graph"]
 

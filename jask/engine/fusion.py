@@ -41,8 +41,9 @@ from jask.engine.blockwise import is_positional
 from jask.engine.builders import FAN_IN, key_name
 from jask.engine.ops.reductions import REDUCERS
 from jask.engine.tasks import strip_product
-from jask.store import read, view_key, write
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read, write
+from jask.store.views import key as view_key
 
 __all__ = ["Node", "finish", "fusable", "group_graph", "last_uses", "partial_shape"]
 

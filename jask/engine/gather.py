@@ -19,8 +19,8 @@ import itertools
 import numpy as np
 
 from jask.engine.builders import chunk_graph
-from jask.store import read, read_model, write
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read, read_model, write
 
 __all__ = ["gather_graph", "scatter_add_graph", "normalized", "check_in_bounds"]
 

@@ -42,22 +42,13 @@ from jask.base.sizes import exact_bytes
 from jask.engine import execute, fusion, gram, moments, work
 from jask.engine.plan import Plan, bands
 from jask.engine.work import room
-from jask.store import (
-    DiskFullError,
-    StoreChangedError,
-    as_transposed,
-    base_of,
-    check_layouts,
-    forget_cached,
-    identity,
-    location_of,
-    registry,
-    resolved,
-    snapshot,
-    write,
-    written_here,
-)
+from jask.store import DiskFullError, StoreChangedError, location_of, registry
+from jask.store.space import snapshot
 from jask.store.spec import DamagedStoreError, StoreSpec
+from jask.store.tiles import forget as forget_cached
+from jask.store.tiles import write
+from jask.store.versions import check_layouts, identity, resolved, written_here
+from jask.store.views import as_transposed, base_of
 
 __all__ = ["Description", "GroupRunner", "Recorded", "record", "values", "MAX_PENDING", "MAX_HELD"]
 

@@ -16,7 +16,7 @@ same float64 total, a variance from the same moments).
 What "the same data" is:
 
 * a store (or a view of one): its path, handle and view, with the store's
-  version (:func:`jask.store.identity`: the folder's and metadata's inode
+  version (:func:`jask.store.versions.identity`: the folder's and metadata's inode
   and change time, and jask's version token) as it was when the moments
   were taken. jask's own writes into a store (``update_``, in-place
   optimizer steps, ``to_memmap`` writes, a save over it) drop what is kept
@@ -51,8 +51,11 @@ import numpy as np
 from jask.base import forks
 from jask.engine.blockwise import unchanged
 from jask.engine.ops.reductions import REDUCERS, stat_of, with_moments
-from jask.store import base_of, identity, location_of, registry, resolved, view_key
+from jask.store import location_of, registry
 from jask.store.spec import StoreSpec
+from jask.store.versions import identity, resolved
+from jask.store.views import base_of
+from jask.store.views import key as view_key
 
 __all__ = ["KEPT", "KEPT_SHARE", "Statistic", "centred", "clear", "kept", "recall",
            "remember", "statistic"]

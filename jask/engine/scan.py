@@ -23,8 +23,8 @@ import math
 import numpy as np
 
 from jask.engine.builders import key_name, regions
-from jask.store import read, write
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read, write
 
 __all__ = ["carry_bytes", "carries", "totals_graph", "scan_graph", "wide_dtype"]
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jask.store import read, same_elements, write
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read, write
+from jask.store.views import same as same_elements
 
 
 def copy_block(out: StoreSpec, region: tuple, source: StoreSpec, axes: tuple) -> None:

@@ -28,32 +28,25 @@ from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan, as_decoded
-from jask.store import (
-    DiskFullError,
-    as_transposed,
-    base_of,
+from jask.store import DiskFullError, location_of, registry, session_dir
+from jask.store.layout import compressed, maker_like
+from jask.store.space import (
     check_space,
     check_unchanged,
-    compressed,
-    forget_cached,
-    gather_view,
-    location_of,
-    maker_like,
     raise_if_full,
-    read,
-    read_model,
-    registry,
-    reshape_view,
-    session_dir,
-    slice_view,
     snapshot,
     space_errors,
     stamp,
-    transpose_view,
-    view_key,
-    write,
 )
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
+from jask.store.tiles import forget as forget_cached
+from jask.store.tiles import read, read_model, write
+from jask.store.views import as_transposed, base_of
+from jask.store.views import gather as gather_view
+from jask.store.views import key as view_key
+from jask.store.views import reshape as reshape_view
+from jask.store.views import take as slice_view
+from jask.store.views import transpose as transpose_view
 
 
 class Work:

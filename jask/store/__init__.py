@@ -1,59 +1,31 @@
 """Zarr and the filesystem: store specs, chunk I/O, making and replacing
 stores, sessions, disk space, the registry of handles. No JAX or Dask here.
 
-This module is the store's front door: the layers above import what they use
-from here (and the record itself from :mod:`jask.store.spec`, the lifetimes
-from :mod:`jask.store.registry`), never from the modules behind it, so those
-can move without the layers above learning of it (``pyproject.toml``'s
-import contract checks it). Where a store lives is its :func:`location_of`: one
+This module is the store's front door: where a store lives (its
+:class:`~jask.store.location.Location`, from :func:`location_of` or, for a
+path a user named, :func:`locate`), the verbs that need a location's kind
+(sessions, journals, options, a save's exchange, an icechunk branch's name)
+and the errors users see. The layers above import the rest from the shared
+module it lives in (:mod:`jask.store.tiles`, :mod:`jask.store.views`,
+:mod:`jask.store.versions`, :mod:`jask.store.space`, :mod:`jask.store.layout`,
+:mod:`jask.store.groups`, :mod:`jask.store.memmaps`, :mod:`jask.store.buffers`,
+:mod:`jask.store.recycle`, :mod:`jask.store.trash`, the record
+:mod:`jask.store.spec` and the lifetimes :mod:`jask.store.registry`); never a
+kind's package (:mod:`jask.store.kinds`) nor the I/O behind the location
+(``pyproject.toml``'s import contract checks it). One
 :class:`~jask.store.location.Location` per kind (a local folder, a prefix in
-object storage, an icechunk branch), which owns what differs between them.
+object storage, an icechunk branch) owns what differs between them.
 """
 from __future__ import annotations
 
 import os
 
-from jask.store.buffers import scope as buffer_scope
-from jask.store.chunkio import OpenFiles
-from jask.store.groups import Member, group_members, read_values, zarr_store
-from jask.store.groups import open_array as open_zarr_array
 from jask.store.kinds.icechunk.repositories import name as icechunk_name
 from jask.store.kinds.local.saves import put as put_saved
 from jask.store.kinds.objects.buckets import RemoteStoreError
-from jask.store.layout import compressed, create_at, maker_like
 from jask.store.location import Location, location_of
-from jask.store.memmaps import WritableView, open_writable
-from jask.store.recycle import clear as clear_recycled
-from jask.store.space import (
-    DiskFullError,
-    StoreChangedError,
-    check_space,
-    check_unchanged,
-    raise_if_full,
-    snapshot,
-    space_errors,
-    stamp,
-)
+from jask.store.space import DiskFullError, StoreChangedError
 from jask.store.spec import OBJECTS, DamagedStoreError, kind_of
-from jask.store.tiles import forget as forget_cached
-from jask.store.tiles import open_array, prefetch, read, read_model, read_runs, reads_runs, write
-from jask.store.trash import wait as wait_for_trash
-from jask.store.versions import (
-    check_layouts,
-    held,
-    identity,
-    replaced,
-    resolved,
-    write_token,
-    written_here,
-)
-from jask.store.views import as_transposed, base_of
-from jask.store.views import gather as gather_view
-from jask.store.views import key as view_key
-from jask.store.views import reshape as reshape_view
-from jask.store.views import same as same_elements
-from jask.store.views import take as slice_view
-from jask.store.views import transpose as transpose_view
 
 # each kind of location registers itself with jask.store.location when imported
 from .kinds.icechunk import location as icechunk_branch  # noqa: F401
@@ -62,23 +34,9 @@ from .kinds.objects import buckets
 from .kinds.objects import location as object_prefix  # noqa: F401
 
 __all__ = [
-    "Location", "location_of", "locate", "register_options",
-    "worker_options",
-    # tiles
-    "read", "read_runs", "OpenFiles", "reads_runs", "write", "read_model", "prefetch",
-    "forget_cached", "open_array", "buffer_scope",
-    # views
-    "view_key", "base_of", "as_transposed", "transpose_view", "slice_view", "reshape_view",
-    "gather_view", "same_elements",
-    # making stores, groups, what to_memmap hands out
-    "create_at", "maker_like", "compressed", "Member", "group_members", "read_values",
-    "zarr_store", "open_zarr_array", "put_saved", "icechunk_name", "WritableView", "open_writable",
-    # versions and disk space
-    "DiskFullError", "StoreChangedError", "RemoteStoreError", "DamagedStoreError", "check_space",
-    "space_errors", "raise_if_full", "snapshot", "held", "stamp", "check_unchanged",
-    "check_layouts", "identity", "replaced", "resolved", "write_token", "written_here",
-    # sessions and garbage
-    "session_dir", "journal_dir", "clear_recycled", "wait_for_trash",
+    "Location", "location_of", "locate", "register_options", "worker_options",
+    "session_dir", "journal_dir", "put_saved", "icechunk_name",
+    "DiskFullError", "StoreChangedError", "RemoteStoreError", "DamagedStoreError",
 ]
 
 def locate(path, storage_options: dict | None = None) -> Location:

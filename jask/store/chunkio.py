@@ -484,7 +484,7 @@ class OpenFiles:
     much). At most :data:`MOST` files are held; past that, a call opens and
     closes its own. Safe to share between threads (``preadv`` takes its own
     offset); a file replaced meanwhile is read as it was opened. The
-    reader's version check (:func:`jask.store.check_unchanged`) reports a
+    reader's version check (:func:`jask.store.versions.check_unchanged`) reports a
     store replaced whole (``update_``, ``jask.save``); chunk files rewritten
     in place by another program are not seen by it, held open or not.
 

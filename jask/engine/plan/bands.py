@@ -17,8 +17,9 @@ from jask.engine.builders import FAN_IN
 from jask.engine.fusion import Node, band_length, last_uses, partial_shape, whole_inputs
 from jask.engine.ops.reductions import MOMENTS, REDUCERS, SLAB
 from jask.engine.plan.tiles import Plan
-from jask.store import read_model, view_key
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read_model
+from jask.store.views import key as view_key
 
 __all__ = ["BAND_SHARE", "fits_one_row", "group", "plan_bands", "waiting_partials"]
 

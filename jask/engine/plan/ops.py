@@ -25,8 +25,10 @@ from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
 from jask.engine.scan import accumulation_dtype, carry_bytes
 from jask.engine.tasks import partial_dtype
-from jask.store import base_of, read_model, same_elements
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read_model
+from jask.store.views import base_of
+from jask.store.views import same as same_elements
 
 __all__ = ["view", "blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
            "dot_plan", "dot_geometry", "take_slice", "scatter_slice", "reshape",

@@ -35,8 +35,8 @@ import numpy as np
 
 from jask.base import memory
 from jask.base.sizes import exact_bytes
-from jask.store import read_model
 from jask.store.spec import StoreSpec
+from jask.store.tiles import read_model
 
 __all__ = ["Operand", "Plan", "as_decoded", "operand_tile", "plan_blockwise", "plan_slice",
            "MAX_TASKS"]

@@ -8,5 +8,7 @@ its I/O, its sessions, its caches.
 
 What every kind shares stays beside :mod:`jask.store.location`: tile I/O and
 views, versions, the registry of lifetimes, deleting (``trash``) and disk
-space. A kind's package imports those, never another kind's package.
+space. A kind's package imports those, and another kind's only where it
+builds on it (an icechunk repository lives in object storage: its URLs and
+options are :mod:`jask.store.kinds.objects.buckets`'s).
 """
