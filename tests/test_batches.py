@@ -16,7 +16,7 @@ import pytest
 import zarr
 
 import jask
-from jask.api.batches import RUNS_PER_BATCH, Plan
+from jask.api.batches import RUNS_PER_BATCH, BatchPlan
 
 #: (name, rows, columns, X's chunk rows, y's chunk rows, compressed, batch_size, buffer)
 CASES = [
@@ -414,8 +414,8 @@ def test_bad_arguments_are_named(tmp_path, args, kwargs, error, match):
 
 
 def test_the_plan_moves_rows_at_most_a_window_and_mixes_chunks():
-    plan = Plan(rows=10_000, unit=100, window=4, batch_size=50, shuffle=True, seed=0,
-                drop_last=False, shard=(0, 1))
+    plan = BatchPlan(rows=10_000, unit=100, window=4, batch_size=50, shuffle=True, seed=0,
+                     drop_last=False, shard=(0, 1))
     batches = list(plan.batch_rows(0))
     windows = [set(w.tolist()) for w in plan.windows(0)]
     for b in batches:  # a batch's rows come from one window's chunks (two, across a boundary)

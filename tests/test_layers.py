@@ -247,3 +247,27 @@ def test_kind_checker_sees_each_question(tmp_path, code, module, found):
     source = tmp_path / "m.py"
     source.write_text(code)
     assert _kind_questions(source, module) == found
+
+
+def _shared_class_names(paths) -> dict[str, list[str]]:
+    """Class names defined more than once in ``paths`` (nested classes too),
+    each with where: ``file:line``."""
+    where: dict[str, list[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{path.name}:{node.lineno}")
+    return {name: places for name, places in where.items() if len(places) > 1}
+
+
+def test_no_two_classes_share_a_name():
+    """A class's name says what it is across the package: a reader (and a
+    traceback) never has to ask which ``Plan`` or ``Location`` it is."""
+    shared = _shared_class_names(SOURCES)
+    assert not shared, f"classes sharing a name: {shared}"
+
+
+def test_class_name_checker_sees_a_shared_name(tmp_path):
+    (tmp_path / "a.py").write_text("class Plan:\n    pass\n\nclass Tile:\n    pass\n")
+    (tmp_path / "b.py").write_text("def f():\n    class Plan:\n        pass\n")
+    assert _shared_class_names(sorted(tmp_path.glob("*.py"))) == {"Plan": ["a.py:1", "b.py:2"]}

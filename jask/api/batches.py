@@ -100,15 +100,15 @@ SLOTS = 2
 
 
 @dataclass(frozen=True)
-class Plan:
+class BatchPlan:
     """Which rows each batch of each epoch takes, for one shard.
 
     ``unit`` rows are read together (the last unit may be shorter);
     ``window`` units are mixed together when shuffling.
 
     Example:
-      >>> p = Plan(rows=10, unit=4, window=2, batch_size=3, shuffle=False, seed=0,
-      ...          drop_last=False, shard=(0, 1))
+      >>> p = BatchPlan(rows=10, unit=4, window=2, batch_size=3, shuffle=False, seed=0,
+      ...               drop_last=False, shard=(0, 1))
       >>> p.batches_in(0), [list(map(int, b)) for b in p.batch_rows(0)]
       (4, [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]])
     """
@@ -194,7 +194,7 @@ class Batches:
     axis (made by :func:`batches`); see there. ``len()`` is the number of
     batches of the current epoch, :attr:`state` where the loader is."""
 
-    def __init__(self, arrays: tuple, plan: Plan, epochs: int | None, threads: int,
+    def __init__(self, arrays: tuple, plan: BatchPlan, epochs: int | None, threads: int,
                  prefetch: int, device, held: int, device_bytes: int,
                  resident: tuple = ()):
         self._arrays = arrays
@@ -454,7 +454,7 @@ class _Span:
     holds the batch's first row (``w0``, at ``offset`` in it) and which its
     last batch's last row (``w_last``)."""
 
-    def __init__(self, plan: Plan, epoch: int, start: int):
+    def __init__(self, plan: BatchPlan, epoch: int, start: int):
         self.total = plan.batches_in(epoch)
         self.windows = plan.windows(epoch)
         self.sizes = [plan.rows_in(units) for units in self.windows]
@@ -693,7 +693,7 @@ class _Slot:
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
-    def fill(self, pool: ThreadPoolExecutor, threads: int, units: np.ndarray, plan: Plan,
+    def fill(self, pool: ThreadPoolExecutor, threads: int, units: np.ndarray, plan: BatchPlan,
              stamps, whole: list, files: OpenFiles) -> list:
         """Start reading ``units`` (sorted) into this slot on ``pool`` (of
         ``threads``); the reads' futures (the runs of an array in ``whole`` are
@@ -868,7 +868,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     runs = shuffle and all(reads_runs(a._store()) for a in held_arrays
                            if isinstance(a, DiskArray))
 
-    def plan_for(rows_mixed: int) -> Plan:
+    def plan_for(rows_mixed: int) -> BatchPlan:
         unit = max(1, min(chunk_rows, rows_mixed, rows))
         if runs:
             unit = _run_rows(chunk_rows, max(1, rows_mixed * RUNS_PER_BATCH // batch_size),
@@ -876,9 +876,9 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         # whole chunks, never more rows than asked (in order too: a window's units are read
         # at once)
         window = min(max(1, rows_mixed // unit), max(1, -(-rows // unit)))
-        return Plan(rows=rows, unit=unit, window=window, batch_size=batch_size,
-                    shuffle=bool(shuffle), seed=int(seed), drop_last=bool(drop_last),
-                    shard=(int(shard[0]), int(shard[1])))
+        return BatchPlan(rows=rows, unit=unit, window=window, batch_size=batch_size,
+                         shuffle=bool(shuffle), seed=int(seed), drop_last=bool(drop_last),
+                         shard=(int(shard[0]), int(shard[1])))
 
     chip = _one_device(device)
     if buffer is not None:
@@ -922,7 +922,7 @@ def _run_rows(chunk_rows: int, target: int, most: int) -> int:
     return min(best, most)
 
 
-def _resident(arrays, plan: Plan) -> tuple:
+def _resident(arrays, plan: BatchPlan) -> tuple:
     """Which arrays a loader reads whole at each epoch's start: where its
     units are shorter than a chunk of the widest array (shuffled runs), the
     other stores whose whole bytes are at most what one window of all the
@@ -971,7 +971,7 @@ def _device_memory(device) -> tuple[int | None, str]:
     return stats.get("bytes_limit"), one.platform
 
 
-def _fit(arrays: list, plan: Plan, threads: int | None, prefetch: int,
+def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
          device=None) -> tuple[int, int, int]:
     """The reading threads, the bytes the loader holds on the host and those
     it holds on ``device`` (a device feed; else 0).

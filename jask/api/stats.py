@@ -22,7 +22,7 @@ def _wait_for_programs() -> None:
         jax.effects_barrier()
 
 
-class Track(counters.Track):
+class Track(counters.BlockStats):
     """The counts of one ``with`` block (see :func:`track`); leaving the block
     waits for the compiled calls still running."""
 

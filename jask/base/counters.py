@@ -47,7 +47,7 @@ from jask.base import forks
 from jask.base.sizes import format_bytes
 from jask.base.urls import is_local_path
 
-__all__ = ["Counts", "Stats", "Track", "snapshot", "clear"]
+__all__ = ["Counts", "Stats", "BlockStats", "snapshot", "clear"]
 
 # the fields of one entry: array and stored bytes and tiles, each read / written
 _FIELDS = ("bytes_read", "bytes_written", "stored_read", "stored_written",
@@ -116,7 +116,7 @@ class _Table:
 
 
 _total = _Table()
-_tracks: list["Track"] = []  # the open track() blocks
+_tracks: list["BlockStats"] = []  # the open track() blocks
 
 
 # --- hooks for the modules that do I/O ------------------------------------------------
@@ -464,7 +464,7 @@ def _short(path: str, width: int = 40) -> str:
     return path if len(path) <= width else "..." + path[-(width - 3):]
 
 
-class Track(Stats):
+class BlockStats(Stats):
     """The counts of one ``with`` block (see :func:`track`); while the block
     runs they are what has been counted so far.
 
@@ -496,7 +496,7 @@ class Track(Stats):
         return (super().__repr__() + device
                 + (f"\n  ran: {more}" + "; ".join(ran) if ran else ""))
 
-    def __enter__(self) -> "Track":
+    def __enter__(self) -> "BlockStats":
         with _lock:
             _tracks.append(self)
         return self
