@@ -48,7 +48,6 @@ from typing import Callable
 import numpy as np
 
 from jask.base import forks
-from jask.base.urls import is_local_path
 from jask.store.layout import create_at
 from jask.store.location import location_of
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, plain_v3_metadata, stored_nbytes
@@ -595,7 +594,7 @@ def _same_folder(path: str) -> list:
     with _lock:
         others = {r.spec.path for r in _records.values()
                   if r.spec is not None and r.state is not State.TRASH and not r.spec.managed
-                  and r.spec.path != path and is_local_path(r.spec.path)}
+                  and r.spec.path != path and location_of(r.spec).is_local}
     found = [path]
     for other in sorted(others):
         try:
