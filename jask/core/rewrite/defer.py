@@ -177,7 +177,8 @@ class _Deferral:
                              self.unit_of, lambda k: self.rules.broadcast(prim, k))
         if terms is None:
             return False
-        copies, restore = distributed(eqn, *terms, self.scale_of, self.rules.widen)
+        group, carried = terms
+        copies, restore = distributed(eqn, group, carried, self.scale_of, self.rules.widen)
         for v in eqn.outvars:
             if v in self.scale_of:
                 self.origins[v] = self._made_them(eqn.invars) | {i}
