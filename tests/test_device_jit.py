@@ -9,8 +9,7 @@ import pytest
 
 import jask
 from jask.core import device as on_device
-from jask.core._jax_internals import rewritten_jaxpr
-from jask.core.rewrite import pieces, split
+from jask.core.rewrite import pieces, rewritten_jaxpr, split
 
 
 @pytest.fixture

@@ -293,11 +293,11 @@ def to_values(ops: Sequence[ValueOp], keep: Sequence[DiskArray] = (),
     :data:`POST`; an operand ``("value", k)``, the ops' values first, then
     post's own, or ``("number", x)``), whose results follow the ops'. A
     sum of terms such as ``X.T @ e - m * (X.T @ 1)`` (a gradient read with a
-    mean ``m`` taken out, see ``jask.core._jax_internals``) cancels: rounded
+    mean ``m`` taken out, see ``jask.core.rewrite.linear``) cancels: rounded
     to float32 first, it lost three digits on data of mean 100.
 
     jask's scheduler merges value ops this way inside a compiled program
-    (:func:`jask.core._jax_internals.prune_before_lowering`).
+    (:func:`jask.core.rewrite.prune_before_lowering`).
     """
     if is_eager():  # a compiled step run in pieces (jask.core.rewrite): one group, now
         with interrupts.deferred():  # a Ctrl-C stops it between tasks, or at its end

@@ -32,7 +32,7 @@ What "the same data" is:
   whose values are fixed at its call.
 
 Only eager ops keep moments (a compiled program reads its inputs afresh at
-every call; inside one, :func:`jask.core._jax_internals.prune_before_lowering`
+every call; inside one, :func:`jask.core.rewrite.prune_before_lowering`
 puts reductions of the same data in one band group instead). At most
 :data:`KEPT` entries are kept, and at most :data:`KEPT_SHARE` of the memory
 budget, the oldest dropped first.

@@ -23,10 +23,10 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from jask.base.config import Config, get_config
 from jask.core import dispatch, ufuncs
-from jask.core._jax_internals import is_eager, is_tracer, prune_before_lowering, wants_cotangent
+from jask.core._jax_internals import is_eager, is_tracer, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.core.primitives.reductions import is_linear, rule_of
-from jask.core.rewrite import take_over_jit
+from jask.core.rewrite import prune_before_lowering, take_over_jit
 from jask.engine import lazy, work
 from jask.engine.blockwise import Operand, reduce_partial
 from jask.engine.ops.reductions import REDUCERS, variance

@@ -46,8 +46,9 @@ import jax.numpy as jnp
 
 from jask.base.config import get_config
 from jask.core import device as on_device
-from jask.core._jax_internals import hi_primitive, is_eager, jit_primitive, rewritten_jaxpr
+from jask.core._jax_internals import hi_primitive, is_eager, jit_primitive
 from jask.core._jax_internals import jaxpr_core as core
+from jask.core.rewrite.prune import rewritten_jaxpr
 
 __all__ = ["Loop", "Piece", "Split", "split", "run_split", "take_over_jit"]
 
