@@ -210,7 +210,7 @@ def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
         scaled = np.empty((min(STRIP, k.stop - k.start),) + right.shape[1:], dtype)
     acc = None
     for strip in _strips(k):
-        if scaled is not None:
+        if scaled is not None and row_weights is not None:
             rows = strip.stop - strip.start
             np.multiply(row_weights[strip], right[strip], out=scaled[:rows])
             prod = left[..., strip] @ scaled[:rows]
