@@ -158,6 +158,35 @@ def test_a_jitted_hessian_is_one_weighted_gram_product_in_one_pass(
     assert wide == ["weighted_gram"], [(node.op, node.shape) for node in nodes]
 
 
+#: strip_product's weighted Gram matrix: (band rows in the whole operand, its length,
+#: dtype of X, dtype of the weights, weights broadcast from one value).
+WEIGHTED_BANDS = [
+    (slice(0, 700), 700, np.float32, np.float32, False),           # one strip: float64 throughout
+    (slice(1000, 4906), 524_288, np.float32, np.float32, False),  # strips cut at 1,024's multiples
+    (slice(2048, 3072), 8192, np.float64, np.float32, False),     # exactly one strip, float64 X
+    (slice(0, 5000), 5000, np.float32, np.float64, False),        # wider weights: float64 strips
+    (slice(300, 2900), 10_000, np.float32, np.float32, True),     # one weight broadcast (2 / n)
+]
+
+
+@pytest.mark.parametrize("rows, length, dtype, wdtype, constant", WEIGHTED_BANDS)
+def test_a_weighted_gram_band_is_scaled_a_strip_at_a_time(rows, length, dtype, wdtype, constant,
+                                                          rng):
+    """strip_product(X.T, X, row_weights=c) is X.T @ (c * X) over the band,
+    negative weights included, to float32's precision (partials in float64)."""
+    from jask.engine.tasks import strip_product
+    n = rows.stop - rows.start
+    x = rng.standard_normal((n, 12)).astype(dtype)
+    c = (np.full((1, 1), -0.25, wdtype) if constant
+         else rng.standard_normal((n, 1)).astype(wdtype))
+    weights = np.broadcast_to(c, (n, 1))
+    got = strip_product(x.T, x, rows, length, row_weights=weights)
+    x64 = x.astype(np.float64)
+    want = x64.T @ (weights.astype(np.float64) * x64)
+    assert got.dtype == np.float64 and got.shape == (12, 12)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("name", LOSSES)
 def test_vmap_over_parameter_vectors_reads_X_once(data, name, rng):
     """16 parameter vectors (an ensemble, a regularisation path): one X @ W.T."""
@@ -312,8 +341,8 @@ def test_conjugate_gradients_of_jax_scipy_run_eagerly_and_are_refused_clearly_un
 
 
 def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratch, monkeypatch):
-    """The band planner counts what a band carries: for the Hessian the
-    weighted rows c * X_b (d wide, beside X_b) and the d x d partial
+    """The band planner counts what a band carries: for the Hessian a strip
+    of the weighted rows c * X_b (d wide, beside X_b) and the d x d partial
     X_b.T @ (c * X_b) and the partials waiting to be added, k values for vmap
     (X_b @ W.T): the band shrinks as d or k grows and stays within the budget."""
     from jask.engine.plan import bands
@@ -347,8 +376,11 @@ def test_the_band_is_planned_for_the_tangents_and_vectors_it_carries(jask_scratc
     hessian = band_of(jax.jit(jax.hessian(loss)), w)
     # the same X, the same budget: the Hessian's band holds c * X_b, d values a row
     assert hessian.rows < hvp.rows, (hessian.rows, hvp.rows)
-    # its task holds X_b, c * X_b and its temporary, and the d x d float64 partial
-    assert hessian.cost.task_bytes >= hessian.rows * d * 4 * 3 + d * d * 8
+    # its task holds X_b, one strip of c * X_b (scaled as it is multiplied, never
+    # the whole band) and the d x d float64 partial
+    from jask.engine.tasks import STRIP
+    held = hessian.rows * d * 4 + min(hessian.rows, STRIP) * d * 4 + d * d * 8
+    assert held <= hessian.cost.task_bytes < held + hessian.rows * d * 4
     batched = jax.jit(jax.vmap(loss))
     few = band_of(batched, jnp.zeros((4, d), jnp.float32))
     many = band_of(batched, jnp.zeros((256, d), jnp.float32))

@@ -167,7 +167,22 @@ def _band_of(x, values: dict, rows: slice):
     return x[rows]
 
 
-def _map_band(node: Node, values: dict, rows: slice) -> np.ndarray:
+#: The op name of the map scaling the rows of a band by a weight each, read
+#: only by a weighted Gram product (:mod:`jask.engine.gram`), which scales
+#: its operand strip by strip as it multiplies: the band never holds it whole.
+WEIGHTS = "weighted_gram"
+
+
+@dataclass(frozen=True)
+class RowScaled:
+    """A band of ``weights * rows`` (``weights`` a column) not yet multiplied
+    out: the value of a :data:`WEIGHTS` map in a band."""
+
+    weights: np.ndarray
+    rows: np.ndarray
+
+
+def _map_band(node: Node, values: dict, rows: slice) -> np.ndarray | RowScaled:
     p = node.params
     full = p["full_shape"]
     region_shape = (rows.stop - rows.start,) + tuple(full[1:])
@@ -180,6 +195,9 @@ def _map_band(node: Node, values: dict, rows: slice) -> np.ndarray:
         if dt is not None and block.dtype != dt:
             block = block.astype(dt)
         tiles.append(block.reshape(placed_dims(block.shape, ax, len(full))))
+    if node.op == WEIGHTS:  # multiplied out by the product reading it, a strip at a time
+        weights, scaled = tiles
+        return RowScaled(np.broadcast_to(weights, (region_shape[0], 1)), scaled)
     kernel = p["kernel"]
     with np.errstate(all="ignore"):  # nan and inf follow IEEE, as in jax.numpy
         if is_positional(kernel):  # the band's place in the full shape
@@ -214,6 +232,10 @@ def _dot_band(node: Node, values: dict, rows: slice) -> np.ndarray:
     # float64 as a reduction's partials are
     ab, bb = _band_of(a, values, rows), _band_of(b, values, rows)
     n = rows.stop - rows.start
+    if isinstance(bb, RowScaled):  # a weighted Gram matrix
+        partial = strip_product(ab.reshape(n, -1).T, bb.rows.reshape(n, -1), rows, a.shape[0],
+                                row_weights=bb.weights)
+        return partial.reshape(ab.shape[1:] + bb.rows.shape[1:])
     partial = strip_product(ab.reshape(n, -1).T, bb.reshape(n, -1), rows, a.shape[0],
                             wide=bool(p.get("wide")))
     return partial.reshape(ab.shape[1:] + bb.shape[1:])

@@ -34,12 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from jask.engine.blockwise import is_positional
-from jask.engine.fusion import Node
+from jask.engine.fusion import WEIGHTS, Node
 
 __all__ = ["rewrite"]
-
-#: The op name of the map scaling the rows of ``X2`` by their weights.
-WEIGHTS = "weighted_gram"
 
 
 @dataclass(frozen=True)

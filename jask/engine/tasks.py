@@ -184,12 +184,18 @@ def _strips(k: slice):
 
 
 def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
-                  wide: bool = False) -> np.ndarray:
+                  wide: bool = False, row_weights: np.ndarray | None = None) -> np.ndarray:
     """``left @ right`` over the contraction rows ``k`` (of the whole
     operands, ``length`` rows: strips are cut at :data:`STRIP`'s multiples
     there), one BLAS call per strip, added in :func:`partial_dtype`; in that
     dtype throughout when ``length`` is one strip or less, or with ``wide``
     (each strip widened as it is multiplied: a term of a sum that cancels).
+
+    ``row_weights`` (a column, one weight per row of ``right``): ``left @
+    (row_weights * right)``, each strip of ``right`` scaled into one reused
+    buffer of at most :data:`STRIP` rows just before its product (a weighted
+    Gram matrix, :mod:`jask.engine.gram`): the scaled rows are never held
+    whole.
 
     Example:
       >>> x = np.full((10_000, 2), 0.1, np.float32)
@@ -199,9 +205,17 @@ def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
     to = partial_dtype(np.result_type(left, right))
     if length <= STRIP:
         left, right = left.astype(to, copy=False), right.astype(to, copy=False)
+    scaled = None
+    if row_weights is not None:
+        dtype = np.result_type(row_weights, right)
+        scaled = np.empty((min(STRIP, k.stop - k.start),) + right.shape[1:], dtype)
     acc = None
     for strip in _strips(k):
-        if wide:
+        if scaled is not None and row_weights is not None:
+            rows = strip.stop - strip.start
+            np.multiply(row_weights[strip], right[strip], out=scaled[:rows])
+            prod = left[..., strip] @ scaled[:rows]
+        elif wide:
             prod = left[..., strip].astype(to, copy=False) @ right[..., strip, :].astype(
                 to, copy=False)
         else:

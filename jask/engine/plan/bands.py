@@ -14,9 +14,10 @@ import numpy as np
 from jask.base import memory
 from jask.base.config import Config
 from jask.engine.builders import FAN_IN
-from jask.engine.fusion import Node, band_length, last_uses, partial_shape, whole_inputs
+from jask.engine.fusion import WEIGHTS, Node, band_length, last_uses, partial_shape, whole_inputs
 from jask.engine.ops.reductions import MOMENTS, REDUCERS, SLAB
 from jask.engine.plan.tiles import Plan
+from jask.engine.tasks import STRIP
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read_model
 from jask.store.views import key as view_key
@@ -90,7 +91,15 @@ def _slab_bytes(node: Node, rows: int) -> int:
 
 
 def _out_row_bytes(node: Node) -> int:
+    if node.op == WEIGHTS and node.kind == "map":
+        return 0  # views of its operands' bands (fusion.RowScaled)
     return _row_bytes(node.shape, node.dtype) if node.rows else 0
+
+
+def _scaled_strip_bytes(node: Node, rows: int) -> int:
+    """A weighted Gram product's buffer (:data:`jask.engine.fusion.WEIGHTS`):
+    one strip of its scaled rows, never more than the band."""
+    return min(rows, STRIP) * _row_bytes(node.shape, node.dtype)
 
 
 def _temp_row_bytes(node: Node) -> int:
@@ -98,7 +107,7 @@ def _temp_row_bytes(node: Node) -> int:
     a map's result over the full shape (before any reduction) in the widest
     dtype it computes in; a product, nothing (a contraction's partial is
     counted apart)."""
-    if node.kind != "map":
+    if node.kind != "map" or node.op == WEIGHTS:  # scaled by its product, a strip at a time
         return 0
     p = node.params
     dts = [np.dtype(d) for d in p["dtypes"] if d is not None] + [np.dtype(node.dtype)]
@@ -155,6 +164,7 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
     kept_row = sum(_out_row_bytes(x) for x in nodes if id(x) in (keep or set()))
     partial = sum(_partial_bytes(x) for x in nodes if not x.rows)
     squaring = [x for x in nodes if _squares_deviations(x)]
+    weighted = [x for x in nodes if x.kind == "map" and x.op == WEIGHTS]
     fixed = held + memory.op_overhead(budget)
     # the task bound is the budget's, as for every op; only the bytes get a share
     most_tasks = memory.task_bound(sum(memory.nbytes(s.shape, s.dtype) for s in leaves),
@@ -173,7 +183,8 @@ def plan_bands(name: str, nodes: list, leaves: list, held: int, n: int, budget: 
         # its partial beside one strip's product of a contraction (tasks.strip_product),
         # and a variance's slab of squared deviations
         task = (rows * leaf_row + max(extra, nodes_held) + 2 * partial
-                + sum(_slab_bytes(x, rows) for x in squaring))
+                + sum(_slab_bytes(x, rows) for x in squaring)
+                + sum(_scaled_strip_bytes(x, strip or rows) for x in weighted))
         bands = -(-n // rows)
         return memory.TileCost(name, (rows,), task, at_once, extra, bands, 1.0,
                                fixed + partial * waiting_partials(bands))
