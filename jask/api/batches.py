@@ -19,9 +19,12 @@ the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
 (the default buffer halves until it fits).
 
 With a ``device`` (:class:`_DeviceFeeder`), each window goes to the device
-whole, in one transfer of concurrent pieces, and batches are gathered there by compiled
-takes: the host's work per batch is a dispatch, its memory the two windows
-being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
+whole, in one transfer of concurrent pieces, while the next is read, and its
+batches are cut there by one compiled program (a gather permuting the window,
+then slices): the host's work per batch is a list pop, its memory the two
+windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
+The reading threads are the loader's, kept from iteration to iteration until
+:meth:`Batches.close`.
 On JAX's CPU device (:data:`HOST_CUT_PLATFORMS`) batches are cut on the host
 as numpy ones and each is put there.
 """
@@ -501,6 +504,8 @@ class _Span:
         self.rows = int(ends[-1]) if len(ends) else 0
         last_row = min(self.total * plan.batch_size, self.rows) - 1
         self.w_last = int(np.searchsorted(ends, last_row, side="right"))
+        #: the next batch a device feed dispatches (:func:`_cut_window` advances it)
+        self.b = start
 
     def batch_length(self, b: int, batch_size: int) -> int:
         return min(batch_size, self.rows - b * batch_size)
@@ -616,7 +621,6 @@ class _DeviceFeeder(_Feeder):
                 continue
             stamps = stamp(self.stores, _OP)  # the version this epoch reads
             whole = self.hold_whole()
-            span.b = start  # the next batch to dispatch, advanced by _cut_window
             for w in range(span.w0, span.w_last + 1):
                 yield epoch, w, span.windows[w], stamps, whole, span
 
@@ -760,7 +764,7 @@ class _Slot:
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
-    def fill(self, pool: ThreadPoolExecutor, threads: int, units: np.ndarray, plan: Plan,
+    def fill(self, pool: ThreadPoolExecutor | _Tasks, threads: int, units: np.ndarray, plan: Plan,
              stamps, whole: list, files: OpenFiles) -> list:
         """Start reading ``units`` (sorted) into this slot on ``pool`` (of
         ``threads``); the reads' futures (the runs of an array in ``whole`` are
@@ -856,13 +860,16 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         epoch's chunks, disjoint from the other ``count - 1`` shards'
         (``(jax.process_index(), jax.process_count())`` on several hosts).
       threads: reading threads (default 8); they never change the batches.
-      prefetch: batches cut and placed on the device ahead of the step.
+      prefetch: numpy batches cut ahead of the step (on a device, a
+        window's batches are cut at once, and the next window's ahead).
       device: a ``jax.Device`` or a ``Sharding`` to place the batches on;
         None: numpy batches. On one device, each window read is copied
-        there whole (one asynchronous transfer of every array's window, its
-        host buffers read into again as soon as it is copied) and the
-        batches are gathered from it on the device: the same batches, in
-        the same order, as numpy ones, with the host doing no per-row work.
+        there whole (one transfer of every array's window in concurrent
+        pieces, its host buffers read into again as soon as it is copied,
+        the next window read meanwhile) and its batches are cut there by
+        one program (a gather permuting the window, then slices): the same
+        batches, in the same order, as numpy ones, with the host doing no
+        per-row work.
         The device holds at most :data:`DEVICE_WINDOWS` windows and the
         batches ahead (:attr:`Batches.device_bytes`, within a quarter of the
         device's memory). JAX's CPU device, whose memory is the host's, and a
