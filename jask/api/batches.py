@@ -19,9 +19,12 @@ the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
 (the default buffer halves until it fits).
 
 With a ``device`` (:class:`_DeviceFeeder`), each window goes to the device
-whole, in one transfer of concurrent pieces, and batches are gathered there by compiled
-takes: the host's work per batch is a dispatch, its memory the two windows
-being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
+whole, in one transfer of concurrent pieces, while the next is read, and its
+batches are cut there by one compiled program (a gather permuting the window,
+then slices): the host's work per batch is a list pop, its memory the two
+windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
+The reading threads are the loader's, kept from iteration to iteration until
+:meth:`Batches.close`.
 On JAX's CPU device (:data:`HOST_CUT_PLATFORMS`) batches are cut on the host
 as numpy ones and each is put there.
 """
@@ -31,7 +34,7 @@ import math
 import queue
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
 
@@ -73,17 +76,19 @@ RUNS_PER_BATCH = 2
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
 
-#: Windows a device feed holds on the device at most: one being copied (twice,
-#: its pieces and their join), one waiting, one being cut, and the one before,
-#: until its last batch is computed.
+#: Windows a device feed holds on the device at most: one being copied (its
+#: pieces, and their join inside the program that cuts it), its batches, those
+#: of the window waiting to be handed out and those of the one being handed out.
 DEVICE_WINDOWS = 5
 #: A window goes to the device in pieces of about this many bytes, copied
 #: concurrently (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
 #: 13.8 GB/s several at once: /work/shared/design.md).
 TRANSFER_BYTES = 32 * 2**20
-#: Batches a device feed gathers in one dispatch where a window holds them
-#: whole: a TPU runs a small program in about 0.3 ms, whatever it moves.
-TAKE_BATCHES = 8
+#: The most batches a device feed cuts in one dispatch (a power of two of them
+#: at a time, so that a few programs serve every window): a TPU runs a small
+#: program in about 0.3 ms whatever it moves, and a window's permutation by one
+#: gather ran at 44 GB/s where a gather per batch ran at 12 GB/s.
+CUT_BATCHES = 64
 #: The most of a device's memory a loader keeps for its windows and batches.
 DEVICE_SHARE = 1 / 4
 #: Platforms whose device memory is the host's: batches are cut there on the host,
@@ -94,6 +99,9 @@ DEVICE_SHARE = 1 / 4
 HOST_CUT_PLATFORMS = ("cpu",)
 
 _OP = "jask.batches"
+#: The name of a loader's reading threads (kept while it lives); its other
+#: threads, one iteration's, are named ``jask-batches``.
+POOL_THREADS = "jask-loader-read"
 #: Windows held at once: the one being cut and the next, being read (a third
 #: measured no faster: benchmarks/minibatches.py).
 SLOTS = 2
@@ -217,6 +225,31 @@ class Batches:
         self._epoch = 0
         self._batch = 0
         self._running = False
+        #: the reading threads, started at the first batch asked for and kept for the
+        #: loader's life (starting eight cost 0.17 s an iteration on a TPU host): idle
+        #: between iterations, ended by :meth:`close` or when the loader is collected
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _reading_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=POOL_THREADS)
+        return self._pool
+
+    def close(self) -> None:
+        """End the loader's reading threads (idle between iterations; a later
+        iteration starts them again). ``with jask.batches(...) as loader:``
+        closes it at the block's end."""
+        if self._running:
+            raise RuntimeError("close() while the loader is being iterated")
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> "Batches":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # --- where the loader is ------------------------------------------------------
     @property
@@ -314,7 +347,7 @@ class _Feeder:
         self.last = last
         self.ready: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
         self.stopping = threading.Event()
-        self.pool = ThreadPoolExecutor(loader.threads, thread_name_prefix="jask-batches-read")
+        self.pool = _Tasks(loader._reading_pool())
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
         #: the host slots windows are read into, reused from epoch to epoch
@@ -371,7 +404,7 @@ class _Feeder:
     def stop(self) -> None:
         self.stopping.set()
         _drain_until_ended(self.thread, self.ready)  # let a put waiting for room end
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.cancel_and_wait()
         for files in [*self.retired, self.files]:  # no read is left to use them
             files.close()
 
@@ -465,34 +498,49 @@ class _Span:
         self.rows = int(ends[-1]) if len(ends) else 0
         last_row = min(self.total * plan.batch_size, self.rows) - 1
         self.w_last = int(np.searchsorted(ends, last_row, side="right"))
+        #: the next batch a device feed dispatches (:func:`_cut_window` advances it)
+        self.b = start
 
     def batch_length(self, b: int, batch_size: int) -> int:
         return min(batch_size, self.rows - b * batch_size)
 
 
 class _DeviceFeeder(_Feeder):
-    """The background work of one iteration onto one device: a *stager*
-    thread puts each window read (every array's rows, and the window's order)
-    on the device in one ``device_put`` of pieces of :data:`TRANSFER_BYTES`,
-    copied concurrently and joined there, and frees its host buffers for the
-    next read as soon as the copy is done; the cutting thread
-    gathers each batch from the windows on the device with a compiled take
-    (the shuffle's permutation costs the host nothing). The device holds at
-    most :data:`DEVICE_WINDOWS` windows and the batches ahead
-    (:attr:`Batches.device_bytes`)."""
+    """The background work of one iteration onto one device, as a pipeline
+    of one *stager* thread over the loader's reading pool: the reads of the
+    next window run while the window before is copied (one ``device_put`` of
+    all its pieces of :data:`TRANSFER_BYTES`, copied concurrently), and as
+    soon as a window is on the device its batches are dispatched, a power of
+    two of them at a time (:data:`CUT_BATCHES` at most), by one compiled
+    program that permutes the window by one gather and slices it (the
+    shuffle costs the host nothing); a batch crossing into the next window is
+    completed there. The consumer takes a window's batches at once: per batch
+    the host does a list pop. The device holds at most
+    :data:`DEVICE_WINDOWS` windows (:attr:`Batches.device_bytes`)."""
 
     def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
         super().__init__(loader, epoch, batch, last)
-        # one window waiting beside the one being cut: the stager reads and copies on
+        # one window's batches waiting beside those being handed out
         self.staged: queue.Queue = queue.Queue(maxsize=1)
         self.stager = threading.Thread(target=self._stage, name="jask-batches-put", daemon=True)
+        self.handing: list = []  # the current window's (epoch, batch, values), reversed
 
     def start(self) -> None:
         self.stager.start()
-        super().start()
+
+    def get(self):
+        while not self.handing:
+            item = self.staged.get()
+            if item is None or isinstance(item, BaseException):
+                if item is not None:
+                    raise item
+                return None
+            self.handing = item[::-1]
+        return self.handing.pop()
 
     def stop(self) -> None:
         self.stopping.set()
+        self.handing = []
         _drain_until_ended(self.stager, self.staged)  # a put waiting for room, a read waited for
         super().stop()
 
@@ -501,56 +549,65 @@ class _DeviceFeeder(_Feeder):
 
     def _stage(self) -> None:
         """Read every window the iteration needs, in order, into two host
-        slots in turn; put each on the device; hand it to the cutting thread."""
-        plan = self.plan
+        slots in turn; put each on the device and dispatch its batches; hand
+        them over a window at a time."""
+        plan, B = self.plan, self.plan.batch_size
         window_rows = plan.unit * plan.window
         target = self.loader._device
+        # where the device may share the host's memory (the CPU), a slot is read into
+        # again only once the programs reading its copy have run
+        shares_host = _platform(target) == "cpu"
         piece_rows = [_pieces(window_rows, _row_bytes(a)) for a in self.loader._arrays]
         try:
             jobs = self._jobs()
             slots = self.slots
-            # each slot's order, padded by a batch of zeros (so a take's slice never clamps)
-            orders = [np.zeros(window_rows + plan.batch_size, np.int32) for _ in range(SLOTS)]
+            # each slot's order, padded by a batch of zeros (so a slice never clamps)
+            orders = [np.zeros(window_rows + B, np.int32) for _ in range(SLOTS)]
             pending: list = []
 
             def submit(k: int) -> None:
                 job = next(jobs, None)
                 if job is not None:
-                    epoch, w, units, stamps, whole, size = job
+                    epoch, w, units, stamps, whole, _span = job
                     work = slots[k].fill(self.pool, self.loader.threads, units, plan, stamps,
                                          whole, self.files_for(stamps))
+                    size = plan.rows_in(units)
                     work.append(self.pool.submit(plan.window_order_into, epoch, w,
                                                  orders[k][:size]))
                     pending.append((job, k, work))
 
             for k in range(SLOTS):
                 submit(k)
+            carry: tuple | None = None  # (batch begun in the window before, its rows)
             while pending:
-                (epoch, w, _units, stamps, _whole, size), k, work = pending.pop(0)
+                (epoch, w, units, stamps, _whole, span), k, work = pending.pop(0)
                 for f in work:
                     f.result()  # raises what a read raised
                     if self.stopping.is_set():
                         return
                 checked = self.pool.submit(check_unchanged, stamps, _OP)  # while it is copied
-                # the whole slot (every window has one shape, so one compiled take serves
-                # all), in pieces copied concurrently, joined on the device
-                pieces = [[whole[lo:hi] for lo, hi in cuts]
-                          for whole, cuts in zip(slots[k]._whole, piece_rows)]
-                pieces = jax.device_put((*pieces, [orders[k]]), target)
-                *window, order = _join(tuple(map(tuple, pieces)))
-                window = tuple(window)
-                del pieces
-                jax.block_until_ready((window, order))  # copied: the slot may be read into again
+                # the whole slot (every window has one shape, so one compiled program
+                # serves all), in pieces copied concurrently
+                host = [[whole[lo:hi] for lo, hi in cuts]
+                        for whole, cuts in zip(slots[k]._whole, piece_rows)]
+                *pieces, (order,) = jax.device_put((*host, [orders[k]]), target)
+                pieces = tuple(map(tuple, pieces))
+                out, carry = _cut_window(pieces, order, epoch, w, plan.rows_in(units), span,
+                                         carry, B)
+                jax.block_until_ready(([v for _, _, v in out], carry) if shares_host
+                                      else (pieces, order))  # the slot may be read into again
+                del pieces, order
                 checked.result()
                 submit(k)
-                if not self._hand((epoch, w, window, order, size)):
+                if out and not self._hand(out):
                     return
-        except BaseException as err:  # raised in the cutting thread
+            self._hand(None)
+        except BaseException as err:  # raised in the consumer's thread, at its next batch
             self._hand(err)
 
     def _jobs(self) -> Iterator[tuple]:
         """(epoch, window, its units, the epoch's stamps, the resident arrays,
-        its rows) of each window the iteration needs, in order."""
+        the epoch's span) of each window the iteration needs, in order."""
         for epoch in range(self.first[0], self.last + 1):
             start = self.first[1] if epoch == self.first[0] else 0
             span = _Span(self.plan, epoch, start)
@@ -559,56 +616,74 @@ class _DeviceFeeder(_Feeder):
             stamps = stamp(self.stores, _OP)  # the version this epoch reads
             whole = self.hold_whole()
             for w in range(span.w0, span.w_last + 1):
-                yield epoch, w, span.windows[w], stamps, whole, span.sizes[w]
+                yield epoch, w, span.windows[w], stamps, whole, span
 
-    def _next_window(self):
-        while True:
-            try:
-                item = self.staged.get(timeout=0.05)
-            except queue.Empty:
-                if self.stopping.is_set():
-                    return None
-                continue
-            if isinstance(item, BaseException):
-                raise item
-            return item
 
-    def _epoch(self, epoch: int, start: int) -> bool:
-        B = self.plan.batch_size
-        span = _Span(self.plan, epoch, start)
-        if start >= span.total:
-            return True
-        b, filled, batch = start, 0, None
-        for w in range(span.w0, span.w_last + 1):
-            item = self._next_window()
-            if item is None:
-                return False
-            got_epoch, got_w, window, order, size = item
-            assert (got_epoch, got_w) == (epoch, w), "the stager and the cutter disagree"
-            pos = span.offset if w == span.w0 else 0
-            while pos < size and b < span.total:
-                length = span.batch_length(b, B)
-                run = min(TAKE_BATCHES, (size - pos) // B, span.total - b)
-                if filled == 0 and length == B and run == TAKE_BATCHES:
-                    # several whole batches in one dispatch (each its own array)
-                    for one in _take_run(window, order, pos, B, run):
-                        if not self._put((epoch, b, one)):
-                            return False
-                        b += 1
-                    pos += run * B
-                    continue
-                n = min(length - filled, size - pos)
-                if filled == 0:  # (rows past n come from the next window, below)
-                    batch = _take(window, order, pos, length)
-                else:
-                    batch = _merge(batch, window, order, pos, filled, n)
-                pos, filled = pos + n, filled + n
-                if filled < length:
-                    break  # the batch goes on into the next window
-                if not self._put((epoch, b, batch)):
-                    return False
-                b, filled = b + 1, 0
-        return True
+def _cut_window(pieces: tuple, order, epoch: int, w: int, size: int, span: "_Span",
+                carry: tuple | None, B: int) -> tuple[list, tuple | None]:
+    """Dispatch the batches of window ``w`` (on the device as ``pieces`` of
+    each array, ``order`` its rows' order, ``size`` rows): the one ``carry``
+    began in the window before completed, whole batches in programs of a
+    power of two of them, and the batch it ends with begun (returned as the
+    next carry: the batch and how many of its rows it has)."""
+    out: list = []
+    pos = span.offset if w == span.w0 else 0
+    whole_batches = min(span.total, span.rows // B)  # batches of B rows (all but a short last)
+    while pos < size and span.b < span.total:
+        length = span.batch_length(span.b, B)
+        if carry is not None:
+            batch, filled = carry
+            n = min(length - filled, size - pos)
+            batch = _merge(batch, pieces, order, pos, filled, n)
+            pos, filled = pos + n, filled + n
+            carry = None if filled == length else (batch, filled)
+            if carry is None:
+                out.append((epoch, span.b, batch))
+                span.b += 1
+            continue
+        count = min((size - pos) // B, whole_batches - span.b)
+        if count > 0:
+            count = min(CUT_BATCHES, 1 << (int(count).bit_length() - 1))
+            for i, batch in enumerate(_cut(pieces, order, pos, B, count)):
+                out.append((epoch, span.b + i, batch))
+            span.b += count
+            pos += count * B
+            continue
+        # a batch that goes on into the next window (or the epoch's short last one)
+        batch = _cut(pieces, order, pos, length, 1)[0]
+        n = min(length, size - pos)
+        pos += n
+        if n == length:
+            out.append((epoch, span.b, batch))
+            span.b += 1
+        else:
+            carry = (batch, n)
+    return out, carry
+
+
+class _Tasks:
+    """The work one iteration gives its loader's reading pool: leaving the
+    loop cancels what has not begun and waits for what runs (the pool lives on)."""
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self._pool = pool
+        self._futures: list[Future] = []
+        self._lock = threading.Lock()
+
+    def submit(self, fn, *args) -> Future:
+        future = self._pool.submit(fn, *args)
+        with self._lock:
+            if len(self._futures) >= 1024:  # forget those done
+                self._futures = [f for f in self._futures if not f.done()]
+            self._futures.append(future)
+        return future
+
+    def cancel_and_wait(self) -> None:
+        with self._lock:
+            futures, self._futures = self._futures, []
+        for f in futures:
+            f.cancel()
+        wait(futures)
 
 
 def _put_unless(q: queue.Queue, item, stopping: threading.Event) -> bool:
@@ -639,39 +714,29 @@ def _pieces(rows: int, row_bytes: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
 
 
-@jax.jit
-def _join(pieces: tuple) -> tuple:
-    """Each array's window from its pieces, in a buffer of the device's own:
-    a copy even of a single piece, since JAX 0.10's CPU device shares the
-    memory of a 64-byte aligned numpy array even with ``may_alias=False``,
-    and the host slot is read into again."""
-    return tuple(jnp.concatenate(p) if len(p) > 1 else jnp.copy(p[0]) for p in pieces)
-
-
-@partial(jax.jit, static_argnums=3)
-def _take(window: tuple, order, start, length: int) -> tuple:
-    """Rows ``order[start:start + length]`` of each array of a window on the
-    device (``order`` is padded by a batch, so the slice never clamps)."""
-    rows = lax.dynamic_slice(order, (start,), (length,))
-    return tuple(jnp.take(a, rows, axis=0, mode="clip") for a in window)
-
-
 @partial(jax.jit, static_argnums=(3, 4))
-def _take_run(window: tuple, order, start, length: int, count: int) -> tuple:
-    """:func:`_take` of ``count`` consecutive batches in one dispatch."""
-    return tuple(_take(window, order, start + i * length, length) for i in range(count))
+def _cut(pieces: tuple, order, start, length: int, count: int) -> tuple:
+    """``count`` batches of ``length`` rows, rows ``order[start:start + count
+    * length]`` of each array's window (joined from its pieces), permuted by
+    one gather and sliced (``order`` is padded by a batch, so the slice never
+    clamps)."""
+    rows = lax.dynamic_slice(order, (start,), (length * count,))
+    taken = [jnp.take(jnp.concatenate(p) if len(p) > 1 else p[0], rows, axis=0,
+                      mode="clip") for p in pieces]
+    return tuple(tuple(t[i * length:(i + 1) * length] for t in taken) for i in range(count))
 
 
 @jax.jit
-def _merge(batch: tuple, window: tuple, order, start, at, n) -> tuple:
+def _merge(batch: tuple, pieces: tuple, order, start, at, n) -> tuple:
     """``batch`` with its rows ``at:at + n`` taken from ``order[start:]`` of
     this window: a batch that spans windows, one shape whatever the split."""
     j = jnp.arange(batch[0].shape[0])
     rows = order[jnp.clip(start + j - at, 0, order.shape[0] - 1)]
     mine = (j >= at) & (j < at + n)
-    return tuple(jnp.where(mine.reshape((-1,) + (1,) * (a.ndim - 1)),
-                           jnp.take(a, rows, axis=0, mode="clip"), old)
-                 for old, a in zip(batch, window))
+    return tuple(jnp.where(mine.reshape((-1,) + (1,) * (old.ndim - 1)),
+                           jnp.take(jnp.concatenate(p) if len(p) > 1 else p[0], rows, axis=0,
+                                    mode="clip"), old)
+                 for old, p in zip(batch, pieces))
 
 
 class _InMemory:
@@ -693,7 +758,7 @@ class _Slot:
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
-    def fill(self, pool: ThreadPoolExecutor, threads: int, units: np.ndarray, plan: BatchPlan,
+    def fill(self, pool: ThreadPoolExecutor | _Tasks, threads: int, units: np.ndarray, plan: BatchPlan,
              stamps, whole: list, files: OpenFiles) -> list:
         """Start reading ``units`` (sorted) into this slot on ``pool`` (of
         ``threads``); the reads' futures (the runs of an array in ``whole`` are
@@ -789,13 +854,16 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         epoch's chunks, disjoint from the other ``count - 1`` shards'
         (``(jax.process_index(), jax.process_count())`` on several hosts).
       threads: reading threads (default 8); they never change the batches.
-      prefetch: batches cut and placed on the device ahead of the step.
+      prefetch: numpy batches cut ahead of the step (on a device, a
+        window's batches are cut at once, and the next window's ahead).
       device: a ``jax.Device`` or a ``Sharding`` to place the batches on;
         None: numpy batches. On one device, each window read is copied
-        there whole (one asynchronous transfer of every array's window, its
-        host buffers read into again as soon as it is copied) and the
-        batches are gathered from it on the device: the same batches, in
-        the same order, as numpy ones, with the host doing no per-row work.
+        there whole (one transfer of every array's window in concurrent
+        pieces, its host buffers read into again as soon as it is copied,
+        the next window read meanwhile) and its batches are cut there by
+        one program (a gather permuting the window, then slices): the same
+        batches, in the same order, as numpy ones, with the host doing no
+        per-row work.
         The device holds at most :data:`DEVICE_WINDOWS` windows and the
         batches ahead (:attr:`Batches.device_bytes`, within a quarter of the
         device's memory). JAX's CPU device, whose memory is the host's, and a
@@ -961,6 +1029,11 @@ def _one_device(device):
     return None if one.platform in HOST_CUT_PLATFORMS else device
 
 
+def _platform(device) -> str:
+    one = next(iter(device.device_set)) if isinstance(device, jax.sharding.Sharding) else device
+    return one.platform
+
+
 def _device_memory(device) -> tuple[int | None, str]:
     """The memory of ``device`` (None where it does not say) and its platform."""
     one = next(iter(device.device_set)) if isinstance(device, jax.sharding.Sharding) else device
@@ -993,8 +1066,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     on_device = 0
     if device is not None:
         window = window_rows * row + (window_rows + plan.batch_size) * 4
-        # the batches ahead, those gathered at once, the one the step holds, a merge's
-        batches = prefetch + TAKE_BATCHES + 2
+        # a batch crossing into the next window, its merge, the one the step holds
+        batches = 3
         on_device = DEVICE_WINDOWS * window + batches * plan.batch_size * row
         memory_limit, platform = _device_memory(device)
         if memory_limit is not None and on_device > memory_limit * DEVICE_SHARE:
