@@ -758,8 +758,8 @@ class _Slot:
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
 
-    def fill(self, pool: ThreadPoolExecutor | _Tasks, threads: int, units: np.ndarray, plan: BatchPlan,
-             stamps, whole: list, files: OpenFiles) -> list:
+    def fill(self, pool: ThreadPoolExecutor | _Tasks, threads: int, units: np.ndarray,
+             plan: BatchPlan, stamps, whole: list, files: OpenFiles) -> list:
         """Start reading ``units`` (sorted) into this slot on ``pool`` (of
         ``threads``); the reads' futures (the runs of an array in ``whole`` are
         taken from it in memory; chunk files stay open in ``files``).

@@ -27,7 +27,8 @@ def fused_block(kernel: Callable, outs: tuple, region: tuple, operands: tuple) -
 
     Example:
       >>> import tempfile, os
-      >>> from jask.store import create_at, read
+      >>> from jask.store.layout import create_at
+      >>> from jask.store.tiles import read
       >>> d = tempfile.mkdtemp()
       >>> out = create_at(os.path.join(d, "o"), (3,), "f4", (3,))
       >>> x = Operand(np.arange(3.0, dtype="f4"), (0,))
