@@ -26,20 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from benchmarks.chip_ops import _best, _move_once, _store
+from benchmarks.chip_ops import _best, _logistic, _move_once, _rel, _store
 
 PARAMETERS = 512
 VECTORS = 64
-
-
-def _logistic(w, X, y, m):
-    z = X @ w
-    return m.mean(m.logaddexp(0.0, z) - y * z)
-
-
-def _rel(value, ref) -> float:
-    value = np.asarray(value, np.float64)
-    return float(np.abs(value - ref).max() / np.abs(ref).max())
 
 
 def _sides(row: dict, fn, ref, repeat: int) -> None:
