@@ -40,9 +40,9 @@ IN_FLIGHT = 2
 #: (32 MiB blocks reached 13.8 GB/s on the v5e, dispatched asynchronously).
 BAND_BYTES = 32 * 2**20
 #: Most reader threads filling host buffers at once (a v5e host's 13 cores,
-#: jit(hessian) of a 4.1 GB store: 1.11-1.17 s with 4 readers, 1.04-1.08 with
-#: 8, 1.19-1.21 with 12; the band's programs on the chip are not the bound).
-MAX_READERS = 8
+#: jit(hessian) over 2-4 GB: 4 and 8 readers within 7% of each other, either
+#: one ahead depending on the machine; 12 slower: benchmarks/RESULTS.md).
+MAX_READERS = 4
 
 
 class Target(Protocol):
