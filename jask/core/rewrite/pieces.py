@@ -48,6 +48,7 @@ from jask.base.config import get_config
 from jask.core import device as on_device
 from jask.core._jax_internals import hi_primitive, is_eager, jit_primitive
 from jask.core._jax_internals import jaxpr_core as core
+from jask.core.rewrite.inline import inlined
 from jask.core.rewrite.prune import rewritten_jaxpr
 
 __all__ = ["Loop", "Piece", "Split", "split", "run_split", "take_over_jit"]
@@ -69,12 +70,27 @@ def _is_group(eqn) -> bool:
     return bool(_rules["group"](hi_primitive(eqn)))
 
 
+def _holds_ours_in(jaxpr) -> bool:
+    return any(_holds_ours(e) for e in jaxpr.eqns)
+
+
+def prepared(closed, whole: bool):
+    """``closed`` ready to split: its nested calls holding jask's ops
+    written out in place (:func:`.inline.inlined`: a jitted helper's band
+    group then merges with the step's and is cut like one written in it),
+    then rewritten as JAX lowers it (``whole``: a program of its own)."""
+    if not isinstance(closed, core.ClosedJaxpr):  # a loop's open body
+        closed = core.ClosedJaxpr(closed, [])
+    return rewritten_jaxpr(inlined(closed, _holds_ours_in), whole)
+
+
 @dataclass(frozen=True)
 class Piece:
     """One piece of a split step: ``kind`` "program" (JAX's own equations,
     compiled as one: ``call`` takes ``reads``' values, returns ``writes``'),
-    "loop" (a :class:`Loop`, called the same way) or "eqn" (one of jask's
-    equations, or one holding them, called eagerly)."""
+    "loop" (a :class:`Loop`, called the same way), "cond" (a :class:`Choice`,
+    likewise) or "eqn" (one of jask's equations, or one holding them, called
+    eagerly)."""
 
     kind: str
     reads: tuple
@@ -165,6 +181,32 @@ class Loop:
         return carry
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A ``cond`` equation decided on the host: its index (computed before,
+    by an earlier piece) brought back, then the chosen branch's
+    :class:`Split` run on the operands. ``lax.cond`` runs one branch, so
+    running only that one computes what the compiled program would,
+    effects included; a ``cond`` batched by ``vmap`` on its predicate is
+    a ``select`` of both branches by then, and never reaches here."""
+
+    branches: tuple
+
+    def __call__(self, index, *operands):
+        chosen = min(max(int(index), 0), len(self.branches) - 1)  # clamped as lax.switch's
+        return _run(self.branches[chosen], list(operands))
+
+
+def _choice(eqn) -> Choice | None:
+    """A ``cond`` equation any of whose branches (each rewritten as JAX
+    lowers a nested program) holds a band group, as a :class:`Choice`;
+    None for any other equation."""
+    if eqn.primitive.name != "cond":
+        return None
+    branches = tuple(split(prepared(b, False)) for b in eqn.params["branches"])
+    return Choice(branches) if any(b.groups for b in branches) else None
+
+
 def _loop(eqn) -> Loop | None:
     """A loop equation whose body (rewritten as JAX lowers a nested program)
     holds a band group, as a :class:`Loop`; None for any other equation, and
@@ -174,10 +216,10 @@ def _loop(eqn) -> Loop | None:
         xs = eqn.invars[params["num_consts"] + params["num_carry"]:]
         if not all(isinstance(v.aval, core.ShapedArray) for v in xs):
             return None
-        body, cond = split(rewritten_jaxpr(params["jaxpr"], False)), None
+        body, cond = split(prepared(params["jaxpr"], False)), None
     elif eqn.primitive.name == "while":
-        body = split(rewritten_jaxpr(params["body_jaxpr"], False))
-        cond = split(rewritten_jaxpr(params["cond_jaxpr"], False))
+        body = split(prepared(params["body_jaxpr"], False))
+        cond = split(prepared(params["cond_jaxpr"], False))
     else:
         return None
     if not body.groups:
@@ -210,10 +252,16 @@ def split(closed: core.ClosedJaxpr) -> Split:
         if run:
             pieces.append(_program(run, after[start + len(run)]))
             run = []
-        loop = None if _is_group(eqn) or hi_primitive(eqn) is not None else _loop(eqn)
+        nested = hi_primitive(eqn) is None
+        loop = _loop(eqn) if nested else None
         if loop is not None:
             groups += loop.body.groups + (loop.cond.groups if loop.cond else 0)
             pieces.append(Piece("loop", tuple(eqn.invars), tuple(eqn.outvars), loop))
+            continue
+        choice = _choice(eqn) if nested else None
+        if choice is not None:
+            groups += sum(b.groups for b in choice.branches)
+            pieces.append(Piece("cond", tuple(eqn.invars), tuple(eqn.outvars), choice))
             continue
         groups += _is_group(eqn)
         pieces.append(Piece("eqn", tuple(eqn.invars), tuple(eqn.outvars), eqn))
@@ -263,8 +311,8 @@ def _split_of(hi_jaxpr) -> Split | None:
     except KeyError:
         pass
     except TypeError:  # not weakly referenceable: not cached
-        return _worth(split(rewritten_jaxpr(hi_jaxpr, True)))
-    done = _worth(split(rewritten_jaxpr(hi_jaxpr, True)))
+        return _worth(split(prepared(hi_jaxpr, True)))
+    done = _worth(split(prepared(hi_jaxpr, True)))
     _splits[hi_jaxpr] = done
     return done
 
