@@ -238,3 +238,101 @@ def test_jitted_gradient_error_no_larger_than_jax_numpys(cpu_device, rng):
 
 def _rel(value, ref) -> float:
     return float(np.abs(np.asarray(value, np.float64) - ref).max() / np.abs(ref).max())
+
+
+#: A jitted helper, as users write one: called from a jitted step.
+_jitted_logistic = jax.jit(_logistic, static_argnums=3)
+
+
+def _helper_step(w, X, y, m=jask):
+    """``jax.value_and_grad`` of a jitted helper inside a jitted step."""
+    v, g = jax.value_and_grad(_jitted_logistic)(w, X, y, m)
+    return v, w - 0.5 * g
+
+
+def _helper_twice(w, X, y, m=jask):
+    """One jitted helper called twice: its program inlined twice."""
+    return _jitted_logistic(w, X, y, m) + _jitted_logistic(2.0 * w, X, y, m)
+
+
+def _checkpointed(w, X, y, m=jask):
+    """A ``jax.checkpoint``ed helper (a ``remat`` equation) beside a jitted one."""
+    return (jax.checkpoint(lambda w: _logistic(w, X, y, m))(w)
+            + jax.jit(_least_squares, static_argnums=3)(w, X, y, m))
+
+
+def _branching(w, X, y, m=jask):
+    """``lax.cond`` on a value computed in the step, a band group in each branch."""
+    return jax.lax.cond(jnp.sum(w) > 0,
+                        lambda w: jax.grad(_logistic)(w, X, y, m),
+                        lambda w: 2.0 * jax.grad(_least_squares)(w, X, y, m), w)
+
+
+def _switching(w, X, y, m=jask):
+    """``lax.switch`` over three branches, one without a band group."""
+    index = jnp.argmax(jnp.abs(w)) % 3
+    return jax.lax.switch(index, [lambda w: jax.grad(_logistic)(w, X, y, m),
+                                  lambda w: w * 3.0,
+                                  lambda w: jax.grad(_least_squares)(w, X, y, m)], w)
+
+
+#: Each step, its weights (a sign picking a branch), and the passes over X it makes.
+NESTED = [(_helper_step, 1.0, 1), (_helper_twice, 1.0, 1), (_checkpointed, 1.0, 1),
+          (_branching, 1.0, 1), (_branching, -1.0, 1)]
+
+
+@pytest.mark.parametrize("fn, sign, passes", NESTED,
+                         ids=["jit-helper", "jit-helper-twice", "checkpoint", "cond-true",
+                              "cond-false"])
+def test_band_groups_in_nested_programs_run_on_the_device(cpu_device, rng, split_calls, fn,
+                                                          sign, passes):
+    x, y, X, Y = _data(rng, 20_000, 6)
+    w = sign * jnp.abs(jnp.asarray(rng.standard_normal(6).astype(np.float32) * 0.1))
+    step = jax.jit(fn)
+    with jax.default_matmul_precision("highest"):
+        ref = jax.jit(lambda w: fn(w, jnp.asarray(x), jnp.asarray(y), jnp))(w)
+        with jask.track() as t:
+            got = step(w, X, Y)
+        jask.set_device("host")
+        with jask.track() as h:
+            host = step(w, X, Y)  # the compiled program, its groups in callbacks
+    assert split_calls == [1]
+    assert t.passes(X) == passes and t.graphs == 0 and h.peak_device_bytes == 0
+    assert 0 < t.peak_device_bytes <= on_device.last_stream().share
+    for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(ref), jax.tree.leaves(host)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_switch_runs_the_chosen_branch_only(cpu_device, rng, split_calls, index):
+    x, y, X, Y = _data(rng, 10_000, 3)
+    w = jnp.asarray(np.eye(3, dtype=np.float32)[index] * 0.2 + 0.01)
+    with jax.default_matmul_precision("highest"):
+        ref = _switching(w, jnp.asarray(x), jnp.asarray(y), jnp)
+        with jask.track() as t:
+            got = jax.jit(_switching)(w, X, Y)
+    assert split_calls == [1]
+    assert t.passes(X) == (0 if index == 1 else 1)  # the branch not taken reads nothing
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_jitted_loss_differentiated_eagerly_runs_on_the_device(cpu_device, rng,
+                                                                 split_calls):
+    """``jax.grad(jax.jit(f))``: JAX runs the forward program (the loss and
+    its residuals) and the backward one, each an eager jitted call, so each
+    is split: two passes over X, as on the host."""
+    x, y, X, Y = _data(rng, 20_000, 6)
+    w = jnp.asarray(rng.standard_normal(6).astype(np.float32) * 0.1)
+    grad = jax.value_and_grad(_jitted_logistic)
+    with jax.default_matmul_precision("highest"):
+        rv, rg = jax.value_and_grad(_logistic)(w, jnp.asarray(x), jnp.asarray(y), jnp)
+        with jask.track() as t:
+            v, g = grad(w, X, Y)
+        jask.set_device("host")
+        with jask.track() as h:
+            hv, hg = grad(w, X, Y)
+    assert split_calls == [1, 1]  # the forward program and the backward one
+    assert t.passes(X) == h.passes(X) == 2 and t.peak_device_bytes > 0
+    for a, b in [(v, rv), (g, rg), (v, hv), (g, hg)]:
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

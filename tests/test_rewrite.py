@@ -16,6 +16,7 @@ from jask.core.rewrite.common_values import common_values
 from jask.core.rewrite.defer import defer, returned_stores
 from jask.core.rewrite.forget import forget_before_mutations
 from jask.core.rewrite.host_arithmetic import host_arithmetic
+from jask.core.rewrite.inline import inlined
 from jask.core.rewrite.linear import unit_copy
 from jask.core.rewrite.prune import rewrite
 
@@ -191,3 +192,25 @@ def test_sums_restoring_a_result_are_finished_on_the_host():
     assert outvars == [e.outvars[0] for e in after if e.primitive.name in ("mul", "add")]
     assert [e.primitive.name for e in rest] == ["sin"]  # not restoring: JAX's, as written
     assert host_arithmetic([a, b], after) == ((), after)
+
+
+def test_inlined_writes_out_nested_calls_with_fresh_variables():
+    """A jitted helper closing over an array (a constant of its program),
+    called twice and once more inside another jitted helper: all written
+    out, each call's equations defining variables of their own, the
+    values unchanged; a call whose program holds nothing worth it stays."""
+    table = jnp.arange(3.0)
+    helper = jax.jit(lambda x: jnp.sin(x) * table)
+    outer = jax.jit(lambda x: helper(x) + 1.0)
+    closed = jax.make_jaxpr(lambda x: helper(x) - outer(2.0 * x) + jax.jit(jnp.cos)(x))(
+        jnp.ones(3))
+    flat = inlined(closed, lambda jaxpr: any(e.primitive.name == "sin" for e in jaxpr.eqns)
+                   or any(e.primitive.name == "jit" for e in jaxpr.eqns))
+    names = [e.primitive.name for e in flat.jaxpr.eqns]
+    assert names.count("sin") == 2 and names.count("jit") == 1  # cos's call kept
+    defined = [v for e in flat.jaxpr.eqns for v in e.outvars]
+    assert len(defined) == len(set(defined))
+    x = jnp.linspace(0.1, 0.9, 3)
+    np.testing.assert_allclose(core.jaxpr_as_fun(flat)(x), core.jaxpr_as_fun(closed)(x),
+                               rtol=1e-6)
+    assert inlined(flat, lambda jaxpr: False) is flat

@@ -8,9 +8,10 @@ Before JAX lowers a jaxpr (:mod:`.prune`, in order): dead code goes,
 waiting together (one pass over the data; :mod:`.linear` takes waiting
 scalars out of linear readers, :mod:`.host_arithmetic` finishes their sums
 in float64), and :mod:`.forget` hands a mutating op the values it would
-compute from what it overwrites. After that rewrite, :mod:`.pieces` cuts a
-compiled step where its band groups sit, so that a host driver streams
-their data to the device between compiled pieces. :mod:`.equations` holds
+compute from what it overwrites. For the device, :mod:`.inline` first
+writes out a step's nested calls holding jask's ops, and after the rewrite
+:mod:`.pieces` cuts the compiled step where its band groups sit, so that a
+host driver streams their data to the device between compiled pieces. :mod:`.equations` holds
 what the passes ask of one equation.
 """
 from jask.core.rewrite.pieces import Loop, Piece, Split, run_split, split, take_over_jit

@@ -31,10 +31,19 @@ iteration, the carry passed along as ``jax.Array`` values; a ``scan``'s
 ``xs`` sliced and its ``ys`` stacked. A loop inside such a body is split
 in turn.
 
-Anything else keeps the compiled program: a jitted call under another
-trace (``jax.grad(jax.jit(f))`` is traced, then runs as one program), a
-step without a band group (at its top level or in a loop's body), a scan
-over a store's rows, or no device configured.
+A ``cond`` (``lax.cond``, ``lax.switch``) any of whose branches holds a
+band group is one piece too (:class:`Choice`): its index, computed by the
+pieces before it, comes back and the chosen branch's split runs. A nested
+call holding jask's ops (a jitted helper, ``jax.checkpoint``) is written
+out in place first (:mod:`.inline`), so its band group merges with the
+step's and is cut like one written in it. A jitted call under an eager
+transformation (``jax.grad(jax.jit(f))``, ``jax.vmap(jax.jit(f))``) reaches
+the hook as eager jitted calls (grad's forward program, then its backward
+one), each split the same way.
+
+Anything else keeps the compiled program: a step without a band group (at
+its top level, in a loop's body or a branch), a scan over a store's rows,
+or no device configured.
 """
 from __future__ import annotations
 
@@ -51,7 +60,7 @@ from jask.core._jax_internals import jaxpr_core as core
 from jask.core.rewrite.inline import inlined
 from jask.core.rewrite.prune import rewritten_jaxpr
 
-__all__ = ["Loop", "Piece", "Split", "split", "run_split", "take_over_jit"]
+__all__ = ["Choice", "Loop", "Piece", "Split", "prepared", "split", "run_split", "take_over_jit"]
 
 
 #: What :func:`take_over_jit` was told: ``ours(prim)`` (a primitive of jask's)
