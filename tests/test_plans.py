@@ -2,7 +2,6 @@
 primitive answers ``plan(stores, config)`` with the plan its work runs
 with, or says clearly that it has none; jask.visualize shows exactly that
 plan, and it is what the op then really runs with."""
-import inspect
 
 import jax
 import jax.numpy as jnp
@@ -61,9 +60,15 @@ NO_PLAN = {P.Together}
 
 
 def _primitive_classes():
-    return [cls for _, cls in inspect.getmembers(P, inspect.isclass)
-            if issubclass(cls, P.DiskPrimitive) and cls is not P.DiskPrimitive
-            and cls.__module__ == P.__name__]
+    """Every primitive jask defines, in the package or a family's module
+    (``primitives/gathers.py``, ...), whether or not the package re-exports it."""
+    found, todo = [], list(P.DiskPrimitive.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__module__ == P.__name__ or cls.__module__.startswith(P.__name__ + "."):
+            found.append(cls)
+    return sorted(set(found), key=lambda cls: cls.__name__)
 
 
 def _stores(prim, config):

@@ -39,7 +39,7 @@ from jask.core import primitives
 from jask.core._jax_internals import is_tracer
 from jask.core.array import DiskArray, disk_type
 from jask.core.ufuncs import TABLE, Ufunc
-from jask.engine.gather import check_in_bounds
+from jask.engine.ops.gathers import check_in_bounds
 
 __all__ = ["getitem", "setitem", "scatter", "AT_METHODS", "At", "iterate", "take",
            "take_along_axis", "nonzero", "dynamic_slice", "concatenate", "stack", "reshape"]

@@ -12,7 +12,6 @@ half-written store is never returned.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import uuid
 from typing import Callable
@@ -24,7 +23,6 @@ from jask.base.config import Config
 from jask.base.memory import BudgetError
 from jask.engine import blockwise as bw
 from jask.engine import builders, execute, scan, tasks
-from jask.engine import gather as gathers
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan, as_decoded
@@ -42,7 +40,6 @@ from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
 from jask.store.tiles import forget as forget_cached
 from jask.store.tiles import read, read_model, write
 from jask.store.views import as_transposed, base_of
-from jask.store.views import gather as gather_view
 from jask.store.views import key as view_key
 from jask.store.views import reshape as reshape_view
 from jask.store.views import take as slice_view
@@ -67,13 +64,16 @@ class Work:
         return self._plan(list(stores), list(values), config)
 
 
-def _in_order(on_disk: tuple, stores, values) -> list:
+def in_order(on_disk: tuple, stores, values) -> list:
     """Operands in the op's order, from its stores and its in-memory values."""
     stores, values = iter(stores), iter(values)
     return [next(stores) if disk else next(values) for disk in on_disk]
 
 
-def _produce(config: Config, op: str, shape, dtype, planned: Plan, build, *, grad: bool):
+def produce(config: Config, op: str, shape, dtype, planned: Plan, build, *, grad: bool):
+    """A new store of ``shape`` and ``dtype`` in ``planned``'s chunks, filled by
+    the graph ``build(out)`` returns (run under the plan's cost); removed if
+    the graph fails."""
     chunks, cost = planned.chunks, planned.cost
     with room(config, op, shape, dtype, chunks), registry.new_store(
             config.scratch_dir, op, shape, dtype, chunks, grad=grad) as out:
@@ -114,7 +114,7 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
     returned as a numpy array instead of a store.
     """
     def plan_of(stores, values, config: Config) -> Plan:
-        return planner.blockwise(op, shape, list(zip(_in_order(on_disk, stores, values), axes)),
+        return planner.blockwise(op, shape, list(zip(in_order(on_disk, stores, values), axes)),
                                  dtypes, out_axes, out_shape, out_dtype, reducer=reducer,
                                  to_memory=to_memory, config=config)
 
@@ -123,22 +123,22 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
         planned = plan_of(stores, values, config)
         tile, cost = planned.tile, planned.cost
         operands = tuple(bw.Operand(src, ax, dt) for src, ax, dt
-                         in zip(_in_order(on_disk, stores, values), axes, dtypes))
+                         in zip(in_order(on_disk, stores, values), axes, dtypes))
         token = uuid.uuid4().hex
         if reducer is None:
-            return _produce(config, op, out_shape, out_dtype, planned,
-                            lambda out: bw.map_graph(op, kernel, out, out_axes, shape, tile,
-                                                     operands, token), grad=grad)
+            return produce(config, op, out_shape, out_dtype, planned,
+                           lambda out: bw.map_graph(op, kernel, out, out_axes, shape, tile,
+                                                    operands, token), grad=grad)
         if to_memory:
             dsk, keys = bw.reduce_graph(op, kernel, reducer, shape, tile, operands, out_axes,
                                         token, out=None, out_shape=out_shape,
                                         out_dtype=out_dtype, workers=config.workers)
             return execute.run(dsk, keys, config.workers, cost)[0]
-        return _produce(config, op, out_shape, out_dtype, planned,
-                        lambda out: bw.reduce_graph(op, kernel, reducer, shape, tile, operands,
-                                                    out_axes, token, out=out,
-                                                    out_shape=out_shape, out_dtype=out_dtype,
-                                                    workers=config.workers), grad=grad)
+        return produce(config, op, out_shape, out_dtype, planned,
+                       lambda out: bw.reduce_graph(op, kernel, reducer, shape, tile, operands,
+                                                   out_axes, token, out=out,
+                                                   out_shape=out_shape, out_dtype=out_dtype,
+                                                   workers=config.workers), grad=grad)
     return Work(op, work, plan_of)
 
 
@@ -165,9 +165,9 @@ def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind
             totals = execute.run(dsk, keys, config.workers, planned.cost)
         carry = scan.carries(shape, tile, axis, tiles, totals, reverse, kind) if tiles else []
         del totals
-        return _produce(config, op, shape, dtype, planned,
-                        lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
-                                                    token, kind), grad=grad)
+        return produce(config, op, shape, dtype, planned,
+                       lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
+                                                   token, kind), grad=grad)
     return decoded_first(Work(op, work, plan_of))
 
 
@@ -191,12 +191,12 @@ def copy_of(source: StoreSpec, config: Config, op: str = "view_copy") -> StoreSp
     a gradient's view copies to a gradient (``.grad``)."""
     identity = tuple(range(len(source.shape)))
     planned = planner.transpose(source, identity, config)
-    return _produce(config, op, source.shape, source.dtype, planned,
-                    lambda out: builders.transpose_graph(out, source, identity, op=op),
-                    grad=source.path.endswith(GRAD_SUFFIX))
+    return produce(config, op, source.shape, source.dtype, planned,
+                   lambda out: builders.transpose_graph(out, source, identity, op=op),
+                   grad=source.path.endswith(GRAD_SUFFIX))
 
 
-def _as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
+def as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
     """Register a view of a registered store (None: not a view, copy instead)."""
     if view is None or view.view is None or not view.view.base.handle:
         return None
@@ -217,13 +217,13 @@ def transpose(axes: tuple, *, grad: bool = False):
 
     def work(stores, scalars, config: Config):
         (source,) = stores
-        view = _as_view(transpose_view(source, axes), config)
+        view = as_view(transpose_view(source, axes), config)
         if view is not None:
             return view
         planned = planner.transpose(source, axes, config)
         shape = tuple(source.shape[a] for a in axes)
-        return _produce(config, "transpose", shape, source.dtype, planned,
-                        lambda out: builders.transpose_graph(out, source, axes), grad=grad)
+        return produce(config, "transpose", shape, source.dtype, planned,
+                       lambda out: builders.transpose_graph(out, source, axes), grad=grad)
     return Work("transpose", work, plan_of)
 
 
@@ -234,7 +234,7 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
     be in memory or a 1-D vector (``vectors``: "row", "col" or None)."""
     def operands(stores, values) -> tuple:
         """(a, ta, b, tb), a transposed view read as its base transposed."""
-        a, b = _in_order(on_disk, stores, values)
+        a, b = in_order(on_disk, stores, values)
         (a, fa), (b, fb) = (as_transposed(x) if isinstance(x, StoreSpec) else (x, False)
                             for x in (a, b))
         return a, ta != fa, b, tb != fb
@@ -274,10 +274,10 @@ def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory:
             dsk, keys = builders.dot_graph(None, ma, mb, view_shape, chunks, k, tk, splits, token,
                                            squeeze=squeeze, shape=shape, dtype=dtype)
             return execute.run(dsk, keys, config.workers, cost)[0]
-        return _produce(config, "dot", shape, dtype, planned,
-                        lambda out: builders.dot_graph(out, ma, mb, view_shape, chunks, k, tk,
-                                                       splits, token, squeeze=squeeze),
-                        grad=grad)
+        return produce(config, "dot", shape, dtype, planned,
+                       lambda out: builders.dot_graph(out, ma, mb, view_shape, chunks, k, tk,
+                                                      splits, token, squeeze=squeeze),
+                       grad=grad)
     return Work("dot", work, plan_of)
 
 
@@ -372,14 +372,14 @@ def take_slice(sizes: tuple, *, grad: bool = False):
     def work(stores, values, config: Config):
         (source,) = stores
         starts = tuple(int(v) for v in values)
-        view = _as_view(slice_view(source, sizes, starts), config)
+        view = as_view(slice_view(source, sizes, starts), config)
         if view is not None:
             return view
         shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-        return _produce(config, "slice", shape, source.dtype,
-                        planner.take_slice(source, sizes, config),
-                        lambda out: builders.slice_graph(out, source, sizes, starts),
-                        grad=grad)
+        return produce(config, "slice", shape, source.dtype,
+                       planner.take_slice(source, sizes, config),
+                       lambda out: builders.slice_graph(out, source, sizes, starts),
+                       grad=grad)
     return Work("slice", work, plan_of)
 
 
@@ -391,8 +391,8 @@ def scatter_slice(sizes: tuple, shape: tuple):
     def work(stores, values, config: Config):
         (g,) = stores
         starts = tuple(int(v) for v in values)
-        return _produce(config, "slice_vjp", shape, g.dtype, plan_of(stores, values, config),
-                        lambda out: builders.scatter_graph(out, g, sizes, starts), grad=True)
+        return produce(config, "slice_vjp", shape, g.dtype, plan_of(stores, values, config),
+                       lambda out: builders.scatter_graph(out, g, sizes, starts), grad=True)
     return Work("slice_vjp", work, plan_of)
 
 
@@ -407,12 +407,12 @@ def reshape(shape: tuple, *, grad: bool = False):
 
     def work(stores, values, config: Config):
         (source,) = stores
-        view = _as_view(reshape_view(source, shape), config)
+        view = as_view(reshape_view(source, shape), config)
         if view is not None:
             return view
-        return _produce(config, "reshape", shape, source.dtype,
-                        planner.reshape(source, shape, config),
-                        lambda out: builders.reshape_graph(out, source), grad=grad)
+        return produce(config, "reshape", shape, source.dtype,
+                       planner.reshape(source, shape, config),
+                       lambda out: builders.reshape_graph(out, source), grad=grad)
     return decoded_first(Work("reshape", work, plan_of))
 
 
@@ -424,75 +424,11 @@ def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
 
     def work(stores, values, config: Config):
         first = stores[0]
-        return _produce(config, "concatenate", shape, first.dtype,
-                        plan_of(stores, values, config),
-                        lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
-                        grad=grad)
+        return produce(config, "concatenate", shape, first.dtype,
+                       plan_of(stores, values, config),
+                       lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
+                       grad=grad)
     return decoded_first(Work("concatenate", work, plan_of))
-
-
-def _index(indexed: tuple, values, shape: tuple) -> tuple:
-    """Per axis of ``shape``: its index vector (normalized) or None."""
-    vectors = dict(zip(indexed, values))
-    return tuple(gathers.normalized(vectors[d], n) if d in vectors else None
-                 for d, n in enumerate(shape))
-
-
-def gather(op: str, indexed: tuple, shape: tuple, fill=None, *, local: bool = False,
-           grad: bool = False):
-    """Work for an outer gather of a store into ``shape``: the axes
-    ``indexed`` take their positions from the in-memory index vectors (in
-    order), the others keep them; ``fill`` where an index is out of range,
-    IndexError without one, raised before anything is written (``local``:
-    see :func:`jask.engine.plan.ops.gather`)."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        view = _runs_view(stores[0], values)
-        if view is not None:
-            return planner.view(op, view)
-        return planner.gather(op, stores[0], indexed, shape, values, config, local=local)
-
-    def work(stores, values, config: Config):
-        (source,) = stores
-        if fill is None:  # no fill asked for: a position out of range is an error
-            for d, vector in zip(indexed, values):
-                gathers.check_in_bounds(vector, source.shape[d], d, source.shape)
-        index = _index(indexed, values, source.shape)
-        return _produce(config, op, shape, source.dtype, plan_of(stores, values, config),
-                        lambda out: gathers.gather_graph(op, out, source, index, fill),
-                        grad=grad)
-
-    def _runs_view(source: StoreSpec, values) -> StoreSpec | None:
-        """One axis taken by runs of consecutive positions, all in range: a view."""
-        if len(indexed) != 1 or not isinstance(values[0], np.ndarray):
-            return None  # (traced positions: known only when the program runs)
-        (d,) = indexed
-        positions = gathers.normalized(values[0], source.shape[d])
-        if positions.size and positions.min() < 0:
-            return None  # out of range: filled
-        return gather_view(source, d, positions)
-
-    # flip, roll, a permutation: every chunk read, by windows that cut them
-    copying = decoded_first(Work(op, work, plan_of),
-                            lambda store: math.prod(shape) >= math.prod(store.shape))
-
-    def run(stores, values, config: Config):
-        view = _as_view(_runs_view(stores[0], values), config)
-        return view if view is not None else copying(stores, values, config)
-    return Work(op, run, copying.plan)
-
-
-def scatter_add(op: str, indexed: tuple, shape: tuple, dtype):
-    """Work for a gather's transpose: zeros of ``shape`` with the cotangent
-    (the store) added where the gather took its elements."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.gather(op, stores[0], indexed, shape, values, config, dtype=dtype)
-
-    def work(stores, values, config: Config):
-        (g,) = stores
-        index = _index(indexed, values, shape)
-        return _produce(config, op, shape, dtype, plan_of(stores, values, config),
-                        lambda out: gathers.scatter_add_graph(op, out, g, index), grad=True)
-    return Work(op, work, plan_of)
 
 
 def _read_all(stores, scalars, config: Config) -> np.ndarray:
@@ -606,12 +542,12 @@ def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
     ``temporaries``: tiles the kernel allocates besides its inputs (default:
     one per output and one more), what the plan counts for its outputs."""
     def plan_of(stores, values, config: Config) -> Plan:
-        return planner.fused(op, shape, dtype, _in_order(on_disk, stores, values), out_dtypes,
+        return planner.fused(op, shape, dtype, in_order(on_disk, stores, values), out_dtypes,
                              into, align, temporaries, config)
 
     def run(stores, values, config: Config):
         values = [np.asarray(v) for v in values]
-        sources = _in_order(on_disk, stores, values)
+        sources = in_order(on_disk, stores, values)
         full = tuple(range(len(shape)))
         operands = tuple(bw.Operand(src, full if disk else (), dtype)
                          for src, disk in zip(sources, on_disk))
@@ -677,25 +613,6 @@ def _store(sources: list, i: int | None) -> StoreSpec | None:
     return _own(source)
 
 
-def sort(op: str, kind: str, axis: int, descending: bool, dtype, *, grad: bool = False):
-    """Work for a sort along ``axis`` (``kind``: see :data:`jask.engine.sort.KINDS`),
-    whole lanes per tile, written to a new store of ``dtype``."""
-    from jask.engine import sort as sorting
-
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.sort(op, stores, axis, dtype, config)
-
-    def work(stores, values, config: Config):
-        planned = plan_of(stores, values, config)
-        shape = tuple(stores[0].shape)
-        token = uuid.uuid4().hex
-        return _produce(config, op, shape, dtype, planned,
-                        lambda out: sorting.sort_graph(op, kind, tuple(stores), out,
-                                                       planned.tile, axis, descending, token),
-                        grad=grad)
-    return decoded_first(Work(op, work, plan_of))
-
-
 def fft(op: str, kind: str, axis: int, n: int, norm: str, dtype):
     """Work for a one-axis discrete Fourier transform (``kind``: see
     :data:`jask.engine.fft.KINDS`) of length ``n`` along ``axis``, whole
@@ -713,41 +630,8 @@ def fft(op: str, kind: str, axis: int, n: int, norm: str, dtype):
         shape = list(stores[0].shape)
         shape[axis] = transforms.out_length(kind, n)
         token = uuid.uuid4().hex
-        return _produce(config, op, tuple(shape), dtype, planned,
-                        lambda out: transforms.fft_graph(op, kind, stores[0], out, planned.tile,
-                                                         axis, n, norm, token),
-                        grad=False)
+        return produce(config, op, tuple(shape), dtype, planned,
+                       lambda out: transforms.fft_graph(op, kind, stores[0], out, planned.tile,
+                                                        axis, n, norm, token),
+                       grad=False)
     return decoded_first(Work(op, work, plan_of))
-
-
-def search(side: str, on_disk: tuple, dtype, out_dtype, *, to_memory: bool):
-    """Work for searchsorted of ``values`` in ``sorted_`` (each a store or
-    an in-memory value, flagged by ``on_disk``), compared in ``dtype``."""
-    from jask.engine import sort as sorting
-
-    def plan_of(stores, values, config: Config) -> Plan:
-        v, a = _in_order(on_disk, stores, values)
-        return planner.search("searchsorted", v, a, dtype, to_memory, config)
-
-    def work(stores, values, config: Config):
-        values = [np.asarray(x) for x in values]
-        planned = plan_of(stores, values, config)
-        v, a = _in_order(on_disk, stores, values)
-        shape = tuple(v.shape)
-        token = uuid.uuid4().hex
-        if to_memory:
-            dsk, keys = sorting.search_graph("searchsorted", side, v, a, None, shape, out_dtype,
-                                             planned.tile, _step(a), dtype, token)
-            return execute.run(dsk, keys, config.workers, planned.cost)[0]
-        return _produce(config, "searchsorted", shape, out_dtype, planned,
-                        lambda out: sorting.search_graph("searchsorted", side, v, a, out, shape,
-                                                         out_dtype, planned.tile, _step(a),
-                                                         dtype, token), grad=False)
-    return Work("searchsorted", work, plan_of)
-
-
-def _step(sorted_) -> int:
-    """How much of the sorted array a search task reads at once."""
-    if isinstance(sorted_, StoreSpec):
-        return int(sorted_.chunks[0])
-    return max(int(sorted_.shape[0]), 1)

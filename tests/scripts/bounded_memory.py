@@ -69,7 +69,7 @@ def ops(a, b, v, X, y, w):
         "cumprod": lambda: jask.cumprod(a, axis=1),  # a two-pass scan
         "pad": lambda: jask.pad(a, ((3, 5), (0, 7)), mode="reflect"),  # one gather
         "isin": lambda: jask.isin(a, np.linspace(-1.0, 1.0, 64, dtype=np.float32)),
-        # gathers (jask.engine.gather): by local runs, and by rows in a random order
+        # gathers (jask.engine.ops.gathers): by local runs, and by rows in a random order
         "flip": lambda: jask.flip(a),
         "take": lambda: jask.take(a, ROWS[:a.shape[0]] % a.shape[0], axis=0),
         "update_": lambda: b.update_(a),

@@ -10,6 +10,11 @@ in-memory operand's cotangent is an in-memory array, so optimizers see
 ordinary JAX arrays. Every elementwise op, broadcast and reduction is one
 primitive, :class:`Blockwise`, parameterised by a kernel from the op table
 (:mod:`jask.core.ufuncs`).
+
+The base every primitive shares is :mod:`~jask.core.primitives.base`; op
+families live in modules of their own (:mod:`~jask.core.primitives.gathers`:
+gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.reductions`:
+the reductions' derivative rows), re-exported here where callers need them.
 """
 from __future__ import annotations
 
@@ -19,236 +24,27 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 from jax.dtypes import canonicalize_dtype
-from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
+from jax.experimental.hijax import ShapedArray, Zero
 
-from jask.base.config import Config, get_config
+from jask.base.config import Config
 from jask.core import dispatch, ufuncs
-from jask.core._jax_internals import is_eager, is_tracer, wants_cotangent
+from jask.core._jax_internals import is_eager, is_tracer
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
+from jask.core.primitives.base import DiskPrimitive as DiskPrimitive
+from jask.core.primitives.base import _accum, _aval, _no_elements, _on_disk, _out_type
+from jask.core.primitives.gathers import Gather as Gather
+from jask.core.primitives.gathers import ScatterAdd as ScatterAdd
+from jask.core.primitives.gathers import Search as Search
+from jask.core.primitives.gathers import Sort as Sort
+from jask.core.primitives.gathers import gather as gather
+from jask.core.primitives.gathers import searchsorted as searchsorted
+from jask.core.primitives.gathers import sort as sort
 from jask.core.primitives.reductions import is_linear, rule_of
 from jask.core.rewrite import prune_before_lowering, take_over_jit
-from jask.engine import lazy, work
+from jask.engine import work
 from jask.engine.blockwise import Operand, reduce_partial
 from jask.engine.ops.reductions import REDUCERS, variance
 from jask.engine.plan import Plan
-
-
-def _accum(accum, make) -> None:
-    """Add a cotangent to an input's accumulator, computing it only if wanted."""
-    if wants_cotangent(accum):
-        accum.accum(make())
-
-
-def _on_disk(aval) -> bool:
-    return isinstance(aval, DiskArrayType)
-
-
-def _aval(x):
-    return jax.typeof(x)
-
-
-COMPLEX_DERIVATIVES = (
-    "jask.{op}: derivatives through complex values are not supported (jax.grad, jax.jvp and "
-    "their kin of an op with a complex operand or result): jask's derivative rules are "
-    "written for real numbers. Take the derivative in the real and imaginary parts as two "
-    "real arrays, or in jax.numpy on data that fits in memory")
-
-
-class DiskPrimitive(VJPHiPrimitive):
-    """Base: set the avals and hashable params, then let hijax check them."""
-
-    def __init__(self, in_avals, out_aval, **params):
-        self.in_avals = tuple(in_avals)
-        self.out_aval = out_aval
-        self.params = params
-        super().__init__()
-
-    def vjp_fwd(self, nzs_in, *args):
-        self.check_real(nzs_in)
-        return self(*args), args
-
-    def check_real(self, nzs) -> None:
-        """Refuse a derivative through complex values: jask's rules are written
-        for real numbers (no conjugates, no real parts of cotangents), and an
-        answer of the wrong sign or part is worse than none."""
-        if not any(bool(nz) for nz in jax.tree.leaves(nzs)):
-            return
-        outs = self.out_aval if isinstance(self.out_aval, tuple) else (self.out_aval,)
-        kinds = [np.dtype(a.dtype).kind for a in self.in_avals + outs if hasattr(a, "dtype")]
-        if "c" in kinds:
-            raise NotImplementedError(COMPLEX_DERIVATIVES.format(
-                op=self.params.get("op", type(self).__name__)))
-
-    # --- forward mode: jax.jvp, jax.linearize (and jvp(grad): forward over reverse) ----
-    def jvp(self, primals, tangents):
-        self.check_real(tuple(not isinstance(t, Zero) for t in tangents))
-        out = self(*primals)
-        return out, self._tangent_or_zeros(primals, out, tangents)
-
-    def lin(self, nzs_in, *primals):
-        self.check_real(nzs_in)
-        out = self(*primals)
-        return out, (primals, out), self.tangent_nonzero(nzs_in)
-
-    def linearized(self, residuals, *tangents):
-        primals, out = residuals
-        return self._tangent_or_zeros(primals, out, tangents)
-
-    def _tangent_or_zeros(self, primals, out, tangents):
-        nzs = tuple(not isinstance(x, Zero) for x in tangents)
-        if not isinstance(self.out_aval, tuple) and not self.tangent_nonzero(nzs):
-            return Zero(self.out_aval.to_tangent_aval())  # an integer result, ...
-        t = self.tangent(tuple(primals), out, tuple(tangents))
-        if isinstance(t, Zero) and self.tangent_nonzero(nzs):
-            return _zeros(self.out_aval)  # lin promised a tangent
-        return t
-
-    def tangent_nonzero(self, nzs) -> bool:
-        """Whether the output's tangent can be nonzero given which inputs'
-        are (a float output reached by a nonzero tangent)."""
-        return _inexact(self.out_aval) and any(nzs)
-
-    def tangent(self, primals, out, tangents):
-        """The output's tangent (``Zero`` for none) from the inputs' tangents
-        (each a value or ``Zero``), computed with jask's primitives."""
-        raise NotImplementedError(
-            f"jask.{self.params.get('op', type(self).__name__)}: forward-mode differentiation "
-            "(jax.jvp, jax.jacfwd, jax.hessian, jax.linearize) through this op is not "
-            "supported; reverse mode is (jax.grad, jax.vjp, jax.jacrev)")
-
-    def _linear(self, primals, tangents, linear: tuple):
-        """The tangent of an op linear in the operands at ``linear`` (the
-        others, positions or indices, fixed): the op itself on their tangents,
-        zeros in place of a zero one."""
-        if all(isinstance(tangents[i], Zero) for i in linear) or not _inexact(self.out_aval):
-            return Zero(self.out_aval.to_tangent_aval())
-        args = [(_instantiate(tangents[i], self.in_avals[i]) if i in linear else x)
-                for i, x in enumerate(primals)]
-        return self(*args)
-
-    def vjp_bwd(self, res, g, *accums):
-        if isinstance(g, Zero):  # nothing flows back
-            return
-        self.backward(res, g, *accums)
-
-    def backward(self, res, g, *accums):
-        """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
-        raise NotImplementedError(
-            f"jask: {self.params.get('op', type(self).__name__)} is not differentiable in "
-            "reverse mode: it computes a derivative (a tangent, or a cotangent with no "
-            "backward rule of its own), and jax.grad of it is not supported. Take second "
-            "derivatives forward over reverse: jax.jvp(jax.grad(f), (w,), (v,)), or "
-            "jax.hessian(f) (not jax.jacrev of jax.jacfwd)")
-
-    # --- jax.vmap: a batched op is the same kind of op over one more axis ------------
-    def batch(self, axis_data, args, dims):
-        if all(d is None for d in dims):
-            return self(*args), None
-        return self.batched(int(axis_data.size), tuple(args), tuple(dims))
-
-    def batched(self, size: int, args: tuple, dims: tuple):
-        """(the op over operands carrying a batch axis at ``dims``, None for
-        none; the output's batch axis)."""
-        op = self.params.get("op", type(self).__name__.lower())
-        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=f"jask.{op}"))
-
-    def _run(self, work_fn, args, fuse: lazy.Description | None = None):
-        """Run ``work_fn`` on the disk and in-memory operands of ``args``
-        (``fuse``: how the op joins a band group inside a compiled program).
-
-        Arrays with no elements are answered here, for every op, from shapes
-        alone: tiles, chunks and bands are planned from extents, and none of
-        that can be asked of a length-0 axis."""
-        disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
-        mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
-        out = self.out_aval
-        config: Config | None = self.params.get("config")  # type: ignore[assignment]
-        outs = out if isinstance(out, tuple) else (out,)
-        if not self.mutates() and all(_no_elements(o) for o in outs):
-            made = tuple(_nothing(o, str(self.params.get("op", "empty")), config) for o in outs)
-            return made if isinstance(out, tuple) else made[0]
-        if any(_no_elements(a) for a in self.in_avals):
-            fuse = None  # no band group: its bands are rows of the inputs
-            value = self.of_nothing()
-            if value is not None:
-                return _filled(value, out, config)
-        if isinstance(out, tuple):
-            return dispatch.to_stores(work_fn, disk, mem, out, config)
-        if _on_disk(out):
-            return dispatch.to_store(work_fn, disk, mem, out, config, fuse)
-        return dispatch.to_value(work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
-                                 config, fuse)
-
-    def mutates(self) -> bool:
-        """Whether the op writes into an existing store (``update_``): other
-        ops are never moved across it."""
-        return False
-
-    def of_nothing(self):
-        """The op's result, the same scalar everywhere, when an operand has no
-        elements but the result has some (a sum over a length-0 axis is 0, a
-        product with a length-0 contraction is zeros); None for an op whose
-        result still depends on its other operands."""
-        return None
-
-    def fusion(self):
-        """(work, fusion description) for ops that can join a band group."""
-        return None
-
-    def disk_work(self) -> work.Work:
-        """The op's disk work (:class:`jask.engine.work.Work`)."""
-        raise NotImplementedError(
-            f"jask.{self.params.get('op', type(self).__name__)}: {type(self).__name__} has no "
-            "disk work to plan (give it a disk_work() returning a jask.engine.work.Work)")
-
-    def plan(self, stores, config: Config | None = None) -> Plan:
-        """The tiles, chunks, tasks and bytes this op runs with, for its input
-        ``stores`` (its in-memory operands are its avals): what its work's own
-        planner answers, running nothing. NotImplementedError, naming the
-        op, when it has none."""
-        mem = [a for a in self.in_avals if not _on_disk(a)]
-        if config is None:
-            config = self.params.get("config") or get_config()  # type: ignore[assignment]
-        return self.disk_work().plan(stores, mem, config)  # type: ignore[arg-type]
-
-    def value_op(self, args) -> tuple:
-        """This op's part of :func:`dispatch.to_values` (a value op only)."""
-        work_fn, fuse = self.fusion()
-        disk = [x for x, a in zip(args, self.in_avals) if _on_disk(a)]
-        mem = [x for x, a in zip(args, self.in_avals) if not _on_disk(a)]
-        out = self.out_aval
-        return (work_fn, disk, mem, jax.ShapeDtypeStruct(out.shape, out.dtype),
-                self.params.get("config"), fuse)
-
-    def _describe(self, kind: str, *, at_call: bool = False, **params) -> lazy.Description:
-        out = self.out_aval
-        return lazy.Description(str(self.params.get("op", kind)), kind,
-                                tuple(_on_disk(a) for a in self.in_avals), tuple(out.shape),
-                                np.dtype(out.dtype), params, bool(self.params.get("grad")),
-                                at_call)
-
-    # Equal primitives must agree on types too, not only on params.
-    def __hash__(self):
-        return hash((type(self), self.in_avals, self.out_aval, tuple(self.params.items())))
-
-    def __eq__(self, other):
-        return (type(self) is type(other) and self.in_avals == other.in_avals
-                and self.out_aval == other.out_aval and self.params == other.params)
-
-
-def _inexact(aval) -> bool:
-    return np.issubdtype(np.dtype(aval.dtype), np.inexact)
-
-
-def _zeros(aval):
-    """Zeros of ``aval`` (a DiskArray of zeros for a DiskArrayType)."""
-    if _on_disk(aval):
-        return aval.vspace_zero()
-    return jax.numpy.zeros(aval.shape, aval.dtype)
-
-
-def _instantiate(t, aval):
-    return _zeros(aval.to_tangent_aval()) if isinstance(t, Zero) else t
 
 
 def _tangent_sum(a, b):
@@ -260,17 +56,6 @@ def _tangent_sum(a, b):
     if _on_disk(_aval(a)):
         return add(a, b)
     return a + b
-
-
-def _no_elements(aval) -> bool:
-    return 0 in tuple(aval.shape)
-
-
-def _nothing(out, op: str, config: Config | None):
-    """A result with no elements: nothing to read, plan or run."""
-    if not _on_disk(out):
-        return jax.numpy.zeros(out.shape, out.dtype)
-    return dispatch.to_store(work.empty(op, tuple(out.shape), out.dtype), [], [], out, config)
 
 
 @dataclass(frozen=True)
@@ -311,13 +96,10 @@ def _filled(value, out, config: Config | None):
     return full(tuple(out.shape), value, out.dtype, config)
 
 
+DiskPrimitive.filled = staticmethod(_filled)  # (see DiskPrimitive.filled)
+
+
 # --- blockwise: elementwise ops, broadcasts and reductions --------------------------
-
-def _out_type(shape, dtype, on_disk: bool):
-    if on_disk:
-        return DiskArrayType(shape, dtype)
-    return ShapedArray(tuple(shape), canonicalize_dtype(dtype))  # follows JAX's x64 mode
-
 
 class Blockwise(DiskPrimitive):
     """``ufunc(*operands)`` over a full ``shape``, kept along ``out_axes``.
@@ -840,76 +622,6 @@ class Reshape(DiskPrimitive):
                                    self.config)(g))
 
 
-class Gather(DiskPrimitive):
-    """``a[np.ix_(...)]``: the axes ``indexed`` take their positions from
-    in-memory int vectors (the operands after ``a``), the others keep them
-    (flip, roll, take, repeat, tile); ``fill`` where an index is out of
-    range. Its VJP is the same gather by the inverse positions when every
-    vector is a ``permutation`` (flip, roll), else a :class:`ScatterAdd`.
-    ``local``: a run of outputs reads a run of sources of at most its length
-    (flip, roll, repeat, tile), which lets the planner read smaller windows."""
-
-    def __init__(self, aval: DiskArrayType, index_avals: tuple, indexed: tuple, fill=None, *,
-                 permutation: bool = False, local: bool = False, grad: bool = False,
-                 config: Config | None = None, name: str = "gather"):
-        shape = list(aval.shape)
-        for d, v in zip(indexed, index_avals):
-            shape[d] = v.shape[0]
-        super().__init__((aval,) + tuple(index_avals), DiskArrayType(tuple(shape), aval.dtype),
-                         op=name, indexed=tuple(indexed), fill=fill,
-                         permutation=bool(permutation), local=bool(local), grad=grad,
-                         config=config)
-
-    def disk_work(self):
-        return work.gather(self.op, self.indexed, self.out_aval.shape, self.fill,
-                           local=self.local, grad=self.grad)
-
-    def expand(self, a, *index):
-        return self._run(self.disk_work(), [a, *index])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca, *cindex):
-        a, *index = res
-        name = f"{self.op}_vjp"
-        if self.permutation:
-            _accum(ca, lambda: gather(g, [jax.numpy.argsort(i) for i in index], self.indexed,
-                                      permutation=True, local=self.local, grad=True,
-                                      config=self.config, name=name))
-        else:
-            _accum(ca, lambda: ScatterAdd(self.in_avals[0], _aval(g), self.in_avals[1:],
-                                          self.indexed, config=self.config, name=name)(
-                                              g, *index))
-
-
-class ScatterAdd(DiskPrimitive):
-    """Zeros of ``aval`` with ``g`` added where a :class:`Gather` by the
-    same index vectors took its elements (repeated positions add up)."""
-
-    def __init__(self, aval: DiskArrayType, g_aval, index_avals: tuple, indexed: tuple, *,
-                 config: Config | None = None, name: str = "gather_vjp"):
-        super().__init__((g_aval,) + tuple(index_avals), aval, op=name, indexed=tuple(indexed),
-                         config=config)
-
-    def disk_work(self):
-        return work.scatter_add(self.op, self.indexed, self.out_aval.shape,
-                                self.out_aval.dtype)
-
-    def expand(self, g, *index):
-        return self._run(self.disk_work(), [g, *index])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, cg, *cindex):
-        # (a gradient's gradient) the gather again, by the same positions; out of
-        # range the scatter dropped its element, so the gather fills zero there
-        _, *index = res
-        _accum(cg, lambda: gather(g, index, self.indexed, 0, grad=True, config=self.config,
-                                  name=f"{self.op}_vjp"))
-
-
 class Cumsum(DiskPrimitive):
     """The cumulative sum of a DiskArray along ``axis`` in ``dtype``
     (``reverse``: summed from the end). Its VJP is the reverse cumulative
@@ -977,72 +689,6 @@ def _cumprod_vjp(prim, x, g):
     return _map(ufuncs.CUMPROD_VJP, (before, total, x, zeros), dtype, dtype, cfg, "cumprod_vjp")
 
 
-class Sort(DiskPrimitive):
-    """Sorting along ``axis`` (whole lanes per tile): ``kind`` "sort" (the
-    values), "argsort" (jnp.argsort's indices), "perm" (the order jnp.sort
-    puts elements in) or "unsort" (sort's VJP: the cotangent ``g`` put back
-    by that order; two inputs, ``g`` and the order). Its VJP gathers back by
-    the order, as jax's sort does."""
-
-    def __init__(self, avals: tuple, axis: int, kind: str, dtype, *, descending: bool = False,
-                 grad: bool = False, config: Config | None = None, name: str | None = None):
-        super().__init__(tuple(avals), DiskArrayType(avals[0].shape, dtype), op=name or kind,
-                         axis=int(axis), kind=kind, descending=bool(descending),
-                         dtype=np.dtype(dtype), grad=grad, config=config)
-
-    def disk_work(self):
-        return work.sort(self.op, self.kind, self.axis, self.descending, self.dtype,
-                         grad=self.grad)
-
-    def expand(self, *args):
-        return self._run(self.disk_work(), list(args))
-
-    def tangent(self, primals, out, tangents):
-        if self.kind == "unsort":  # linear in g (the order is an index)
-            return self._linear(primals, tangents, (0,))
-        if self.kind != "sort":
-            return super().tangent(primals, out, tangents)
-        (x,), (t,) = primals, tangents
-        aval = self.in_avals[0]
-        n = aval.shape[self.axis]
-        index = np.dtype(np.int32 if n < 2**31 else np.int64)
-        # the sorted tangent is t taken in sort's order: t put back by the inverse order
-        perm = Sort((aval,), self.axis, "perm", index, descending=self.descending,
-                    grad=self.grad, config=self.config, name="sort_perm")(x)
-        inverse = Sort((_aval(perm),), self.axis, "argsort", index, grad=self.grad,
-                       config=self.config, name="sort_inverse")(perm)
-        return Sort((_aval(t), _aval(inverse)), self.axis, "unsort", aval.dtype,
-                    grad=self.grad, config=self.config, name="sort_jvp")(t, inverse)
-
-    def backward(self, res, g, *accums):
-        if self.kind == "unsort":  # sort's VJP (a gradient's gradient): linear in g
-            _accum(accums[0], lambda: self._unsort_transposed(res[1], g))
-            return
-        if self.kind != "sort":
-            super().backward(res, g, *accums)
-        (x,) = res
-        aval = self.in_avals[0]
-
-        def cotangent():
-            n = aval.shape[self.axis]
-            index = np.dtype(np.int32 if n < 2**31 else np.int64)
-            perm = Sort((aval,), self.axis, "perm", index, descending=self.descending,
-                        grad=True, config=self.config, name="sort_perm")(x)
-            return Sort((_aval(g), _aval(perm)), self.axis, "unsort", aval.dtype, grad=True,
-                        config=self.config, name="sort_vjp")(g, perm)
-        _accum(accums[0], cotangent)
-
-    def _unsort_transposed(self, order, g):
-        """The transpose of putting ``g`` back by ``order`` (out[order[i]] = g[i]):
-        g taken in that order (g[order[i]]), which is g put back by the
-        inverse order."""
-        index = self.in_avals[1]
-        inverse = Sort((index,), self.axis, "argsort", index.dtype, grad=True,
-                       config=self.config, name="sort_inverse")(order)
-        return Sort((_aval(g), _aval(inverse)), self.axis, "unsort", self.dtype, grad=True,
-                    config=self.config, name=f"{self.op}_vjp")(g, inverse)
-
-
 class FFT(DiskPrimitive):
     """A discrete Fourier transform along ``axis`` (whole lanes per tile):
     ``kind`` one of :data:`jask.engine.fft.KINDS`, of length ``n``, the
@@ -1059,30 +705,6 @@ class FFT(DiskPrimitive):
 
     def expand(self, x):
         return self._run(self.disk_work(), [x])
-
-
-class Search(DiskPrimitive):
-    """searchsorted: where each of ``values`` goes in the sorted 1-D
-    ``sorted_`` (either on disk or in memory), compared in ``dtype``; the
-    result has the values' shape, in memory when the values are. An index
-    has no gradient."""
-
-    def __init__(self, values, sorted_, side: str, dtype, out_dtype, *,
-                 config: Config | None = None):
-        to_memory = not _on_disk(values)
-        super().__init__((values, sorted_), _out_type(values.shape, out_dtype, not to_memory),
-                         op="searchsorted", side=side, dtype=np.dtype(dtype),
-                         out_dtype=np.dtype(out_dtype), config=config)
-
-    def disk_work(self):
-        return work.search(self.side, tuple(_on_disk(a) for a in self.in_avals), self.dtype,
-                           self.out_dtype, to_memory=not _on_disk(self.out_aval))
-
-    def expand(self, v, a):
-        return self._run(self.disk_work(), [v, a])
-
-    def of_nothing(self):
-        return 0  # every value goes before the first element of an empty array
 
 
 class Update(DiskPrimitive):
@@ -1319,28 +941,6 @@ def reshape(a, shape, *, config=None):
     return Reshape(_aval(a), tuple(shape), False, config)(a)
 
 
-def _int32_positions(i):
-    """Gather positions as int32, as the gather takes them: wider ones clipped
-    to int32's range first, so a position past it stays out of range (a
-    fill, or an IndexError) and never wraps around onto one inside."""
-    xp = jax.numpy if is_tracer(i) else np
-    i = xp.asarray(i)
-    dtype, info = np.dtype(i.dtype), np.iinfo(np.int32)
-    if dtype.kind == "u" and dtype.itemsize >= 4:
-        i = xp.minimum(i, info.max)
-    elif dtype.kind == "i" and dtype.itemsize > 4:
-        i = xp.clip(i, info.min, info.max)
-    return jax.numpy.asarray(i, np.int32)
-
-
-def gather(a, index, indexed, fill=None, *, permutation=False, local=False, config=None,
-           grad=False, name="gather"):
-    index = [_int32_positions(i) for i in index]
-    return Gather(_aval(a), tuple(_aval(i) for i in index), tuple(indexed), fill,
-                  permutation=permutation, local=local, grad=grad, config=config,
-                  name=name)(a, *index)
-
-
 def cumsum(a, axis, dtype, *, config=None):
     return Cumsum(_aval(a), axis, dtype, config=config)(a)
 
@@ -1349,17 +949,8 @@ def cumprod(a, axis, dtype, *, config=None):
     return Cumsum(_aval(a), axis, dtype, config=config, name="cumprod", kind="prod")(a)
 
 
-def sort(a, axis, kind, dtype, *, descending=False, config=None):
-    return Sort((_aval(a),), axis, kind, dtype, descending=descending, config=config)(a)
-
-
 def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
     return FFT(_aval(a), axis, kind, n, norm, shape, dtype, config=config)(a)
-
-
-def searchsorted(values, sorted_, side, dtype, out_dtype, *, config=None):
-    return Search(_aval(values), _aval(sorted_), side, dtype, out_dtype,
-                  config=config)(values, sorted_)
 
 
 def update(target, new, *, config=None):

@@ -2,4 +2,7 @@
 
 * :mod:`~jask.engine.ops.reductions`: the reducers, :data:`REDUCERS` (how a
   reduction reduces a tile, combines partials and finishes).
+* :mod:`~jask.engine.ops.gathers`: gathers and sorts (the outer gather and its
+  scatter-add, sorting along an axis, searchsorted), each op's planner, work
+  and graph.
 """

@@ -32,14 +32,16 @@ from jask.store.views import same as same_elements
 
 __all__ = ["view", "blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
            "dot_plan", "dot_geometry", "take_slice", "scatter_slice", "reshape",
-           "concatenate", "read_all", "from_value", "save", "fused", "scan", "gather"]
+           "concatenate", "read_all", "from_value", "save", "fused", "scan", "n_tiles",
+           "held_bytes"]
 
 
-def _n_tiles(shape: tuple, tile: tuple) -> int:
+def n_tiles(shape: tuple, tile: tuple) -> int:
+    """How many tiles of ``tile`` cover ``shape``."""
     return math.prod(-(-n // max(t, 1)) for n, t in zip(shape, tile))
 
 
-def _held(values) -> int:
+def held_bytes(values) -> int:
     """Bytes of in-memory operands (numpy arrays or avals)."""
     return sum(memory.nbytes(x.shape, x.dtype) for x in values)
 
@@ -52,7 +54,7 @@ def blockwise(op: str, shape: tuple, operands, dtypes: tuple, out_axes: tuple, o
     (store or in-memory value, axes map) in the op's order. The tile is of
     the full ``shape``; a new output store is chunked by the tile along the
     axes it keeps."""
-    held = _held(src for src, _ in operands if not isinstance(src, StoreSpec))
+    held = held_bytes(src for src, _ in operands if not isinstance(src, StoreSpec))
     compute = np.result_type(*[d for d in dtypes if d is not None] or [out_dtype])
     if reducer is not None and to_memory:
         held += memory.nbytes(out_shape, out_dtype)
@@ -279,7 +281,7 @@ def dot(a, b, ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_m
     than once is first decoded once into an uncompressed copy (``decoded``;
     not with ``decode=False``), and the product is planned over the copy."""
     pa, pb = _matrices(a, b, ta, tb, on_disk, vectors)
-    held = _held(x for x, disk in zip((a, b), on_disk) if not disk)
+    held = held_bytes(x for x, disk in zip((a, b), on_disk) if not disk)
     chunks, tk, splits, cost = dot_plan(pa, pb, ta, tb, dtype, config.max_memory - held,
                                         config.workers)
     decoded = _decoded_first(pa, pb, ta, tb, on_disk, vectors, chunks, tk) if decode else ()
@@ -475,7 +477,7 @@ def dot_plan(a: StoreSpec, b: StoreSpec, ta: bool, tb: bool, out_dtype,
 def _first_fit(op: str, shape: tuple, candidates, cost_of, config: Config) -> Plan:
     tile, cost = memory.first_fit(candidates, cost_of, config.max_memory)
     tile = tuple(tile)
-    return Plan(op, tile, tile, _n_tiles(shape, tile), cost)
+    return Plan(op, tile, tile, n_tiles(shape, tile), cost)
 
 
 def take_slice(source: StoreSpec, sizes: tuple, config: Config) -> Plan:
@@ -483,7 +485,7 @@ def take_slice(source: StoreSpec, sizes: tuple, config: Config) -> Plan:
     tiles whose read windows decode few chunks (:func:`plan_slice`)."""
     shape = tuple(size for size, _ in (x for x in sizes if x is not None))
     tile, cost = plan_slice(source, sizes, budget=config.max_memory, workers=config.workers)
-    return Plan("slice", tuple(tile), tuple(tile), _n_tiles(shape, tile), cost)
+    return Plan("slice", tuple(tile), tuple(tile), n_tiles(shape, tile), cost)
 
 
 def scatter_slice(g: StoreSpec, shape: tuple, config: Config) -> Plan:
@@ -493,7 +495,7 @@ def scatter_slice(g: StoreSpec, shape: tuple, config: Config) -> Plan:
     cost = memory.task_cost("slice_vjp", chunks, [(read_model(g), chunks)],
                             memory.nbytes(chunks, g.dtype), 2, config.workers)
     memory.check_fits(cost, config.max_memory)
-    return Plan("slice_vjp", tuple(chunks), tuple(chunks), _n_tiles(shape, chunks), cost)
+    return Plan("slice_vjp", tuple(chunks), tuple(chunks), n_tiles(shape, chunks), cost)
 
 
 def reshape(source: StoreSpec, shape: tuple, config: Config) -> Plan:
@@ -552,49 +554,6 @@ def concatenate(stores, axis: int, stack: bool, shape: tuple, config: Config) ->
     return _first_fit("concatenate", shape, memory.shrinking(chunks), cost_of, config)
 
 
-def gather(op: str, read: StoreSpec, indexed: tuple, shape: tuple, values, config: Config,
-           dtype=None, local: bool = False) -> Plan:
-    """An outer gather (:mod:`jask.engine.gather`) writing an array of
-    ``shape`` from ``read`` (its scatter-add too, reading the cotangent):
-    default chunks, halved until a task fits, with fewer tasks at once
-    last. A task holds its tile and one window of ``read``: at most a chunk
-    along the ``indexed`` axes (no longer than the tile's extent when the
-    indices are ``local``: a run of outputs reads a run of sources, as in
-    flip, roll, repeat and tile; or when ``read``'s chunks are plain files,
-    read run by run), the tile's own extent along the others; the index
-    vectors (``values``) are held once."""
-    dtype = np.dtype(dtype or read.dtype)
-    held = _held(values)
-    model = read_model(read)
-
-    def cost_of(tile, at_once):
-        # plain chunk files are read run by run (jask.engine.gather._read_part)
-        bounded = local or model.raw
-        window = tuple(min(c, n) if d in indexed and not bounded else min(c, t, n)
-                       for d, (c, n, t) in enumerate(zip(read.chunks, read.shape, tile)))
-        # the tile, what writing it takes, the pieces of up to four windows
-        # a tile straddles, and the part picked from a window (a copy when
-        # the positions are not runs); 3 for local gathers measured flip at
-        # 1.2-1.3x its model on the memory-bound grid (16.2 MB of 16)
-        copies = 4
-        cost = memory.task_cost(op, tile, [(model, window)], memory.nbytes(tile, dtype),
-                                copies, at_once)
-        # held once: the index vectors and what every op holds besides its tasks
-        return dataclasses.replace(cost, fixed=held + memory.op_overhead(config.max_memory))
-
-    chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
-    # never tiles below the minimum (a chunk's decoding does not shrink with
-    # them: a compressed source made a million tasks of 4 x 4); fewer tasks
-    # at once before smaller tiles
-    smallest = memory.min_tile_bytes(config.max_memory)
-    tiles = [t for i, t in enumerate(memory.shrinking(chunks))
-             if i == 0 or memory.nbytes(t, dtype) >= smallest]
-    candidates = [(tile, k) for tile in tiles for k in sorted({config.workers, 1}, reverse=True)]
-    (tile, _), cost = memory.first_fit(candidates, lambda c: cost_of(*c),
-                                       int(config.max_memory * GATHER_SHARE))
-    return Plan(op, tuple(tile), tuple(tile), _n_tiles(shape, tile), cost)
-
-
 # --- between disk and memory ----------------------------------------------------------
 
 def read_all(store: StoreSpec, config: Config) -> Plan:
@@ -634,7 +593,7 @@ def save(source: StoreSpec, chunks: tuple | None, compressed: bool, config: Conf
         # what every op holds besides its tasks, as plan_blockwise counts it
         memory.check_fits(cost(chunks), config.max_memory - memory.op_overhead(config.max_memory))
         chunks = tuple(chunks)
-        return Plan("save", chunks, chunks, _n_tiles(shape, chunks), cost(chunks))
+        return Plan("save", chunks, chunks, n_tiles(shape, chunks), cost(chunks))
     # the planner every op uses: whole source chunks where they fit, never
     # tiles so small that the graph runs away
     axes = tuple(range(len(shape)))
@@ -655,7 +614,7 @@ def fused(op: str, shape: tuple, dtype, sources: list, out_dtypes: tuple, into: 
     tile (``chunks`` is None: several stores)."""
     full = tuple(range(len(shape)))
     disk = [(src, full) for src in sources if isinstance(src, StoreSpec)]
-    held = _held(src for src in sources if not isinstance(src, StoreSpec))
+    held = held_bytes(src for src in sources if not isinstance(src, StoreSpec))
     unit = None
     like = into if align is None else align
     if like is not None:
@@ -670,32 +629,6 @@ def fused(op: str, shape: tuple, dtype, sources: list, out_dtypes: tuple, into: 
 
 
 # --- sorting: whole lanes per tile -------------------------------------------------------
-
-__all__ += ["sort"]
-
-#: Bytes per element a sort task holds besides its input and output tiles:
-#: the lanes' order (int64), a stable sort's merge buffer (half as many
-#: int64s) and numpy's copy of each strided lane. The memory-bound grid
-#: measured peaks 1.3-1.6x a model without the buffer and with one output
-#: copy, and up to 1.17x the budget with 12 bytes (after other ops had run
-#: in the same process); 20 keeps every cell under it.
-SORT_TEMPORARY_BYTES = 20
-
-#: The share of the budget gathers plan against: their measured peaks ran up
-#: to 1.04x the model on zstd chunks (decode buffers) in the memory-bound grid.
-GATHER_SHARE = 0.9
-
-
-def sort(op: str, stores: list, axis: int, out_dtype, config: Config) -> Plan:
-    """A sort along ``axis`` (:mod:`jask.engine.sort`): tiles span the whole
-    axis, the other axes halved from the default chunks until a task fits
-    (one task at a time if need be). A task holds its input tiles, the lanes'
-    order (int64) and the result. Refused, naming the budget, when one lane
-    does not fit."""
-    shape = tuple(stores[0].shape)
-    return lanes(op, stores, axis, shape[axis], out_dtype, SORT_TEMPORARY_BYTES, config,
-                 holds="a sort holds a whole lane in memory", shorter="sort shorter lanes")
-
 
 __all__ += ["lanes", "FFT_TEMPORARY_BYTES"]
 
@@ -740,46 +673,10 @@ def lanes(op: str, stores: list, axis: int, out_length: int, out_dtype, temporar
         for tile in tiles:
             cost = cost_of(tile, at_once)
             if cost.total <= config.max_memory:
-                return Plan(op, tile, tile, _n_tiles(out_shape, tile), cost)
+                return Plan(op, tile, tile, n_tiles(out_shape, tile), cost)
     need = cost_of(tiles[-1], 1).total
     raise memory.BudgetError(
         f"jask.{op}: one lane along axis {axis} of shape {shape} ({n} elements, a tile of "
         f"shape {tiles[-1]}) needs {exact_bytes(need)} in one task, over the memory budget of "
         f"{exact_bytes(config.max_memory)}: {holds}. Raise the budget "
         f"to at least {exact_bytes(need)}, or {shorter}")
-
-
-__all__ += ["search"]
-
-
-def search(op: str, values, sorted_, dtype, to_memory: bool, config: Config) -> Plan:
-    """searchsorted (:func:`jask.engine.sort.search_graph`): tiles of the
-    values (a store or an array), each searched in the sorted array one
-    chunk at a time (the whole array when it is in memory). A task holds its
-    values in ``dtype``, their int64 counts and one piece of the sorted array;
-    an in-memory operand or result is held once."""
-    shape = tuple(values.shape)
-    itemsize = np.dtype(dtype).itemsize
-    disk_sorted = isinstance(sorted_, StoreSpec)
-    step = int(sorted_.chunks[0]) if disk_sorted else max(int(sorted_.shape[0]), 1)
-    held = _held(x for x in (values, sorted_) if not isinstance(x, StoreSpec))
-    if to_memory:
-        held += memory.nbytes(shape, np.int64) * 2  # the pieces and the assembled result
-    reads = [(read_model(sorted_), (step,))] if disk_sorted else []
-
-    def cost_of(tile, at_once):
-        tile_reads = reads + ([(read_model(values), tile)]
-                              if isinstance(values, StoreSpec) else [])
-        cost = memory.task_cost(op, tile, tile_reads,
-                                math.prod(tile) * (8 + itemsize) + step * itemsize, 1, at_once)
-        return dataclasses.replace(cost, fixed=held)
-
-    start = memory.default_chunks(shape, np.int64, config.max_memory, config.workers)
-    tiles = list(memory.shrinking(start))
-    for at_once in sorted({config.workers, 1}, reverse=True):  # one at a time if need be
-        for tile in tiles:
-            cost = cost_of(tile, at_once)
-            if cost.total <= config.max_memory:
-                return Plan(op, tile, None if to_memory else tile, _n_tiles(shape, tile), cost)
-    memory.check_fits(cost_of(tiles[-1], 1), config.max_memory)
-    raise AssertionError("unreachable: check_fits raised")
