@@ -170,7 +170,7 @@ class DiskPrimitive(VJPHiPrimitive):
             fuse = None  # no band group: its bands are rows of the inputs
             value = self.of_nothing()
             if value is not None:
-                return self.filled(value, out, config)
+                return type(self).filled(value, out, config)
         if isinstance(out, tuple):
             return dispatch.to_stores(work_fn, disk, mem, out, config)
         if _on_disk(out):
