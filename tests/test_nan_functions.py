@@ -115,3 +115,30 @@ def test_gradients_of_the_one_pass_reducers_match_jax(name, transform, values, s
     got = (jax.jit(grad) if transform == "jit" else grad)(w)
     want = jax.grad(loss(jnp, jnp.asarray(values)))(w)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def _lanes(dtype):
+    """Columns that take each of nanmean's paths: no NaN (one plain float64 sum),
+    some NaN, all NaN, infinities of one sign and of both (NaN, as numpy)."""
+    values = np.arange(400 * 6, dtype=np.float64).reshape(400, 6) % 17 + 0.25
+    values[::7, 1] = np.nan
+    values[:, 2] = np.nan
+    values[5, 3] = np.inf
+    values[9, 4], values[300, 4] = np.inf, -np.inf
+    return values.astype(dtype)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on the all-NaN column
+@pytest.mark.parametrize("name", ["nanmean", "nanvar"])
+@pytest.mark.parametrize("values", [
+    _lanes(np.float32),
+    _lanes(np.float64),
+    np.full((300, 3), 1.5, np.float32),  # no NaN anywhere
+    np.arange(2**24, 2**24 + 600, dtype=np.int32).reshape(300, 2),  # exact only if widened
+], ids=["float32 lanes", "float64 lanes", "no NaN", "int32 beyond 2**24"])
+@pytest.mark.parametrize("axis", [0, None])
+def test_nan_reductions_of_each_kind_of_lane_as_numpy(name, values, axis, small_budget):
+    x = jask.from_numpy(values)
+    got = _got(getattr(jask, name)(x, axis))
+    want = getattr(np, name)(values.astype(np.float64), axis)
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)

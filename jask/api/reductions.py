@@ -282,9 +282,14 @@ def skipping_nan(op: str, x, axis, keepdims: bool, config: Config | None, ddof: 
     reduced, _, _ = _layout(op, x, axis, keepdims)
     reference = jnp.nanmean if op == "nanmean" else jnp.nanvar
     reducer = "nanmean" if op == "nanmean" else nan_variance(ddof)
+    # nanmean's reducer sums floats in float64 itself: its tiles stay as stored (a
+    # float64 copy of each doubled the bytes touched); integers widen exactly first
+    aval = _disk(x)
+    compute = (aval.dtype if op == "nanmean" and jnp.issubdtype(aval.dtype, jnp.floating)
+               else np.dtype(np.float64))
     result = _reduce(op, ufuncs.IDENTITY, x, [], axis, keepdims, reducer,
-                     _result_dtype(reference, x), config, np.dtype(np.float64))
-    if 0 in (_disk(x).shape[d] for d in reduced) and disk_type(result) is None:
+                     _result_dtype(reference, x), config, np.dtype(compute))
+    if 0 in (aval.shape[d] for d in reduced) and disk_type(result) is None:
         result = jnp.full_like(result, np.nan)  # no tile was reduced at all
     return result
 

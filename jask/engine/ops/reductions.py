@@ -391,10 +391,19 @@ def stat_of(inner: str, partial) -> np.ndarray:
 
 def _nan_sums(block, axis):
     """A block's (count, sum) of the elements that are not NaN over ``axis``,
-    per kept position, in float64."""
-    kept = block == block  # NaN is the one value unequal to itself
-    count = np.sum(kept, axis=axis, keepdims=True, dtype=np.float64)
-    total = np.add.reduce(np.where(kept, block, 0), axis=axis, dtype=np.float64, keepdims=True)
+    per kept position, in float64.
+
+    The plain sum first: a lane it leaves NaN holds a NaN (or infinities of
+    both signs), and only then are NaNs masked and counted. Data with no NaN,
+    the common case, costs one float64 sum (a mask, a count and a masked copy
+    of every block took 9x as long)."""
+    total = np.add.reduce(block, axis=axis, dtype=np.float64, keepdims=True)
+    count = np.full(total.shape, block.size / max(total.size, 1), np.float64)
+    if np.isnan(total).any():
+        missing = np.isnan(block)
+        count -= np.count_nonzero(missing, axis=axis, keepdims=True)
+        total = np.add.reduce(np.where(missing, 0, block), axis=axis, dtype=np.float64,
+                              keepdims=True)
     return count, total
 
 
