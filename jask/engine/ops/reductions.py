@@ -421,10 +421,11 @@ def _nan_moments(block, axis):
     """A block's (count, mean, M2) of the elements that are not NaN, per kept
     position: :func:`_moments` with a count for each position."""
     count, total = _nan_sums(block, axis)
-    wide = np.asarray(block, np.float64)
     with np.errstate(all="ignore"):
         mean = total / count  # NaN where the count is 0; _nan_chan never reads it
-        deviations = np.where(wide == wide, wide - mean, 0)
+        deviations = np.subtract(block, mean, dtype=np.float64)
+        if (count < block.size / max(count.size, 1)).any():  # NaNs to leave out
+            np.copyto(deviations, 0, where=np.isnan(block))
         np.square(deviations, out=deviations)
         return count, mean, np.sum(deviations, axis=axis, keepdims=True)
 
