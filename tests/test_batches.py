@@ -748,7 +748,8 @@ def test_read_runs_copies_a_chunks_many_runs_from_a_mapping_when_cached(tmp_path
     real_mmap = chunkio.mmap.mmap
     monkeypatch.setattr(chunkio.os, "preadv", preadv)
     monkeypatch.setattr(chunkio, "_asks_cached", True)  # restored after: "unknown" clears it
-    monkeypatch.setattr(chunkio.mmap, "mmap", lambda *a, **k: (maps.append(a), real_mmap(*a, **k))[1])
+    monkeypatch.setattr(chunkio.mmap, "mmap",
+                        lambda *a, **k: (maps.append(a), real_mmap(*a, **k))[1])
     starts, stops = (np.array(v) for v in zip(*runs))
     files = OpenFiles() if held else None
     for _ in range(2):

@@ -59,8 +59,8 @@ from jask.store.spec import DamagedStoreError, StoreSpec
 
 from . import buffers
 
-__all__ = ["read", "read_runs", "rows_of_runs", "reads_runs", "write", "prefetch", "forget", "read_model",
-           "cached_array", "remember_plain"]
+__all__ = ["read", "read_runs", "rows_of_runs", "reads_runs", "write", "prefetch", "forget",
+           "read_model", "cached_array", "remember_plain"]
 
 #: Decoded bytes one Zarr read call covers (whole chunks; at least one).
 ZARR_GROUP_BYTES = 2**20

@@ -20,8 +20,8 @@ from jask.store.spec import StoreSpec
 
 from . import views
 
-__all__ = ["read", "read_runs", "rows_of_runs", "reads_runs", "OpenFiles", "write", "prefetch", "read_model",
-           "open_array", "open_user_array", "forget"]
+__all__ = ["read", "read_runs", "rows_of_runs", "reads_runs", "OpenFiles", "write", "prefetch",
+           "read_model", "open_array", "open_user_array", "forget"]
 
 
 def read(store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
