@@ -4,6 +4,7 @@ Every row once per epoch for the chunkings users bring, the rows the plan
 says, deterministic whatever the budget and the threads, resumable mid-epoch,
 disjoint shares across processes, within the budget, and the errors users
 get for what they get wrong."""
+import errno
 import json
 import os
 import subprocess
@@ -687,7 +688,9 @@ def test_read_runs_reads_every_dtype_and_empty_rows(tmp_path, dtype):
     assert read_runs(spec, np.array([], np.int64), np.array([], np.int64), empty) is empty
 
 
-def test_read_runs_names_a_chunk_file_cut_short_even_when_held_open(tmp_path):
+@pytest.mark.parametrize("runs", [[(60, 90)], [(51, 52), (53, 54), (55, 56), (60, 90)]],
+                         ids=["one run", "runs enough to map"])
+def test_read_runs_names_a_chunk_file_cut_short_even_when_held_open(tmp_path, runs):
     from jask.store import registry
     from jask.store.tiles import OpenFiles, read_runs
     z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(200, 3), chunks=(50, 3), dtype="f4",
@@ -695,8 +698,8 @@ def test_read_runs_names_a_chunk_file_cut_short_even_when_held_open(tmp_path):
     z[:] = np.ones((200, 3), np.float32)
     spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
     chunk = os.path.join(str(tmp_path / "a.zarr"), "c", "1", "0")
-    starts, stops = np.array([60]), np.array([90])
-    out = np.zeros((30, 3), np.float32)
+    starts, stops = (np.array(v) for v in zip(*runs))
+    out = np.zeros((int(np.sum(stops - starts)), 3), np.float32)
     files = OpenFiles()
     read_runs(spec, starts, stops, out, files)  # the file is held open from here on
     os.truncate(chunk, 100)
@@ -704,3 +707,64 @@ def test_read_runs_names_a_chunk_file_cut_short_even_when_held_open(tmp_path):
         with pytest.raises(jask.DamagedStoreError, match="c/1/0"):
             read_runs(spec, starts, stops, out, held)
     files.close()
+
+
+#: (name, runs of one chunk file as (start, stop), what the system says of its bytes:
+#: "cached", "cold" (RWF_NOWAIT refused with EAGAIN), "unknown" (no RWF_NOWAIT), and
+#: whether the runs are copied from a mapping of the file)
+MAPPED_CASES = [
+    ("many runs, cached", [(0, 3), (10, 12), (40, 41), (90, 100)], "cached", True),
+    ("adjacent runs, cached", [(5, 9), (9, 20), (20, 21), (60, 64), (64, 70)], "cached", True),
+    ("many runs, cold", [(0, 3), (10, 12), (40, 41), (90, 100)], "cold", False),
+    ("adjacent runs, cold", [(5, 9), (9, 20), (20, 21), (60, 64), (64, 70)], "cold", False),
+    ("many runs, cannot ask", [(1, 2), (3, 4), (50, 99), (99, 100)], "unknown", True),
+    ("few runs", [(0, 3), (10, 12), (40, 41)], "cached", False),
+    ("runs of two chunks", [(0, 3), (10, 12), (40, 41), (95, 100), (100, 104), (110, 111),
+                            (150, 160), (199, 200)], "cached", True),
+]
+
+
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="asks the cache with RWF_NOWAIT")
+@pytest.mark.parametrize("case", MAPPED_CASES, ids=[c[0] for c in MAPPED_CASES])
+@pytest.mark.parametrize("held", [False, True], ids=["opened per call", "held open"])
+def test_read_runs_copies_a_chunks_many_runs_from_a_mapping_when_cached(tmp_path, monkeypatch,
+                                                                       case, held):
+    from jask.store import chunkio, registry
+    from jask.store.tiles import OpenFiles, read_runs
+    _, runs, cache, mapped = case
+    values = np.arange(200 * 5, dtype=np.float32).reshape(200, 5)
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(200, 5), chunks=(100, 5),
+                          dtype="f4", compressors=None)
+    z[:] = values
+    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    real_preadv, maps = os.preadv, []
+
+    def preadv(fd, buffers, offset, flags=0):
+        if flags and cache == "cold":
+            raise BlockingIOError(errno.EAGAIN, "not in memory")
+        if flags and cache == "unknown":
+            raise OSError(errno.EOPNOTSUPP, "not supported")
+        return real_preadv(fd, buffers, offset, flags)
+    real_mmap = chunkio.mmap.mmap
+    monkeypatch.setattr(chunkio.os, "preadv", preadv)
+    monkeypatch.setattr(chunkio, "_asks_cached", True)  # restored after: "unknown" clears it
+    monkeypatch.setattr(chunkio.mmap, "mmap",
+                        lambda *a, **k: (maps.append(a), real_mmap(*a, **k))[1])
+    starts, stops = (np.array(v) for v in zip(*runs))
+    files = OpenFiles() if held else None
+    for _ in range(2):
+        out = np.full((int(np.sum(stops - starts)), 5), -1, np.float32)
+        read_runs(spec, starts, stops, out, files)
+        np.testing.assert_array_equal(out, np.concatenate([values[lo:hi] for lo, hi in runs]))
+    assert bool(maps) == mapped
+    if files is not None:
+        files.close()
+
+
+def test_rows_of_runs_are_each_runs_rows_in_order():
+    from jask.store.tiles import rows_of_runs
+    for runs in ([(0, 1)], [(3, 7), (7, 8), (20, 22)], [(5, 5), (6, 9)]):
+        starts, stops = (np.array(v) for v in zip(*runs))
+        assert rows_of_runs(starts, stops).tolist() == [r for lo, hi in runs
+                                                        for r in range(lo, hi)]
+    assert rows_of_runs(np.array([], np.int64), np.array([], np.int64)).tolist() == []

@@ -50,7 +50,7 @@ from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
 from jask.store import StoreChangedError
 from jask.store.space import check_unchanged, stamp
-from jask.store.tiles import OpenFiles, read_model, read_runs, reads_runs
+from jask.store.tiles import OpenFiles, read_model, read_runs, reads_runs, rows_of_runs
 from jask.store.versions import held
 
 __all__ = ["batches", "Batches"]
@@ -790,8 +790,8 @@ def _read_runs(a, starts: np.ndarray, stops: np.ndarray, into: np.ndarray, stamp
     """Rows ``starts[i]:stops[i]`` of one array, one after another, into its
     window's buffer, held against this process's writers (the window's stamps
     are checked once it is read; chunk files held open in ``files``)."""
-    if isinstance(a, _InMemory):
-        np.concatenate([a.value[lo:hi] for lo, hi in zip(starts, stops)], out=into)
+    if isinstance(a, _InMemory):  # one take, not a slice per run
+        np.take(a.value, rows_of_runs(starts, stops), axis=0, out=into, mode="clip")
         return
     store = a._store()
     try:

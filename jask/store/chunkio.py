@@ -31,8 +31,10 @@ these paths a store takes and what a read of it holds.
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import math
+import mmap
 import os
 import struct
 import threading
@@ -57,8 +59,8 @@ from jask.store.spec import DamagedStoreError, StoreSpec
 
 from . import buffers
 
-__all__ = ["read", "read_runs", "reads_runs", "write", "prefetch", "forget", "read_model",
-           "cached_array", "remember_plain"]
+__all__ = ["read", "read_runs", "rows_of_runs", "reads_runs", "write", "prefetch", "forget",
+           "read_model", "cached_array", "remember_plain"]
 
 #: Decoded bytes one Zarr read call covers (whole chunks; at least one).
 ZARR_GROUP_BYTES = 2**20
@@ -524,9 +526,13 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
               files: OpenFiles | None = None) -> np.ndarray:
     """Rows ``starts[i]:stops[i]`` (sorted runs, each within one chunk row)
     one after another into ``out``, for a store :func:`reads_runs` says yes
-    to: each chunk file opened once (or held open in ``files`` across calls),
-    each run one ``preadv`` straight into ``out`` (the GIL released while the
-    disk works). Chunks narrower than the array: each run read as a tile (a
+    to: each chunk file opened once (or held open in ``files`` across calls).
+    A chunk's runs that follow each other in its file are read as one. Where a
+    chunk has at least :data:`MAPPED_RUNS` runs and its bytes are in memory
+    already, they are copied from a mapping of the file by one ``np.take``
+    (no system call per run, the GIL released once); else each run is one
+    ``preadv`` straight into ``out``, so that a cold disk reads only the runs'
+    bytes. Chunks narrower than the array: each run read as a tile (a
     ``preadv`` per chunk it crosses)."""
     layout = _raw_layout(where)
     assert layout is not None
@@ -539,15 +545,15 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
     per = layout.chunks[0]
     row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
     flat = out.reshape(len(out), -1).view(np.uint8) if out.size else out
-    at, i, n = 0, 0, len(starts)
+    starts, stops = np.asarray(starts, np.int64), np.asarray(stops, np.int64)
     counters.stored_read(layout.root, int(np.sum(stops - starts)) * row)
-    chunk_of = (np.asarray(starts) // per).tolist()
-    lows, highs = np.asarray(starts).tolist(), np.asarray(stops).tolist()
-    while i < n:
-        c = chunk_of[i]
-        j = i + 1
-        while j < n and chunk_of[j] == c:
-            j += 1
+    chunk_of = starts // per
+    # the chunks' groups of runs: [bounds[k], bounds[k + 1])
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(chunk_of)) + 1, [len(starts)]]).tolist()
+    ends = np.cumsum(stops - starts).tolist()  # where each run ends in out
+    at = 0
+    for i, j in zip(bounds[:-1], bounds[1:]):
+        c = int(chunk_of[i])
         index = (c,) + (0,) * (len(layout.chunks) - 1)
         path = _chunk_file(layout, index)
         fd = files.get(path) if files is not None else None
@@ -557,24 +563,103 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
                 _check_may_be_missing(where, layout, index, path)
-                length = int(np.sum(stops[i:j] - starts[i:j]))
-                out[at:at + length] = layout.fill_value
-                at, i = at + length, j
+                out[at:ends[j - 1]] = layout.fill_value
+                at = ends[j - 1]
                 continue
         try:
             if mine:
                 _check_size(layout, index, path, fd, row * per)
                 if files is not None and files.keep(path, fd):
                     mine = False
-            for lo, hi in zip(lows[i:j], highs[i:j]):
-                _pread_into(layout, index, path, fd, flat[at:at + hi - lo].data.cast("B"),
-                            (lo - c * per) * row)
-                at += hi - lo
+            lows, highs = starts[i:j] - c * per, stops[i:j] - c * per
+            into = flat[at:ends[j - 1]]
+            if not row or j - i < MAPPED_RUNS or not _copy_if_cached(fd, lows, highs, row,
+                                                                     into):
+                _pread_runs(layout, index, path, fd, lows, highs, row, into)
         finally:
             if mine:
                 os.close(fd)
-        i = j
+        at = ends[j - 1]
     return out
+
+
+#: A chunk's runs are copied from a mapping of its file (one ``mmap``, one
+#: ``np.take``) where it has at least this many in one call and they are in
+#: memory: on a TPU v5e host (gVisor, page cache warm) a window of 4,096 runs
+#: of 64 KiB read at 1.3 GB/s by a ``preadv`` each on 8 threads, 5.7-6.0 GB/s
+#: by a take per chunk (the GIL taken and released once a chunk, not once a run).
+MAPPED_RUNS = 4
+#: Whether this system says if a file's bytes are in memory (``RWF_NOWAIT``); set
+#: False at its first refusal (gVisor refuses it: there a chunk is copied from
+#: its mapping whatever the cache holds).
+_asks_cached = hasattr(os, "RWF_NOWAIT")
+
+
+def rows_of_runs(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """The row indices of runs ``starts[i]:stops[i]``, one run after another.
+
+    Example:
+      >>> rows_of_runs(np.array([1, 6]), np.array([3, 9])).tolist()
+      [1, 2, 6, 7, 8]
+    """
+    starts, stops = np.asarray(starts, np.int64), np.asarray(stops, np.int64)
+    lengths = stops - starts
+    before = np.cumsum(lengths) - lengths
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - before, lengths)
+
+
+def _copy_if_cached(fd: int, lows: np.ndarray, highs: np.ndarray, row: int,
+                    into: np.ndarray) -> bool:
+    """Rows ``lows[i]:highs[i]`` of a chunk file (``row`` bytes each) into
+    ``into`` (rows x ``row`` bytes) from a mapping of the rows they span,
+    if the first run's bytes are in memory (read with ``RWF_NOWAIT``: a cold
+    file is read run by run instead, where the disk reads only their bytes);
+    False where they are not, or the file is shorter than they need (a
+    mapping read past its file's end would kill the process)."""
+    global _asks_cached
+    if _asks_cached:
+        first = into[:int(highs[0] - lows[0])]
+        try:
+            if os.preadv(fd, [first.data.cast("B")], int(lows[0]) * row,
+                         os.RWF_NOWAIT) != first.nbytes:
+                return False
+        except BlockingIOError:
+            return False
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            _asks_cached = False
+    start = int(lows[0]) * row // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+    stop = int(highs[-1]) * row
+    if os.fstat(fd).st_size < stop:  # cut short since opened: read by runs, which say so
+        return False
+    mapped = mmap.mmap(fd, stop - start, offset=start, access=mmap.ACCESS_READ)
+    try:
+        rows = np.frombuffer(mapped, np.uint8, offset=int(lows[0]) * row - start).reshape(-1, row)
+        # mode="clip": the rows are in range, and "raise" would copy through a buffer
+        np.take(rows, rows_of_runs(lows - lows[0], highs - lows[0]), axis=0, out=into,
+                mode="clip")
+        del rows
+    finally:
+        try:
+            mapped.close()
+        except BufferError:  # an error's traceback holds a view: unmapped when it goes
+            pass
+    return True
+
+
+def _pread_runs(layout: ChunkLayout, index: tuple, path: str, fd: int, lows: np.ndarray,
+                highs: np.ndarray, row: int, into: np.ndarray) -> None:
+    """Rows ``lows[i]:highs[i]`` of a chunk file into ``into``, a ``preadv``
+    per run (runs that follow each other in the file read as one)."""
+    joined = np.flatnonzero(lows[1:] != highs[:-1]) + 1  # where a new read starts
+    firsts = np.concatenate([[0], joined]).tolist()
+    lasts = np.concatenate([joined - 1, [len(lows) - 1]]).tolist()
+    buffer, at = into.reshape(-1).data.cast("B"), 0
+    for a, b in zip(firsts, lasts):
+        lo, hi = int(lows[a]), int(highs[b])
+        _pread_into(layout, index, path, fd, buffer[at:at + (hi - lo) * row], lo * row)
+        at += (hi - lo) * row
 
 
 def prefetch(where, store: StoreSpec, region: tuple) -> None:

@@ -14,14 +14,14 @@ import numpy as np
 import zarr
 
 from jask.base import counters, forks, memory
-from jask.store.chunkio import OpenFiles
+from jask.store.chunkio import OpenFiles, rows_of_runs
 from jask.store.location import location_of
 from jask.store.spec import StoreSpec
 
 from . import views
 
-__all__ = ["read", "read_runs", "reads_runs", "OpenFiles", "write", "prefetch", "read_model",
-           "open_array", "open_user_array", "forget"]
+__all__ = ["read", "read_runs", "rows_of_runs", "reads_runs", "OpenFiles", "write", "prefetch",
+           "read_model", "open_array", "open_user_array", "forget"]
 
 
 def read(store: StoreSpec, region: tuple, out: np.ndarray | None = None) -> np.ndarray:
