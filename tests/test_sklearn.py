@@ -27,7 +27,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "sklearn_estimators.
 FITS = ["PCA(full)", "PCA(covariance_eigh)", "PCA(randomized)", "Ridge(svd)", "Ridge(auto)",
         "RidgeCV", "RidgeClassifierCV", "LinearDiscriminantAnalysis", "GaussianNB",
         "PoissonRegressor", "StandardScaler", "MinMaxScaler", "Normalizer", "Binarizer",
-        "KernelCenterer", "LabelEncoder"]
+        "PolynomialFeatures", "Nystroem", "KernelCenterer", "LabelEncoder"]
 
 
 @pytest.fixture(scope="module")

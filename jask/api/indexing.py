@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jask.api import elementwise
-from jask.api.update import update_
+from jask.api.creation import from_numpy
+from jask.api.update import check_in_place, update_
 from jask.base import memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
@@ -613,7 +614,65 @@ def setitem(x, index, value):
             "x[index] = value on a traced DiskArray (inside jax.jit): a DiskArray is written "
             "in place only outside jit; inside, write x = x.at[index].set(value), which "
             "works in both (then x.update_(x_new) outside jit stores it)")
-    update_(x, scatter(x, index, value))
+    sel = _basic_selection(x, index)
+    if sel is None:
+        update_(x, scatter(x, index, value))
+        return
+    picked, kept = sel
+    dtype = np.dtype(x.dtype)
+    region = tuple(len(p) for p, k in zip(picked, kept) if k)
+    _check_broadcast(value, region, "x[key] = v", f"the selected region {region}")
+    check_in_place(x, "x[key] = v")
+    value = _cast_value(value, dtype, "set", None)  # refused here, before anything is written
+    vshape = tuple(np.shape(value))
+    at_full = iter((1,) * (len(region) - len(vshape)) + vshape)
+    target = tuple(next(at_full) if k else 1 for k in kept)  # x's axes, integers' length 1
+    if disk_type(value) is None:
+        value = from_numpy(np.reshape(np.asarray(value), target))
+    elif target != vshape:
+        value = reshape(value, target)
+    primitives.update(x, value, at=tuple((p.start, p.stop, p.step) for p in picked))
+
+
+def _basic_selection(x: DiskArray, index):
+    """For a basic key (integers, slices of a positive step) of ``x``
+    selecting some but not all of it: per axis the positions picked, a
+    ``range`` (normalized: ``stop`` just past the last), and whether the
+    axis stays in ``x[key]``. None for every other key (the general path
+    checks and refuses what it must), an empty selection and a view (written
+    into a copy of its own)."""
+    shape = tuple(x.shape)
+    if not shape or x._store().view is not None:
+        return None
+    try:
+        entries = _index_tuple(index, shape)
+    except IndexError:
+        return None
+    picked, kept = [], []
+    for entry, n in zip(entries, shape):
+        if _is_int(entry):
+            i = int(entry)
+            if not -n <= i < n:
+                return None
+            picked.append(range(i % n, i % n + 1))
+            kept.append(False)
+        elif isinstance(entry, slice) and all(b is None or _is_int(b) for b in
+                                              (entry.start, entry.stop, entry.step)) \
+                and (entry.step is None or entry.step > 0):
+            r = range(*entry.indices(n))
+            if not r:
+                return None
+            picked.append(range(r.start, r[-1] + 1, r.step))
+            kept.append(True)
+        else:
+            return None
+    if all(len(p) == n for p, n in zip(picked, shape)):
+        return None  # everything: the whole store is written anyway
+    return tuple(picked), tuple(kept)
+
+
+def _is_int(i) -> bool:
+    return isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, (bool, np.bool_))
 
 
 #: take's modes that raise IndexError for an index out of range (numpy's default)
@@ -644,7 +703,8 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     shape in place of that axis. ``indices`` are in memory (a numpy or JAX
     array, traced ones too) or a DiskArray (read here when small; a large
     one indexing a small 1-D ``x``, a lookup table, is streamed tile by
-    tile); negative ones count from the end.
+    tile; a large 1-D one with ``axis=None`` is read in bands, each taken
+    from the span of ``x`` it points into); negative ones count from the end.
 
     An index out of range raises IndexError, naming it and the axis, as
     numpy's ``take`` and ``x[indices]`` do: the default (``mode`` None, or
@@ -673,6 +733,10 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
             and not memory.fits_in_memory(_shape_of(indices), indices.dtype, config) \
             and memory.fits_in_memory(_shape_of(x), x.dtype, config):
         return _lookup(x, indices, mode, fill_value, config)
+    if isinstance(indices, DiskArray) and axis is None and aval is not None \
+            and not is_tracer(x) and mode in _RAISE_MODES and indices.ndim == 1 \
+            and not memory.fits_in_memory(_shape_of(indices), indices.dtype, config):
+        return _take_in_bands(x, indices, config)
     if isinstance(indices, DiskArray) \
             and memory.fits_in_memory(_shape_of(indices), indices.dtype, config):
         # small: read them here (an in-memory ``x`` too: scikit-learn's ``svd_flip`` takes
@@ -723,6 +787,31 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     if not shape:
         return jnp.reshape(primitives.materialize(taken, config=config), ())
     return reshape(taken, shape, config=config) if indices.ndim != 1 else taken
+
+
+def _take_in_bands(x, indices, config):
+    """``take(x, indices)`` of the flattened DiskArray ``x`` at 1-D indices on
+    disk too large for memory: the indices read a band (half the in-memory
+    share) at a time, each band checked and taken from the span of ``x`` it
+    points into (``x[lo:hi + 1]``), the bands joined. Indices that move
+    along ``x`` as they go (scikit-learn's ``y + arange(n) * k`` into a
+    raveled ``n x k`` array) read ``x`` about once; scattered ones read a
+    wide span per band."""
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"jask.take: indices must be integers, got {indices.dtype}")
+    flat = reshape(x, (-1,), config=config)
+    n = flat.shape[0]
+    band = max(1, memory.in_memory_limit(config) // 2 // np.dtype(indices.dtype).itemsize)
+    pieces = []
+    for start in range(0, indices.shape[0], band):
+        idx = np.asarray(primitives.materialize(
+            getitem(indices, slice(start, start + band), config=config), config=config))
+        check_in_bounds(idx, n, 0, tuple(x.shape))
+        idx = idx.astype(np.int64) % n
+        lo, hi = int(idx.min()), int(idx.max())
+        pieces.append(take(getitem(flat, slice(lo, hi + 1), config=config), idx - lo,
+                           config=config))
+    return pieces[0] if len(pieces) == 1 else concatenate(pieces, config=config)
 
 
 class _Lookup:

@@ -21,6 +21,43 @@ def copy_block(out: StoreSpec, region: tuple, source: StoreSpec, axes: tuple) ->
     write(out, region, np.ascontiguousarray(np.transpose(block, axes)))
 
 
+def selected(sel: tuple, tile: tuple) -> tuple | None:
+    """Where the selection ``sel`` (per axis ``(start, stop, step)`` of the
+    positions picked, ``stop`` past the last) meets ``tile``: per axis the
+    slice of the tile and the range ``(k0, k1)`` of picked positions there,
+    or None where they do not meet.
+
+    Example:
+      >>> selected(((1, 10, 3),), (slice(3, 8),))
+      ((slice(1, 5, 3),), ((1, 3),))
+    """
+    local, ranks = [], []
+    for (start, stop, step), t in zip(sel, tile):
+        k0 = max(0, -(-(t.start - start) // step))
+        k1 = min(-(-(stop - start) // step), -(-(t.stop - start) // step))
+        if k1 <= k0:
+            return None
+        first, last = start + k0 * step, start + (k1 - 1) * step
+        local.append(slice(first - t.start, last + 1 - t.start, step))
+        ranks.append((k0, k1))
+    return tuple(local), tuple(ranks)
+
+
+def set_region_block(out: StoreSpec, region: tuple, target: StoreSpec, value: StoreSpec,
+                     sel: tuple) -> None:
+    """out[region] = target[region] with the positions ``sel`` picks set to
+    ``value`` (a store of the selection's shape, length-1 axes broadcast, in
+    the target's dtype): ``x[key] = v`` for one tile."""
+    block = np.array(read(target, region), copy=True)
+    met = selected(sel, region)
+    if met is not None:
+        local, ranks = met
+        part = tuple(slice(0, 1) if n == 1 else slice(k0, k1)
+                     for n, (k0, k1) in zip(value.shape, ranks))
+        block[local] = read(value, part)
+    write(out, region, block)
+
+
 def combine(*partials):
     return sum(partials[1:], partials[0])
 

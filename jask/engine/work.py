@@ -12,6 +12,7 @@ half-written store is never returned.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import uuid
 from typing import Callable
@@ -506,6 +507,71 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
 
 update = Work("update_", _update,
               lambda stores, values, config: planner.update(stores[0], stores[1], config))
+
+
+def _runs(indices: list) -> list[list]:
+    """Sorted chunk indices split into runs of consecutive ones."""
+    runs: list[list] = []
+    for i in indices:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def set_region(sel: tuple) -> Work:
+    """Work for ``x[key] = v`` of a basic key (``sel``: per axis ``(start,
+    stop, step)`` of the positions picked, ``stop`` past the last): the same
+    atomic replacement as ``update_``, in one pass, writing only the chunks
+    the selection meets. The staging store gets the target's other chunks as
+    links to their files (:meth:`jask.store.Location.link_chunks_outside`;
+    copied where the kind cannot link), and each chunk the selection meets
+    is read, set where selected from ``v`` (a store of the selection's
+    shape with length-1 axes broadcast, in the target's dtype) and written
+    there."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        # a copy of the target, each task holding a piece of v beside its tile
+        return planner.update(stores[0], stores[0], config)
+
+    def run(stores, values, config: Config) -> StoreSpec:
+        target = _own(stores[0])
+        value = stores[1]
+        where = location_of(target)
+        where.check_in_place("update_")
+        planned = plan_of([target], (), config)
+        tile, cost = planned.tile, planned.cost
+        # per axis the chunks the selection meets, and the runs of them: tiles of whole chunks
+        # counted from each run's corner write only those
+        met = tuple(sorted({p // c for p in range(*s)})
+                    for s, c in zip(sel, target.chunks))
+        boxes = [tuple(slice(r[0] * c, min((r[-1] + 1) * c, n))
+                       for r, c, n in zip(runs, target.chunks, target.shape))
+                 for runs in itertools.product(*(_runs(m) for m in met))]
+        folder = os.path.dirname(target.path)
+        needed = stored_nbytes(target)  # an upper bound: links take no blocks
+        stamps = stamp([target, value])
+        make_like = maker_like(target)
+        linked = []
+
+        def make_staging(path):
+            with space_errors(folder, needed, "update_"):
+                make_like(path)
+                linked.append(where.link_chunks_except(path, met))
+
+        def fill(path):
+            out = StoreSpec(path, target.shape, target.dtype, target.chunks)
+            try:
+                with space_errors(folder, needed, "update_"):
+                    dsk, keys = builders.set_region_graph(out, target, value, sel, tile,
+                                                          boxes if linked[0] else None)
+                    execute.run(dsk, keys, config.workers, cost)
+                check_unchanged(stamps, "update_")
+            finally:
+                forget_cached(path)
+
+        return replace_store(target, make_staging, fill, config)
+    return Work("update_", run, plan_of)
 
 
 def replace_store(target: StoreSpec, make_staging, fill, config: Config) -> StoreSpec:

@@ -60,7 +60,7 @@ from jask.store.spec import DamagedStoreError, StoreSpec
 from . import buffers
 
 __all__ = ["read", "read_runs", "rows_of_runs", "reads_runs", "write", "prefetch", "forget",
-           "read_model", "cached_array", "remember_plain"]
+           "read_model", "cached_array", "remember_plain", "link_chunks_except"]
 
 #: Decoded bytes one Zarr read call covers (whole chunks; at least one).
 ZARR_GROUP_BYTES = 2**20
@@ -69,6 +69,35 @@ ZARR_GROUP_BYTES = 2**20
 def _chunk_file(layout: ChunkLayout, index: tuple) -> str:
     """The path of chunk ``index``'s file (or of the shard file holding it)."""
     return os.path.join(layout.root, *layout.encode_key(index).split("/"))
+
+
+def link_chunks_except(where, staging: str, written: tuple) -> bool:
+    """Hard-link into ``staging`` (an empty store laid out as the one at
+    ``where``) every chunk file of that store but those about to be written:
+    the chunks whose index on each axis is among ``written``'s for that axis,
+    so that writing them into ``staging`` completes a copy having written
+    only them. False, linking nothing, where the chunk files are not jask's
+    to name (sharded, or a layout jask does not encode). The linked files are
+    never written through either name: the written chunks are new files, and
+    the old store is deleted once ``staging`` replaces it."""
+    layout = _raw_layout(where)
+    if layout is None or layout.shard is not None or not layout.encodes:
+        return False
+    sets = [set(w) for w in written]
+    grid = [range(-(-n // c)) for n, c in zip(layout.shape, layout.chunks)]
+    for index in itertools.product(*grid):
+        if all(i in w for i, w in zip(index, sets)):
+            continue
+        source = _chunk_file(layout, index)
+        target = os.path.join(staging, os.path.relpath(source, layout.root))
+        try:
+            os.link(source, target)
+        except FileNotFoundError:
+            if not os.path.exists(source):  # a chunk never written: the fill value
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)  # keys with "/": c/0/1
+            os.link(source, target)
+    return True
 
 
 def _chunk_data(layout: ChunkLayout, index: tuple) -> bytes | memoryview | None:

@@ -109,6 +109,14 @@ class Location(abc.ABC):
         """Write a tile of whole chunks of ``store`` (the last ones may be cut
         by the array's edge)."""
 
+    def link_chunks_except(self, staging: str, written: tuple) -> bool:
+        """Give ``staging`` (an empty store laid out as this one) every chunk
+        of this store but those about to be written (whose index on each axis
+        is among ``written``'s for that axis) without copying their bytes, so
+        that a replacement writing only those is whole; False where the kind
+        cannot (nothing by default), and the caller copies them."""
+        return False
+
     def prefetch(self, store: StoreSpec, region: tuple) -> None:
         """Start reading a tile's chunks ahead of :meth:`read`, at no cost to
         the budget (where the kind can: nothing by default)."""

@@ -708,7 +708,11 @@ class FFT(DiskPrimitive):
 
 
 class Update(DiskPrimitive):
-    """target.update_(new): new's data written into target's own store.
+    """target.update_(new): new's data written into target's own store;
+    with ``at`` (per axis ``(start, stop, step)`` of a basic key), ``new``
+    is the DiskArray ``v`` of ``x[key] = v`` (the selection's shape with
+    the key's integer axes kept, length-1 axes broadcast) and the rest of
+    target is kept.
 
     Never dead-code eliminated: its effect is the point, even when the
     returned value is unused.
@@ -717,11 +721,16 @@ class Update(DiskPrimitive):
     def mutates(self) -> bool:
         return True
 
-    def __init__(self, aval: DiskArrayType, config: Config | None):
-        super().__init__((aval, aval), aval, config=config)
+    def __init__(self, aval: DiskArrayType, config: Config | None,
+                 new: DiskArrayType | None = None, at: tuple | None = None):
+        params = {} if at is None else {"at": tuple(tuple(int(i) for i in a) for a in at)}
+        super().__init__((aval, aval if new is None else new), aval, config=config, **params)
 
     def disk_work(self):
-        return work.update
+        at = self.params.get("at")
+        if at is None:
+            return work.update
+        return work.set_region(at)
 
     def expand(self, target, new):
         return self._run(self.disk_work(), [target, new])
@@ -730,9 +739,15 @@ class Update(DiskPrimitive):
         return True, True, self
 
     def tangent(self, primals, out, tangents):
+        if "at" in self.params:
+            raise NotImplementedError("jask: no derivative of x[key] = v written in place; "
+                                      "differentiate x.at[key].set(v)")
         return tangents[1]  # the target now holds new
 
     def backward(self, res, g, ctarget, cnew):
+        if "at" in self.params:
+            raise NotImplementedError("jask: no derivative of x[key] = v written in place; "
+                                      "differentiate x.at[key].set(v)")
         _accum(cnew, lambda: g)
 
 
@@ -953,8 +968,10 @@ def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
     return FFT(_aval(a), axis, kind, n, norm, shape, dtype, config=config)(a)
 
 
-def update(target, new, *, config=None):
-    return Update(_aval(target), config)(target, new)
+def update(target, new, *, config=None, at=None):
+    if at is None:
+        return Update(_aval(target), config)(target, new)
+    return Update(_aval(target), config, _aval(new), at)(target, new)
 
 
 def dot(a, b, dtype, *, config=None):

@@ -53,6 +53,9 @@ class LocalFolder(Location):
     def write(self, store: StoreSpec, region: tuple, block: np.ndarray) -> None:
         chunkio.write(self, store, region, block)
 
+    def link_chunks_except(self, staging: str, written: tuple) -> bool:
+        return chunkio.link_chunks_except(self, staging, written)
+
     def prefetch(self, store: StoreSpec, region: tuple) -> None:
         chunkio.prefetch(self, store, region)
 
