@@ -21,6 +21,7 @@ from jask.api.indexing import concatenate, reshape
 from jask.base.config import Config
 from jask.core import primitives
 from jask.core.array import DiskArrayType, disk_type
+from jask.core.primitives import scans as scan_primitives
 
 __all__ = ["cumsum", "cumprod", "cumulative_sum", "cumulative_prod"]
 
@@ -88,7 +89,7 @@ def _scan(op, x, axis, dtype, config):
         if ndim != 1:
             x = reshape(x, (-1,), config=config)
         axis, ndim = 0, 1
-    return getattr(primitives, op)(x, int(axis) % ndim, out, config=config)
+    return getattr(scan_primitives, op)(x, int(axis) % ndim, out, config=config)
 
 
 def cumprod(x, axis=None, dtype=None, *, config: Config | None = None):

@@ -23,7 +23,7 @@ from jask.base import counters, memory
 from jask.base.config import Config
 from jask.base.memory import BudgetError
 from jask.engine import blockwise as bw
-from jask.engine import builders, execute, scan, tasks
+from jask.engine import builders, execute, tasks
 from jask.engine.fused import fused_graph
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan, as_decoded
@@ -141,35 +141,6 @@ def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk
                                                    out_shape=out_shape, out_dtype=out_dtype,
                                                    workers=config.workers), grad=grad)
     return Work(op, work, plan_of)
-
-
-def cumsum(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind: str = "sum"):
-    """Work for the cumulative sum of a store along ``axis`` in ``dtype``
-    (``reverse``: summed from the end, the VJP of a cumulative sum), in two
-    passes over the same tiles (:mod:`jask.engine.scan`): the tiles' totals,
-    then each tile's own cumulative sum plus the carry of the tiles before it.
-    The totals and carries of every tile are held between the passes.
-    ``kind="prod"``: cumulative products, the same way."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.scan(op, stores[0], axis, dtype, config)
-
-    def work(stores, values, config: Config):
-        (source,) = stores
-        shape = tuple(source.shape)
-        planned = plan_of(stores, values, config)
-        tile = planned.tile
-        token = uuid.uuid4().hex
-        tiles: list = []
-        totals: list = []
-        if 0 not in shape:
-            dsk, keys, tiles = scan.totals_graph(op, source, tile, axis, dtype, token, kind)
-            totals = execute.run(dsk, keys, config.workers, planned.cost)
-        carry = scan.carries(shape, tile, axis, tiles, totals, reverse, kind) if tiles else []
-        del totals
-        return produce(config, op, shape, dtype, planned,
-                       lambda out: scan.scan_graph(op, source, out, tiles, axis, reverse, carry,
-                                                   token, kind), grad=grad)
-    return decoded_first(Work(op, work, plan_of))
 
 
 class _ViewCopy(registry.Deferred):

@@ -13,8 +13,9 @@ primitive, :class:`Blockwise`, parameterised by a kernel from the op table
 
 The base every primitive shares is :mod:`~jask.core.primitives.base`; op
 families live in modules of their own (:mod:`~jask.core.primitives.gathers`:
-gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.reductions`:
-the reductions' derivative rows), re-exported here where callers need them.
+gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.scans`:
+cumulative sums and products; :mod:`~jask.core.primitives.reductions`: the
+reductions' derivative rows), re-exported here where callers need them.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from jask.core.primitives.gathers import gather as gather
 from jask.core.primitives.gathers import searchsorted as searchsorted
 from jask.core.primitives.gathers import sort as sort
 from jask.core.primitives.reductions import is_linear, rule_of
+from jask.core.primitives.scans import Cumsum as Cumsum
 from jask.core.rewrite import prune_before_lowering, take_over_jit
 from jask.engine import work
 from jask.engine.blockwise import Operand, reduce_partial
@@ -409,6 +411,17 @@ def _refuse(what: str):
     raise NotImplementedError(what)
 
 
+def _map(row, arrays, dtype, out_dtype, config, name):
+    """``row`` elementwise over same-shape DiskArrays (a gradient's piece)."""
+    avals = tuple(_aval(a) for a in arrays)
+    full = tuple(range(avals[0].ndim))
+    return Blockwise(row, avals, (full,) * len(avals), (dtype,) * len(avals), avals[0].shape,
+                     full, out_dtype, grad=True, config=config, name=name)(*arrays)
+
+
+DiskPrimitive.mapped = staticmethod(_map)  # (see DiskPrimitive.mapped)
+
+
 class VJP:
     """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``.
 
@@ -620,73 +633,6 @@ class Reshape(DiskPrimitive):
     def backward(self, res, g, ca):
         _accum(ca, lambda: Reshape(self.out_aval, self.in_avals[0].shape, True,
                                    self.config)(g))
-
-
-class Cumsum(DiskPrimitive):
-    """The cumulative sum of a DiskArray along ``axis`` in ``dtype``
-    (``reverse``: summed from the end). Its VJP is the reverse cumulative
-    sum of the cotangent along the same axis."""
-
-    def __init__(self, aval: DiskArrayType, axis: int, dtype, *, reverse: bool = False,
-                 grad: bool = False, config: Config | None = None, name: str = "cumsum",
-                 kind: str = "sum"):
-        super().__init__((aval,), DiskArrayType(aval.shape, dtype), op=name, axis=int(axis),
-                         dtype=np.dtype(dtype), reverse=bool(reverse), grad=grad,
-                         config=config, kind=kind)
-
-    def disk_work(self):
-        return work.cumsum(self.op, self.axis, self.reverse, self.dtype, grad=self.grad,
-                           kind=self.kind)
-
-    def expand(self, a):
-        return self._run(self.disk_work(), [a])
-
-    def tangent(self, primals, out, tangents):
-        if self.kind == "prod":
-            raise NotImplementedError(
-                "jask.cumprod: forward-mode differentiation (jax.jvp, jax.hessian, jax.jvp of "
-                "jax.grad) is not supported; reverse mode is (jax.grad)")
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca):
-        aval = self.in_avals[0]
-        if self.kind == "prod":  # (``kind="prod"``: a cumulative product, cumprod)
-            _accum(ca, lambda: _cumprod_vjp(self, res[0], g))
-            return
-        _accum(ca, lambda: Cumsum(_aval(g), self.axis, aval.dtype, reverse=not self.reverse,
-                                  grad=True, config=self.config, name="cumsum_vjp")(g))
-
-
-def _map(row, arrays, dtype, out_dtype, config, name):
-    """``row`` elementwise over same-shape DiskArrays (a gradient's piece)."""
-    avals = tuple(_aval(a) for a in arrays)
-    full = tuple(range(avals[0].ndim))
-    return Blockwise(row, avals, (full,) * len(avals), (dtype,) * len(avals), avals[0].shape,
-                     full, out_dtype, grad=True, config=config, name=name)(*arrays)
-
-
-def _cumprod_vjp(prim, x, g):
-    """d cumprod, zeros included (as jax.numpy): with z a lane's first zero
-    and y' the cumulative product of x with that zero read as one, element
-    i < z gets sum_{i<=j<z} g_j y'_j / x_i, element z gets sum_{j>=z} g_j y'_j
-    and those after z nothing. Three scans and four maps (the zeros' running
-    count says which case an element is)."""
-    aval, axis, cfg = prim.in_avals[0], prim.axis, prim.config
-    dtype = aval.dtype
-    count = np.dtype(np.int32 if aval.shape[axis] < 2**31 else np.int64)
-
-    def scan(a, out, reverse, kind):
-        return Cumsum(_aval(a), axis, out, reverse=reverse, grad=True, config=cfg,
-                      name=f"cumprod_vjp_{kind}", kind=kind)(a)
-
-    zeros = scan(_map(ufuncs.IS_ZERO, (x,), dtype, count, cfg, "cumprod_vjp"), count, False,
-                 "sum")
-    y = scan(_map(ufuncs.FIRST_ZERO_AS_ONE, (x, zeros), dtype, dtype, cfg, "cumprod_vjp"),
-             dtype, False, "prod")
-    before = scan(_map(ufuncs.BEFORE_ZERO, (g, y, zeros), dtype, dtype, cfg, "cumprod_vjp"),
-                  dtype, True, "sum")
-    total = scan(_map(ufuncs.MUL, (g, y), dtype, dtype, cfg, "cumprod_vjp"), dtype, True, "sum")
-    return _map(ufuncs.CUMPROD_VJP, (before, total, x, zeros), dtype, dtype, cfg, "cumprod_vjp")
 
 
 class FFT(DiskPrimitive):
@@ -954,14 +900,6 @@ def concatenate(arrays, axis, *, stack=False, config=None):
 
 def reshape(a, shape, *, config=None):
     return Reshape(_aval(a), tuple(shape), False, config)(a)
-
-
-def cumsum(a, axis, dtype, *, config=None):
-    return Cumsum(_aval(a), axis, dtype, config=config)(a)
-
-
-def cumprod(a, axis, dtype, *, config=None):
-    return Cumsum(_aval(a), axis, dtype, config=config, name="cumprod", kind="prod")(a)
 
 
 def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):

@@ -55,6 +55,10 @@ class DiskPrimitive(VJPHiPrimitive):
     #: Blockwise): set by the package where Blockwise is defined, so that this
     #: module, which every family imports, imports none of the families.
     filled: ClassVar[Callable[[Any, Any, Config | None], Any]]
+    #: ``mapped(row, arrays, dtype, out_dtype, config, name)``: the op table's
+    #: ``row`` elementwise over same-shape arrays (a derivative's map, a
+    #: Blockwise), set by the same package for the same reason.
+    mapped: ClassVar[Callable[..., Any]]
 
     def __init__(self, in_avals, out_aval, **params):
         self.in_avals = tuple(in_avals)

@@ -5,4 +5,6 @@
 * :mod:`~jask.engine.ops.gathers`: gathers and sorts (the outer gather and its
   scatter-add, sorting along an axis, searchsorted), each op's planner, work
   and graph.
+* :mod:`~jask.engine.ops.scans`: cumulative sums and products in two passes
+  over tiles, their planner, work and graphs.
 """

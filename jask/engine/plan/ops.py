@@ -23,7 +23,6 @@ from jask.base.sizes import exact_bytes
 from jask.engine.blockwise import partial_bytes
 from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, as_decoded, plan_blockwise, plan_slice
-from jask.engine.scan import accumulation_dtype, carry_bytes
 from jask.engine.tasks import partial_dtype
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read_model
@@ -32,7 +31,7 @@ from jask.store.views import same as same_elements
 
 __all__ = ["view", "blockwise", "transpose", "transpose_chunks", "copy_chunks", "update", "dot",
            "dot_plan", "dot_geometry", "take_slice", "scatter_slice", "reshape",
-           "concatenate", "read_all", "from_value", "save", "fused", "scan", "n_tiles",
+           "concatenate", "read_all", "from_value", "save", "fused", "n_tiles",
            "held_bytes"]
 
 
@@ -104,47 +103,6 @@ def blockwise_tile(op, shape, dtype, disk, out_axes, reducer, held, config):
         if fits is None:
             raise refusal
         return fits
-
-
-# --- scans: cumsum ----------------------------------------------------------------------
-
-#: Arrays of every tile's totals a scan holds between its passes: the
-#: totals as they come, and the table they are moved into (whose prefix
-#: sums are taken in place, and whose rows are the carries).
-SCAN_CARRY_COPIES = 2
-
-
-def scan(op: str, source: StoreSpec, axis: int, dtype, config: Config) -> Plan:
-    """A scan along ``axis`` (:mod:`jask.engine.scan`): tiles as for a map,
-    counting the totals of every tile (one row per tile, held between the
-    passes) as bytes held once. The fastest map plan is kept if the totals
-    fit beside it, with fewer tasks at once if need be; else smaller tiles are
-    planned with room for the totals (which then grow: planned again until
-    they fit, or refused)."""
-    shape = tuple(source.shape)
-    disk = [(source, tuple(range(len(shape))))]
-
-    def plan_with(fixed):
-        # tiles as wide as the sum accumulates in (float32 for float16)
-        tile, cost = plan_blockwise(op, shape, accumulation_dtype(dtype), disk,
-                                    budget=config.max_memory, workers=config.workers,
-                                    fixed_bytes=fixed)
-        return tile, cost, SCAN_CARRY_COPIES * carry_bytes(shape, tile, axis, dtype)
-
-    held = 0
-    for _ in range(8):
-        tile, cost, need = plan_with(held)
-        room = config.max_memory - (cost.fixed - held) - need
-        at_once = min(cost.tasks_at_once, room // max(cost.task_bytes, 1))
-        if at_once >= 1:
-            cost = dataclasses.replace(cost, tasks_at_once=int(at_once),
-                                       fixed=cost.fixed - held + need)
-            return Plan(op, tuple(tile), tuple(tile), cost.tasks, cost)
-        held = max(need, held * 2)
-    raise memory.BudgetError(
-        f"jask.{op}: the totals of the tiles along axis {axis} of shape {shape} "
-        f"({exact_bytes(need)} for tiles of shape {tile}) do not fit beside the tiles in the "
-        f"memory budget of {exact_bytes(config.max_memory)}")
 
 
 # --- copies: transpose, update_ ------------------------------------------------------

@@ -1,4 +1,7 @@
-"""Cumulative sums and products along one axis, tile by tile, in two passes.
+"""Scans, the engine half: cumulative sums and products along one axis, tile
+by tile, in two passes; the planner, the work
+(:class:`~jask.engine.work.Work`) and the graphs. The primitive that binds
+them is :class:`jask.core.primitives.scans.Cumsum`.
 
 A scan needs the carry of every earlier tile along its axis. Pass one reads
 each tile and returns its totals along the axis (one row of the tile's
@@ -7,10 +10,10 @@ In memory, the totals of each lane of tiles along the axis become the
 carries, their exclusive prefix sums (from the end for a ``reverse`` scan,
 the VJP of a scan). Pass two reads each tile again, writes its local
 cumulative sum plus its carry (in float64 for floats, rounded once) as one
-whole output chunk. Both passes run
-every tile in parallel; what stays in memory between them is one row per
-tile (:func:`carry_bytes`). Integers wrap as in numpy and jax.numpy: the
-carries are exact in int64 and wrap once, when cast to the output dtype.
+whole output chunk. Both passes run every tile in parallel; what stays in
+memory between them is one row per tile (:func:`carry_bytes`). Integers
+wrap as in numpy and jax.numpy: the carries are exact in int64 and wrap
+once, when cast to the output dtype.
 A ``kind="prod"`` scan is the same with products (``cumprod``): totals are
 tile products, carries exclusive prefix products, and each tile's own
 cumulative product is multiplied by its carry.
@@ -18,16 +21,27 @@ Nothing here knows of JAX.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import uuid
 
 import numpy as np
 
+from jask.base import memory
+from jask.base.config import Config
+from jask.base.sizes import exact_bytes
+from jask.engine import execute
 from jask.engine.builders import key_name, regions
+from jask.engine.plan.tiles import Plan, plan_blockwise
+from jask.engine.work import Work, decoded_first, produce
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read, write
 
-__all__ = ["carry_bytes", "carries", "totals_graph", "scan_graph", "wide_dtype"]
+__all__ = ["carry_bytes", "carries", "totals_graph", "scan_graph", "wide_dtype",
+           "accumulation_dtype", "plan_scan", "scan"]
 
+
+# --- the two passes: graphs ----------------------------------------------------------
 
 def wide_dtype(dtype) -> np.dtype:
     """The dtype tile totals and carries are kept in."""
@@ -143,3 +157,74 @@ def scan_graph(op: str, source: StoreSpec, out: StoreSpec, tiles: list, axis: in
     graph = {(name, i): (_scan_block, source, out, region, axis, reverse, c, kind)
              for i, (region, c) in enumerate(zip(tiles, carry))}
     return graph, list(graph)
+
+
+# --- planner and work ----------------------------------------------------------------
+
+#: Arrays of every tile's totals a scan holds between its passes: the
+#: totals as they come, and the table they are moved into (whose prefix
+#: sums are taken in place, and whose rows are the carries).
+SCAN_CARRY_COPIES = 2
+
+
+def plan_scan(op: str, source: StoreSpec, axis: int, dtype, config: Config) -> Plan:
+    """A scan along ``axis`` (:func:`scan`): tiles as for a map, counting the
+    totals of every tile (one row per tile, held between the passes) as
+    bytes held once. The fastest map plan is kept if the totals
+    fit beside it, with fewer tasks at once if need be; else smaller tiles are
+    planned with room for the totals (which then grow: planned again until
+    they fit, or refused)."""
+    shape = tuple(source.shape)
+    disk = [(source, tuple(range(len(shape))))]
+
+    def plan_with(fixed):
+        # tiles as wide as the sum accumulates in (float32 for float16)
+        tile, cost = plan_blockwise(op, shape, accumulation_dtype(dtype), disk,
+                                    budget=config.max_memory, workers=config.workers,
+                                    fixed_bytes=fixed)
+        return tile, cost, SCAN_CARRY_COPIES * carry_bytes(shape, tile, axis, dtype)
+
+    held = 0
+    for _ in range(8):
+        tile, cost, need = plan_with(held)
+        room = config.max_memory - (cost.fixed - held) - need
+        at_once = min(cost.tasks_at_once, room // max(cost.task_bytes, 1))
+        if at_once >= 1:
+            cost = dataclasses.replace(cost, tasks_at_once=int(at_once),
+                                       fixed=cost.fixed - held + need)
+            return Plan(op, tuple(tile), tuple(tile), cost.tasks, cost)
+        held = max(need, held * 2)
+    raise memory.BudgetError(
+        f"jask.{op}: the totals of the tiles along axis {axis} of shape {shape} "
+        f"({exact_bytes(need)} for tiles of shape {tile}) do not fit beside the tiles in the "
+        f"memory budget of {exact_bytes(config.max_memory)}")
+
+
+def scan(op: str, axis: int, reverse: bool, dtype, *, grad: bool = False, kind: str = "sum"):
+    """Work for the cumulative sum of a store along ``axis`` in ``dtype``
+    (``reverse``: summed from the end, the VJP of a cumulative sum), in two
+    passes over the same tiles (:func:`totals_graph`, then :func:`scan_graph`):
+    the tiles' totals, then each tile's own cumulative sum plus the carry of
+    the tiles before it.
+    The totals and carries of every tile are held between the passes.
+    ``kind="prod"``: cumulative products, the same way."""
+    def plan_of(stores, values, config: Config) -> Plan:
+        return plan_scan(op, stores[0], axis, dtype, config)
+
+    def work(stores, values, config: Config):
+        (source,) = stores
+        shape = tuple(source.shape)
+        planned = plan_of(stores, values, config)
+        tile = planned.tile
+        token = uuid.uuid4().hex
+        tiles: list = []
+        totals: list = []
+        if 0 not in shape:
+            dsk, keys, tiles = totals_graph(op, source, tile, axis, dtype, token, kind)
+            totals = execute.run(dsk, keys, config.workers, planned.cost)
+        carry = carries(shape, tile, axis, tiles, totals, reverse, kind) if tiles else []
+        del totals
+        return produce(config, op, shape, dtype, planned,
+                       lambda out: scan_graph(op, source, out, tiles, axis, reverse, carry, token,
+                                              kind), grad=grad)
+    return decoded_first(Work(op, work, plan_of))
