@@ -24,9 +24,14 @@ batches are cut there by one compiled program (a gather permuting the window,
 then slices): the host's work per batch is a list pop, its memory the two
 windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
 The reading threads are the loader's, kept from iteration to iteration until
-:meth:`Batches.close`.
-On JAX's CPU device (:data:`HOST_CUT_PLATFORMS`) batches are cut on the host
-as numpy ones and each is put there.
+:meth:`Batches.close`. Onto a ``NamedSharding`` over several devices a window
+is put with its rows split as the batches' (each device gets its share), and
+the same program, compiled with the sharding as its outputs', cuts batches
+placed exactly so (XLA moves the rows a device's share needs from the
+others').
+On JAX's CPU device (:data:`HOST_CUT_PLATFORMS`), and with other Shardings
+over several devices, batches are cut on the host as numpy ones and each is
+put there.
 """
 from __future__ import annotations
 
@@ -218,9 +223,9 @@ class Batches:
         self._device = device
         #: host memory the loader holds while iterated (kept out of the ops' budget)
         self.held_bytes = held
-        #: device memory the loader holds at most while iterated (0 without ``device``,
-        #: on the CPU device or with a Sharding over several devices, where batches are
-        #: cut on the host)
+        #: device memory the loader holds at most while iterated, on each device of a
+        #: Sharding (0 without ``device``, on the CPU device or with a Sharding other than
+        #: a NamedSharding over several devices, where batches are cut on the host)
         self.device_bytes = device_bytes
         self._epoch = 0
         self._batch = 0
@@ -894,10 +899,14 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         per-row work.
         The device holds at most :data:`DEVICE_WINDOWS` windows and the
         batches ahead (:attr:`Batches.device_bytes`, within a quarter of the
-        device's memory). JAX's CPU device, whose memory is the host's, and a
-        Sharding over several devices get each batch cut on the host and put
-        with it (on the CPU device a batch is a fresh array the device may
-        share; ``device_bytes`` is 0).
+        device's memory). A ``NamedSharding`` over several devices gets the
+        same: each window put with its rows split as the batches' are,
+        batches cut on the devices with exactly that sharding
+        (``device_bytes`` per device: the window shares, and one whole window
+        the gather reads). JAX's CPU device, whose memory is the host's, and
+        other Shardings over several devices get each batch cut on the host
+        and put with it (on the CPU device a batch is a fresh array the
+        device may share; ``device_bytes`` is 0).
       state: a :attr:`Batches.state` to continue from.
 
     Raises:
@@ -907,6 +916,10 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         a chunk per thread) do not fit in half the budget, or its windows on
         ``device`` in a quarter of its memory, before anything is read.
       TypeError: ``device`` neither a Device nor a Sharding.
+      ValueError: a Sharding that cannot place every batch: a spec naming
+        more axes than an array has, or rows split in parts that do not
+        divide ``batch_size`` or an epoch's short last batch (pass
+        ``drop_last=True``).
 
     Example:
       >>> import numpy as np, jask
