@@ -513,7 +513,8 @@ class _Span:
 
 
 class _DeviceFeeder(_Feeder):
-    """The background work of one iteration onto one device, as a pipeline
+    """The background work of one iteration onto one device (or a
+    ``NamedSharding``'s devices, each window's rows split over them), as a pipeline
     of one *stager* thread over the loader's reading pool: the reads of the
     next window run while the window before is copied (one ``device_put`` of
     all its pieces of :data:`TRANSFER_BYTES`, copied concurrently), and as
@@ -1158,7 +1159,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     it); fewer threads before a refusal. On the device: :data:`DEVICE_WINDOWS`
     windows with their orders and the batches ahead, within
     :data:`DEVICE_SHARE` of its memory (and in the host's budget where the
-    device is the CPU)."""
+    device is the CPU); on each device of a ``NamedSharding``, its share of
+    those and a whole window, the gather's operand."""
     budget = _config.get_config().max_memory
     share = int(budget * LOADER_SHARE)
     row = sum(_row_bytes(a) for a in arrays)
