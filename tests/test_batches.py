@@ -17,6 +17,7 @@ import pytest
 import zarr
 
 import jask
+from helpers import run_script
 from jask.api.batches import RUNS_PER_BATCH, BatchPlan
 
 #: (name, rows, columns, X's chunk rows, y's chunk rows, compressed, batch_size, buffer)
@@ -768,3 +769,55 @@ def test_rows_of_runs_are_each_runs_rows_in_order():
         assert rows_of_runs(starts, stops).tolist() == [r for lo, hi in runs
                                                         for r in range(lo, hi)]
     assert rows_of_runs(np.array([], np.int64), np.array([], np.int64)).tolist() == []
+
+
+@pytest.mark.parametrize("host_cut", [False, True], ids=["device feed", "host cut"])
+def test_a_sharding_over_several_devices_gets_the_numpy_batches_split(tmp_path, host_cut):
+    """A NamedSharding over four devices (JAX's CPU split in four, in a child
+    process): through the device feed (windows put with their rows split as
+    the batches', batches cut on the devices) and through the host cut (each
+    batch put), the numpy batches in order with exactly that sharding, for
+    rows split over every device, over one axis of a 2x2 mesh and over both,
+    or not at all; a saved state resumes them; no device holds more than
+    ``loader.device_bytes``. Shardings that cannot hold every batch are refused
+    before anything is read."""
+    report = _sharded_report(tmp_path)
+    assert report["devices"] == 4
+    feed = "host cut" if host_cut else "device feed"
+    runs = {k: v for k, v in report.items() if k.startswith(feed)}
+    assert len(runs) == 8
+    for name, run in runs.items():
+        assert run["same"] and run["exact_sharding"] and run["resumes"], name
+        assert run["batches"] == 2 * 25, name
+        if host_cut:
+            assert run["device_bytes"] == 0, name
+        else:
+            assert 0 < run["most_per_device"] <= run["device_bytes"], name
+    if not host_cut:  # each device holds its share of a window, not the whole
+        split = runs["device feed, rows over 4, shuffled"]["device_bytes"]
+        assert split < runs["device feed, replicated, shuffled"]["device_bytes"]
+    refused = report["refused"]
+    assert "partitioned 4 times" in refused["a batch the devices do not divide"]
+    assert "[42] rows" in refused["a short last batch they do not divide"]
+    assert "names 2 axes" in refused["a spec naming more axes than y has"]
+    assert report["short last batch dropped"] == 1000 // 48
+
+
+_SHARDED: dict = {}
+
+
+def _sharded_report(tmp_path) -> dict:
+    """The child's report (run once for both parametrizations: starting JAX costs seconds)."""
+    if not _SHARDED:
+        _SHARDED.update(run_script("sharded_batches.py", tmp_path, timeout=600,
+                                   env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}))
+    return _SHARDED
+
+
+@pytest.mark.skipif(not hasattr(jax.sharding, "PositionalSharding"),
+                    reason="PositionalSharding is gone from this JAX")
+def test_a_positional_sharding_places_each_batch(tmp_path):  # pragma: no cover - older JAX
+    X, y, x = _stores(tmp_path, 300, 4, 40, 40, False)
+    sharding = jax.sharding.PositionalSharding(jax.devices()[:1]).reshape(1, 1)
+    for xb, yb in jask.batches(X, y, batch_size=32, seed=1, device=sharding):
+        np.testing.assert_array_equal(np.asarray(xb), x[np.asarray(yb)])

@@ -24,9 +24,14 @@ batches are cut there by one compiled program (a gather permuting the window,
 then slices): the host's work per batch is a list pop, its memory the two
 windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
 The reading threads are the loader's, kept from iteration to iteration until
-:meth:`Batches.close`.
-On JAX's CPU device (:data:`HOST_CUT_PLATFORMS`) batches are cut on the host
-as numpy ones and each is put there.
+:meth:`Batches.close`. Onto a ``NamedSharding`` over several devices a window
+is put with its rows split as the batches' (each device gets its share), and
+the same program, compiled with the sharding as its outputs', cuts batches
+placed exactly so (XLA moves the rows a device's share needs from the
+others').
+On JAX's CPU device (:data:`HOST_CUT_PLATFORMS`), and with other Shardings
+over several devices, batches are cut on the host as numpy ones and each is
+put there.
 """
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -218,9 +223,9 @@ class Batches:
         self._device = device
         #: host memory the loader holds while iterated (kept out of the ops' budget)
         self.held_bytes = held
-        #: device memory the loader holds at most while iterated (0 without ``device``,
-        #: on the CPU device or with a Sharding over several devices, where batches are
-        #: cut on the host)
+        #: device memory the loader holds at most while iterated, on each device of a
+        #: Sharding (0 without ``device``, on the CPU device or with a Sharding other than
+        #: a NamedSharding over several devices, where batches are cut on the host)
         self.device_bytes = device_bytes
         self._epoch = 0
         self._batch = 0
@@ -351,14 +356,16 @@ class _Feeder:
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
         #: the host slots windows are read into, reused from epoch to epoch
-        self.slots = [_Slot(loader._arrays, self.plan.unit * self.plan.window)
-                      for _ in range(SLOTS)]
+        self.slots = [_Slot(loader._arrays, self.slot_rows()) for _ in range(SLOTS)]
         #: chunk files held open while the stores are at the version ``stamps``: a
         #: window's runs are a few per chunk, and opening a file costs as much as reading
         #: a run. Those of an earlier version wait in ``retired`` until no read uses them.
         self.files = OpenFiles()
         self.files_stamps: list | None = None
         self.retired: list[OpenFiles] = []
+
+    def slot_rows(self) -> int:
+        return self.plan.unit * self.plan.window
 
     def files_for(self, stamps: list) -> OpenFiles:
         """The chunk files held open for an epoch that reads the stores at ``stamps``
@@ -506,7 +513,8 @@ class _Span:
 
 
 class _DeviceFeeder(_Feeder):
-    """The background work of one iteration onto one device, as a pipeline
+    """The background work of one iteration onto one device (or a
+    ``NamedSharding``'s devices, each window's rows split over them), as a pipeline
     of one *stager* thread over the loader's reading pool: the reads of the
     next window run while the window before is copied (one ``device_put`` of
     all its pieces of :data:`TRANSFER_BYTES`, copied concurrently), and as
@@ -524,6 +532,9 @@ class _DeviceFeeder(_Feeder):
         self.staged: queue.Queue = queue.Queue(maxsize=1)
         self.stager = threading.Thread(target=self._stage, name="jask-batches-put", daemon=True)
         self.handing: list = []  # the current window's (epoch, batch, values), reversed
+
+    def slot_rows(self) -> int:
+        return _slot_rows(self.plan, self.loader._device)
 
     def start(self) -> None:
         self.stager.start()
@@ -552,12 +563,18 @@ class _DeviceFeeder(_Feeder):
         slots in turn; put each on the device and dispatch its batches; hand
         them over a window at a time."""
         plan, B = self.plan, self.plan.batch_size
-        window_rows = plan.unit * plan.window
+        window_rows = self.slot_rows()
         target = self.loader._device
+        # the window's rows split as the batches' are, its order whole on every device
+        order_target = target
+        if isinstance(target, jax.sharding.NamedSharding):
+            order_target = jax.sharding.NamedSharding(target.mesh, jax.sharding.PartitionSpec())
+        cut, merge = _programs(target)
         # where the device may share the host's memory (the CPU), a slot is read into
         # again only once the programs reading its copy have run
         shares_host = _platform(target) == "cpu"
-        piece_rows = [_pieces(window_rows, _row_bytes(a)) for a in self.loader._arrays]
+        piece_rows = [_pieces(window_rows, _row_bytes(a), _row_split(target))
+                      for a in self.loader._arrays]
         try:
             jobs = self._jobs()
             slots = self.slots
@@ -590,10 +607,10 @@ class _DeviceFeeder(_Feeder):
                 # serves all), in pieces copied concurrently
                 host = [[whole[lo:hi] for lo, hi in cuts]
                         for whole, cuts in zip(slots[k]._whole, piece_rows)]
-                *pieces, (order,) = jax.device_put((*host, [orders[k]]), target)
+                pieces, order = jax.device_put((host, orders[k]), (target, order_target))
                 pieces = tuple(map(tuple, pieces))
                 out, carry = _cut_window(pieces, order, epoch, w, plan.rows_in(units), span,
-                                         carry, B)
+                                         carry, B, cut, merge)
                 jax.block_until_ready(([v for _, _, v in out], carry) if shares_host
                                       else (pieces, order))  # the slot may be read into again
                 del pieces, order
@@ -620,12 +637,13 @@ class _DeviceFeeder(_Feeder):
 
 
 def _cut_window(pieces: tuple, order, epoch: int, w: int, size: int, span: "_Span",
-                carry: tuple | None, B: int) -> tuple[list, tuple | None]:
+                carry: tuple | None, B: int, cut=None, merge=None) -> tuple[list, tuple | None]:
     """Dispatch the batches of window ``w`` (on the device as ``pieces`` of
     each array, ``order`` its rows' order, ``size`` rows): the one ``carry``
     began in the window before completed, whole batches in programs of a
     power of two of them, and the batch it ends with begun (returned as the
     next carry: the batch and how many of its rows it has)."""
+    cut, merge = cut or _cut, merge or _merge
     out: list = []
     pos = span.offset if w == span.w0 else 0
     whole_batches = min(span.total, span.rows // B)  # batches of B rows (all but a short last)
@@ -634,7 +652,7 @@ def _cut_window(pieces: tuple, order, epoch: int, w: int, size: int, span: "_Spa
         if carry is not None:
             batch, filled = carry
             n = min(length - filled, size - pos)
-            batch = _merge(batch, pieces, order, pos, filled, n)
+            batch = merge(batch, pieces, order, pos, filled, n)
             pos, filled = pos + n, filled + n
             carry = None if filled == length else (batch, filled)
             if carry is None:
@@ -644,13 +662,13 @@ def _cut_window(pieces: tuple, order, epoch: int, w: int, size: int, span: "_Spa
         count = min((size - pos) // B, whole_batches - span.b)
         if count > 0:
             count = min(CUT_BATCHES, 1 << (int(count).bit_length() - 1))
-            for i, batch in enumerate(_cut(pieces, order, pos, B, count)):
+            for i, batch in enumerate(cut(pieces, order, pos, B, count)):
                 out.append((epoch, span.b + i, batch))
             span.b += count
             pos += count * B
             continue
         # a batch that goes on into the next window (or the epoch's short last one)
-        batch = _cut(pieces, order, pos, length, 1)[0]
+        batch = cut(pieces, order, pos, length, 1)[0]
         n = min(length, size - pos)
         pos += n
         if n == length:
@@ -707,15 +725,16 @@ def _drain_until_ended(thread: threading.Thread, q: queue.Queue) -> None:
         thread.join(0.01)
 
 
-def _pieces(rows: int, row_bytes: int) -> list[tuple[int, int]]:
+def _pieces(rows: int, row_bytes: int, split: int = 1) -> list[tuple[int, int]]:
     """Row ranges of about :data:`TRANSFER_BYTES` each (whole multiples of 8
-    rows, the TPU's tiling) covering ``rows``."""
-    step = max(8, TRANSFER_BYTES // max(1, row_bytes) // 8 * 8)
+    rows, the TPU's tiling, and of ``split``, the devices a piece's rows are
+    split over: ``rows`` is a multiple of it) covering ``rows``."""
+    whole = 8 * split // math.gcd(8, split)
+    step = max(whole, TRANSFER_BYTES // max(1, row_bytes) // whole * whole)
     return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
 
 
-@partial(jax.jit, static_argnums=(3, 4))
-def _cut(pieces: tuple, order, start, length: int, count: int) -> tuple:
+def _cut_rows(pieces: tuple, order, start, length: int, count: int) -> tuple:
     """``count`` batches of ``length`` rows, rows ``order[start:start + count
     * length]`` of each array's window (joined from its pieces), permuted by
     one gather and sliced (``order`` is padded by a batch, so the slice never
@@ -726,8 +745,7 @@ def _cut(pieces: tuple, order, start, length: int, count: int) -> tuple:
     return tuple(tuple(t[i * length:(i + 1) * length] for t in taken) for i in range(count))
 
 
-@jax.jit
-def _merge(batch: tuple, pieces: tuple, order, start, at, n) -> tuple:
+def _merge_rows(batch: tuple, pieces: tuple, order, start, at, n) -> tuple:
     """``batch`` with its rows ``at:at + n`` taken from ``order[start:]`` of
     this window: a batch that spans windows, one shape whatever the split."""
     j = jnp.arange(batch[0].shape[0])
@@ -737,6 +755,22 @@ def _merge(batch: tuple, pieces: tuple, order, start, at, n) -> tuple:
                            jnp.take(jnp.concatenate(p) if len(p) > 1 else p[0], rows, axis=0,
                                     mode="clip"), old)
                  for old, p in zip(batch, pieces))
+
+
+_cut = jax.jit(_cut_rows, static_argnums=(3, 4))
+_merge = jax.jit(_merge_rows)
+
+
+@lru_cache(maxsize=8)
+def _programs(target) -> tuple:
+    """The compiled cut and merge of a device feed onto ``target``: on one
+    device, what its inputs' placement gives; with a ``NamedSharding``, batches
+    made with exactly that sharding (XLA moves the rows each device's share of
+    a batch needs from the others' shares of the window)."""
+    if not isinstance(target, jax.sharding.NamedSharding) or len(target.device_set) == 1:
+        return _cut, _merge
+    return (jax.jit(_cut_rows, static_argnums=(3, 4), out_shardings=target),
+            jax.jit(_merge_rows, out_shardings=target))
 
 
 class _InMemory:
@@ -866,10 +900,14 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         per-row work.
         The device holds at most :data:`DEVICE_WINDOWS` windows and the
         batches ahead (:attr:`Batches.device_bytes`, within a quarter of the
-        device's memory). JAX's CPU device, whose memory is the host's, and a
-        Sharding over several devices get each batch cut on the host and put
-        with it (on the CPU device a batch is a fresh array the device may
-        share; ``device_bytes`` is 0).
+        device's memory). A ``NamedSharding`` over several devices gets the
+        same: each window put with its rows split as the batches' are,
+        batches cut on the devices with exactly that sharding
+        (``device_bytes`` per device: the window shares, and one whole window
+        the gather reads). JAX's CPU device, whose memory is the host's, and
+        other Shardings over several devices get each batch cut on the host
+        and put with it (on the CPU device a batch is a fresh array the
+        device may share; ``device_bytes`` is 0).
       state: a :attr:`Batches.state` to continue from.
 
     Raises:
@@ -879,6 +917,10 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         a chunk per thread) do not fit in half the budget, or its windows on
         ``device`` in a quarter of its memory, before anything is read.
       TypeError: ``device`` neither a Device nor a Sharding.
+      ValueError: a Sharding that cannot place every batch: a spec naming
+        more axes than an array has, or rows split in parts that do not
+        divide ``batch_size`` or an epoch's short last batch (pass
+        ``drop_last=True``).
 
     Example:
       >>> import numpy as np, jask
@@ -948,7 +990,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                          shuffle=bool(shuffle), seed=int(seed), drop_last=bool(drop_last),
                          shard=(int(shard[0]), int(shard[1])))
 
-    chip = _one_device(device)
+    chip = _feed_target(device)
     if buffer is not None:
         plan = plan_for(int(buffer))
         fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip)
@@ -964,6 +1006,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                     raise
                 wanted = max(batch_size, wanted // 2)
     threads = fitted_threads
+    _check_sharding(device, held_arrays, plan)
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
                      prefetch, device, held, on_device, _resident(held_arrays, plan))
     if state is not None:
@@ -1009,16 +1052,17 @@ def _row_bytes(a) -> int:
     return math.prod(a.shape[1:]) * np.dtype(a.dtype).itemsize
 
 
-def _one_device(device):
-    """The device a device feed copies whole windows to, or None: no
-    ``device``, a Sharding over several devices, or a device on one of
-    :data:`HOST_CUT_PLATFORMS` (each batch is then cut on the host and put
-    there)."""
+def _feed_target(device):
+    """The device or Sharding a device feed copies whole windows to, or None
+    (each batch is then cut on the host and put there): no ``device``, a
+    device on one of :data:`HOST_CUT_PLATFORMS`, or a Sharding over several
+    devices that is not a ``NamedSharding`` (a window is put with the batches'
+    own sharding, which only a mesh and a spec say for any number of rows)."""
     if device is None:
         return None
     if isinstance(device, jax.sharding.Sharding):
         devices = device.device_set
-        if len(devices) != 1:
+        if len(devices) != 1 and not isinstance(device, jax.sharding.NamedSharding):
             return None
         one = next(iter(devices))
     elif isinstance(device, jax.Device):
@@ -1029,9 +1073,69 @@ def _one_device(device):
     return None if one.platform in HOST_CUT_PLATFORMS else device
 
 
+def _row_split(device) -> int:
+    """Into how many parts ``device`` (a Device or Sharding) splits a batch's
+    rows: the product of the mesh axes a ``NamedSharding``'s spec names for
+    the first axis (1 for a device, or rows not split)."""
+    if not isinstance(device, jax.sharding.NamedSharding) or not device.spec:
+        return 1
+    axes = device.spec[0]
+    if axes is None:
+        return 1
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
+    return math.prod(device.mesh.shape[a] for a in axes)
+
+
+def _check_sharding(device, arrays: list, plan: "BatchPlan") -> None:
+    """Refuse, before anything is read, a Sharding that cannot hold every
+    batch the loader gives: one that does not fit an array's batch (a spec
+    naming more axes than it has, or an axis it does not divide), or rows
+    split into parts that do not divide ``batch_size`` or an epoch's short
+    last batch."""
+    if not isinstance(device, jax.sharding.Sharding):
+        return
+    B = plan.batch_size
+    for i, a in enumerate(arrays):
+        shape = (B,) + tuple(a.shape[1:])
+        if isinstance(device, jax.sharding.NamedSharding) and len(device.spec) > len(shape):
+            raise ValueError(f"jask.batches: device={device} names {len(device.spec)} axes, but "
+                             f"a batch of argument {i} has {len(shape)}: {shape}")
+        try:
+            device.shard_shape(shape)
+        except Exception as err:  # noqa: BLE001 - IndexError, IndivisibleError, ValueError
+            raise ValueError(f"jask.batches: device={device} cannot place a batch of argument "
+                             f"{i}, of shape {shape}: {err}") from err
+    split = _row_split(device)
+    if split == 1 or plan.drop_last:
+        return
+    # a shard's rows an epoch: its units' count is fixed, whether the array's short last
+    # unit is among them depends on the epoch when shuffled
+    index, count = plan.shard
+    units = (len(range(index, plan.n_units, count)) if plan.shuffle
+             else len(np.array_split(np.arange(plan.n_units), count)[index]))
+    short = plan.n_units * plan.unit - plan.rows
+    lasts = {(units * plan.unit - s) % B for s in (0, short) if units} - {0}
+    if any(last % split for last in lasts):
+        raise ValueError(f"jask.batches: device={device} splits a batch's rows in {split} "
+                         f"parts, but an epoch's short last batch has {sorted(lasts)} rows; "
+                         "pass drop_last=True or a batch_size that divides the rows")
+
+
 def _platform(device) -> str:
     one = next(iter(device.device_set)) if isinstance(device, jax.sharding.Sharding) else device
     return one.platform
+
+
+def _devices(device) -> int:
+    return len(device.device_set) if isinstance(device, jax.sharding.Sharding) else 1
+
+
+def _slot_rows(plan: "BatchPlan", device) -> int:
+    """The rows of a window's host slot: a window's, rounded up to a whole
+    number of rows per device where ``device`` splits the rows (every piece put
+    then splits evenly; the rows past the window's are never gathered)."""
+    split = _row_split(device)
+    return -(-plan.unit * plan.window // split) * split
 
 
 def _device_memory(device) -> tuple[int | None, str]:
@@ -1055,7 +1159,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     it); fewer threads before a refusal. On the device: :data:`DEVICE_WINDOWS`
     windows with their orders and the batches ahead, within
     :data:`DEVICE_SHARE` of its memory (and in the host's budget where the
-    device is the CPU)."""
+    device is the CPU); on each device of a ``NamedSharding``, its share of
+    those and a whole window, the gather's operand."""
     budget = _config.get_config().max_memory
     share = int(budget * LOADER_SHARE)
     row = sum(_row_bytes(a) for a in arrays)
@@ -1065,10 +1170,16 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
                  in zip(arrays, _resident(arrays, plan)) if whole)
     on_device = 0
     if device is not None:
-        window = window_rows * row + (window_rows + plan.batch_size) * 4
+        # per device, where a Sharding splits the rows: its share of each window and
+        # batch (and the window's order, whole on each)
+        split = _row_split(device)
+        slot_rows = _slot_rows(plan, device)
+        window = slot_rows // split * row + (slot_rows + plan.batch_size) * 4
         # a batch crossing into the next window, its merge, the one the step holds
         batches = 3
-        on_device = DEVICE_WINDOWS * window + batches * plan.batch_size * row
+        on_device = DEVICE_WINDOWS * window + batches * plan.batch_size // split * row
+        if split > 1:  # the gather's operand: the window gathered whole on each device
+            on_device += slot_rows * row
         memory_limit, platform = _device_memory(device)
         if memory_limit is not None and on_device > memory_limit * DEVICE_SHARE:
             raise BudgetError(
@@ -1076,8 +1187,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
                 f"{DEVICE_SHARE:.0%} of the device's {exact_bytes(memory_limit)}: "
                 f"{DEVICE_WINDOWS} windows of {window_rows} rows of {exact_bytes(row)} and "
                 f"{prefetch} batches ahead; pass a smaller buffer= (rows) or batch_size=")
-        if platform == "cpu":  # the CPU device's memory is the host's
-            fixed += on_device
+        if platform == "cpu":  # the CPU devices' memory is the host's
+            fixed += on_device * _devices(device)
     per_thread = 0
     for a in arrays:
         if isinstance(a, DiskArray):
