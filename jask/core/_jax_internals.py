@@ -60,6 +60,19 @@ def numpy_caller() -> str | None:
     return name
 
 
+def is_accumulator(x) -> bool:
+    """Whether ``x``, an input handed to a primitive's ``transpose``, is an
+    accumulator (the input is linear and undefined: its cotangent is asked
+    for), not a value."""
+    return isinstance(x, ad.GradAccum)
+
+
+def ignoring_cotangent(aval):
+    """An accumulator that asks for no cotangent (``wants_cotangent`` is
+    False), for an input of ``aval`` that is a value, not a linear input."""
+    return ad.NullAccum(aval)
+
+
 def wants_cotangent(accum) -> bool:
     """Whether a VJP accumulator collects a cotangent (its input needs one)."""
     return not isinstance(accum, ad.NullAccum)

@@ -31,8 +31,16 @@ from jask.base.config import Config
 from jask.core import dispatch, ufuncs
 from jask.core._jax_internals import is_eager, is_tracer
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
+from jask.core.primitives.base import (
+    CHECKPOINT_UNSUPPORTED,
+    UNDEFINED,
+    _accum,
+    _aval,
+    _no_elements,
+    _on_disk,
+    _out_type,
+)
 from jask.core.primitives.base import DiskPrimitive as DiskPrimitive
-from jask.core.primitives.base import _accum, _aval, _no_elements, _on_disk, _out_type
 from jask.core.primitives.gathers import Gather as Gather
 from jask.core.primitives.gathers import ScatterAdd as ScatterAdd
 from jask.core.primitives.gathers import Search as Search
@@ -168,6 +176,21 @@ class Blockwise(DiskPrimitive):
         out = self(*args)
         return out, (args, out)
 
+    def transpose_residuals(self, values):
+        return values, None
+
+    def transpose(self, g, *args):
+        mean = REDUCERS[self.reducer].mean_count if self.reducer is not None else None
+        if isinstance(self.ufunc, JVP) and mean is not None and not isinstance(g, Zero):
+            # a mean's tangent: the sum's, its cotangent divided by the count
+            inverse = jax.numpy.asarray(1.0 / mean if mean else np.nan, _aval(g).dtype)
+            as_sum = Blockwise(self.ufunc, self.in_avals, self.axes, self.dtypes, self.shape,
+                               self.out_axes, self.out_aval.dtype, reducer="sum",
+                               to_memory=not _on_disk(self.out_aval), grad=self.grad,
+                               config=self.config, name=self.op)
+            return as_sum.transpose(g * inverse, *args)
+        return super().transpose(g, *args)
+
     def backward(self, res, g, *accums):
         # (Also reverse over reverse: a backward pass's maps are Blockwise ops too, whose
         # rows carry their own rules, VJP kernels' from the row's second derivatives.)
@@ -202,15 +225,18 @@ class Blockwise(DiskPrimitive):
             return g  # d(a + b)/da: the cotangent itself, no pass over the data
         kept = {a for a in self.axes[j] if a is not None}
         reduces = any(n > 1 and d not in kept for d, n in enumerate(self.shape))
-        g_only = getattr(rule, "g_only", False)  # the rule reads no operand: skip reading them
-        avals = (_aval(g),) + (() if g_only else self.in_avals)
-        return Blockwise(VJP(self.ufunc, j), avals,
-                         (self.out_axes,) + (() if g_only else self.axes),
-                         (self.out_aval.dtype,) + (() if g_only else self.dtypes),
+        # the operands the rule reads: none (it reads only g), a tangent's kernel's
+        # operands before the tangents (JVP.reads), or all of them
+        n = 0 if getattr(rule, "g_only", False) else getattr(self.ufunc, "reads", len(args))
+        if any(x is UNDEFINED for x in args[:n]):
+            raise NotImplementedError(CHECKPOINT_UNSUPPORTED.format(op=self.op))
+        return Blockwise(VJP(self.ufunc, j), (_aval(g),) + self.in_avals[:n],
+                         (self.out_axes,) + self.axes[:n],
+                         (self.out_aval.dtype,) + self.dtypes[:n],
                          self.shape, self.axes[j], aval.dtype,
                          reducer="sum" if reduces or to_memory else None, to_memory=to_memory,
                          grad=True, config=self.config,
-                         name=f"{self.op}_vjp")(g, *(() if g_only else args))
+                         name=f"{self.op}_vjp")(g, *args[:n])
 
 
     # --- forward mode --------------------------------------------------------------
@@ -431,6 +457,7 @@ class VJP:
 
     def __init__(self, ufunc, j: int):
         self.ufunc, self.j = ufunc, j
+        self.nin = 1 + ufunc.nin  # (g, *operands)
         self.name = f"{ufunc.name}_vjp"
         self.at_call = ufunc.at_call  # (a user's function runs in its cotangent too)
 
@@ -468,16 +495,27 @@ class JVP:
     """The kernel of a map's tangent: ``sum(rules[j](t_j, *blocks))`` over
     the operands ``nz`` whose tangent is nonzero, the rules being the row's
     VJP rules (an elementwise Jacobian is diagonal: the cotangent times the
-    partial derivative is also the tangent's term). It reads the operands
-    (before the tangents) unless every rule reads only its tangent
-    (``reads``: ``a + b``'s tangent is ``ta + tb``)."""
+    partial derivative is also the tangent's term). It reads the ``reads``
+    operands (``ufunc.nin``, before the tangents) unless every rule reads
+    only its tangent (``reads`` 0: ``a + b``'s tangent is ``ta + tb``).
+
+    Its own rules (:attr:`vjps`) are its transpose (``jax.checkpoint``'s
+    reverse mode): linear in each tangent ``t_j``, whose cotangent is the
+    row's rule ``rules[j](g, *blocks)`` again, reading the operands only;
+    its derivative in the operands (third derivatives) is refused."""
 
     def __init__(self, ufunc, nz: tuple):
         self.ufunc, self.nz = ufunc, tuple(nz)
         rules = ufunc.vjps
-        self.reads = not all(getattr(rules[j], "g_only", False) for j in self.nz)
+        reads = not all(getattr(rules[j], "g_only", False) for j in self.nz)
+        self.reads = ufunc.nin if reads else 0
+        self.nin = self.reads + len(self.nz)
         self.name = f"{ufunc.name}_jvp"
-        self.vjps = None  # (its own derivative: third derivatives, not supported)
+        third = ufuncs.unknown(
+            f"jask.{ufunc.name}: derivatives of a tangent in the operands it is taken at "
+            "(third derivatives) are not supported")
+        self.vjps = (third,) * self.reads + tuple(rules[j] for j in self.nz)
+        self.second = None  # (a tangent's second derivatives: fourth ones)
         self.at_call = ufunc.at_call
 
     def numpy(self, *blocks):

@@ -16,7 +16,7 @@ from jax.experimental.hijax import ShapedArray, VJPHiPrimitive, Zero
 
 from jask.base.config import Config, get_config
 from jask.core import dispatch
-from jask.core._jax_internals import wants_cotangent
+from jask.core._jax_internals import ignoring_cotangent, is_accumulator, wants_cotangent
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
 from jask.engine import lazy, work
 from jask.engine.plan import Plan
@@ -34,6 +34,24 @@ def _on_disk(aval) -> bool:
 
 def _aval(x):
     return jax.typeof(x)
+
+
+CHECKPOINT_UNSUPPORTED = (
+    "jask.{op}: differentiating this op inside jax.checkpoint (jax.remat, flax's nn.remat) "
+    "is not supported: JAX then transposes its tangent, and jask has no transpose for it. "
+    "Call the function without jax.checkpoint: jask keeps a gradient's residuals over "
+    "DiskArrays on disk, not in memory, so checkpointing them saves no memory")
+
+
+class _Undefined:
+    """An input a transposition leaves undefined (the op is linear in it):
+    its value is never read, only its cotangent computed."""
+
+    def __repr__(self):
+        return "<undefined: a linear input being transposed>"
+
+
+UNDEFINED = _Undefined()
 
 
 COMPLEX_DERIVATIVES = (
@@ -133,6 +151,30 @@ class DiskPrimitive(VJPHiPrimitive):
         if isinstance(g, Zero):  # nothing flows back
             return
         self.backward(res, g, *accums)
+
+    # --- transposition: jax.checkpoint ------------------------------------------------
+    def transpose(self, g, *args):
+        """The cotangents of the inputs handed as accumulators, in which this op
+        is linear (a tangent :meth:`tangent` computed), added to them.
+
+        JAX asks for it where it differentiates by linearizing and transposing
+        a program, not by the primitives' VJPs: inside ``jax.checkpoint``. A
+        linear op's transpose is its VJP in those inputs, whose rules never
+        read the inputs themselves (the Jacobian of a linear map does not
+        depend on where it is taken): :meth:`backward`, with the other inputs
+        as residuals and no cotangent asked for them."""
+        if isinstance(g, Zero):
+            return
+        values = tuple(UNDEFINED if is_accumulator(x) else x for x in args)
+        accums = tuple(x if is_accumulator(x) else ignoring_cotangent(jax.typeof(x))
+                       for x in args)
+        self.backward(self.transpose_residuals(values), g, *accums)
+
+    def transpose_residuals(self, values):
+        """What :meth:`vjp_fwd` would have kept, from the inputs' ``values``
+        (``UNDEFINED`` for those being transposed) and without computing the
+        output, which a linear op's VJP does not read."""
+        return values
 
     def backward(self, res, g, *accums):
         """Add each input's cotangent to its accumulator (see :func:`_accum`)."""
