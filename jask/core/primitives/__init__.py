@@ -502,7 +502,7 @@ class JVP:
     Its own rules (:attr:`vjps`) are its transpose (``jax.checkpoint``'s
     reverse mode): linear in each tangent ``t_j``, whose cotangent is the
     row's rule ``rules[j](g, *blocks)`` again, reading the operands only;
-    its derivative in the operands (third derivatives) is refused."""
+    its derivative in the operands (reverse over forward) is refused."""
 
     def __init__(self, ufunc, nz: tuple):
         self.ufunc, self.nz = ufunc, tuple(nz)
@@ -511,10 +511,14 @@ class JVP:
         self.reads = ufunc.nin if reads else 0
         self.nin = self.reads + len(self.nz)
         self.name = f"{ufunc.name}_jvp"
-        third = ufuncs.unknown(
-            f"jask.{ufunc.name}: derivatives of a tangent in the operands it is taken at "
-            "(third derivatives) are not supported")
-        self.vjps = (third,) * self.reads + tuple(rules[j] for j in self.nz)
+        # jax.grad of a tangent in its operands: reverse over forward (jax.checkpoint's
+        # transpose only ever asks for the tangents' rules)
+        in_operands = ufuncs.unknown(
+            f"jask.{ufunc.name}: the derivative of a tangent in the operands it is taken "
+            "at is not supported: reverse over forward (jax.grad of jax.jvp, jax.jacrev of "
+            "jax.jacfwd) is not differentiable in reverse mode. Take second derivatives "
+            "forward over reverse: jax.jvp(jax.grad(f), (w,), (v,)), or jax.hessian(f)")
+        self.vjps = (in_operands,) * self.reads + tuple(rules[j] for j in self.nz)
         self.second = None  # (a tangent's second derivatives: fourth ones)
         self.at_call = ufunc.at_call
 
