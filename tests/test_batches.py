@@ -353,8 +353,9 @@ def _reading_threads() -> set:
 
 def test_a_loader_keeps_its_reading_threads_until_closed(tmp_path):
     """The reading pool starts at the first batch asked for and serves every
-    iteration after (starting it cost 0.17 s an iteration on a TPU host);
-    ``close()`` (or the end of a ``with`` block) ends its threads, and a later
+    iteration after (starting it cost 0.17 s an iteration on a TPU host), and
+    so are its host windows; ``close()`` (or the end of a ``with`` block) ends
+    its threads and frees the windows, and a later
     iteration starts them again, giving the same batches."""
     X, y, _ = _stores(tmp_path, 2000, 8, 64, 64, False)
     before = _reading_threads()
@@ -363,14 +364,18 @@ def test_a_loader_keeps_its_reading_threads_until_closed(tmp_path):
         first = _rows(loader)
         mine = _reading_threads() - before
         assert 0 < len(mine) <= loader.threads
+        windows = [b.ctypes.data for s in loader._slots for b in s._whole]
         second = _rows(loader)
         assert _reading_threads() - before == mine  # the same threads, idle between
+        # and the same host windows (fresh memory is slow to touch on a TPU host)
+        assert [b.ctypes.data for s in loader._slots for b in s._whole] == windows
         it = iter(loader)
         next(it)
         with pytest.raises(RuntimeError, match="being iterated"):
             loader.close()
         it.close()
     assert not {t for t in mine if t.is_alive()}
+    assert loader._slots == []  # its windows freed
     third = _rows(loader)  # closed, then iterated again: a new pool (from batch 1 on)
     loader.close()
     assert _reading_threads() == before
@@ -821,3 +826,32 @@ def test_a_positional_sharding_places_each_batch(tmp_path):  # pragma: no cover 
     sharding = jax.sharding.PositionalSharding(jax.devices()[:1]).reshape(1, 1)
     for xb, yb in jask.batches(X, y, batch_size=32, seed=1, device=sharding):
         np.testing.assert_array_equal(np.asarray(xb), x[np.asarray(yb)])
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_an_iterator_left_suspended_lets_go_of_its_chunk_files(tmp_path, monkeypatch):
+    """An iteration whose consumer stops asking (an iterator kept alive, never
+    closed nor collected) closes the chunk files it holds open; asked again, it
+    goes on from where it was, every row still once."""
+    import jask.api.batches as loader_module
+    monkeypatch.setattr(loader_module, "IDLE_RELEASE_S", 0.2)
+    rows = 300 * 64
+    X, y, _ = _stores(tmp_path, rows, 4, 64, 64, False)  # 300 chunk files each
+    before = len(os.listdir("/proc/self/fd"))
+    loader = jask.batches(X, y, batch_size=64, buffer=64 * 64, threads=2, prefetch=1, seed=5)
+    it = iter(loader)
+    seen = [next(it)[1].tolist()]
+    held = len(os.listdir("/proc/self/fd")) - before
+    assert held > 100  # a window's runs come from chunks all over the store
+    deadline = threading.Event()
+    for _ in range(100):
+        if len(os.listdir("/proc/self/fd")) - before <= 4:
+            break
+        deadline.wait(0.05)
+    assert len(os.listdir("/proc/self/fd")) - before <= 4
+    assert loader.state["batch"] == 1
+    seen += [yb.tolist() for _, yb in it]
+    assert sorted(v for b in seen for v in b) == list(range(rows))
+    assert seen == [b.tolist() for b in loader.plan.batch_rows(0)]
+    loader.close()
+    assert len(os.listdir("/proc/self/fd")) - before <= 4

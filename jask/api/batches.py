@@ -23,8 +23,10 @@ whole, in one transfer of concurrent pieces, while the next is read, and its
 batches are cut there by one compiled program (a gather permuting the window,
 then slices): the host's work per batch is a list pop, its memory the two
 windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
-The reading threads are the loader's, kept from iteration to iteration until
-:meth:`Batches.close`. Onto a ``NamedSharding`` over several devices a window
+The reading threads and the two host windows are the loader's, kept from
+iteration to iteration until :meth:`Batches.close`; an iteration waiting on
+its consumer for :data:`IDLE_RELEASE_S` closes the chunk files it holds open.
+Onto a ``NamedSharding`` over several devices a window
 is put with its rows split as the batches' (each device gets its share), and
 the same program, compiled with the sharding as its outputs', cuts batches
 placed exactly so (XLA moves the rows a device's share needs from the
@@ -110,6 +112,11 @@ POOL_THREADS = "jask-loader-read"
 #: Windows held at once: the one being cut and the next, being read (a third
 #: measured no faster: benchmarks/minibatches.py).
 SLOTS = 2
+#: Seconds an iteration waits on its consumer before it lets go of the chunk
+#: files it holds open (its reads in flight done first): an iterator left
+#: suspended and never collected (in a reference cycle, say) holds no
+#: descriptors for long. Its next read opens them again.
+IDLE_RELEASE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -234,21 +241,33 @@ class Batches:
         #: loader's life (starting eight cost 0.17 s an iteration on a TPU host): idle
         #: between iterations, ended by :meth:`close` or when the loader is collected
         self._pool: ThreadPoolExecutor | None = None
+        #: the host windows reads go into, kept as the threads are: fresh memory is
+        #: slow to touch (on a TPU host an epoch in order took 1.03-1.12 s with the
+        #: two windows made anew each iteration, 0.49-0.53 s with them kept)
+        self._slots: list[_Slot] = []
 
     def _reading_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=POOL_THREADS)
         return self._pool
 
+    def _host_slots(self, rows: int) -> list["_Slot"]:
+        """The :data:`SLOTS` host windows of ``rows`` rows, kept from iteration to
+        iteration (no two iterations of a loader run at once)."""
+        if not self._slots or self._slots[0].rows != rows:
+            self._slots = [_Slot(self._arrays, rows) for _ in range(SLOTS)]
+        return self._slots
+
     def close(self) -> None:
-        """End the loader's reading threads (idle between iterations; a later
-        iteration starts them again). ``with jask.batches(...) as loader:``
-        closes it at the block's end."""
+        """End the loader's reading threads and free its host windows (both
+        kept between iterations; a later iteration makes them again).
+        ``with jask.batches(...) as loader:`` closes it at the block's end."""
         if self._running:
             raise RuntimeError("close() while the loader is being iterated")
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self._slots = []
 
     def __enter__(self) -> "Batches":
         return self
@@ -355,8 +374,8 @@ class _Feeder:
         self.pool = _Tasks(loader._reading_pool())
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
-        #: the host slots windows are read into, reused from epoch to epoch
-        self.slots = [_Slot(loader._arrays, self.slot_rows()) for _ in range(SLOTS)]
+        #: the host slots windows are read into, the loader's (kept between iterations)
+        self.slots = loader._host_slots(self.slot_rows())
         #: chunk files held open while the stores are at the version ``stamps``: a
         #: window's runs are a few per chunk, and opening a file costs as much as reading
         #: a run. Those of an earlier version wait in ``retired`` until no read uses them.
@@ -416,7 +435,16 @@ class _Feeder:
             files.close()
 
     def _put(self, item) -> bool:
-        return _put_unless(self.ready, item, self.stopping)
+        return _put_unless(self.ready, item, self.stopping, self.release_files)
+
+    def release_files(self) -> None:
+        """Close the chunk files held open, once the reads in flight are done
+        (called by the thread that submits the reads, while it waits on the
+        consumer: no read starts meanwhile; later ones open them again)."""
+        self.pool.wait_all()
+        for files in [*self.retired, self.files]:
+            files.close()
+        self.retired = []
 
     def _run(self) -> None:
         try:
@@ -556,7 +584,7 @@ class _DeviceFeeder(_Feeder):
         super().stop()
 
     def _hand(self, item) -> bool:
-        return _put_unless(self.staged, item, self.stopping)
+        return _put_unless(self.staged, item, self.stopping, self.release_files)
 
     def _stage(self) -> None:
         """Read every window the iteration needs, in order, into two host
@@ -696,6 +724,12 @@ class _Tasks:
             self._futures.append(future)
         return future
 
+    def wait_all(self) -> None:
+        """Wait for every task given so far (the pool lives on)."""
+        with self._lock:
+            futures = list(self._futures)
+        wait(futures)
+
     def cancel_and_wait(self) -> None:
         with self._lock:
             futures, self._futures = self._futures, []
@@ -704,14 +738,19 @@ class _Tasks:
         wait(futures)
 
 
-def _put_unless(q: queue.Queue, item, stopping: threading.Event) -> bool:
-    """Put ``item`` on ``q`` once it has room; False if ``stopping`` is set first."""
+def _put_unless(q: queue.Queue, item, stopping: threading.Event, idle=None) -> bool:
+    """Put ``item`` on ``q`` once it has room; False if ``stopping`` is set first.
+    ``idle()`` is called once if the wait passes :data:`IDLE_RELEASE_S`."""
+    waited = 0.0
     while not stopping.is_set():
         try:
             q.put(item, timeout=0.05)
             return True
         except queue.Full:
-            continue
+            waited += 0.05
+            if idle is not None and waited >= IDLE_RELEASE_S:
+                idle()
+                idle = None
     return False
 
 
