@@ -112,17 +112,28 @@ def _contiguous(positions: np.ndarray):
     return None
 
 
-def _spans(w: np.ndarray):
+#: A gap between two picked positions that one read spans rather than cut
+#: into two (bytes of the source): less than what a read costs besides them.
+SPAN_GAP_BYTES = 64 * 1024
+
+
+def _spans(w: np.ndarray, gap: int):
     """(order, ordered, cuts): ``w``'s positions in increasing order
-    (``ordered = w[order]``), cut where they pass into the next stretch of
-    ``len(w)`` positions of the source, so a span read whole holds no more
-    than the part picked from all of them, and positions a few apart (every
-    k-th, as scikit-learn's ``y + arange(n) * k``) share one read rather
-    than one each."""
+    (``ordered = w[order]``), cut where two are more than ``gap`` apart and
+    where they pass into the next stretch of ``len(w)`` positions, so a span
+    read whole holds no more than the part picked from all of them, and
+    positions a few apart (every k-th, as scikit-learn's ``y + arange(n) *
+    k``) share one read rather than one each."""
     order = np.argsort(w, kind="stable")
     ordered = w[order]
-    stretch = (ordered - ordered[0]) // len(w)
-    return order, ordered, [0, *(np.flatnonzero(np.diff(stretch)) + 1), len(w)]
+    apart = np.flatnonzero(np.diff(ordered) > gap) + 1
+    piece = np.zeros(len(w), np.int64)
+    piece[apart] = 1
+    piece = np.cumsum(piece)
+    starts = ordered[np.r_[0, apart]][piece]
+    stretch = (ordered - starts) // len(w)
+    new = (np.diff(piece) != 0) | (np.diff(stretch) != 0)
+    return order, ordered, [0, *(np.flatnonzero(new) + 1), len(w)]
 
 
 def _read_part(source: StoreSpec, wanted: tuple, runs: bool = False) -> np.ndarray:
@@ -131,13 +142,15 @@ def _read_part(source: StoreSpec, wanted: tuple, runs: bool = False) -> np.ndarr
     With ``runs`` (chunks that are plain files: reading part of one costs
     only that part) positions scattered along one axis are read span by
     span (:func:`_spans`), so no read is longer than the picked part along
-    that axis, and positions close together share one read."""
+    that axis, and positions close together share one read (a gap of up to
+    :data:`SPAN_GAP_BYTES` read and dropped)."""
     window = tuple(slice(int(w.min()), int(w.max()) + 1) for w in wanted)
     picks = [_contiguous(w - s.start) for w, s in zip(wanted, window)]
     scattered = [d for d, p in enumerate(picks) if p is None]
     if runs and len(scattered) == 1:
         (d,) = scattered
-        order, ordered, cuts = _spans(wanted[d])
+        row = source.dtype.itemsize * math.prod(len(x) for k, x in enumerate(wanted) if k != d)
+        order, ordered, cuts = _spans(wanted[d], max(1, SPAN_GAP_BYTES // row))
         part = np.empty(tuple(len(x) for x in wanted), source.dtype)
         for start, stop in zip(cuts[:-1], cuts[1:]):
             first = int(ordered[start])
