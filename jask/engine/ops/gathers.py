@@ -112,25 +112,53 @@ def _contiguous(positions: np.ndarray):
     return None
 
 
+#: A gap between two picked positions that one read spans rather than cut
+#: into two (bytes of the source): less than what a read costs besides them.
+SPAN_GAP_BYTES = 64 * 1024
+
+
+def _spans(w: np.ndarray, gap: int):
+    """(order, ordered, cuts): ``w``'s positions in increasing order
+    (``ordered = w[order]``), cut where two are more than ``gap`` apart and
+    where they pass into the next stretch of ``len(w)`` positions, so a span
+    read whole holds no more than the part picked from all of them, and
+    positions a few apart (every k-th, as scikit-learn's ``y + arange(n) *
+    k``) share one read rather than one each."""
+    order = np.argsort(w, kind="stable")
+    ordered = w[order]
+    apart = np.flatnonzero(np.diff(ordered) > gap) + 1
+    piece = np.zeros(len(w), np.int64)
+    piece[apart] = 1
+    piece = np.cumsum(piece)
+    starts = ordered[np.r_[0, apart]][piece]
+    stretch = (ordered - starts) // len(w)
+    new = (np.diff(piece) != 0) | (np.diff(stretch) != 0)
+    return order, ordered, [0, *(np.flatnonzero(new) + 1), len(w)]
+
+
 def _read_part(source: StoreSpec, wanted: tuple, runs: bool = False) -> np.ndarray:
     """source[np.ix_(*wanted)]: the bounding window, then picked with one
     view (runs, forwards or backwards) or one copy (any other positions).
     With ``runs`` (chunks that are plain files: reading part of one costs
-    only that part) positions scattered along one axis are read run by
-    run, so no more than the picked part is ever read."""
+    only that part) positions scattered along one axis are read span by
+    span (:func:`_spans`), so no read is longer than the picked part along
+    that axis, and positions close together share one read (a gap of up to
+    :data:`SPAN_GAP_BYTES` read and dropped)."""
     window = tuple(slice(int(w.min()), int(w.max()) + 1) for w in wanted)
     picks = [_contiguous(w - s.start) for w, s in zip(wanted, window)]
     scattered = [d for d, p in enumerate(picks) if p is None]
     if runs and len(scattered) == 1:
         (d,) = scattered
-        w = wanted[d]
+        row = source.dtype.itemsize * math.prod(len(x) for k, x in enumerate(wanted) if k != d)
+        order, ordered, cuts = _spans(wanted[d], max(1, SPAN_GAP_BYTES // row))
         part = np.empty(tuple(len(x) for x in wanted), source.dtype)
-        cuts = np.flatnonzero(np.diff(w) != 1) + 1
-        for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(w)]):
-            run = window[:d] + (slice(int(w[start]), int(w[stop - 1]) + 1),) + window[d + 1:]
-            block = read(source, run)
-            part[(slice(None),) * d + (slice(start, stop),)] = block[
-                tuple(p if k != d else slice(None) for k, p in enumerate(picks))]
+        for start, stop in zip(cuts[:-1], cuts[1:]):
+            first = int(ordered[start])
+            span = window[:d] + (slice(first, int(ordered[stop - 1]) + 1),) + window[d + 1:]
+            block = read(source, span)
+            pick = tuple(p if k != d else ordered[start:stop] - first
+                         for k, p in enumerate(picks))
+            part[(slice(None),) * d + (order[start:stop],)] = block[pick]
         return part
     block = read(source, window)
     if all(p is not None for p in picks):
