@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import threading
@@ -48,12 +47,18 @@ def jax_only(device, n_steps: int, n_puts: int, block_bytes: int = 32 * 2**20) -
             out.append(time.perf_counter() - t)
 
     res = {}
-    t = time.perf_counter(); steps(); res["steps alone"] = time.perf_counter() - t
-    t = time.perf_counter(); puts(); res["puts alone"] = time.perf_counter() - t
+    t = time.perf_counter()
+    steps()
+    res["steps alone"] = time.perf_counter() - t
+    t = time.perf_counter()
+    puts()
+    res["puts alone"] = time.perf_counter() - t
     done: list = []
     th = threading.Thread(target=puts, args=(done,))
     t = time.perf_counter()
-    th.start(); steps(); th.join()
+    th.start()
+    steps()
+    th.join()
     res["both"] = time.perf_counter() - t
     res["puts while stepping"] = done[0]
     return res
@@ -129,9 +134,12 @@ def summary(events: list) -> list[str]:
         key = ("reader" if n.startswith("jask-loader") else n, w)
         busy.setdefault(key, [0.0, 0, None, 0.0])
         e = busy[key]
-        e[0] += b - a; e[1] += 1
-        e[2] = a if e[2] is None else min(e[2], a); e[3] = max(e[3], b)
-    lines = ["| thread | stage | busy s | count | first start | last end |", "|---|---|---|---|---|---|"]
+        e[0] += b - a
+        e[1] += 1
+        e[2] = a if e[2] is None else min(e[2], a)
+        e[3] = max(e[3], b)
+    lines = ["| thread | stage | busy s | count | first start | last end |",
+             "|---|---|---|---|---|---|"]
     for (n, w), (t, c, a, b) in sorted(busy.items(), key=lambda kv: kv[1][2]):
         lines.append(f"| {n} | {w} | {t:.3f} | {c} | {a:.3f} | {b:.3f} |")
     lines.append("")
