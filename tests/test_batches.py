@@ -5,6 +5,7 @@ says, deterministic whatever the budget and the threads, resumable mid-epoch,
 disjoint shares across processes, within the budget, and the errors users
 get for what they get wrong."""
 import errno
+import gc
 import json
 import os
 import subprocess
@@ -395,6 +396,20 @@ def test_the_loaders_buffers_are_kept_out_of_the_ops_budget(tmp_path):
     assert jask.get_config().max_memory == full - loader.held_bytes
     assert jask.sum(X).shape == ()  # ops still run meanwhile, in what is left
     it.close()
+    # the host windows are kept between iterations, and held out of the budget until
+    # close(): an op run between two epochs gets the rest
+    kept = full - jask.get_config().max_memory
+    assert 0 < kept <= loader.held_bytes
+    assert jask.sum(X).shape == ()
+    for _ in loader:  # a second epoch holds no more than the first
+        assert jask.get_config().max_memory == full - loader.held_bytes
+    assert jask.get_config().max_memory == full - kept
+    loader.close()
+    assert jask.get_config().max_memory == full
+    again = jask.batches(X, y, batch_size=16, seed=0)
+    next(iter(again))
+    del again  # and the loader's collection gives it back
+    gc.collect()
     assert jask.get_config().max_memory == full
     jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
 
@@ -408,6 +423,7 @@ def test_buffers_over_half_the_budget_are_refused_before_any_read(tmp_path):
         assert t.bytes_read == 0
         small = jask.batches(X, y, batch_size=64, buffer=1024)  # pieces of a chunk
         assert sorted(sum(_rows(small), [])) == list(range(20000))
+        small.close()  # (its windows, kept until then, out of the budget)
         assert small.held_bytes <= jask.get_config().max_memory // 2
     finally:
         jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))

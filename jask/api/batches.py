@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -245,6 +246,11 @@ class Batches:
         #: slow to touch (on a TPU host an epoch in order took 1.03-1.12 s with the
         #: two windows made anew each iteration, 0.49-0.53 s with them kept)
         self._slots: list[_Slot] = []
+        #: releases the budget share of what is kept between iterations (the host
+        #: windows, the arrays read whole), held from their making until close() or
+        #: the loader's collection
+        self._kept: weakref.finalize | None = None
+        self._kept_bytes = 0
 
     def _reading_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -256,7 +262,18 @@ class Batches:
         iteration (no two iterations of a loader run at once)."""
         if not self._slots or self._slots[0].rows != rows:
             self._slots = [_Slot(self._arrays, rows) for _ in range(SLOTS)]
+            self._release_kept()
+            row = sum(_row_bytes(a) for a in self._arrays)
+            self._kept_bytes = min(self.held_bytes, SLOTS * rows * row + sum(
+                a.shape[0] * _row_bytes(a) for a, whole in zip(self._arrays, self._resident)
+                if whole))
+            self._kept = weakref.finalize(self, _config.hold(self._kept_bytes))
         return self._slots
+
+    def _release_kept(self) -> None:
+        if self._kept is not None:
+            self._kept()
+            self._kept, self._kept_bytes = None, 0
 
     def close(self) -> None:
         """End the loader's reading threads and free its host windows (both
@@ -267,7 +284,8 @@ class Batches:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        self._slots = []
+        self._slots, self._whole = [], {}
+        self._release_kept()
 
     def __enter__(self) -> "Batches":
         return self
@@ -343,7 +361,8 @@ class Batches:
             feeder = _DeviceFeeder if self.device_bytes else _Feeder
             feed = feeder(self, self._epoch, self._batch, last)
             try:
-                with _config.holding(self.held_bytes):
+                # (what is kept between iterations is held already)
+                with _config.holding(self.held_bytes - self._kept_bytes):
                     feed.start()
                     while True:
                         item = feed.get()

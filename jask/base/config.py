@@ -11,6 +11,7 @@ import ctypes.util
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import dask.utils
@@ -312,14 +313,26 @@ def holding(nbytes: int):
       >>> jask.get_config().max_memory
       67108864
     """
+    release = hold(nbytes)
+    try:
+        yield
+    finally:
+        release()
+
+
+def hold(nbytes: int) -> Callable[[], None]:
+    """Keep ``nbytes`` of the budget until the returned function is called
+    (once; later calls do nothing): :func:`holding` for a holder that
+    outlives a block (a loader's windows, kept between its iterations)."""
     global _effective
     token = object()
     with _lock:
         _held[id(token)] = int(nbytes)
         _effective = None
-    try:
-        yield
-    finally:
+
+    def release() -> None:
+        global _effective
         with _lock:
-            del _held[id(token)]
-            _effective = None
+            if _held.pop(id(token), None) is not None:
+                _effective = None
+    return release  # (it keeps the token, so its id is not reused meanwhile)
