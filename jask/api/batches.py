@@ -19,7 +19,7 @@ the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
 (the default buffer halves until it fits).
 
 With a ``device`` (:class:`_DeviceFeeder`), each window goes to the device
-whole, in one transfer of concurrent pieces, while the next is read, and its
+whole, in pieces of :data:`TRANSFER_BYTES` put one at a time, while the next is read, and its
 batches are cut there by one compiled program (a gather permuting the window,
 then slices): the host's work per batch is a list pop, its memory the two
 windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
@@ -88,8 +88,8 @@ DEFAULT_PREFETCH = 2
 #: pieces, and their join inside the program that cuts it), its batches, those
 #: of the window waiting to be handed out and those of the one being handed out.
 DEVICE_WINDOWS = 5
-#: A window goes to the device in pieces of about this many bytes, copied
-#: concurrently (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
+#: A window goes to the device in pieces of about this many bytes, a
+#: ``device_put`` each (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
 #: 13.8 GB/s several at once: /work/shared/design.md).
 TRANSFER_BYTES = 32 * 2**20
 #: The most batches a device feed cuts in one dispatch (a power of two of them
@@ -563,8 +563,9 @@ class _DeviceFeeder(_Feeder):
     """The background work of one iteration onto one device (or a
     ``NamedSharding``'s devices, each window's rows split over them), as a pipeline
     of one *stager* thread over the loader's reading pool: the reads of the
-    next window run while the window before is copied (one ``device_put`` of
-    all its pieces of :data:`TRANSFER_BYTES`, copied concurrently), and as
+    next window run while the window before is copied (a ``device_put`` per
+    piece of :data:`TRANSFER_BYTES`, so that the consumer's dispatch waits on
+    one piece's copy at most), and as
     soon as a window is on the device its batches are dispatched, a power of
     two of them at a time (:data:`CUT_BATCHES` at most), by one compiled
     program that permutes the window by one gather and slices it (the
@@ -651,11 +652,14 @@ class _DeviceFeeder(_Feeder):
                         return
                 checked = self.pool.submit(check_unchanged, stamps, _OP)  # while it is copied
                 # the whole slot (every window has one shape, so one compiled program
-                # serves all), in pieces copied concurrently
+                # serves all), in pieces
                 host = [[whole[lo:hi] for lo, hi in cuts]
                         for whole, cuts in zip(slots[k]._whole, piece_rows)]
-                pieces, order = jax.device_put((host, orders[k]), (target, order_target))
-                pieces = tuple(map(tuple, pieces))
+                # one device_put per piece: one call of a whole window held the
+                # consumer's step dispatch for its whole copy (RESULTS.md, the fed epoch)
+                order = jax.device_put(orders[k], order_target)
+                pieces = tuple(tuple(jax.device_put(piece, target) for piece in array)
+                               for array in host)
                 out, carry = _cut_window(pieces, order, epoch, w, plan.rows_in(units), span,
                                          carry, B, cut, merge)
                 jax.block_until_ready(([v for _, _, v in out], carry) if shares_host
