@@ -226,6 +226,40 @@ def test_setitem_matches_numpy(case, small_budget):
         np.testing.assert_array_equal(got.to_numpy(), want, err_msg=case)
 
 
+#: (case id, data, mask (a function of the data; jask's mask is a DiskArray when
+#: "disk"), empty value): x[mask] = v selecting nothing, a no-op in numpy and jax.numpy
+EMPTY_WRITES = [
+    ("2d-numpy-mask", "w", lambda a: np.zeros(a.shape, bool), np.zeros(0, np.float32)),
+    ("2d-disk-mask", "w", "disk", np.zeros(0, np.float32)),
+    ("2d-value-2d", "w", lambda a: np.zeros(a.shape, bool), np.zeros((0, 50), np.float32)),
+    ("1d-numpy-mask", "v", lambda a: a > 100, np.zeros(0, np.float32)),
+    ("1d-disk-mask", "c", "disk", np.zeros(0, np.int32)),
+    ("3d-numpy-mask", "f3", lambda a: np.zeros(a.shape, bool), np.zeros(0, np.float32)),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in EMPTY_WRITES])
+def test_empty_writes_selecting_nothing_are_no_ops(case, small_budget):
+    """scikit-learn's ``p[p == 0] += tiny`` with no zeros: the gather is
+    empty and writing it back changes nothing (numpy's, jax.numpy's no-op)."""
+    _, name, make_mask, value = next(c for c in EMPTY_WRITES if c[0] == case)
+    data = DATA["f"].reshape(30, 12, 10) if name == "f3" else DATA[name]
+    x = xp.asarray(data)
+    mask = x > 100 if make_mask == "disk" else make_mask(data)
+    mask_np = data > 100 if make_mask == "disk" else mask
+    want = data.copy()
+    want[mask_np] = value.reshape(-1)  # numpy takes a 1-D value here
+    jnp_want = jnp.asarray(data).at[mask_np].set(jnp.asarray(value))
+    filename = x.filename
+    with jask.track() as t:
+        x[mask] = value
+    assert t.bytes_written == 0 and x.filename == filename
+    np.testing.assert_array_equal(x.to_numpy(), want)
+    np.testing.assert_array_equal(x.at[mask].set(value).to_numpy(), np.asarray(jnp_want))
+    x[mask] += value.dtype.type(1)  # scikit-learn's spelling: x[mask] = x[mask] + 1
+    np.testing.assert_array_equal(x.to_numpy(), want)
+
+
 @pytest.mark.parametrize("method", ["add", "multiply", "min", "max", "subtract", "power"])
 def test_at_methods_match_jax(method, small_budget):
     w = DATA["w"]
@@ -258,6 +292,7 @@ def test_bad_writes_are_refused_before_writing(small_budget):
         ((70, 0), 1.0, IndexError, "out of bounds"),
         ((np.array([0, 60]), slice(None)), 1.0, IndexError, "index 60 is out of bounds"),
         (DATA["w"] > 0, np.ones(3), ValueError, "must be a scalar here"),
+        (DATA["w"] > 0, np.ones(0), ValueError, "0 values but the mask has True"),
         ((np.array([0, 1]), np.array([2, 3])), 1.0, IndexError, "several axes"),
         ((None, 0), 1.0, IndexError, "newaxis"),
         ((np.ones((2, 2), int), 0), 1.0, IndexError, "1-D integer or boolean"),

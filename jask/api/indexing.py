@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jask.api import elementwise
+from jask.api import elementwise, truth
 from jask.api.creation import from_numpy
 from jask.api.update import check_in_place, update_
 from jask.base import memory
@@ -353,7 +353,8 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
     the selected region and is cast to ``x``'s dtype as numpy's
     ``a[index] = value`` casts it (what numpy refuses, 300 into int8, is
     refused before anything runs); with a mask of more than one axis it is a
-    scalar (a where over ``x``, for a mask of any size). The result has
+    scalar (a where over ``x``, for a mask of any size), or empty where the
+    mask selects nothing (numpy's no-op: ``x[x == 0] += 1`` with no zeros). The result has
     ``x``'s dtype (``divide`` of integers: jax.numpy's float dtype) and every
     element ``index`` does not select is ``x``'s, bit for bit: the where runs
     in ``x``'s own dtype, so a float64 store keeps 64 bits with x64 off.
@@ -391,6 +392,8 @@ def scatter(x, index, value, method: str = "set", *, config: Config | None = Non
     if mask_shape == shape and np.dtype(mask.dtype) == np.bool_ \
             and (len(shape) > 1 or _size(value) == 1):
         # one mask of x's shape: a where over x, for a mask of any size
+        if _size(value) == 0 and _selects_nothing(mask):
+            return elementwise.apply_in(_WHERE, out_dtype, True, x, x, config=config)
         if _size(value) != 1:
             raise ValueError(
                 f"x[mask] = v with a mask of x's shape {shape}: v must be a scalar here (one "
@@ -576,6 +579,25 @@ def _size(value) -> int:
     return math.prod(_shape_of(value))
 
 
+def _selects_nothing(mask) -> bool:
+    """For ``x[mask] = v`` with an empty ``v``: True when the boolean
+    ``mask`` has no True element (numpy's no-op); numpy's refusal (0 values
+    for its True elements) when it has; False when a traced mask cannot
+    tell (then refused as any ``v`` that is not a scalar). A DiskArray mask
+    is reduced (one pass)."""
+    if is_tracer(mask):
+        return False
+    if disk_type(mask) is not None:
+        selected = bool(truth.any(mask))
+    else:
+        selected = bool(np.any(np.asarray(mask)))
+    if selected:
+        raise ValueError("x[mask] = v: v has 0 values but the mask has True elements (as "
+                         "numpy: cannot assign 0 input values to the output values where the "
+                         "mask is true)")
+    return True
+
+
 def _np_set(a: np.ndarray, where, value) -> np.ndarray:
     a[where] = value  # a fresh array of this function's own: later entries win, as in numpy
     return a
@@ -615,6 +637,10 @@ def setitem(x, index, value):
             "in place only outside jit; inside, write x = x.at[index].set(value), which "
             "works in both (then x.update_(x_new) outside jit stores it)")
     sel = _basic_selection(x, index)
+    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+    if (_size(value) == 0 and _is_array(mask) and _shape_of(mask) == tuple(x.shape)
+            and np.dtype(mask.dtype) == np.bool_ and _selects_nothing(mask)):
+        return  # x[mask] = [] selecting nothing (x[x == 0] += 1 with no zeros): no write
     if sel is None:
         update_(x, scatter(x, index, value))
         return

@@ -21,9 +21,10 @@ methods are the only transitions (each checks the state it starts from):
 
 Apart from the state, a store is *pending* while it is not computed yet (its
 :class:`Deferred` runs when first needed), and a view keeps its base's
-record alive. A made or unclaimed store whose register or claim never came
-is garbage once its thread is between ops (at a safe point: its compiled
-call is over) or has ended: a safe point of one thread never removes those
+record alive, as a pending computation keeps every store it reads. A made
+or unclaimed store whose register or claim never came is garbage once its
+thread is between ops (at a safe point: its compiled call is over) or has
+ended: a safe point of one thread never removes those
 of a compiled call another thread is running, or has just returned from.
 
 Doomed stores, and made or unclaimed ones whose thread is done, are removed
@@ -710,12 +711,17 @@ def _sweep_once() -> tuple:
         views = [r for r in list(_records.values()) if r.base is not None]
         kept = {r.base for r in views  # views' bases: kept while their views live
                 if r.state is not trashed and r not in going}
+        # and every store a pending computation still reads: one of a view's base
+        # reads that base even once the view has a copy of its own (x.T's where)
+        readers = [r.deferred for r in list(_records.values())
+                   if r.deferred is not None and r not in going]
         removed, dropped = 0, []
         # a finalizer run by a collection inside this sweep only queues its Owner's
         # reference: a store doomed meanwhile is doomed at the next sweep
         for record in dead:
-            if record in kept:
-                continue  # (doomed or unclaimed until its views go)
+            if record in kept or record.spec is not None and any(
+                    d.reads(record.spec.path) for d in readers):
+                continue  # (doomed or unclaimed until its views and readers go)
             if record.spec is None and record.state is not State.MADE:
                 dropped.append(record.drop())  # pending: never computed
             else:

@@ -10,6 +10,12 @@ case for: ``pytest.importorskip("jask.array_api")`` and
 ``array_namespace(xp.empty(0))`` (jask.array_api itself). Markers naming other
 backends (``skip_xp_backend(Backend.JAX)``, ...) keep naming those; no test's
 body or assertion changes. ``-k jask`` selects the jask parametrizations.
+
+array-api-extra's own pytest configuration turns warnings into errors, and
+its ``TestDeprecatedFunctions`` counts on it (``pytest.raises(DeprecationWarning)``);
+the wheel does not ship that configuration, so the plugin turns its own
+deprecations (``xpx.<name> is deprecated``) into errors, and nothing else:
+without it those tests fail for every backend, numpy's included.
 """
 from enum import Enum
 
@@ -22,3 +28,7 @@ for _name in ("modname", "like", "pytest_param"):
     setattr(Backend, _name, _Old.__dict__[_name])
 Backend.__doc__ = _Old.__doc__
 _backends.Backend = Backend
+
+
+def pytest_configure(config):
+    config.addinivalue_line("filterwarnings", r"error:`xpx\.:DeprecationWarning")
