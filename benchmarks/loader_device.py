@@ -143,20 +143,23 @@ def transfer_rates(device, total_bytes: int) -> dict:
     return {"one at a time": one, "8 at once": together}
 
 
-def loader_alone(paths: dict, device, shuffle: bool, repeat: int) -> tuple[float, object]:
+def loader_alone(paths: dict, device, shuffle: bool, repeat: int,
+                 buffer: int | None = None) -> tuple[float, object]:
     """Seconds of an epoch of ``jask.batches(..., device=device)`` with nothing
-    done with the batches but the last waited for; and the loader."""
+    done with the batches but the last waited for; and the loader (``buffer``:
+    its rows mixed, else the default)."""
     import jax
 
     import jask
     X, y = jask.open(paths["X"]), jask.open(paths["y"])
     for _ in zip(range(3), jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0,
-                                         device=device)):
+                                         device=device, buffer=buffer)):
         pass  # its compiled takes compiled
     times = []
     # one loader, an epoch per loop, as a training loop uses it (its reading threads are
     # started in the first, untimed epoch and kept)
-    loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=device)
+    loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=device,
+                          buffer=buffer)
     for _ in range(repeat + 1):
         start = time.perf_counter()
         last = None
@@ -217,8 +220,10 @@ def steps_alone(device, n_batches: int, repeat: int) -> float:
     return statistics.median(times)
 
 
-def together(paths: dict, device, shuffle: bool, repeat: int) -> float:
-    """Seconds of an epoch of the step fed by the loader."""
+def together(paths: dict, device, shuffle: bool, repeat: int,
+             buffer: int | None = None) -> float:
+    """Seconds of an epoch of the step fed by the loader (``buffer`` as
+    :func:`loader_alone`'s)."""
     import jax
 
     import jask
@@ -227,7 +232,8 @@ def together(paths: dict, device, shuffle: bool, repeat: int) -> float:
     xb0, yb0 = np.zeros((BATCH, COLS), np.float32), np.zeros(BATCH, np.float32)
     jax.block_until_ready(step(params, state, *jax.device_put((xb0, yb0), device)))
     times = []
-    loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=device)
+    loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=device,
+                          buffer=buffer)
     for _ in range(repeat + 1):  # (the first epoch, which starts the threads, untimed)
         p, s, value = params, state, None
         start = time.perf_counter()

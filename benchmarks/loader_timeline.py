@@ -3,7 +3,8 @@
 benchmarks/loader_device.py, and a jax-only check of whether host -> device
 copies overlap a jitted step's execution on this device.
 
-Run: ``python -m benchmarks.loader_timeline [--gib G]``; prints a report.
+Run: ``python -m benchmarks.loader_timeline [--gib G] [--buffer ROWS]``; prints
+a report (``--buffer``: the loader's rows mixed, its window, else the default).
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def jax_only(device, n_steps: int, n_puts: int, block_bytes: int = 32 * 2**20) -
     return res
 
 
-def timeline(paths: dict, device, shuffle: bool) -> tuple[float, list]:
+def timeline(paths: dict, device, shuffle: bool,
+             buffer: int | None = None) -> tuple[float, list]:
     """An epoch (after an untimed one) of the step fed by the loader, with
     every stage's (thread, what, start, end)."""
     import jax
@@ -95,7 +97,8 @@ def timeline(paths: dict, device, shuffle: bool) -> tuple[float, list]:
     step, params, state = ld.mlp(device)
     xb0, yb0 = np.zeros((ld.BATCH, ld.COLS), np.float32), np.zeros(ld.BATCH, np.float32)
     jax.block_until_ready(step(params, state, *jax.device_put((xb0, yb0), device)))
-    loader = jask.batches(X, y, batch_size=ld.BATCH, shuffle=shuffle, seed=0, device=device)
+    loader = jask.batches(X, y, batch_size=ld.BATCH, shuffle=shuffle, seed=0, device=device,
+                          buffer=buffer)
     seconds = 0.0
     for rep in range(2):
         if rep == 1:
@@ -153,6 +156,7 @@ def summary(events: list) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--gib", type=float, default=1.0)
+    p.add_argument("--buffer", type=int, default=None, help="the loader's rows mixed")
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     args = p.parse_args(argv)
     import jax
@@ -166,12 +170,15 @@ def main(argv=None) -> int:
     print("jax only (no jask):", {k: round(v, 3) for k, v in r.items()})
     print("steps alone s", round(ld.steps_alone(device, n_batches, 2), 3))
     for shuffle in (True, False):
-        alone, _ = ld.loader_alone(paths, device, shuffle, 2)
-        both = ld.together(paths, device, shuffle, 2)
+        alone, _ = ld.loader_alone(paths, device, shuffle, 2, args.buffer)
+        both = ld.together(paths, device, shuffle, 2, args.buffer)
         print(f"shuffle={shuffle}: loader alone {alone:.3f} s, together {both:.3f} s")
     for shuffle in (False,):
-        seconds, events = timeline(paths, device, shuffle)
-        print(f"\ntimeline shuffle={shuffle}: epoch {seconds:.3f} s")
+        seconds, events = timeline(paths, device, shuffle, args.buffer)
+        steps = [(b - a, a) for n, w, a, b in events if w == "step"]
+        longest = max(steps, default=(0.0, 0.0))
+        print(f"\ntimeline shuffle={shuffle}: epoch {seconds:.3f} s; longest step dispatch "
+              f"{longest[0] * 1e3:.1f} ms (at {longest[1]:.3f} s)")
         print("\n".join(summary(events)))
     return 0
 

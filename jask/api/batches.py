@@ -566,7 +566,8 @@ class _DeviceFeeder(_Feeder):
     next window run while the window before is copied (a ``device_put`` per
     piece of :data:`TRANSFER_BYTES`, so that the consumer's dispatch waits on
     one piece's copy at most), and as
-    soon as a window is on the device its batches are dispatched, a power of
+    soon as a window is on the device (waited for here, so that no program in
+    the device's stream waits on a copy) its batches are dispatched, a power of
     two of them at a time (:data:`CUT_BATCHES` at most), by one compiled
     program that permutes the window by one gather and slices it (the
     shuffle costs the host nothing); a batch crossing into the next window is
@@ -660,10 +661,15 @@ class _DeviceFeeder(_Feeder):
                 order = jax.device_put(orders[k], order_target)
                 pieces = tuple(tuple(jax.device_put(piece, target) for piece in array)
                                for array in host)
+                # copied before the cut is dispatched: the device runs its programs in
+                # order, so a cut waiting on the copy would hold every step queued behind
+                # it (the consumer's steps of the window before); and the slot may then
+                # be read into again
+                jax.block_until_ready((pieces, order))
                 out, carry = _cut_window(pieces, order, epoch, w, plan.rows_in(units), span,
                                          carry, B, cut, merge)
-                jax.block_until_ready(([v for _, _, v in out], carry) if shares_host
-                                      else (pieces, order))  # the slot may be read into again
+                if shares_host:  # the CPU's copy may be the slot itself: cut before reading
+                    jax.block_until_ready(([v for _, _, v in out], carry))
                 del pieces, order
                 checked.result()
                 submit(k)
