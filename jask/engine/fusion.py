@@ -56,7 +56,7 @@ class Node:
     ``X @ w``, ``w`` may be a store, read whole: see :func:`whole_inputs`). For a
     ``"map"``, ``params`` holds ``kernel``, ``axes``, ``dtypes``,
     ``full_shape``, ``out_axes`` and ``reducer``; for a ``"dot"``, ``ta``,
-    ``tb`` and ``vectors`` (as :func:`jask.engine.work.dot` takes them).
+    ``tb`` and ``vectors`` (as :func:`jask.engine.ops.products.dot` takes them).
     """
 
     op: str

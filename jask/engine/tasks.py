@@ -1,16 +1,15 @@
-"""The functions a block task runs (copies and products). Each reads whole
+"""The functions a block task runs (copies, slices, joins), and the strips of
+a contraction every product adds up (:func:`strip_product`: a product's own
+tasks, :mod:`jask.engine.ops.products`, and band groups'). Each reads whole
 chunks where it can, computes one tile, and writes one whole output chunk,
 so concurrent tasks never share a chunk file. Elementwise ops and
 reductions are in :mod:`jask.engine.blockwise`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read, write
-from jask.store.views import same as same_elements
 
 
 def copy_block(out: StoreSpec, region: tuple, source: StoreSpec, axes: tuple) -> None:
@@ -145,58 +144,7 @@ def reshape_block(out: StoreSpec, rows: slice, source: StoreSpec) -> None:
           flat.reshape((rows.stop - rows.start,) + tuple(out.shape[1:])))
 
 
-# --- products ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Matrix:
-    """An operand of a product as the product sees it: a (batch of)
-    matrices, from a store or an in-memory array, maybe read transposed,
-    maybe a 1-D vector standing as a row (1, k) or a column (k, 1)."""
-
-    source: StoreSpec | np.ndarray
-    transposed: bool = False
-    vector: str | None = None  # "row" or "col"
-
-    def tile(self, batch: tuple, rows: slice, cols: slice) -> np.ndarray:
-        """The (rows, cols) tile of op(operand)."""
-        if self.transposed:
-            rows, cols = cols, rows
-        if self.vector == "row":
-            block = self._read((cols,))[None, :]
-        elif self.vector == "col":
-            block = self._read((rows,))[:, None]
-        else:
-            block = self._read(batch + (rows, cols))
-        return np.swapaxes(block, -1, -2) if self.transposed else block
-
-    @property
-    def length(self) -> int:
-        """The contraction's length: op(operand)'s columns."""
-        shape = self.source.shape
-        if self.vector is not None:
-            return shape[-1] if self.vector == "row" else 1
-        return shape[-2] if self.transposed else shape[-1]
-
-    def _read(self, region: tuple) -> np.ndarray:
-        if isinstance(self.source, StoreSpec):
-            return read(self.source, region)
-        return self.source[region]
-
-
-def _gram_pair(a: Matrix, b: Matrix, batch: tuple, rows: slice, k: slice,
-               cols: slice) -> tuple | None:
-    """The tiles of a.T @ b when both read the same rows of one store
-    (``X.T @ X``): one read of the columns they span, when these overlap."""
-    if not (isinstance(a.source, StoreSpec) and same_elements(a.source, b.source) and a.transposed
-            and not b.transposed and a.vector is None and b.vector is None):
-        return None
-    lo, hi = min(rows.start, cols.start), max(rows.stop, cols.stop)
-    if hi - lo > (rows.stop - rows.start) + (cols.stop - cols.start):
-        return None  # apart: two reads hold less
-    band = read(a.source, batch + (k, slice(lo, hi)))
-    return (np.swapaxes(band[..., rows.start - lo:rows.stop - lo], -1, -2),
-            band[..., cols.start - lo:cols.stop - lo])
-
+# --- products: strips of the contraction (the products' tasks and band groups') ---
 
 #: Most contraction rows one BLAS call adds up. BLAS adds in the operands'
 #: dtype, a running sum along the contraction: over 200,000 rows of a
@@ -266,26 +214,6 @@ def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
     return acc
 
 
-def dot_partial(a: Matrix, b: Matrix, batch: tuple, rows: slice, cols: slice,
-                ks: tuple) -> np.ndarray:
-    """Sum over the contraction tiles ``ks`` of op(a)[rows, k] @ op(b)[k, cols],
-    in :func:`partial_dtype` (see :data:`STRIP`)."""
-    acc = None
-    for k in ks:
-        pair = _gram_pair(a, b, batch, rows, k, cols)
-        left, right = pair if pair is not None else (a.tile(batch, rows, k),
-                                                     b.tile(batch, k, cols))
-        prod = strip_product(left, right, k, a.length)
-        del pair, left, right
-        if acc is None:
-            acc = prod
-        else:
-            acc += prod
-            del prod
-    assert acc is not None, "dot_partial: no contraction tiles"
-    return acc
-
-
 def partial_dtype(dtype) -> np.dtype:
     """The dtype a product's partial sums are kept in: float64 (complex128)
     for floats, as reductions keep theirs; integers as they are (they wrap).
@@ -295,33 +223,3 @@ def partial_dtype(dtype) -> np.dtype:
       (dtype('float64'), dtype('int32'))
     """
     return np.dtype({"f": np.float64, "c": np.complex128}.get(np.dtype(dtype).kind, dtype))
-
-
-def _write_product(out: StoreSpec, squeeze: tuple, region: tuple, value) -> None:
-    """Write a product tile, dropping the axes a vector operand does not have."""
-    kept = tuple(s for i, s in enumerate(region) if i not in squeeze)
-    value = value.astype(out.dtype, copy=False).reshape(tuple(s.stop - s.start for s in kept))
-    write(out, kept, value)
-
-
-def dot_block(out: StoreSpec | None, squeeze: tuple, a: Matrix, b: Matrix, batch: tuple,
-              rows: slice, cols: slice, ks: tuple):
-    acc = dot_partial(a, b, batch, rows, cols, ks)
-    if out is None:
-        return acc
-    _write_product(out, squeeze, batch + (rows, cols), acc)
-
-
-def dot_combine(out: StoreSpec | None, squeeze: tuple, region: tuple, *partials):
-    acc = combine(*partials)
-    if out is None:
-        return acc
-    _write_product(out, squeeze, region, acc)
-
-
-def dot_assemble(view_shape: tuple, shape: tuple, dtype, regions: list, *tiles) -> np.ndarray:
-    """A (small) product assembled in memory from its output tiles."""
-    result = np.zeros(view_shape, dtype=dtype)
-    for region, tile in zip(regions, tiles):
-        result[region] = tile
-    return result.reshape(shape)

@@ -7,4 +7,6 @@
   and graph.
 * :mod:`~jask.engine.ops.scans`: cumulative sums and products in two passes
   over tiles, their planner, work and graphs.
+* :mod:`~jask.engine.ops.products`: products (a matrix product, and one pass
+  with several outputs), each op's planner, work, graph and tasks.
 """
