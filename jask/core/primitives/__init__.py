@@ -53,6 +53,7 @@ from jask.core.primitives.scans import Cumsum as Cumsum
 from jask.core.rewrite import prune_before_lowering, take_over_jit
 from jask.engine import work
 from jask.engine.blockwise import Operand, reduce_partial
+from jask.engine.ops import elementwise as elementwise_ops
 from jask.engine.ops.reductions import REDUCERS, variance
 from jask.engine.plan import Plan
 
@@ -135,7 +136,7 @@ class Blockwise(DiskPrimitive):
 
     def disk_work(self):
         out = self.out_aval
-        return work.blockwise(
+        return elementwise_ops.blockwise(
             self.op, self.ufunc.numpy, self.shape, self.axes, self.dtypes,
             tuple(_on_disk(a) for a in self.in_avals), self.out_axes, out.shape, out.dtype,
             reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad)
