@@ -69,14 +69,11 @@ class DiskPrimitive(VJPHiPrimitive):
     not define is refused here, naming the op (never a silent fallback)."""
 
     #: ``filled(value, out, config)``: ``value`` everywhere in a result of
-    #: type ``out`` (a store of it is :func:`jask.core.primitives.full`, a
-    #: Blockwise): set by the package where Blockwise is defined, so that this
-    #: module, which every family imports, imports none of the families.
+    #: type ``out`` (a store of it is :func:`jask.core.primitives.elementwise.full`,
+    #: a Blockwise): set by :mod:`~jask.core.primitives.elementwise`, which
+    #: builds on this module, for every op's result over operands with no
+    #: elements (:meth:`_run`); the families import elementwise directly.
     filled: ClassVar[Callable[[Any, Any, Config | None], Any]]
-    #: ``mapped(row, arrays, dtype, out_dtype, config, name)``: the op table's
-    #: ``row`` elementwise over same-shape arrays (a derivative's map, a
-    #: Blockwise), set by the same package for the same reason.
-    mapped: ClassVar[Callable[..., Any]]
 
     def __init__(self, in_avals, out_aval, **params):
         self.in_avals = tuple(in_avals)
