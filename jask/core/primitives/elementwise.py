@@ -82,6 +82,7 @@ def _filled(value, out, config: Config | None):
     return full(tuple(out.shape), value, out.dtype, config)
 
 
+DiskPrimitive.filled = staticmethod(_filled)  # (see DiskPrimitive.filled)
 
 
 class Blockwise(DiskPrimitive):
