@@ -22,7 +22,6 @@ import numpy as np
 from jask.base import counters, memory
 from jask.base.config import Config
 from jask.base.memory import BudgetError
-from jask.engine import blockwise as bw
 from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan, as_decoded
@@ -99,46 +98,6 @@ def room(config: Config, op: str, shape, dtype, chunks, *, extra: int = 0):
                                                      tuple(chunks))) + extra
     check_space(folder, needed, op)
     return space_errors(folder, needed, op)
-
-
-def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk: tuple,
-              out_axes: tuple, out_shape: tuple, out_dtype, *, reducer: str | None = None,
-              to_memory: bool = False, grad: bool = False):
-    """Work for ``kernel`` over tiles of ``shape``, written to a new store or
-    reduced (``reducer``) over the axes ``out_axes`` leaves out.
-
-    Operands come as stores (those flagged ``on_disk``) and in-memory values,
-    in their own order; ``axes`` and ``dtypes`` describe each (see
-    :mod:`jask.engine.blockwise`). With ``to_memory`` the (small) result is
-    returned as a numpy array instead of a store.
-    """
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.blockwise(op, shape, list(zip(in_order(on_disk, stores, values), axes)),
-                                 dtypes, out_axes, out_shape, out_dtype, reducer=reducer,
-                                 to_memory=to_memory, config=config)
-
-    def work(stores, values, config: Config):
-        values = [np.asarray(v) for v in values]
-        planned = plan_of(stores, values, config)
-        tile, cost = planned.tile, planned.cost
-        operands = tuple(bw.Operand(src, ax, dt) for src, ax, dt
-                         in zip(in_order(on_disk, stores, values), axes, dtypes))
-        token = uuid.uuid4().hex
-        if reducer is None:
-            return produce(config, op, out_shape, out_dtype, planned,
-                           lambda out: bw.map_graph(op, kernel, out, out_axes, shape, tile,
-                                                    operands, token), grad=grad)
-        if to_memory:
-            dsk, keys = bw.reduce_graph(op, kernel, reducer, shape, tile, operands, out_axes,
-                                        token, out=None, out_shape=out_shape,
-                                        out_dtype=out_dtype, workers=config.workers)
-            return execute.run(dsk, keys, config.workers, cost)[0]
-        return produce(config, op, out_shape, out_dtype, planned,
-                       lambda out: bw.reduce_graph(op, kernel, reducer, shape, tile, operands,
-                                                   out_axes, token, out=out,
-                                                   out_shape=out_shape, out_dtype=out_dtype,
-                                                   workers=config.workers), grad=grad)
-    return Work(op, work, plan_of)
 
 
 class _ViewCopy(registry.Deferred):

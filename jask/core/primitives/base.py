@@ -69,17 +69,14 @@ class DiskPrimitive(VJPHiPrimitive):
     not define is refused here, naming the op (never a silent fallback)."""
 
     #: ``filled(value, out, config)``: ``value`` everywhere in a result of
-    #: type ``out`` (a store of it is :func:`jask.core.primitives.full`, a
-    #: Blockwise): set by the package where Blockwise is defined, so that this
-    #: module, which every family imports, imports none of the families.
+    #: type ``out`` (a store of it is :func:`jask.core.primitives.elementwise.full`,
+    #: a Blockwise): set by :mod:`~jask.core.primitives.elementwise`, which
+    #: builds on this module, for every op's result over operands with no
+    #: elements (:meth:`_run`); the families import elementwise directly.
     filled: ClassVar[Callable[[Any, Any, Config | None], Any]]
-    #: ``mapped(row, arrays, dtype, out_dtype, config, name)``: the op table's
-    #: ``row`` elementwise over same-shape arrays (a derivative's map, a
-    #: Blockwise), set by the same package for the same reason.
-    mapped: ClassVar[Callable[..., Any]]
     #: What the products' rules (:mod:`~jask.core.primitives.products`) build
-    #: of the package's ops, set by it for the same reason: ``added(a, b)`` the
-    #: sum of two stores of one type; ``outer(x, y, like, config)`` ``x[...,
+    #: of the package's ops, set by the package (which imports the families):
+    #: ``added(a, b)`` the sum of two stores of one type; ``outer(x, y, like, config)`` ``x[...,
     #: None] * y`` placed and typed as ``like`` (a vector operand's cotangent);
     #: ``moved(x, order)`` and ``reshaped(x, shape, config)`` ``x`` with its axes
     #: in ``order`` or in ``shape`` (a view of a store where one is: a batch laid

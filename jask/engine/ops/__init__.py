@@ -2,6 +2,9 @@
 
 * :mod:`~jask.engine.ops.reductions`: the reducers, :data:`REDUCERS` (how a
   reduction reduces a tile, combines partials and finishes).
+* :mod:`~jask.engine.ops.elementwise`: elementwise ops, broadcasts and
+  reductions (one blockwise op), its planner and work; the tile kernels and
+  graphs the band groups share stay in :mod:`jask.engine.blockwise`.
 * :mod:`~jask.engine.ops.gathers`: gathers and sorts (the outer gather and its
   scatter-add, sorting along an axis, searchsorted), each op's planner, work
   and graph.

@@ -19,15 +19,13 @@ import numpy as np
 from jask.base import memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
-from jask.engine.blockwise import partial_bytes
-from jask.engine.builders import FAN_IN
 from jask.engine.plan.tiles import Plan, plan_blockwise, plan_slice
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read_model
 
-__all__ = ["view", "blockwise", "transpose", "transpose_chunks", "copy_chunks", "update",
-           "take_slice", "scatter_slice", "reshape", "concatenate", "read_all", "from_value",
-           "save", "n_tiles", "held_bytes"]
+__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "update", "take_slice",
+           "scatter_slice", "reshape", "concatenate", "read_all", "from_value", "save",
+           "n_tiles", "held_bytes"]
 
 
 def n_tiles(shape: tuple, tile: tuple) -> int:
@@ -38,66 +36,6 @@ def n_tiles(shape: tuple, tile: tuple) -> int:
 def held_bytes(values) -> int:
     """Bytes of in-memory operands (numpy arrays or avals)."""
     return sum(memory.nbytes(x.shape, x.dtype) for x in values)
-
-
-# --- blockwise: elementwise ops, broadcasts and reductions ---------------------------
-
-def blockwise(op: str, shape: tuple, operands, dtypes: tuple, out_axes: tuple, out_shape: tuple,
-              out_dtype, *, reducer: str | None, to_memory: bool, config: Config) -> Plan:
-    """A blockwise op (see :mod:`jask.engine.blockwise`): ``operands`` are
-    (store or in-memory value, axes map) in the op's order. The tile is of
-    the full ``shape``; a new output store is chunked by the tile along the
-    axes it keeps."""
-    held = held_bytes(src for src, _ in operands if not isinstance(src, StoreSpec))
-    compute = np.result_type(*[d for d in dtypes if d is not None] or [out_dtype])
-    if reducer is not None and to_memory:
-        held += memory.nbytes(out_shape, out_dtype)
-    disk = [(src, axes) for src, axes in operands if isinstance(src, StoreSpec)]
-    tile, cost = blockwise_tile(op, shape, compute, disk, out_axes, reducer, held, config)
-    chunks = None
-    if not to_memory:
-        # the output's own axes (a map may add length-1 axes: a VJP of squeeze)
-        chunks = tuple(1 if a is None else tile[a] for a in out_axes)
-    return Plan(op, tuple(tile), chunks, cost.tasks, cost)
-
-
-def blockwise_tile(op, shape, dtype, disk, out_axes, reducer, held, config):
-    """Plan a blockwise op's tiles. A reduction's partial results wait for
-    their combine task: if they do not fit beside the tiles, plan again
-    with room for them (the smaller tile then has smaller partials)."""
-    def plan_with(fixed):
-        return plan_blockwise(op, shape, dtype, disk, budget=config.max_memory,
-                              workers=config.workers, fixed_bytes=fixed)
-
-    def waiting(tile) -> int:
-        return FAN_IN * partial_bytes(tile, out_axes, dtype, reducer)
-
-    tile, cost = plan_with(held)
-    if reducer is None or cost.total + waiting(tile) <= config.max_memory:
-        return tile, cost  # (total counts the fixed bytes)
-    try:
-        return plan_with(held + waiting(tile))
-    except memory.BudgetError as refusal:
-        # room for the first tile's partials leaves no tile that fits, but a
-        # smaller tile has smaller partials: the least room whose tile's
-        # partials fit in it (fewer bytes of room, larger tiles)
-        fits, low, high = None, 0, waiting(tile)
-        for _ in range(40):
-            if high - low <= 1:
-                break
-            room = (low + high) // 2
-            try:
-                planned = plan_with(held + room)
-            except memory.BudgetError:
-                high = room
-                continue
-            if waiting(planned[0]) <= room:
-                fits, high = planned, room
-            else:
-                low = room
-        if fits is None:
-            raise refusal
-        return fits
 
 
 # --- copies: transpose, update_ ------------------------------------------------------
