@@ -75,7 +75,7 @@ def set_region_graph(out: StoreSpec, target: StoreSpec, value: StoreSpec, sel: t
     return graph, list(graph)
 
 
-# --- slicing and joining ----------------------------------------------------------
+# --- one task per chunk (the layout and gather families' graphs) -----------------
 
 def chunk_graph(op: str, out: StoreSpec, task, *args, tile: tuple | None = None
                 ) -> tuple[dict, list]:
@@ -92,27 +92,3 @@ def chunk_graph(op: str, out: StoreSpec, task, *args, tile: tuple | None = None
     graph = {(name, i): (task, out, region, *args)
              for i, region in enumerate(regions(out.shape, tile or out.chunks))}
     return graph, list(graph)
-
-
-def slice_graph(out: StoreSpec, source: StoreSpec, sizes: tuple, starts: tuple):
-    """out = source[index], one task per output chunk (see tasks.slice_block)."""
-    return chunk_graph("slice", out, tasks.slice_block, source, sizes, starts)
-
-
-def scatter_graph(out: StoreSpec, g: StoreSpec, sizes: tuple, starts: tuple):
-    """out = zeros with g placed where a slice took it, one task per chunk."""
-    return chunk_graph("slice_vjp", out, tasks.scatter_block, g, sizes, starts)
-
-
-def reshape_graph(out: StoreSpec, source: StoreSpec, op: str = "reshape"):
-    """out = source reshaped (C order), one task per band of out's rows."""
-    name = key_name(op, out.path)
-    rows = out.chunks[0]
-    graph = {(name, i): (tasks.reshape_block, out, slice(s, min(s + rows, out.shape[0])), source)
-             for i, s in enumerate(range(0, out.shape[0], rows))}
-    return graph, list(graph)
-
-
-def concatenate_graph(out: StoreSpec, inputs: tuple, axis: int, stack: bool):
-    """out = inputs joined along axis, one task per output chunk."""
-    return chunk_graph("concatenate", out, tasks.concatenate_block, inputs, axis, stack)

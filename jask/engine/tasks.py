@@ -1,9 +1,10 @@
-"""The functions a block task runs (copies, slices, joins), and the strips of
+"""The functions a block task runs (copies, writes of a region), and the strips of
 a contraction every product adds up (:func:`strip_product`: a product's own
 tasks, :mod:`jask.engine.ops.products`, and band groups'). Each reads whole
 chunks where it can, computes one tile, and writes one whole output chunk,
 so concurrent tasks never share a chunk file. Elementwise ops and
-reductions are in :mod:`jask.engine.blockwise`."""
+reductions are in :mod:`jask.engine.blockwise`; slices, joins and
+reshapes beside their graphs in :mod:`jask.engine.ops.layout`."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,89 +60,6 @@ def set_region_block(out: StoreSpec, region: tuple, target: StoreSpec, value: St
 
 def combine(*partials):
     return sum(partials[1:], partials[0])
-
-
-# --- slicing and joining --------------------------------------------------------------
-
-def _extent(region: tuple) -> tuple:
-    return tuple(r.stop - r.start for r in region)
-
-
-def slice_block(out: StoreSpec, region: tuple, source: StoreSpec, sizes: tuple,
-                starts: tuple) -> None:
-    """out[region] = source[index][region]; ``sizes`` per source axis is
-    (size, step) of a slice or None for an integer index."""
-    window, steps, i = [], [], 0
-    for start, x in zip(starts, sizes):
-        if x is None:
-            window.append(slice(start, start + 1))
-            steps.append(slice(None))
-            continue
-        r, step = region[i], x[1]
-        window.append(slice(start + r.start * step, start + (r.stop - 1) * step + 1))
-        steps.append(slice(None, None, step))
-        i += 1
-    block = read(source, tuple(window))[tuple(steps)]
-    write(out, region, np.ascontiguousarray(block).reshape(_extent(region)))
-
-
-def scatter_block(out: StoreSpec, region: tuple, g: StoreSpec, sizes: tuple,
-                  starts: tuple) -> None:
-    """out[region] = the slice's cotangent g where the slice took elements, else 0."""
-    block = np.zeros(_extent(region), dtype=out.dtype)
-    dst, src = [], []
-    for r, start, x in zip(region, starts, sizes):
-        if x is None:  # an integer index: the cotangent has no such axis
-            if not r.start <= start < r.stop:
-                return write(out, region, block)
-            dst.append(slice(start - r.start, start - r.start + 1))
-            continue
-        size, step = x
-        lo = max(0, -(-(r.start - start) // step))
-        hi = min(size, -(-(r.stop - start) // step))
-        if lo >= hi:
-            return write(out, region, block)
-        first = start + lo * step - r.start
-        dst.append(slice(first, first + (hi - lo - 1) * step + 1, step))
-        src.append(slice(lo, hi))
-    part = read(g, tuple(src))
-    block[tuple(dst)] = part.reshape(block[tuple(dst)].shape)
-    write(out, region, block)
-
-
-def concatenate_block(out: StoreSpec, region: tuple, inputs: tuple, axis: int,
-                      stack: bool) -> None:
-    """out[region] from the inputs it overlaps along ``axis``."""
-    block = np.empty(_extent(region), dtype=out.dtype)
-    r, offset = region[axis], 0
-    for x in inputs:
-        length = 1 if stack else x.shape[axis]
-        lo, hi = max(r.start, offset), min(r.stop, offset + length)
-        if lo < hi:
-            dst = region[:axis] + (slice(lo - r.start, hi - r.start),) + region[axis + 1:]
-            dst = tuple(slice(0, s.stop - s.start) if i != axis else s
-                        for i, s in enumerate(dst))
-            if stack:
-                part = read(x, region[:axis] + region[axis + 1:])
-                block[dst] = np.expand_dims(part, axis)
-            else:
-                src = region[:axis] + (slice(lo - offset, hi - offset),) + region[axis + 1:]
-                block[dst] = read(x, src)
-        offset += length
-    write(out, region, block)
-
-
-def reshape_block(out: StoreSpec, rows: slice, source: StoreSpec) -> None:
-    """out[rows] from the C-order elements of source it holds: the source
-    rows that cover that flat range, read whole and cut."""
-    out_row = int(np.prod(out.shape[1:], dtype=np.int64))
-    src_row = int(np.prod(source.shape[1:], dtype=np.int64))
-    first, last = rows.start * out_row, rows.stop * out_row
-    r0, r1 = first // src_row, -(-last // src_row)
-    block = read(source, (slice(r0, r1),) + tuple(slice(0, n) for n in source.shape[1:]))
-    flat = block.reshape(-1)[first - r0 * src_row:last - r0 * src_row]
-    write(out, (rows,) + tuple(slice(0, n) for n in out.shape[1:]),
-          flat.reshape((rows.stop - rows.start,) + tuple(out.shape[1:])))
 
 
 # --- products: strips of the contraction (the products' tasks and band groups') ---

@@ -39,9 +39,6 @@ from jask.store.tiles import forget as forget_cached
 from jask.store.tiles import read, read_model, write
 from jask.store.views import base_of
 from jask.store.views import key as view_key
-from jask.store.views import reshape as reshape_view
-from jask.store.views import take as slice_view
-from jask.store.views import transpose as transpose_view
 
 
 class Work:
@@ -138,24 +135,6 @@ def writable(target: StoreSpec) -> StoreSpec:
     return registry.own_store(target.handle) if target.view is not None else target
 
 
-def transpose(axes: tuple, *, grad: bool = False):
-    """Work for the input's axes permuted: a view of the same store
-    (:mod:`jask.store.views`), or a permuted copy of one that has no handle."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.view("transpose", transpose_view(stores[0], axes))
-
-    def work(stores, scalars, config: Config):
-        (source,) = stores
-        view = as_view(transpose_view(source, axes), config)
-        if view is not None:
-            return view
-        planned = planner.transpose(source, axes, config)
-        shape = tuple(source.shape[a] for a in axes)
-        return produce(config, "transpose", shape, source.dtype, planned,
-                       lambda out: builders.transpose_graph(out, source, axes), grad=grad)
-    return Work("transpose", work, plan_of)
-
-
 @contextlib.contextmanager
 def decoded_copies(stores, values, on_disk: tuple, which: tuple, config: Config,
                    op: str = "dot", *, reserve: int = 0):
@@ -233,77 +212,6 @@ def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store:
                             work.op) as (copies, _):
             return work(copies, values, config)
     return Work(work.op, run, plan_of)
-
-
-def take_slice(sizes: tuple, *, grad: bool = False):
-    """Work for ``a[index]``: per axis (size, step) or None for an integer
-    index; the starts are the in-memory operands."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        view = slice_view(stores[0], sizes, (0,) * len(sizes))  # starts may be traced
-        if view is not None:
-            return planner.view("slice", view)
-        return planner.take_slice(stores[0], sizes, config)
-
-    def work(stores, values, config: Config):
-        (source,) = stores
-        starts = tuple(int(v) for v in values)
-        view = as_view(slice_view(source, sizes, starts), config)
-        if view is not None:
-            return view
-        shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-        return produce(config, "slice", shape, source.dtype,
-                       planner.take_slice(source, sizes, config),
-                       lambda out: builders.slice_graph(out, source, sizes, starts),
-                       grad=grad)
-    return Work("slice", work, plan_of)
-
-
-def scatter_slice(sizes: tuple, shape: tuple):
-    """Work for the gradient of a slice: zeros with ``g`` where it was taken."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.scatter_slice(stores[0], shape, config)
-
-    def work(stores, values, config: Config):
-        (g,) = stores
-        starts = tuple(int(v) for v in values)
-        return produce(config, "slice_vjp", shape, g.dtype, plan_of(stores, values, config),
-                       lambda out: builders.scatter_graph(out, g, sizes, starts), grad=True)
-    return Work("slice_vjp", work, plan_of)
-
-
-def reshape(shape: tuple, *, grad: bool = False):
-    """Work for a C-order reshape: bands of whole output rows, each read
-    from the source rows that hold its elements."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        view = reshape_view(stores[0], shape)
-        if view is not None:
-            return planner.view("reshape", view)
-        return planner.reshape(stores[0], shape, config)
-
-    def work(stores, values, config: Config):
-        (source,) = stores
-        view = as_view(reshape_view(source, shape), config)
-        if view is not None:
-            return view
-        return produce(config, "reshape", shape, source.dtype,
-                       planner.reshape(source, shape, config),
-                       lambda out: builders.reshape_graph(out, source), grad=grad)
-    return decoded_first(Work("reshape", work, plan_of))
-
-
-def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
-    """Work for joining stores along ``axis`` (a new axis when ``stack``)
-    into an array of ``shape``."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.concatenate(stores, axis, stack, shape, config)
-
-    def work(stores, values, config: Config):
-        first = stores[0]
-        return produce(config, "concatenate", shape, first.dtype,
-                       plan_of(stores, values, config),
-                       lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
-                       grad=grad)
-    return decoded_first(Work("concatenate", work, plan_of))
 
 
 def _read_all(stores, scalars, config: Config) -> np.ndarray:

@@ -12,7 +12,8 @@ ordinary JAX arrays.
 The base every primitive shares is :mod:`~jask.core.primitives.base`; op
 families live in modules of their own (:mod:`~jask.core.primitives.elementwise`:
 every elementwise op, broadcast and reduction, one primitive, :class:`Blockwise`;
-:mod:`~jask.core.primitives.layout`: the transposed view;
+:mod:`~jask.core.primitives.layout`: transposes, slices,
+reshapes and joins;
 :mod:`~jask.core.primitives.gathers`:
 gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.scans`:
 cumulative sums and products; :mod:`~jask.core.primitives.products`: matrix
@@ -49,7 +50,15 @@ from jask.core.primitives.gathers import Sort as Sort
 from jask.core.primitives.gathers import gather as gather
 from jask.core.primitives.gathers import searchsorted as searchsorted
 from jask.core.primitives.gathers import sort as sort
+from jask.core.primitives.layout import Concatenate as Concatenate
+from jask.core.primitives.layout import Reshape as Reshape
+from jask.core.primitives.layout import Scatter as Scatter
+from jask.core.primitives.layout import Slice as Slice
 from jask.core.primitives.layout import Transpose as Transpose
+from jask.core.primitives.layout import concatenate as concatenate
+from jask.core.primitives.layout import moved
+from jask.core.primitives.layout import reshape as reshape
+from jask.core.primitives.layout import take_slice as take_slice
 from jask.core.primitives.layout import transpose as transpose
 from jask.core.primitives.products import Dot as Dot
 from jask.core.primitives.products import Fused as Fused
@@ -60,15 +69,6 @@ from jask.core.rewrite import prune_before_lowering, take_over_jit
 from jask.engine import work
 from jask.engine.ops.reductions import REDUCERS, variance
 from jask.engine.plan import Plan
-
-
-def _moved(x, order: tuple):
-    """``x`` with its axes in ``order`` (a view of a store)."""
-    if order == tuple(range(len(order))):
-        return x
-    if not _on_disk(_aval(x)):
-        return jax.numpy.transpose(x, order)
-    return transpose(x, order)
 
 
 def _reshaped(x, shape: tuple, config: Config | None = None):
@@ -101,112 +101,7 @@ def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
                      axes_of(shape), aval.dtype, config=config, name="reshape")(x)
 
 
-# --- layout ------------------------------------------------------------------
-
-class Slice(DiskPrimitive):
-    """``a[index]`` for a basic index: per axis ``(size, step)`` of a slice
-    or ``None`` for an integer (the axis is dropped). The starts are operands
-    (int32 scalars), so one compiled program serves every start."""
-
-    def __init__(self, aval: DiskArrayType, sizes: tuple, grad: bool, config: Config | None):
-        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
-        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
-        super().__init__((aval,) + starts, DiskArrayType(out_shape, aval.dtype),
-                         sizes=tuple(sizes), grad=grad, config=config)
-
-    def disk_work(self):
-        return work.take_slice(self.sizes, grad=self.grad)
-
-    def expand(self, a, *starts):
-        return self._run(self.disk_work(), [a, *starts])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca, *cstarts):
-        a, *starts = res
-        _accum(ca, lambda: Scatter(self.in_avals[0], self.sizes, self.config)(g, *starts))
-
-
-class Scatter(DiskPrimitive):
-    """Zeros of ``aval``'s shape with ``g`` placed where :class:`Slice` took it."""
-
-    def __init__(self, aval: DiskArrayType, sizes: tuple, config: Config | None):
-        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
-        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
-        super().__init__((DiskArrayType(out_shape, aval.dtype),) + starts, aval,
-                         op="slice_vjp", sizes=tuple(sizes), config=config)
-
-    def disk_work(self):
-        return work.scatter_slice(self.sizes, self.out_aval.shape)
-
-    def expand(self, g, *starts):
-        return self._run(self.disk_work(), [g, *starts])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, cg, *cstarts):
-        _, *starts = res  # (a gradient's gradient: the slice again)
-        _accum(cg, lambda: take_slice(g, self.sizes, starts, config=self.config, grad=True))
-
-
-class Concatenate(DiskPrimitive):
-    """Operands joined along ``axis`` (``stack``: along a new axis)."""
-
-    def __init__(self, avals: tuple, axis: int, stack: bool, grad: bool, config: Config | None):
-        first = avals[0]
-        shape = list(first.shape)
-        if stack:
-            shape.insert(axis, len(avals))
-        else:
-            shape[axis] = sum(a.shape[axis] for a in avals)
-        super().__init__(avals, DiskArrayType(shape, first.dtype), axis=axis, stack=stack,
-                         grad=grad, config=config)
-
-    def disk_work(self):
-        return work.concatenate(self.axis, self.stack, self.out_aval.shape, grad=self.grad)
-
-    def expand(self, *arrays):
-        return self._run(self.disk_work(), list(arrays))
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, tuple(range(len(primals))))
-
-    def backward(self, res, g, *accums):
-        start = 0
-        for aval, accum in zip(self.in_avals, accums):
-            size = 1 if self.stack else aval.shape[self.axis]
-            sizes = [(n, 1) for n in self.out_aval.shape]
-            sizes[self.axis] = None if self.stack else (size, 1)
-            starts = [0] * len(sizes)
-            starts[self.axis] = start
-            _accum(accum, lambda sizes=tuple(sizes), starts=tuple(starts): take_slice(
-                g, sizes, starts, config=self.config, grad=True))
-            start += size
-
-
-class Reshape(DiskPrimitive):
-    """The same elements in C order under another shape (a view when only
-    length-1 axes come or go, else a copy)."""
-
-    def __init__(self, aval: DiskArrayType, shape: tuple, grad: bool, config: Config | None):
-        super().__init__((aval,), DiskArrayType(shape, aval.dtype), shape=tuple(shape),
-                         grad=grad, config=config)
-
-    def disk_work(self):
-        return work.reshape(self.shape, grad=self.grad)
-
-    def expand(self, a):
-        return self._run(self.disk_work(), [a])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca):
-        _accum(ca, lambda: Reshape(self.out_aval, self.in_avals[0].shape, True,
-                                   self.config)(g))
-
+# --- other ops (FFT, writes in place) ------------------------------------------
 
 class FFT(DiskPrimitive):
     """A discrete Fourier transform along ``axis`` (whole lanes per tile):
@@ -324,22 +219,6 @@ class FromValue(DiskPrimitive):
 
 # --- binding helpers (arguments already checked by the public layer) ---------------
 
-def take_slice(a, sizes, starts, *, config=None, grad=False):
-    # a concrete start as numpy's int32 (jax.numpy.asarray costs ~0.1 ms each, and
-    # a slice's per-call cost is what minibatch loops pay)
-    starts = [np.int32(s) if isinstance(s, (int, np.integer)) else jax.numpy.asarray(s, np.int32)
-              for s in starts]
-    return Slice(_aval(a), tuple(sizes), grad, config)(a, *starts)
-
-
-def concatenate(arrays, axis, *, stack=False, config=None):
-    return Concatenate(tuple(_aval(x) for x in arrays), axis, stack, False, config)(*arrays)
-
-
-def reshape(a, shape, *, config=None):
-    return Reshape(_aval(a), tuple(shape), False, config)(a)
-
-
 def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
     return FFT(_aval(a), axis, kind, n, norm, shape, dtype, config=config)(a)
 
@@ -363,7 +242,7 @@ def from_value(x, *, config=None, grad=False):
 # imports the base, never this package): see DiskPrimitive.added.
 DiskPrimitive.added = staticmethod(add)
 DiskPrimitive.outer = staticmethod(outer)
-DiskPrimitive.moved = staticmethod(_moved)
+DiskPrimitive.moved = staticmethod(moved)
 DiskPrimitive.reshaped = staticmethod(_reshaped)
 
 

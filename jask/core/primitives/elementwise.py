@@ -35,7 +35,7 @@ from jask.core.primitives.base import (
     _on_disk,
     _out_type,
 )
-from jask.core.primitives.layout import transpose
+from jask.core.primitives.layout import moved
 from jask.core.primitives.reductions import is_linear, rule_of
 from jask.engine.blockwise import Operand, reduce_partial
 from jask.engine.ops import elementwise as ops
@@ -372,12 +372,7 @@ def _batch_blockwise(prim, size: int, args: tuple, dims: tuple):
 def _batch_last(x, d: int):
     """``x`` with its batch axis ``d`` moved last."""
     n = len(_aval(x).shape)
-    order = tuple(i for i in range(n) if i != d) + (d,)
-    if order == tuple(range(n)):
-        return x
-    if not _on_disk(_aval(x)):
-        return jax.numpy.transpose(x, order)
-    return transpose(x, order)
+    return moved(x, tuple(i for i in range(n) if i != d) + (d,))
 
 
 def _refuse(what: str):

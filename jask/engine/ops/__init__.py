@@ -12,4 +12,7 @@
   over tiles, their planner, work and graphs.
 * :mod:`~jask.engine.ops.products`: products (a matrix product, and one pass
   with several outputs), each op's planner, work, graph and tasks.
+* :mod:`~jask.engine.ops.layout`: transposes, slices (and a slice's
+  gradient), reshapes and joins: a view where one stands, else a copy's
+  planner, work, graph and block task.
 """

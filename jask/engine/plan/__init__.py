@@ -4,10 +4,10 @@ read or written.
 
 * :mod:`~jask.engine.plan.tiles`: the plan type (:class:`Plan`) and the
   blockwise tile planner every copy-like op builds on (:func:`plan_blockwise`);
-* :mod:`~jask.engine.plan.ops`: one planner per kind of op (transposes and
-  copies, products, slices, reshapes, joins, reads and writes of in-memory
-  values, ``save``, ``Fused``; the op families moved to :mod:`jask.engine.ops`
-  plan there: elementwise ops, gathers, scans);
+* :mod:`~jask.engine.plan.ops`: one planner per kind of op (views,
+  transposed copies and copies, reads and writes of in-memory values,
+  ``save``; the op families moved to :mod:`jask.engine.ops` plan there:
+  elementwise ops, gathers, scans, products, slices, reshapes and joins);
 * :mod:`~jask.engine.plan.bands`: the band height of a band group
   (:mod:`jask.engine.fusion`).
 

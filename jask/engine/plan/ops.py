@@ -19,13 +19,12 @@ import numpy as np
 from jask.base import memory
 from jask.base.config import Config
 from jask.base.sizes import exact_bytes
-from jask.engine.plan.tiles import Plan, plan_blockwise, plan_slice
+from jask.engine.plan.tiles import Plan, plan_blockwise
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read_model
 
-__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "update", "take_slice",
-           "scatter_slice", "reshape", "concatenate", "read_all", "from_value", "save",
-           "n_tiles", "held_bytes"]
+__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "update", "read_all",
+           "from_value", "save", "n_tiles", "held_bytes"]
 
 
 def n_tiles(shape: tuple, tile: tuple) -> int:
@@ -101,88 +100,6 @@ def update(target: StoreSpec, source: StoreSpec, config: Config) -> Plan:
     target, into the target's own store (input 0)."""
     tile, cost = copy_chunks(target, source, config.max_memory, config.workers)
     return Plan("update_", tuple(tile), tuple(target.chunks), cost.tasks, cost, into=0)
-
-
-# --- slicing, reshaping and joining --------------------------------------------------
-
-def _first_fit(op: str, shape: tuple, candidates, cost_of, config: Config) -> Plan:
-    tile, cost = memory.first_fit(candidates, cost_of, config.max_memory)
-    tile = tuple(tile)
-    return Plan(op, tile, tile, n_tiles(shape, tile), cost)
-
-
-def take_slice(source: StoreSpec, sizes: tuple, config: Config) -> Plan:
-    """``a[index]``: per axis (size, step) or None for an integer index;
-    tiles whose read windows decode few chunks (:func:`plan_slice`)."""
-    shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-    tile, cost = plan_slice(source, sizes, budget=config.max_memory, workers=config.workers)
-    return Plan("slice", tuple(tile), tuple(tile), n_tiles(shape, tile), cost)
-
-
-def scatter_slice(g: StoreSpec, shape: tuple, config: Config) -> Plan:
-    """The gradient of a slice (zeros with ``g`` placed where it was taken):
-    default chunks of ``shape``."""
-    chunks = memory.default_chunks(shape, g.dtype, config.max_memory, config.workers)
-    cost = memory.task_cost("slice_vjp", chunks, [(read_model(g), chunks)],
-                            memory.nbytes(chunks, g.dtype), 2, config.workers)
-    memory.check_fits(cost, config.max_memory)
-    return Plan("slice_vjp", tuple(chunks), tuple(chunks), n_tiles(shape, chunks), cost)
-
-
-def reshape(source: StoreSpec, shape: tuple, config: Config) -> Plan:
-    """A C-order reshape: bands of whole output rows, each read from the
-    source rows that hold its elements."""
-    out_row = math.prod(shape[1:])
-    src_row = math.prod(source.shape[1:])
-
-    def cost_of(tile):
-        rows = tile[0]
-        covered = min(source.shape[0], -(-(rows * out_row) // src_row) + 1)
-        src_tile = (covered,) + tuple(source.shape[1:])
-        return memory.task_cost("reshape", tile, [(read_model(source), src_tile)],
-                                memory.nbytes(tile, source.dtype), 2, config.workers)
-
-    start = memory.default_chunks(shape, source.dtype, config.max_memory, config.workers)
-    candidates = [(r,) + tuple(shape[1:]) for r in _halvings(start[0])]
-    return _first_fit("reshape", shape, candidates, cost_of, config)
-
-
-def _halvings(n: int):
-    while n > 1:
-        yield n
-        n //= 2
-    yield 1
-
-
-def concatenate(stores, axis: int, stack: bool, shape: tuple, config: Config) -> Plan:
-    """Stores joined along ``axis`` (a new axis when ``stack``) into ``shape``:
-    default chunks (one along a stacked axis), halved until a task fits. A
-    task reads only the inputs its tile overlaps along ``axis`` (one, when
-    stacking), so the cost counts the most any tile overlaps, not every input."""
-    first = stores[0]
-    lengths = [1 if stack else x.shape[axis] for x in stores]
-    ends = np.cumsum(lengths)
-
-    def overlapping(extent: int) -> list:
-        """The inputs of the tile along ``axis`` that overlaps the most of them."""
-        most: list = []
-        for start in range(0, shape[axis], extent):
-            stop = min(start + extent, shape[axis])
-            hit = [x for x, end, n in zip(stores, ends, lengths) if end > start
-                   and end - n < stop]
-            most = hit if len(hit) > len(most) else most
-        return most
-
-    def cost_of(tile):
-        part = tuple(c for i, c in enumerate(tile) if not (stack and i == axis))
-        reads = [(read_model(x), part) for x in overlapping(tile[axis])]
-        return memory.task_cost("concatenate", tile, reads,
-                                memory.nbytes(tile, first.dtype), 2, config.workers)
-
-    chunks = memory.default_chunks(shape, first.dtype, config.max_memory, config.workers)
-    if stack:
-        chunks = chunks[:axis] + (1,) + chunks[axis + 1:]
-    return _first_fit("concatenate", shape, memory.shrinking(chunks), cost_of, config)
 
 
 # --- between disk and memory ----------------------------------------------------------
