@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from jask.base import counters, memory
+from jask.base import memory
 from jask.base.config import Config
 from jask.base.memory import BudgetError
 from jask.engine import builders, execute
@@ -36,7 +36,7 @@ from jask.store.space import (
 )
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
 from jask.store.tiles import forget as forget_cached
-from jask.store.tiles import read, read_model, write
+from jask.store.tiles import read_model
 from jask.store.views import base_of
 from jask.store.views import key as view_key
 
@@ -212,39 +212,6 @@ def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store:
                             work.op) as (copies, _):
             return work(copies, values, config)
     return Work(work.op, run, plan_of)
-
-
-def _read_all(stores, scalars, config: Config) -> np.ndarray:
-    (store,) = stores
-    with counters.op("materialize"):
-        return read(store, _whole(store.shape))
-
-
-#: Work for loading a whole store into memory: one read in the calling
-#: thread, never refused (its plan only describes it).
-read_all = Work("materialize", _read_all,
-                lambda stores, values, config: planner.read_all(stores[0], config))
-
-
-def write_value(*, grad: bool = False, op: str = "from_value"):
-    """Work for writing an in-memory array (the scalar operand) to a new store."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        (value,) = values
-        return planner.from_value(op, tuple(value.shape), value.dtype, config)
-
-    def work(stores, scalars, config: Config):
-        (value,) = scalars
-        chunks = plan_of(stores, scalars, config).chunks
-        with room(config, op, value.shape, value.dtype, chunks), registry.new_store(
-                config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out, \
-                counters.op(op):
-            write(out, _whole(value.shape), value)
-        return out
-    return Work(op, work, plan_of)
-
-
-def _whole(shape) -> tuple:
-    return tuple(slice(0, n) for n in shape)
 
 
 def _update(stores, scalars, config: Config) -> StoreSpec:

@@ -12,7 +12,8 @@ ordinary JAX arrays.
 The base every primitive shares is :mod:`~jask.core.primitives.base`; op
 families live in modules of their own (:mod:`~jask.core.primitives.elementwise`:
 every elementwise op, broadcast and reduction, one primitive, :class:`Blockwise`;
-:mod:`~jask.core.primitives.layout`: transposes, slices,
+:mod:`~jask.core.primitives.creation`: a store written from an in-memory
+array and read back whole; :mod:`~jask.core.primitives.layout`: transposes, slices,
 reshapes and joins;
 :mod:`~jask.core.primitives.gathers`:
 gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.scans`:
@@ -36,6 +37,10 @@ from jask.core.primitives.base import (
     _no_elements,
     _on_disk,
 )
+from jask.core.primitives.creation import FromValue as FromValue
+from jask.core.primitives.creation import Materialize as Materialize
+from jask.core.primitives.creation import from_value as from_value
+from jask.core.primitives.creation import materialize as materialize
 from jask.core.primitives.elementwise import JVP as JVP
 from jask.core.primitives.elementwise import VJP as VJP
 from jask.core.primitives.elementwise import Blockwise as Blockwise
@@ -177,46 +182,6 @@ def outer(x, y, like, config):
                      grad=True, config=config)(x, y)
 
 
-# --- between disk and memory ------------------------------------------------------
-
-class Materialize(DiskPrimitive):
-    """The whole array as an in-memory jax.Array."""
-
-    def __init__(self, aval: DiskArrayType, config: Config | None):
-        super().__init__((aval,), ShapedArray(aval.shape, aval.dtype), config=config)
-
-    def disk_work(self):
-        return work.read_all
-
-    def expand(self, a):
-        return self._run(self.disk_work(), [a])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca):
-        _accum(ca, lambda: FromValue(self.in_avals[0], True, self.config)(g))
-
-
-class FromValue(DiskPrimitive):
-    """An in-memory array written to a new store."""
-
-    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((ShapedArray(aval.shape, aval.dtype),), aval, grad=grad, config=config)
-
-    def disk_work(self):
-        return work.write_value(grad=self.grad)
-
-    def expand(self, x):
-        return self._run(self.disk_work(), [x])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, cx):
-        _accum(cx, lambda: Materialize(self.out_aval, self.config)(g))
-
-
 # --- binding helpers (arguments already checked by the public layer) ---------------
 
 def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
@@ -227,15 +192,6 @@ def update(target, new, *, config=None, at=None):
     if at is None:
         return Update(_aval(target), config)(target, new)
     return Update(_aval(target), config, _aval(new), at)(target, new)
-
-
-def materialize(a, *, config=None):
-    return Materialize(_aval(a), config)(a)
-
-
-def from_value(x, *, config=None, grad=False):
-    x = jax.numpy.asarray(x)
-    return FromValue(DiskArrayType(x.shape, x.dtype), grad, config)(x)
 
 
 # What the products' rules build of the ops defined here (primitives/products.py

@@ -15,4 +15,6 @@
 * :mod:`~jask.engine.ops.layout`: transposes, slices (and a slice's
   gradient), reshapes and joins: a view where one stands, else a copy's
   planner, work, graph and block task.
+* :mod:`~jask.engine.ops.creation`: a store written from an in-memory array,
+  and one read whole into memory, each one call in the calling thread.
 """

@@ -23,8 +23,8 @@ from jask.engine.plan.tiles import Plan, plan_blockwise
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read_model
 
-__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "update", "read_all",
-           "from_value", "save", "n_tiles", "held_bytes"]
+__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "update", "save",
+           "n_tiles", "held_bytes"]
 
 
 def n_tiles(shape: tuple, tile: tuple) -> int:
@@ -100,25 +100,6 @@ def update(target: StoreSpec, source: StoreSpec, config: Config) -> Plan:
     target, into the target's own store (input 0)."""
     tile, cost = copy_chunks(target, source, config.max_memory, config.workers)
     return Plan("update_", tuple(tile), tuple(target.chunks), cost.tasks, cost, into=0)
-
-
-# --- between disk and memory ----------------------------------------------------------
-
-def read_all(store: StoreSpec, config: Config) -> Plan:
-    """Loading a whole store into memory: one read of the whole array in
-    the calling thread (never refused: the caller asked for the array)."""
-    shape = tuple(max(1, n) for n in store.shape)
-    cost = memory.task_cost("materialize", shape, [(read_model(store), shape)], 0, 0, 1)
-    return Plan("materialize", shape, None, 1, dataclasses.replace(cost, tasks=1))
-
-
-def from_value(op: str, shape: tuple, dtype, config: Config) -> Plan:
-    """Writing an in-memory array to a new store of default chunks: one
-    write of the whole value in the calling thread."""
-    chunks = memory.default_chunks(shape, dtype, config.max_memory, config.workers)
-    whole = tuple(max(1, n) for n in shape)
-    cost = memory.task_cost(op, whole, [], memory.nbytes(shape, dtype), 1, 1)
-    return Plan(op, whole, tuple(chunks), 1, dataclasses.replace(cost, tasks=1))
 
 
 #: Output-chunk buffers of a save task: the tile read, the whole chunk and
