@@ -45,11 +45,12 @@ def _least_squares_group(X, y, w):
                                                                   HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 300), k=st.integers(1, 9), chunk_rows=st.integers(1, 120),
        chunk_cols=st.integers(1, 9), rows=st.integers(1, 200), codec=st.booleans(),
-       f64=st.booleans(), strip=st.integers(0, 60), w_stored=st.booleans())
+       f64=st.booleans(), strip=st.integers(0, 60), w_stored=st.booleans(),
+       ahead=st.integers(0, 3))
 def test_a_band_group_computes_what_numpy_does(tmp_path_factory, n, k, chunk_rows, chunk_cols,
-                                               rows, codec, f64, strip, w_stored):
-    """Whatever the band, the strips a band computes at once (0: whole), and
-    ``w`` in memory or a store read whole."""
+                                               rows, codec, f64, strip, w_stored, ahead):
+    """Whatever the band, the strips a band computes at once (0: whole), the
+    bands asked for ahead, and ``w`` in memory or a store read whole."""
     dtype = np.float64 if f64 else np.float32
     rng = np.random.default_rng(n * 31 + k)
     Xn, yn, w = (rng.standard_normal(s).astype(dtype) for s in ((n, k), (n,), (k,)))
@@ -60,7 +61,7 @@ def test_a_band_group_computes_what_numpy_does(tmp_path_factory, n, k, chunk_row
     out_path = folder / "d"
     d_store = _store(out_path, np.zeros(n, dtype), (min(rows, n),), False)
     dsk, keys = fusion.group_graph("test", tuple(order), ((order[1], d_store),), (2, 4),
-                                   n, min(rows, n), strip)
+                                   n, min(rows, n), strip, ahead)
     loss, grad = dask.get(dsk, keys[-1])
     d = Xn @ w - yn
     tol = dict(rtol=1e-4, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-10)
@@ -93,6 +94,31 @@ def test_a_band_plan_fits_the_budget_or_is_refused(n, k, chunk_rows, chunk_cols,
     assert plan.cost.total <= budget
     assert 1 <= plan.cost.tasks_at_once <= workers
     assert -(-n // plan.rows) <= jask.base.memory.task_bound(X.shape[0] * k * 4 + n * 4, budget)
+
+
+def test_each_band_asks_for_the_band_its_thread_runs_next(tmp_path, monkeypatch):
+    """With ``ahead`` tasks at once, band i asks the kernel for the chunks of
+    band i + ahead of every store read by bands (not of ``w``, read whole),
+    and the last bands for none: the disk reads while the bands compute."""
+    n, k, rows = 100, 3, 10
+    rng = np.random.default_rng(0)
+    X = _store(tmp_path / "X", rng.standard_normal((n, k)).astype("f4"), (10, k), False)
+    y = _store(tmp_path / "y", rng.standard_normal(n).astype("f4"), (10,), False)
+    w = _store(tmp_path / "w", np.ones(k, "f4"), (k,), False)
+    order = _least_squares_group(X, y, w)
+    asked = []
+    monkeypatch.setattr(fusion, "prefetch", lambda store, region: asked.append(
+        (store.path, region[0].start, region[0].stop)))
+    dsk, _ = fusion.group_graph("test", tuple(order), (), (2, 4), n, rows, ahead=2)
+    tasks = sorted((t for t in dsk.values() if t[0] is not fusion.combine_bands),
+                   key=lambda t: t[1].start)
+    assert len(tasks) == n // rows
+    for i, (compute, band, ahead) in enumerate(tasks):
+        asked.clear()
+        compute(band, ahead)
+        later = (i + 2) * rows
+        assert sorted(asked) == ([] if later >= n else sorted(
+            [(X.path, later, later + rows), (y.path, later, later + rows)]))
 
 
 def test_a_band_graph_lists_each_combine_right_after_its_inputs():

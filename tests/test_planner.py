@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from helpers import user_spec
 from jask.base import memory
+from jask.engine.ops import products
 from jask.engine.plan import ops, plan_blockwise
 from jask.store.spec import StoreSpec
 
@@ -106,8 +107,8 @@ def _check_transpose_copy_and_dot(stores, shape, dtype, budget, workers):
             tile, cost = result
             assert cost.total <= budget and cost.tasks <= memory.task_bound(data, budget)
     if len(shape) == 2:  # first @ first.T: (m, k) x (k, m)
-        result = _timed(lambda: ops.dot_plan(first, first, False, True, dtype, budget,
-                                                  workers), budget)
+        result = _timed(lambda: products.dot_tiles(first, first, False, True, dtype, budget,
+                                                   workers), budget)
         if result is not None:
             chunks, tk, splits, cost = result
             assert cost.total <= budget and 1 <= cost.tasks_at_once <= workers

@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 import jask
+from jask.core import ufuncs
 from jask.core._jax_internals import dead_code_removed, hi_primitive, lowering_rewrite
 from jask.core._jax_internals import jaxpr_core as core
+from jask.core.array import DiskArrayType
+from jask.core.primitives.elementwise import Blockwise
 from jask.core.rewrite import Rules, rewritten_jaxpr
 from jask.core.rewrite.centred_moments import centred_moments
 from jask.core.rewrite.common_values import common_values
@@ -214,3 +217,30 @@ def test_inlined_writes_out_nested_calls_with_fresh_variables():
     np.testing.assert_allclose(core.jaxpr_as_fun(flat)(x), core.jaxpr_as_fun(closed)(x),
                                rtol=1e-6)
     assert inlined(flat, lambda jaxpr: False) is flat
+
+
+def _blockwise(row: str, reducer=None):
+    a = DiskArrayType((6, 4), np.float32)
+    full = (0, 1)
+    ufunc = ufuncs.TABLE[row]
+    return Blockwise(ufunc, (a,) * ufunc.nin, (full,) * ufunc.nin, (None,) * ufunc.nin,
+                     a.shape, full if reducer is None else (), np.float32, reducer=reducer)
+
+
+@pytest.mark.parametrize("row, reducer, groups", [
+    ("add", None, ({0: 1, 1: 1},)),
+    ("subtract", None, ({0: 1, 1: -1},)),
+    ("multiply", None, ({0: None}, {1: None})),
+    ("multiply", "sum", ({0: None}, {1: None})),
+    ("add", "sum", ()),  # a sum of a + b reduces both at once: not read as a signed sum
+    ("maximum", None, ()),
+    ("multiply", "max", ()),
+    ("exp", None, ()),
+])
+def test_a_blockwise_declares_the_operands_it_is_linear_in(row, reducer, groups):
+    """The band-group rewrite reads linearity only from what the op declares
+    (:meth:`Blockwise.linear_operands`): a kernel or reducer not known linear
+    is declared linear in nothing."""
+    prim = _blockwise(row, reducer)
+    assert prim.linear_operands() == groups
+    assert prim.kernel_linear() == tuple(tuple(sorted(g)) for g in groups)

@@ -45,8 +45,8 @@ def test_transposes_and_slices_write_nothing(small_budget, rng):
 
 def _planned_passes(config, a, b, vectors=(None, None)):
     """Passes over ``a`` that the plan of ``a.T @ b`` states."""
-    from jask.engine import work
-    plan = work.dot(True, False, (True, True), vectors, a.dtype).plan(
+    from jask.engine.ops import products
+    plan = products.dot(True, False, (True, True), vectors, a.dtype).plan(
         [registry.spec(a._handle), registry.spec(b._handle)], [], config)
     return plan.passes[0]
 

@@ -21,8 +21,8 @@ from jask.core._jax_internals import is_tracer
 from jask.core.array import DiskArray, check_storable, disk_type
 from jask.core.lifetime import collect_if_idle
 from jask.core.ufuncs import PASS, Ufunc
-from jask.engine import work
 from jask.engine.blockwise import positional
+from jask.engine.ops import creation as creation_ops
 from jask.store import icechunk_name, locate
 from jask.store.groups import Member, group_members, read_values
 from jask.store.spec import StoreSpec, check_metadata
@@ -182,8 +182,8 @@ def from_numpy(arr, *, config: Config | None = None) -> DiskArray:
     # A numpy array is a constant: write it now, in its own dtype, even
     # inside a trace (it then enters the program as a constant DiskArray).
     collect_if_idle()
-    return DiskArray._from_store(work.write_value(op="from_numpy")([], [value],
-                                                                   config or get_config()))
+    write = creation_ops.write_value(op="from_numpy")
+    return DiskArray._from_store(write([], [value], config or get_config()))
 
 
 def to_disk(x, *, config: Config | None = None) -> DiskArray:

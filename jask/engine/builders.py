@@ -8,7 +8,6 @@ A graph is a plain dict of block tasks; its keys are named
 from __future__ import annotations
 
 import itertools
-import math
 
 from dask.base import tokenize
 
@@ -76,7 +75,7 @@ def set_region_graph(out: StoreSpec, target: StoreSpec, value: StoreSpec, sel: t
     return graph, list(graph)
 
 
-# --- slicing and joining ----------------------------------------------------------
+# --- one task per chunk (the layout and gather families' graphs) -----------------
 
 def chunk_graph(op: str, out: StoreSpec, task, *args, tile: tuple | None = None
                 ) -> tuple[dict, list]:
@@ -93,81 +92,3 @@ def chunk_graph(op: str, out: StoreSpec, task, *args, tile: tuple | None = None
     graph = {(name, i): (task, out, region, *args)
              for i, region in enumerate(regions(out.shape, tile or out.chunks))}
     return graph, list(graph)
-
-
-def slice_graph(out: StoreSpec, source: StoreSpec, sizes: tuple, starts: tuple):
-    """out = source[index], one task per output chunk (see tasks.slice_block)."""
-    return chunk_graph("slice", out, tasks.slice_block, source, sizes, starts)
-
-
-def scatter_graph(out: StoreSpec, g: StoreSpec, sizes: tuple, starts: tuple):
-    """out = zeros with g placed where a slice took it, one task per chunk."""
-    return chunk_graph("slice_vjp", out, tasks.scatter_block, g, sizes, starts)
-
-
-def reshape_graph(out: StoreSpec, source: StoreSpec, op: str = "reshape"):
-    """out = source reshaped (C order), one task per band of out's rows."""
-    name = key_name(op, out.path)
-    rows = out.chunks[0]
-    graph = {(name, i): (tasks.reshape_block, out, slice(s, min(s + rows, out.shape[0])), source)
-             for i, s in enumerate(range(0, out.shape[0], rows))}
-    return graph, list(graph)
-
-
-def concatenate_graph(out: StoreSpec, inputs: tuple, axis: int, stack: bool):
-    """out = inputs joined along axis, one task per output chunk."""
-    return chunk_graph("concatenate", out, tasks.concatenate_block, inputs, axis, stack)
-
-
-# --- dot ---------------------------------------------------------------------
-
-def dot_graph(out: StoreSpec | None, a: tasks.Matrix, b: tasks.Matrix, view_shape: tuple,
-              chunks: tuple, k: int, tk: int, splits: int, token: str, *, squeeze: tuple = (),
-              shape: tuple = (), dtype=None, op: str = "dot") -> tuple[dict, list]:
-    """op(a) @ op(b) over output tiles ``chunks`` of ``view_shape``, streaming k.
-
-    Each task holds one tile of a, one of b and an accumulator; with
-    ``splits > 1`` the k tiles are shared among tasks whose partial products
-    a bounded fan-in tree adds before writing. The product's view has the
-    vector operands' missing axes (``squeeze``), dropped as tiles are
-    written. With ``out=None`` the (small) product of ``shape`` is
-    assembled in memory.
-    """
-    name = key_name(op, token)
-    partial = key_name(op, token, stage="partial")
-    combine = key_name(op, token, stage="combine")
-    ks = [slice(s, min(s + tk, k)) for s in range(0, k, tk)]
-    size = math.ceil(len(ks) / max(splits, 1))  # contiguous runs of k: sequential reads
-    groups = [tuple(ks[i:i + size]) for i in range(0, len(ks), size)]
-    graph: dict[tuple, tuple] = {}
-    keys: list[tuple] = []
-    out_regions = list(regions(view_shape, chunks))
-    for t, region in enumerate(out_regions):
-        batch, rows, cols = region[:-2], region[-2], region[-1]
-        if len(groups) == 1:
-            key = (name, t)
-            graph[key] = (tasks.dot_block, out, squeeze, a, b, batch, rows, cols, groups[0])
-            keys.append(key)
-            continue
-        parts = []
-        for g, group in enumerate(groups):
-            part = (partial, t, g)
-            graph[part] = (tasks.dot_partial, a, b, batch, rows, cols, group)
-            parts.append(part)
-        while len(parts) > FAN_IN:
-            parts = [_combine_key(graph, combine, t, parts[i:i + FAN_IN], i)
-                     for i in range(0, len(parts), FAN_IN)]
-        key = (name, t)
-        graph[key] = (tasks.dot_combine, out, squeeze, region, *parts)
-        keys.append(key)
-    if out is not None:
-        return graph, keys
-    root = (key_name(op, token, stage="result"),)
-    graph[root] = (tasks.dot_assemble, view_shape, shape, dtype, out_regions, *keys)
-    return graph, [root]
-
-
-def _combine_key(graph, combine, t, parts, i):
-    key = (combine, t, len(graph), i)
-    graph[key] = (tasks.combine, *parts)
-    return key

@@ -582,7 +582,7 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
                 config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks, grad=p.desc.grad))
             writes.append((group.node_of[id(p)], store))
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
-                                       plan.rows, plan.strip)
+                                       plan.rows, plan.strip, ahead=_at_once(config, plan))
         with counters.ran_as(", ".join(node.op for node in order)):
             results = _run_naming_the_op(dsk, keys, config, plan)
         combined = dict(zip(value_roots, results[-1] if value_roots else ()))
@@ -598,6 +598,14 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
     if wide:
         return [fusion.finish(top, combined[index[id(top)]], wide=True) for top in group.tops]
     return [values[index[id(top)]] for top in group.tops]
+
+
+def _at_once(config: Config, plan: Plan) -> int:
+    """The band tasks that run at once (as :func:`jask.engine.execute.run` limits them)."""
+    cost = plan.cost
+    if cost is not None and cost.tasks_at_once >= 1:
+        return min(config.workers, cost.tasks_at_once)
+    return config.workers
 
 
 def _run_naming_the_op(dsk, keys, config: Config, plan: Plan) -> list:

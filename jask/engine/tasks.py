@@ -1,16 +1,16 @@
-"""The functions a block task runs (copies and products). Each reads whole
+"""The functions a block task runs (copies, writes of a region), and the strips of
+a contraction every product adds up (:func:`strip_product`: a product's own
+tasks, :mod:`jask.engine.ops.products`, and band groups'). Each reads whole
 chunks where it can, computes one tile, and writes one whole output chunk,
 so concurrent tasks never share a chunk file. Elementwise ops and
-reductions are in :mod:`jask.engine.blockwise`."""
+reductions are in :mod:`jask.engine.blockwise`; slices, joins and
+reshapes beside their graphs in :mod:`jask.engine.ops.layout`."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read, write
-from jask.store.views import same as same_elements
 
 
 def copy_block(out: StoreSpec, region: tuple, source: StoreSpec, axes: tuple) -> None:
@@ -62,141 +62,7 @@ def combine(*partials):
     return sum(partials[1:], partials[0])
 
 
-# --- slicing and joining --------------------------------------------------------------
-
-def _extent(region: tuple) -> tuple:
-    return tuple(r.stop - r.start for r in region)
-
-
-def slice_block(out: StoreSpec, region: tuple, source: StoreSpec, sizes: tuple,
-                starts: tuple) -> None:
-    """out[region] = source[index][region]; ``sizes`` per source axis is
-    (size, step) of a slice or None for an integer index."""
-    window, steps, i = [], [], 0
-    for start, x in zip(starts, sizes):
-        if x is None:
-            window.append(slice(start, start + 1))
-            steps.append(slice(None))
-            continue
-        r, step = region[i], x[1]
-        window.append(slice(start + r.start * step, start + (r.stop - 1) * step + 1))
-        steps.append(slice(None, None, step))
-        i += 1
-    block = read(source, tuple(window))[tuple(steps)]
-    write(out, region, np.ascontiguousarray(block).reshape(_extent(region)))
-
-
-def scatter_block(out: StoreSpec, region: tuple, g: StoreSpec, sizes: tuple,
-                  starts: tuple) -> None:
-    """out[region] = the slice's cotangent g where the slice took elements, else 0."""
-    block = np.zeros(_extent(region), dtype=out.dtype)
-    dst, src = [], []
-    for r, start, x in zip(region, starts, sizes):
-        if x is None:  # an integer index: the cotangent has no such axis
-            if not r.start <= start < r.stop:
-                return write(out, region, block)
-            dst.append(slice(start - r.start, start - r.start + 1))
-            continue
-        size, step = x
-        lo = max(0, -(-(r.start - start) // step))
-        hi = min(size, -(-(r.stop - start) // step))
-        if lo >= hi:
-            return write(out, region, block)
-        first = start + lo * step - r.start
-        dst.append(slice(first, first + (hi - lo - 1) * step + 1, step))
-        src.append(slice(lo, hi))
-    part = read(g, tuple(src))
-    block[tuple(dst)] = part.reshape(block[tuple(dst)].shape)
-    write(out, region, block)
-
-
-def concatenate_block(out: StoreSpec, region: tuple, inputs: tuple, axis: int,
-                      stack: bool) -> None:
-    """out[region] from the inputs it overlaps along ``axis``."""
-    block = np.empty(_extent(region), dtype=out.dtype)
-    r, offset = region[axis], 0
-    for x in inputs:
-        length = 1 if stack else x.shape[axis]
-        lo, hi = max(r.start, offset), min(r.stop, offset + length)
-        if lo < hi:
-            dst = region[:axis] + (slice(lo - r.start, hi - r.start),) + region[axis + 1:]
-            dst = tuple(slice(0, s.stop - s.start) if i != axis else s
-                        for i, s in enumerate(dst))
-            if stack:
-                part = read(x, region[:axis] + region[axis + 1:])
-                block[dst] = np.expand_dims(part, axis)
-            else:
-                src = region[:axis] + (slice(lo - offset, hi - offset),) + region[axis + 1:]
-                block[dst] = read(x, src)
-        offset += length
-    write(out, region, block)
-
-
-def reshape_block(out: StoreSpec, rows: slice, source: StoreSpec) -> None:
-    """out[rows] from the C-order elements of source it holds: the source
-    rows that cover that flat range, read whole and cut."""
-    out_row = int(np.prod(out.shape[1:], dtype=np.int64))
-    src_row = int(np.prod(source.shape[1:], dtype=np.int64))
-    first, last = rows.start * out_row, rows.stop * out_row
-    r0, r1 = first // src_row, -(-last // src_row)
-    block = read(source, (slice(r0, r1),) + tuple(slice(0, n) for n in source.shape[1:]))
-    flat = block.reshape(-1)[first - r0 * src_row:last - r0 * src_row]
-    write(out, (rows,) + tuple(slice(0, n) for n in out.shape[1:]),
-          flat.reshape((rows.stop - rows.start,) + tuple(out.shape[1:])))
-
-
-# --- products ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Matrix:
-    """An operand of a product as the product sees it: a (batch of)
-    matrices, from a store or an in-memory array, maybe read transposed,
-    maybe a 1-D vector standing as a row (1, k) or a column (k, 1)."""
-
-    source: StoreSpec | np.ndarray
-    transposed: bool = False
-    vector: str | None = None  # "row" or "col"
-
-    def tile(self, batch: tuple, rows: slice, cols: slice) -> np.ndarray:
-        """The (rows, cols) tile of op(operand)."""
-        if self.transposed:
-            rows, cols = cols, rows
-        if self.vector == "row":
-            block = self._read((cols,))[None, :]
-        elif self.vector == "col":
-            block = self._read((rows,))[:, None]
-        else:
-            block = self._read(batch + (rows, cols))
-        return np.swapaxes(block, -1, -2) if self.transposed else block
-
-    @property
-    def length(self) -> int:
-        """The contraction's length: op(operand)'s columns."""
-        shape = self.source.shape
-        if self.vector is not None:
-            return shape[-1] if self.vector == "row" else 1
-        return shape[-2] if self.transposed else shape[-1]
-
-    def _read(self, region: tuple) -> np.ndarray:
-        if isinstance(self.source, StoreSpec):
-            return read(self.source, region)
-        return self.source[region]
-
-
-def _gram_pair(a: Matrix, b: Matrix, batch: tuple, rows: slice, k: slice,
-               cols: slice) -> tuple | None:
-    """The tiles of a.T @ b when both read the same rows of one store
-    (``X.T @ X``): one read of the columns they span, when these overlap."""
-    if not (isinstance(a.source, StoreSpec) and same_elements(a.source, b.source) and a.transposed
-            and not b.transposed and a.vector is None and b.vector is None):
-        return None
-    lo, hi = min(rows.start, cols.start), max(rows.stop, cols.stop)
-    if hi - lo > (rows.stop - rows.start) + (cols.stop - cols.start):
-        return None  # apart: two reads hold less
-    band = read(a.source, batch + (k, slice(lo, hi)))
-    return (np.swapaxes(band[..., rows.start - lo:rows.stop - lo], -1, -2),
-            band[..., cols.start - lo:cols.stop - lo])
-
+# --- products: strips of the contraction (the products' tasks and band groups') ---
 
 #: Most contraction rows one BLAS call adds up. BLAS adds in the operands'
 #: dtype, a running sum along the contraction: over 200,000 rows of a
@@ -266,26 +132,6 @@ def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
     return acc
 
 
-def dot_partial(a: Matrix, b: Matrix, batch: tuple, rows: slice, cols: slice,
-                ks: tuple) -> np.ndarray:
-    """Sum over the contraction tiles ``ks`` of op(a)[rows, k] @ op(b)[k, cols],
-    in :func:`partial_dtype` (see :data:`STRIP`)."""
-    acc = None
-    for k in ks:
-        pair = _gram_pair(a, b, batch, rows, k, cols)
-        left, right = pair if pair is not None else (a.tile(batch, rows, k),
-                                                     b.tile(batch, k, cols))
-        prod = strip_product(left, right, k, a.length)
-        del pair, left, right
-        if acc is None:
-            acc = prod
-        else:
-            acc += prod
-            del prod
-    assert acc is not None, "dot_partial: no contraction tiles"
-    return acc
-
-
 def partial_dtype(dtype) -> np.dtype:
     """The dtype a product's partial sums are kept in: float64 (complex128)
     for floats, as reductions keep theirs; integers as they are (they wrap).
@@ -295,33 +141,3 @@ def partial_dtype(dtype) -> np.dtype:
       (dtype('float64'), dtype('int32'))
     """
     return np.dtype({"f": np.float64, "c": np.complex128}.get(np.dtype(dtype).kind, dtype))
-
-
-def _write_product(out: StoreSpec, squeeze: tuple, region: tuple, value) -> None:
-    """Write a product tile, dropping the axes a vector operand does not have."""
-    kept = tuple(s for i, s in enumerate(region) if i not in squeeze)
-    value = value.astype(out.dtype, copy=False).reshape(tuple(s.stop - s.start for s in kept))
-    write(out, kept, value)
-
-
-def dot_block(out: StoreSpec | None, squeeze: tuple, a: Matrix, b: Matrix, batch: tuple,
-              rows: slice, cols: slice, ks: tuple):
-    acc = dot_partial(a, b, batch, rows, cols, ks)
-    if out is None:
-        return acc
-    _write_product(out, squeeze, batch + (rows, cols), acc)
-
-
-def dot_combine(out: StoreSpec | None, squeeze: tuple, region: tuple, *partials):
-    acc = combine(*partials)
-    if out is None:
-        return acc
-    _write_product(out, squeeze, region, acc)
-
-
-def dot_assemble(view_shape: tuple, shape: tuple, dtype, regions: list, *tiles) -> np.ndarray:
-    """A (small) product assembled in memory from its output tiles."""
-    result = np.zeros(view_shape, dtype=dtype)
-    for region, tile in zip(regions, tiles):
-        result[region] = tile
-    return result.reshape(shape)

@@ -19,12 +19,10 @@ from typing import Callable
 
 import numpy as np
 
-from jask.base import counters, memory
+from jask.base import memory
 from jask.base.config import Config
 from jask.base.memory import BudgetError
-from jask.engine import blockwise as bw
-from jask.engine import builders, execute, tasks
-from jask.engine.fused import fused_graph
+from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan, as_decoded
 from jask.store import DiskFullError, location_of, registry, session_dir
@@ -32,19 +30,15 @@ from jask.store.layout import compressed, maker_like
 from jask.store.space import (
     check_space,
     check_unchanged,
-    raise_if_full,
     snapshot,
     space_errors,
     stamp,
 )
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
 from jask.store.tiles import forget as forget_cached
-from jask.store.tiles import read, read_model, write
-from jask.store.views import as_transposed, base_of
+from jask.store.tiles import read_model
+from jask.store.views import base_of
 from jask.store.views import key as view_key
-from jask.store.views import reshape as reshape_view
-from jask.store.views import take as slice_view
-from jask.store.views import transpose as transpose_view
 
 
 class Work:
@@ -103,46 +97,6 @@ def room(config: Config, op: str, shape, dtype, chunks, *, extra: int = 0):
     return space_errors(folder, needed, op)
 
 
-def blockwise(op: str, kernel, shape: tuple, axes: tuple, dtypes: tuple, on_disk: tuple,
-              out_axes: tuple, out_shape: tuple, out_dtype, *, reducer: str | None = None,
-              to_memory: bool = False, grad: bool = False):
-    """Work for ``kernel`` over tiles of ``shape``, written to a new store or
-    reduced (``reducer``) over the axes ``out_axes`` leaves out.
-
-    Operands come as stores (those flagged ``on_disk``) and in-memory values,
-    in their own order; ``axes`` and ``dtypes`` describe each (see
-    :mod:`jask.engine.blockwise`). With ``to_memory`` the (small) result is
-    returned as a numpy array instead of a store.
-    """
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.blockwise(op, shape, list(zip(in_order(on_disk, stores, values), axes)),
-                                 dtypes, out_axes, out_shape, out_dtype, reducer=reducer,
-                                 to_memory=to_memory, config=config)
-
-    def work(stores, values, config: Config):
-        values = [np.asarray(v) for v in values]
-        planned = plan_of(stores, values, config)
-        tile, cost = planned.tile, planned.cost
-        operands = tuple(bw.Operand(src, ax, dt) for src, ax, dt
-                         in zip(in_order(on_disk, stores, values), axes, dtypes))
-        token = uuid.uuid4().hex
-        if reducer is None:
-            return produce(config, op, out_shape, out_dtype, planned,
-                           lambda out: bw.map_graph(op, kernel, out, out_axes, shape, tile,
-                                                    operands, token), grad=grad)
-        if to_memory:
-            dsk, keys = bw.reduce_graph(op, kernel, reducer, shape, tile, operands, out_axes,
-                                        token, out=None, out_shape=out_shape,
-                                        out_dtype=out_dtype, workers=config.workers)
-            return execute.run(dsk, keys, config.workers, cost)[0]
-        return produce(config, op, out_shape, out_dtype, planned,
-                       lambda out: bw.reduce_graph(op, kernel, reducer, shape, tile, operands,
-                                                   out_axes, token, out=out,
-                                                   out_shape=out_shape, out_dtype=out_dtype,
-                                                   workers=config.workers), grad=grad)
-    return Work(op, work, plan_of)
-
-
 class _ViewCopy(registry.Deferred):
     """A view's own copy, made when its base is about to change or when
     something needs a store of its own (``filename``, ``update_``)."""
@@ -175,87 +129,15 @@ def as_view(view: StoreSpec | None, config: Config) -> StoreSpec | None:
     return registry.register_view(view, _ViewCopy(view, config))
 
 
-def _own(target: StoreSpec) -> StoreSpec:
+def writable(target: StoreSpec) -> StoreSpec:
     """A store an op may write into: a view is first copied into its own
     (its values are those of the array written, not of its base)."""
     return registry.own_store(target.handle) if target.view is not None else target
 
 
-def transpose(axes: tuple, *, grad: bool = False):
-    """Work for the input's axes permuted: a view of the same store
-    (:mod:`jask.store.views`), or a permuted copy of one that has no handle."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.view("transpose", transpose_view(stores[0], axes))
-
-    def work(stores, scalars, config: Config):
-        (source,) = stores
-        view = as_view(transpose_view(source, axes), config)
-        if view is not None:
-            return view
-        planned = planner.transpose(source, axes, config)
-        shape = tuple(source.shape[a] for a in axes)
-        return produce(config, "transpose", shape, source.dtype, planned,
-                       lambda out: builders.transpose_graph(out, source, axes), grad=grad)
-    return Work("transpose", work, plan_of)
-
-
-def dot(ta: bool, tb: bool, on_disk: tuple, vectors: tuple, dtype, *, to_memory: bool = False,
-        grad: bool = False):
-    """Work for ``op(a) @ op(b)``, where op transposes the last two axes of
-    an operand whose flag is set (the backward products). Either operand may
-    be in memory or a 1-D vector (``vectors``: "row", "col" or None)."""
-    def operands(stores, values) -> tuple:
-        """(a, ta, b, tb), a transposed view read as its base transposed."""
-        a, b = in_order(on_disk, stores, values)
-        (a, fa), (b, fb) = (as_transposed(x) if isinstance(x, StoreSpec) else (x, False)
-                            for x in (a, b))
-        return a, ta != fa, b, tb != fb
-
-    def plan_of(stores, values, config: Config) -> Plan:
-        a, ta_, b, tb_ = operands(stores, values)
-        return planner.dot(a, b, ta_, tb_, on_disk, vectors, dtype, to_memory=to_memory,
-                           config=config)
-
-    def work(stores, values, config: Config):
-        values = [np.asarray(v) for v in values]
-        planned = plan_of(stores, values, config)
-        if planned.decoded:  # compressed operands decoded once, first (plan.ops.dot)
-            reserve = 0  # the copies leave room for the product's output
-            if not to_memory and planned.chunks is not None:
-                a, ta_, b, tb_ = operands(stores, values)
-                shape = planner.dot_geometry(a, b, ta_, tb_, vectors)[2]
-                reserve = stored_nbytes(StoreSpec("", shape, np.dtype(dtype),
-                                                  tuple(planned.chunks)))
-            with _decoded(stores, values, on_disk, planned.decoded, config,
-                          reserve=reserve) as (stores, fits):
-                if not fits:  # no room for the copies: decode as the product reads
-                    a, ta_, b, tb_ = operands(stores, values)
-                    planned = planner.dot(a, b, ta_, tb_, on_disk, vectors, dtype,
-                                          to_memory=to_memory, config=config, decode=False)
-                return run(stores, values, planned, config)
-        return run(stores, values, planned, config)
-
-    def run(stores, values, planned: Plan, config: Config):
-        a, ta, b, tb = operands(stores, values)
-        chunks, tk, splits, cost = planned.tile, planned.k_tile, planned.splits, planned.cost
-        view_shape, squeeze, shape, k = planner.dot_geometry(a, b, ta, tb, vectors)
-        ma = tasks.Matrix(a, ta, vectors[0])
-        mb = tasks.Matrix(b, tb, vectors[1])
-        token = uuid.uuid4().hex
-        if to_memory:
-            dsk, keys = builders.dot_graph(None, ma, mb, view_shape, chunks, k, tk, splits, token,
-                                           squeeze=squeeze, shape=shape, dtype=dtype)
-            return execute.run(dsk, keys, config.workers, cost)[0]
-        return produce(config, "dot", shape, dtype, planned,
-                       lambda out: builders.dot_graph(out, ma, mb, view_shape, chunks, k, tk,
-                                                      splits, token, squeeze=squeeze),
-                       grad=grad)
-    return Work("dot", work, plan_of)
-
-
 @contextlib.contextmanager
-def _decoded(stores, values, on_disk: tuple, which: tuple, config: Config, op: str = "dot",
-             *, reserve: int = 0):
+def decoded_copies(stores, values, on_disk: tuple, which: tuple, config: Config,
+                   op: str = "dot", *, reserve: int = 0):
     """``stores`` with the operands ``which`` (indexes among the op's operands)
     replaced by uncompressed scratch copies, each chunk decoded once, by
     tiles of whole chunks spread over the task threads; removed after the
@@ -303,7 +185,7 @@ def _fetched(store: StoreSpec, config: Config) -> bool:
 
 def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store: True) -> Work:
     """``work`` over uncompressed copies of its compressed inputs, each chunk
-    decoded once first (:func:`_decoded`), for ops whose tiles read an input's
+    decoded once first (:func:`decoded_copies`), for ops whose tiles read an input's
     chunks several times (lanes of a sort, a gather's windows, a reshape's
     rows, the inputs of a join, the two passes of a scan: 2-9 decodes per
     chunk on 512x512 zstd chunks). An input in object storage is copied to a
@@ -326,114 +208,10 @@ def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store:
         which = staged(stores, config)
         if not which:
             return work(stores, values, config)
-        with _decoded(stores, values, (True,) * len(stores), which, config,
-                      work.op) as (copies, _):
+        with decoded_copies(stores, values, (True,) * len(stores), which, config,
+                            work.op) as (copies, _):
             return work(copies, values, config)
     return Work(work.op, run, plan_of)
-
-
-def take_slice(sizes: tuple, *, grad: bool = False):
-    """Work for ``a[index]``: per axis (size, step) or None for an integer
-    index; the starts are the in-memory operands."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        view = slice_view(stores[0], sizes, (0,) * len(sizes))  # starts may be traced
-        if view is not None:
-            return planner.view("slice", view)
-        return planner.take_slice(stores[0], sizes, config)
-
-    def work(stores, values, config: Config):
-        (source,) = stores
-        starts = tuple(int(v) for v in values)
-        view = as_view(slice_view(source, sizes, starts), config)
-        if view is not None:
-            return view
-        shape = tuple(size for size, _ in (x for x in sizes if x is not None))
-        return produce(config, "slice", shape, source.dtype,
-                       planner.take_slice(source, sizes, config),
-                       lambda out: builders.slice_graph(out, source, sizes, starts),
-                       grad=grad)
-    return Work("slice", work, plan_of)
-
-
-def scatter_slice(sizes: tuple, shape: tuple):
-    """Work for the gradient of a slice: zeros with ``g`` where it was taken."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.scatter_slice(stores[0], shape, config)
-
-    def work(stores, values, config: Config):
-        (g,) = stores
-        starts = tuple(int(v) for v in values)
-        return produce(config, "slice_vjp", shape, g.dtype, plan_of(stores, values, config),
-                       lambda out: builders.scatter_graph(out, g, sizes, starts), grad=True)
-    return Work("slice_vjp", work, plan_of)
-
-
-def reshape(shape: tuple, *, grad: bool = False):
-    """Work for a C-order reshape: bands of whole output rows, each read
-    from the source rows that hold its elements."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        view = reshape_view(stores[0], shape)
-        if view is not None:
-            return planner.view("reshape", view)
-        return planner.reshape(stores[0], shape, config)
-
-    def work(stores, values, config: Config):
-        (source,) = stores
-        view = as_view(reshape_view(source, shape), config)
-        if view is not None:
-            return view
-        return produce(config, "reshape", shape, source.dtype,
-                       planner.reshape(source, shape, config),
-                       lambda out: builders.reshape_graph(out, source), grad=grad)
-    return decoded_first(Work("reshape", work, plan_of))
-
-
-def concatenate(axis: int, stack: bool, shape: tuple, *, grad: bool = False):
-    """Work for joining stores along ``axis`` (a new axis when ``stack``)
-    into an array of ``shape``."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.concatenate(stores, axis, stack, shape, config)
-
-    def work(stores, values, config: Config):
-        first = stores[0]
-        return produce(config, "concatenate", shape, first.dtype,
-                       plan_of(stores, values, config),
-                       lambda out: builders.concatenate_graph(out, tuple(stores), axis, stack),
-                       grad=grad)
-    return decoded_first(Work("concatenate", work, plan_of))
-
-
-def _read_all(stores, scalars, config: Config) -> np.ndarray:
-    (store,) = stores
-    with counters.op("materialize"):
-        return read(store, _whole(store.shape))
-
-
-#: Work for loading a whole store into memory: one read in the calling
-#: thread, never refused (its plan only describes it).
-read_all = Work("materialize", _read_all,
-                lambda stores, values, config: planner.read_all(stores[0], config))
-
-
-def write_value(*, grad: bool = False, op: str = "from_value"):
-    """Work for writing an in-memory array (the scalar operand) to a new store."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        (value,) = values
-        return planner.from_value(op, tuple(value.shape), value.dtype, config)
-
-    def work(stores, scalars, config: Config):
-        (value,) = scalars
-        chunks = plan_of(stores, scalars, config).chunks
-        with room(config, op, value.shape, value.dtype, chunks), registry.new_store(
-                config.scratch_dir, op, value.shape, value.dtype, chunks, grad=grad) as out, \
-                counters.op(op):
-            write(out, _whole(value.shape), value)
-        return out
-    return Work(op, work, plan_of)
-
-
-def _whole(shape) -> tuple:
-    return tuple(slice(0, n) for n in shape)
 
 
 def _update(stores, scalars, config: Config) -> StoreSpec:
@@ -446,7 +224,7 @@ def _update(stores, scalars, config: Config) -> StoreSpec:
     torn or missing.
     """
     target, source = stores
-    target = _own(target)  # update_ of a view writes its own copy, never its base
+    target = writable(target)  # update_ of a view writes its own copy, never its base
     if target.path == source.path and source.view is None:
         return target
     location_of(target).check_in_place("update_")  # no atomic replace of a user's store at a URL
@@ -506,7 +284,7 @@ def set_region(sel: tuple) -> Work:
         return planner.update(stores[0], stores[0], config)
 
     def run(stores, values, config: Config) -> StoreSpec:
-        target = _own(stores[0])
+        target = writable(stores[0])
         value = stores[1]
         where = location_of(target)
         where.check_in_place("update_")
@@ -567,87 +345,6 @@ def _on_this_process(fill):
             fill(staging)
 
     return fill_here
-
-
-def fused(op: str, kernel: Callable, shape: tuple, on_disk: tuple, dtype,
-               out_dtypes: tuple, into: int | None, align: int | None = None,
-               unread: tuple = (), temporaries: int | None = None):
-    """Work for ``Fused`` (``jask.api.fused``): plan tiles, create the outputs, run one graph.
-
-    Tiles are whole chunks of operand ``align`` (of ``into`` by default);
-    operands in ``unread`` only lend their layout and are never read.
-    ``temporaries``: tiles the kernel allocates besides its inputs (default:
-    one per output and one more), what the plan counts for its outputs."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.fused(op, shape, dtype, in_order(on_disk, stores, values), out_dtypes,
-                             into, align, temporaries, config)
-
-    def run(stores, values, config: Config):
-        values = [np.asarray(v) for v in values]
-        sources = in_order(on_disk, stores, values)
-        full = tuple(range(len(shape)))
-        operands = tuple(bw.Operand(src, full if disk else (), dtype)
-                         for src, disk in zip(sources, on_disk))
-        target = _store(sources, into)
-        if target is not None:  # no atomic replace of a plain store at a URL
-            location_of(target).check_in_place(op)
-        planned = plan_of(stores, values, config)
-        tile, cost = planned.tile, planned.cost
-        first = 0 if target is None else 1
-        needs = _fused_room(config, op, shape, out_dtypes[first:], tile, target)
-        outs: list = []
-        try:
-            for dt in out_dtypes[first:]:
-                outs.append(registry.create(config.scratch_dir, op, shape, dt, tile))
-            read = tuple(x for i, x in enumerate(operands) if i not in unread)
-
-            def fill(staging: str | None) -> None:
-                written = list(outs)
-                if staging is not None and target is not None:
-                    written.insert(0, StoreSpec(staging, target.shape, target.dtype,
-                                                        target.chunks))
-                dsk, keys = fused_graph(op, kernel, tuple(written), shape, tile, read,
-                                        uuid.uuid4().hex)
-                execute.run(dsk, keys, config.workers, cost)
-                if staging is not None:
-                    forget_cached(staging)
-
-            if target is None:
-                fill(None)
-            else:  # the first output replaces target's data, atomically (as update_)
-                target = replace_store(target, maker_like(target), fill, config)
-        except BaseException as err:
-            for out in outs:
-                registry.discard(out)
-            raise_if_full(err, needs, op)  # naming the folder and the sizes
-            raise
-        return ([target] if target is not None else []) + outs
-    return Work(op, run, plan_of)
-
-
-def _fused_room(config: Config, op: str, shape, dtypes, tile, target) -> dict[str, int]:
-    """Bytes each folder must take of a fused op's outputs (the scratch
-    folder, and the folder of a ``target`` replaced), refused now if short."""
-    folder = session_dir(config.scratch_dir)
-    needs = {folder: sum(stored_nbytes(StoreSpec(folder, tuple(shape), np.dtype(dt), tile))
-                         for dt in dtypes)}
-    if target is not None and location_of(target).checks_free_space:  # (a folder beside it)
-        beside = os.path.dirname(target.path)
-        needs[beside] = needs.get(beside, 0) + stored_nbytes(target)
-    for where, needed in needs.items():
-        if needed and not (target is not None and where == os.path.dirname(target.path)
-                           and compressed(target)):  # then only an upper bound
-            check_space(where, needed, op)
-    return needs
-
-
-def _store(sources: list, i: int | None) -> StoreSpec | None:
-    if i is None:
-        return None
-    source = sources[i]
-    if not isinstance(source, StoreSpec):
-        raise TypeError(f"jask.fused: operand {i} must be a DiskArray")
-    return _own(source)
 
 
 def fft(op: str, kind: str, axis: int, n: int, norm: str, dtype):

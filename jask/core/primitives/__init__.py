@@ -7,40 +7,47 @@ make end in ``.grad``; a cotangent is computed only for inputs that need one.
 
 Operands may be DiskArrays or in-memory arrays (the avals say which); an
 in-memory operand's cotangent is an in-memory array, so optimizers see
-ordinary JAX arrays. Every elementwise op, broadcast and reduction is one
-primitive, :class:`Blockwise`, parameterised by a kernel from the op table
-(:mod:`jask.core.ufuncs`).
+ordinary JAX arrays.
 
 The base every primitive shares is :mod:`~jask.core.primitives.base`; op
-families live in modules of their own (:mod:`~jask.core.primitives.gathers`:
+families live in modules of their own (:mod:`~jask.core.primitives.elementwise`:
+every elementwise op, broadcast and reduction, one primitive, :class:`Blockwise`;
+:mod:`~jask.core.primitives.creation`: a store written from an in-memory
+array and read back whole; :mod:`~jask.core.primitives.layout`: transposes, slices,
+reshapes and joins;
+:mod:`~jask.core.primitives.gathers`:
 gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.scans`:
-cumulative sums and products; :mod:`~jask.core.primitives.reductions`: the
+cumulative sums and products; :mod:`~jask.core.primitives.products`: matrix
+products and fused ops; :mod:`~jask.core.primitives.reductions`: the
 reductions' derivative rows), re-exported here where callers need them.
 """
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import jax
 import numpy as np
-from jax.dtypes import canonicalize_dtype
-from jax.experimental.hijax import ShapedArray, Zero
+from jax.experimental.hijax import ShapedArray
 
 from jask.base.config import Config
 from jask.core import dispatch, ufuncs
-from jask.core._jax_internals import is_eager, is_tracer
-from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
+from jask.core.array import DiskArrayType
+from jask.core.primitives.base import DiskPrimitive as DiskPrimitive
 from jask.core.primitives.base import (
-    CHECKPOINT_UNSUPPORTED,
-    UNDEFINED,
     _accum,
     _aval,
     _no_elements,
     _on_disk,
-    _out_type,
 )
-from jask.core.primitives.base import DiskPrimitive as DiskPrimitive
+from jask.core.primitives.creation import FromValue as FromValue
+from jask.core.primitives.creation import Materialize as Materialize
+from jask.core.primitives.creation import from_value as from_value
+from jask.core.primitives.creation import materialize as materialize
+from jask.core.primitives.elementwise import JVP as JVP
+from jask.core.primitives.elementwise import VJP as VJP
+from jask.core.primitives.elementwise import Blockwise as Blockwise
+from jask.core.primitives.elementwise import add as add
+from jask.core.primitives.elementwise import fill as fill
+from jask.core.primitives.elementwise import full as full
+from jask.core.primitives.elementwise import reduce as reduce
 from jask.core.primitives.gathers import Gather as Gather
 from jask.core.primitives.gathers import ScatterAdd as ScatterAdd
 from jask.core.primitives.gathers import Search as Search
@@ -48,352 +55,25 @@ from jask.core.primitives.gathers import Sort as Sort
 from jask.core.primitives.gathers import gather as gather
 from jask.core.primitives.gathers import searchsorted as searchsorted
 from jask.core.primitives.gathers import sort as sort
-from jask.core.primitives.reductions import is_linear, rule_of
+from jask.core.primitives.layout import Concatenate as Concatenate
+from jask.core.primitives.layout import Reshape as Reshape
+from jask.core.primitives.layout import Scatter as Scatter
+from jask.core.primitives.layout import Slice as Slice
+from jask.core.primitives.layout import Transpose as Transpose
+from jask.core.primitives.layout import concatenate as concatenate
+from jask.core.primitives.layout import moved
+from jask.core.primitives.layout import reshape as reshape
+from jask.core.primitives.layout import take_slice as take_slice
+from jask.core.primitives.layout import transpose as transpose
+from jask.core.primitives.products import Dot as Dot
+from jask.core.primitives.products import Fused as Fused
+from jask.core.primitives.products import dot as dot
+from jask.core.primitives.products import widened
 from jask.core.primitives.scans import Cumsum as Cumsum
 from jask.core.rewrite import prune_before_lowering, take_over_jit
 from jask.engine import work
-from jask.engine.blockwise import Operand, reduce_partial
 from jask.engine.ops.reductions import REDUCERS, variance
 from jask.engine.plan import Plan
-
-
-def _tangent_sum(a, b):
-    """The sum of two tangents of one output (either may be ``Zero``)."""
-    if isinstance(a, Zero):
-        return b
-    if isinstance(b, Zero):
-        return a
-    if _on_disk(_aval(a)):
-        return add(a, b)
-    return a + b
-
-
-@dataclass(frozen=True)
-class _Fill:
-    """The kernel of a store holding one value everywhere (it ignores its
-    placeholder operand); hashable, as a compiled call keys on it."""
-
-    value: object
-    dtype: str
-
-    def __call__(self, _):
-        return np.asarray(self.value, self.dtype)
-
-
-@functools.lru_cache(maxsize=256)
-def _fill_row(fill: _Fill) -> ufuncs.Ufunc:
-    # reads nothing, so nothing to differentiate (PASS: its placeholder is a constant)
-    return ufuncs.Ufunc("full", fill, lambda _: None, (ufuncs.PASS,), public=False)
-
-
-def full(shape: tuple, value, dtype, config: Config | None = None):
-    """A new store of ``shape`` holding ``value`` everywhere, written tile by
-    tile (``jask.full``, and an op's result from operands with no elements);
-    a 0-d one is an in-memory ``jax.Array`` (jask makes no 0-d store)."""
-    dtype = np.dtype(dtype)
-    if tuple(shape) == ():
-        return jax.numpy.asarray(value, dtype)
-    fill = _fill_row(_Fill(np.asarray(value).astype(dtype).item(), dtype.name))
-    placeholder = jax.numpy.zeros((), jax.numpy.int32)
-    return Blockwise(fill, (ShapedArray((), placeholder.dtype),), ((),), (None,), tuple(shape),
-                     tuple(range(len(shape))), dtype, config=config)(placeholder)
-
-
-def _filled(value, out, config: Config | None):
-    """``value`` everywhere in ``out``'s shape, in memory or on disk as ``out`` is."""
-    if not _on_disk(out):
-        return jax.numpy.full(out.shape, value, out.dtype)
-    return full(tuple(out.shape), value, out.dtype, config)
-
-
-DiskPrimitive.filled = staticmethod(_filled)  # (see DiskPrimitive.filled)
-
-
-# --- blockwise: elementwise ops, broadcasts and reductions --------------------------
-
-class Blockwise(DiskPrimitive):
-    """``ufunc(*operands)`` over a full ``shape``, kept along ``out_axes``.
-
-    Each operand follows the full shape through its axes map (numpy
-    broadcasting written out, see :mod:`jask.engine.blockwise`); the output
-    keeps the full axes in ``out_axes`` (``None``: a length-1 axis) and is
-    reduced over the others with ``reducer`` ("sum", "max", "min"). A plain
-    elementwise op keeps every axis. ``dtypes`` are what the kernel computes
-    in, per operand (``None``: as stored). The output is a DiskArray unless
-    ``to_memory``.
-    """
-
-    def __init__(self, ufunc, in_avals, axes: tuple, dtypes: tuple, shape: tuple,
-                 out_axes: tuple, out_dtype, *, reducer: str | None = None,
-                 to_memory: bool = False, grad: bool = False, config: Config | None = None,
-                 name: str | None = None):
-        out_shape = tuple(1 if a is None else shape[a] for a in out_axes)
-        super().__init__(in_avals, _out_type(out_shape, out_dtype, not to_memory),
-                         op=name or ufunc.name, ufunc=ufunc, axes=tuple(axes), dtypes=tuple(dtypes),
-                         shape=tuple(shape), out_axes=tuple(out_axes), reducer=reducer,
-                         grad=grad, config=config)
-
-    def disk_work(self):
-        out = self.out_aval
-        return work.blockwise(
-            self.op, self.ufunc.numpy, self.shape, self.axes, self.dtypes,
-            tuple(_on_disk(a) for a in self.in_avals), self.out_axes, out.shape, out.dtype,
-            reducer=self.reducer, to_memory=not _on_disk(out), grad=self.grad)
-
-    def fusion(self):
-        return (self.disk_work(),
-                self._describe("map", at_call=self.ufunc.at_call, kernel=self.ufunc.numpy,
-                               axes=self.axes, dtypes=self.dtypes,
-                               full_shape=self.shape, out_axes=self.out_axes,
-                               reducer=self.reducer, linear=_kernel_linear(self)))
-
-    def expand(self, *args):
-        work_fn, fuse = self.fusion()
-        return self._run(work_fn, args, fuse)
-
-    def of_nothing(self):
-        """A reduction of no elements: the reducer's own answer (0 for a sum,
-        1 for a product, NaN for a variance; ValueError for a max, as numpy
-        and jax.numpy raise), from the kernel on one element per kept axis."""
-        if self.reducer is None:
-            return None
-        small = tuple(min(n, 1) for n in self.shape)
-        operands = tuple(
-            Operand(np.zeros(tuple(1 if a is None else small[a] for a in axes), dt or aval.dtype),
-                    axes, dt)
-            for axes, dt, aval in zip(self.axes, self.dtypes, self.in_avals))
-        kept = {a for a in self.out_axes if a is not None}
-        reduced = tuple(d for d in range(len(small)) if d not in kept)
-        region = tuple(slice(0, n) for n in small)
-        partial = reduce_partial(self.ufunc.numpy, self.reducer, operands, reduced, (region,),
-                                 small)
-        finish = REDUCERS[self.reducer].finish
-        value = partial if finish is None else finish(partial)
-        return np.asarray(value).astype(self.out_aval.dtype).reshape(-1)[0]
-
-    def vjp_fwd(self, nzs_in, *args):
-        self.check_real(nzs_in)
-        out = self(*args)
-        return out, (args, out)
-
-    def transpose_residuals(self, values):
-        return values, None
-
-    def transpose(self, g, *args):
-        mean = REDUCERS[self.reducer].mean_count if self.reducer is not None else None
-        if isinstance(self.ufunc, JVP) and mean is not None and not isinstance(g, Zero):
-            # a mean's tangent: the sum's, its cotangent divided by the count
-            inverse = jax.numpy.asarray(1.0 / mean if mean else np.nan, _aval(g).dtype)
-            as_sum = Blockwise(self.ufunc, self.in_avals, self.axes, self.dtypes, self.shape,
-                               self.out_axes, self.out_aval.dtype, reducer="sum",
-                               to_memory=not _on_disk(self.out_aval), grad=self.grad,
-                               config=self.config, name=self.op)
-            return as_sum.transpose(g * inverse, *args)
-        return super().transpose(g, *args)
-
-    def backward(self, res, g, *accums):
-        # (Also reverse over reverse: a backward pass's maps are Blockwise ops too, whose
-        # rows carry their own rules, VJP kernels' from the row's second derivatives.)
-        args, out = res
-        rule = None if self.reducer is None else rule_of(self.op, self.reducer)
-        if rule is not None and rule.vjp is not None:  # the reduction's own rule
-            if self.grad and self.ufunc.vjps != (ufuncs.PASS,):
-                # the rule differentiates what is reduced as if it were the operand
-                _accum(accums[0], lambda: _refuse(
-                    f"jask.{self.op}: reverse mode through a {self.reducer} reduction of "
-                    f"{self.ufunc.name} (a piece of a gradient) is not supported"))
-            _accum(accums[0], lambda: rule.vjp(self, args[0], out, g))
-            return
-        if self.ufunc.vjps is None:
-            super().backward(res, g, *accums)
-        for j, accum in enumerate(accums):
-            rule = self.ufunc.vjps[j]
-            if rule is None:
-                continue  # not differentiable in this operand (a condition, a stop)
-            if ufuncs.is_unknown(rule):  # a derivative jask has no rule for: refused, by name
-                _accum(accum, lambda rule=rule: _refuse(rule.unknown))
-            _accum(accum, lambda j=j, rule=rule: self._cotangent(j, rule, args, g))
-
-    def _cotangent(self, j, rule, args, g):
-        """The cotangent of operand ``j``: the rule's kernel over the full
-        shape, summed back to the operand's own shape."""
-        aval = self.in_avals[j]
-        to_memory = not _on_disk(aval)
-        if (rule is ufuncs.PASS and self.axes[j] == self.out_axes
-                and to_memory == (not _on_disk(self.out_aval))
-                and aval.dtype == self.out_aval.dtype):
-            return g  # d(a + b)/da: the cotangent itself, no pass over the data
-        kept = {a for a in self.axes[j] if a is not None}
-        reduces = any(n > 1 and d not in kept for d, n in enumerate(self.shape))
-        # the operands the rule reads: none (it reads only g), a tangent's kernel's
-        # operands before the tangents (JVP.reads), or all of them
-        n = 0 if getattr(rule, "g_only", False) else getattr(self.ufunc, "reads", len(args))
-        if any(x is UNDEFINED for x in args[:n]):
-            raise NotImplementedError(CHECKPOINT_UNSUPPORTED.format(op=self.op))
-        return Blockwise(VJP(self.ufunc, j), (_aval(g),) + self.in_avals[:n],
-                         (self.out_axes,) + self.axes[:n],
-                         (self.out_aval.dtype,) + self.dtypes[:n],
-                         self.shape, self.axes[j], aval.dtype,
-                         reducer="sum" if reduces or to_memory else None, to_memory=to_memory,
-                         grad=True, config=self.config,
-                         name=f"{self.op}_vjp")(g, *args[:n])
-
-
-    # --- forward mode --------------------------------------------------------------
-    def tangent_nonzero(self, nzs) -> bool:
-        if not super().tangent_nonzero(nzs):
-            return False
-        rules = getattr(self.params["ufunc"], "vjps")
-        if rules is None or not is_linear(self.params["op"], self.params["reducer"]):
-            return True  # (refused, or a reducer's own rule)
-        return any(nz and rule is not None for nz, rule in zip(nzs, rules))
-
-    def tangent(self, primals, out, tangents):
-        reducer = self.reducer
-        if is_linear(self.op, reducer):  # a map, a sum or a mean: linear in the map
-            return self._jvp_map(primals, tangents)
-        x, t = primals[0], tangents[0]
-        if self.ufunc.vjps != (ufuncs.PASS,) or isinstance(t, Zero):
-            raise NotImplementedError(
-                f"jask.{self.op}: forward-mode differentiation of a {reducer} reduction of "
-                f"{self.ufunc.name} is not supported (only of the array itself)")
-        rule = rule_of(self.op, reducer)
-        if rule.jvp is None:
-            return super().tangent(primals, out, tangents)
-        return rule.jvp(self, x, out, t)
-
-    def batched(self, size, args, dims):
-        return _batch_blockwise(self, size, args, dims)
-
-    def derived(self, ufunc, in_avals, axes, dtypes, out_axes, out_dtype, **params):
-        """A Blockwise over this op's full shape and config: a map or a
-        reduction of its derivative (see :mod:`jask.core.primitives.reductions`)."""
-        return Blockwise(ufunc, in_avals, axes, dtypes, self.shape, out_axes, out_dtype,
-                         config=self.config, **params)
-
-    def _jvp_map(self, primals, tangents):
-        """The tangent of a map (reduced by a sum or a mean, which are linear):
-        one Blockwise of the same shape and reduction whose kernel is the sum
-        of each operand's rule applied to its tangent (:class:`JVP`)."""
-        rules = self.ufunc.vjps
-        if rules is None:
-            raise NotImplementedError(
-                f"jask.{self.op}: forward-mode differentiation of this op is not supported "
-                "(it is the derivative kernel of another op: third derivatives)")
-        nz = tuple(j for j, (t, rule) in enumerate(zip(tangents, rules))
-                   if not isinstance(t, Zero) and rule is not None
-                   and np.dtype(_aval(t).dtype) != jax.dtypes.float0)
-        for j in nz:
-            if ufuncs.is_unknown(rules[j]):
-                raise NotImplementedError(rules[j].unknown)
-        if not nz:
-            return Zero(self.out_aval.to_tangent_aval())
-        tangent_op, operands = self._jvp_map_op(primals, tangents, nz)
-        return tangent_op(*operands)
-
-    def _jvp_map_op(self, primals, tangents, nz):
-        """(the Blockwise computing a map's tangent, its operands), for the
-        operands at ``nz`` (nonzero tangents): see :meth:`_jvp_map`."""
-        kernel = JVP(self.ufunc, nz)
-        reads = kernel.reads
-        operands = (tuple(primals) if reads else ()) + tuple(tangents[j] for j in nz)
-        op = Blockwise(kernel, tuple(_aval(x) for x in operands),
-                       (self.axes if reads else ()) + tuple(self.axes[j] for j in nz),
-                       (self.dtypes if reads else ()) + tuple(self.dtypes[j] for j in nz),
-                       self.shape, self.out_axes, self.out_aval.dtype, reducer=self.reducer,
-                       to_memory=not _on_disk(self.out_aval), grad=self.grad,
-                       config=self.config, name=f"{self.op}_jvp")
-        return op, operands
-
-    def jvp(self, primals, tangents):
-        together = self._value_and_tangent_now(tuple(primals), tuple(tangents))
-        if together is not None:
-            return together
-        return super().jvp(primals, tangents)
-
-    def _value_and_tangent_now(self, primals, tangents):
-        """Eagerly, a sum or mean answering an in-memory value, and its tangent:
-        (value, tangent) computed by one band group, so a loss's ``jax.jvp``
-        reads its data once (bound one after the other, the tangent's group
-        would read again the pending ops the value's group just read). None
-        where the op is not such a reduction or has no tangent to compute."""
-        if (not is_eager() or _on_disk(self.out_aval)
-                or not is_linear(self.params["op"], self.params["reducer"])):
-            return None
-        if any(_no_elements(a) for a in (*self.in_avals, self.out_aval)):
-            return None  # answered from shapes alone (DiskPrimitive._run)
-        nzs = tuple(not isinstance(t, Zero) for t in tangents)
-        self.check_real(nzs)
-        rules = getattr(self.params["ufunc"], "vjps")
-        if rules is None or not self.tangent_nonzero(nzs):
-            return None
-        nz = tuple(j for j, (t, rule) in enumerate(zip(tangents, rules))
-                   if not isinstance(t, Zero) and rule is not None
-                   and np.dtype(_aval(t).dtype) != jax.dtypes.float0)
-        if not nz or any(ufuncs.is_unknown(rules[j]) for j in nz):
-            return None  # (refused as bound one by one, naming the op)
-        tangent_op, operands = self._jvp_map_op(primals, tangents, nz)
-        if any(is_tracer(x) for x in (*primals, *operands)):
-            return None
-        value, tangent = dispatch.to_values([self.value_op(primals),
-                                             tangent_op.value_op(operands)])
-        return value, tangent
-
-
-def _batch_blockwise(prim, size: int, args: tuple, dims: tuple):
-    """A Blockwise over batched operands: the batch is one more full axis
-    (the last), kept by the output, each batched operand's batch axis moved
-    last (free: an in-memory array, or a transposed view of a store) and
-    mapped to it; ``X * w`` for 16 vectors ``w`` is one pass over ``X``."""
-    if getattr(prim.ufunc.numpy, "positional", False):
-        raise NotImplementedError(VMAP_UNSUPPORTED.format(op=f"jask.{prim.op}"))
-    last = len(prim.shape)
-    operands, axes = [], []
-    for x, ax, d in zip(args, prim.axes, dims):
-        if d is not None:
-            x = _batch_last(x, d)
-            ax = tuple(ax) + (last,)
-        operands.append(x)
-        axes.append(ax)
-    out = Blockwise(prim.ufunc, tuple(_aval(a) for a in operands), tuple(axes), prim.dtypes,
-                    tuple(prim.shape) + (size,), tuple(prim.out_axes) + (last,),
-                    prim.out_aval.dtype, reducer=prim.reducer,
-                    to_memory=not _on_disk(prim.out_aval), grad=prim.grad, config=prim.config,
-                    name=prim.op)(*operands)
-    return out, len(prim.out_axes)
-
-
-def _check_laid_out(x, n: int, size: int) -> None:
-    """Refuse a batch of matrices in a store that only a copy lays side by
-    side (a reshape merging two axes): stacked as one product, it is one."""
-    if _on_disk(_aval(x)) and n != 1 and size != 1:
-        raise NotImplementedError(VMAP_UNSUPPORTED.format(op="jask.dot") + (
-            " (here a batch of matrices in a store, which a product takes only as one "
-            "matrix: write the batch into the rows or columns, X @ W.T)"))
-
-
-def _moved(x, order: tuple):
-    """``x`` with its axes in ``order`` (a view of a store)."""
-    if order == tuple(range(len(order))):
-        return x
-    if not _on_disk(_aval(x)):
-        return jax.numpy.transpose(x, order)
-    return transpose(x, order)
-
-
-def _batch_first(x, d: int):
-    n = len(_aval(x).shape)
-    return _moved(x, (d,) + tuple(i for i in range(n) if i != d))
-
-
-def _swap_first(x):
-    n = len(_aval(x).shape)
-    return _moved(x, (1, 0) + tuple(range(2, n)))
-
-
-def _swap_last(x):
-    n = len(_aval(x).shape)
-    return _moved(x, tuple(range(n - 2)) + (n - 1, n - 2))
 
 
 def _reshaped(x, shape: tuple, config: Config | None = None):
@@ -426,256 +106,7 @@ def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
                      axes_of(shape), aval.dtype, config=config, name="reshape")(x)
 
 
-def _batch_last(x, d: int):
-    """``x`` with its batch axis ``d`` moved last."""
-    n = len(_aval(x).shape)
-    return _moved(x, tuple(i for i in range(n) if i != d) + (d,))
-
-
-def _refuse(what: str):
-    """Refuse a derivative jask has no rule for, at trace time, naming the op."""
-    raise NotImplementedError(what)
-
-
-def _map(row, arrays, dtype, out_dtype, config, name):
-    """``row`` elementwise over same-shape DiskArrays (a gradient's piece)."""
-    avals = tuple(_aval(a) for a in arrays)
-    full = tuple(range(avals[0].ndim))
-    return Blockwise(row, avals, (full,) * len(avals), (dtype,) * len(avals), avals[0].shape,
-                     full, out_dtype, grad=True, config=config, name=name)(*arrays)
-
-
-DiskPrimitive.mapped = staticmethod(_map)  # (see DiskPrimitive.mapped)
-
-
-class VJP:
-    """The kernel of operand ``j``'s cotangent: ``vjps[j](g, *blocks)``.
-
-    Its own rules (:attr:`vjps`) serve forward mode over reverse (a
-    Hessian-vector product, ``jax.hessian``): it is linear in ``g``, and its
-    derivative in operand ``k`` is ``g`` times the row's ``second[(j, k)]``."""
-
-    def __init__(self, ufunc, j: int):
-        self.ufunc, self.j = ufunc, j
-        self.nin = 1 + ufunc.nin  # (g, *operands)
-        self.name = f"{ufunc.name}_vjp"
-        self.at_call = ufunc.at_call  # (a user's function runs in its cotangent too)
-
-    def numpy(self, g, *blocks):
-        return self.ufunc.vjps[self.j](g, *blocks)
-
-    @functools.cached_property
-    def vjps(self) -> tuple:
-        rule = self.ufunc.vjps[self.j]
-        if getattr(rule, "g_only", False):  # its Blockwise reads only g
-            return (ufuncs.g_only(lambda t, *g: rule(t)),)
-        second = self.ufunc.second
-        rules: list = [lambda t, g, *x: rule(t, *x)]
-        for k in range(self.ufunc.nin):
-            if second is None:
-                rules.append(ufuncs.unknown(
-                    f"jask.{self.ufunc.name}: second derivatives (jax.hessian, jax.jvp of "
-                    "jax.grad) are not supported through this op: its row has no second "
-                    "derivatives"))
-            elif (self.j, k) in second:
-                # g * f'' first: the tangent may carry a batch (jax.hessian), the rest not
-                rules.append(lambda t, g, *x, d=second[(self.j, k)]: t * (g * d(*x)))
-            else:
-                rules.append(None)
-        return tuple(rules)
-
-    def __hash__(self):
-        return hash((VJP, self.ufunc, self.j))
-
-    def __eq__(self, other):
-        return isinstance(other, VJP) and (self.ufunc, self.j) == (other.ufunc, other.j)
-
-
-class JVP:
-    """The kernel of a map's tangent: ``sum(rules[j](t_j, *blocks))`` over
-    the operands ``nz`` whose tangent is nonzero, the rules being the row's
-    VJP rules (an elementwise Jacobian is diagonal: the cotangent times the
-    partial derivative is also the tangent's term). It reads the ``reads``
-    operands (``ufunc.nin``, before the tangents) unless every rule reads
-    only its tangent (``reads`` 0: ``a + b``'s tangent is ``ta + tb``).
-
-    Its own rules (:attr:`vjps`) are its transpose (``jax.checkpoint``'s
-    reverse mode): linear in each tangent ``t_j``, whose cotangent is the
-    row's rule ``rules[j](g, *blocks)`` again, reading the operands only;
-    its derivative in the operands (reverse over forward) is refused."""
-
-    def __init__(self, ufunc, nz: tuple):
-        self.ufunc, self.nz = ufunc, tuple(nz)
-        rules = ufunc.vjps
-        reads = not all(getattr(rules[j], "g_only", False) for j in self.nz)
-        self.reads = ufunc.nin if reads else 0
-        self.nin = self.reads + len(self.nz)
-        self.name = f"{ufunc.name}_jvp"
-        # jax.grad of a tangent in its operands: reverse over forward (jax.checkpoint's
-        # transpose only ever asks for the tangents' rules)
-        in_operands = ufuncs.unknown(
-            f"jask.{ufunc.name}: the derivative of a tangent in the operands it is taken "
-            "at is not supported: reverse over forward (jax.grad of jax.jvp, jax.jacrev of "
-            "jax.jacfwd) is not differentiable in reverse mode. Take second derivatives "
-            "forward over reverse: jax.jvp(jax.grad(f), (w,), (v,)), or jax.hessian(f)")
-        self.vjps = (in_operands,) * self.reads + tuple(rules[j] for j in self.nz)
-        self.second = None  # (a tangent's second derivatives: fourth ones)
-        self.at_call = ufunc.at_call
-
-    def numpy(self, *blocks):
-        rules = self.ufunc.vjps
-        n = len(blocks) - len(self.nz)
-        x, ts = blocks[:n], blocks[n:]
-        out = None
-        for j, t in zip(self.nz, ts):
-            term = rules[j](t, *x)
-            if out is None:
-                out = term
-            elif (isinstance(out, np.ndarray) and out.flags.writeable and out.base is None
-                  and not any(out is b for b in blocks)  # (a rule may return its tangent)
-                  and out.shape == np.broadcast_shapes(out.shape, np.shape(term))
-                  and out.dtype == np.result_type(out, term)):
-                np.add(out, term, out=out)  # in place: one tile fewer held
-            else:
-                out = out + term
-        return out
-
-    def __hash__(self):
-        return hash((JVP, self.ufunc, self.nz))
-
-    def __eq__(self, other):
-        return isinstance(other, JVP) and (self.ufunc, self.nz) == (other.ufunc, other.nz)
-
-
-# --- layout ------------------------------------------------------------------
-
-class Transpose(DiskPrimitive):
-    """Axes permuted by ``axes`` (a view of the same store)."""
-
-    def __init__(self, aval: DiskArrayType, axes: tuple, grad: bool, config: Config | None):
-        out = DiskArrayType(tuple(aval.shape[i] for i in axes), aval.dtype)
-        super().__init__((aval,), out, axes=tuple(axes), grad=grad, config=config)
-
-    def disk_work(self):
-        return work.transpose(self.axes, grad=self.grad)
-
-    def expand(self, a):
-        # eagerly, the transpose of a pending matrix is pending too (jask.engine.lazy):
-        # Z.T @ Z of a pending Z is then one Gram band group over what Z reads
-        return self._run(self.disk_work(), [a], self._describe("transpose", axes=self.axes))
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca):
-        inverse = tuple(int(i) for i in np.argsort(self.axes))
-        _accum(ca, lambda: transpose(g, inverse, config=self.config, grad=True))
-
-
-class Slice(DiskPrimitive):
-    """``a[index]`` for a basic index: per axis ``(size, step)`` of a slice
-    or ``None`` for an integer (the axis is dropped). The starts are operands
-    (int32 scalars), so one compiled program serves every start."""
-
-    def __init__(self, aval: DiskArrayType, sizes: tuple, grad: bool, config: Config | None):
-        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
-        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
-        super().__init__((aval,) + starts, DiskArrayType(out_shape, aval.dtype),
-                         sizes=tuple(sizes), grad=grad, config=config)
-
-    def disk_work(self):
-        return work.take_slice(self.sizes, grad=self.grad)
-
-    def expand(self, a, *starts):
-        return self._run(self.disk_work(), [a, *starts])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca, *cstarts):
-        a, *starts = res
-        _accum(ca, lambda: Scatter(self.in_avals[0], self.sizes, self.config)(g, *starts))
-
-
-class Scatter(DiskPrimitive):
-    """Zeros of ``aval``'s shape with ``g`` placed where :class:`Slice` took it."""
-
-    def __init__(self, aval: DiskArrayType, sizes: tuple, config: Config | None):
-        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
-        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
-        super().__init__((DiskArrayType(out_shape, aval.dtype),) + starts, aval,
-                         op="slice_vjp", sizes=tuple(sizes), config=config)
-
-    def disk_work(self):
-        return work.scatter_slice(self.sizes, self.out_aval.shape)
-
-    def expand(self, g, *starts):
-        return self._run(self.disk_work(), [g, *starts])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, cg, *cstarts):
-        _, *starts = res  # (a gradient's gradient: the slice again)
-        _accum(cg, lambda: take_slice(g, self.sizes, starts, config=self.config, grad=True))
-
-
-class Concatenate(DiskPrimitive):
-    """Operands joined along ``axis`` (``stack``: along a new axis)."""
-
-    def __init__(self, avals: tuple, axis: int, stack: bool, grad: bool, config: Config | None):
-        first = avals[0]
-        shape = list(first.shape)
-        if stack:
-            shape.insert(axis, len(avals))
-        else:
-            shape[axis] = sum(a.shape[axis] for a in avals)
-        super().__init__(avals, DiskArrayType(shape, first.dtype), axis=axis, stack=stack,
-                         grad=grad, config=config)
-
-    def disk_work(self):
-        return work.concatenate(self.axis, self.stack, self.out_aval.shape, grad=self.grad)
-
-    def expand(self, *arrays):
-        return self._run(self.disk_work(), list(arrays))
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, tuple(range(len(primals))))
-
-    def backward(self, res, g, *accums):
-        start = 0
-        for aval, accum in zip(self.in_avals, accums):
-            size = 1 if self.stack else aval.shape[self.axis]
-            sizes = [(n, 1) for n in self.out_aval.shape]
-            sizes[self.axis] = None if self.stack else (size, 1)
-            starts = [0] * len(sizes)
-            starts[self.axis] = start
-            _accum(accum, lambda sizes=tuple(sizes), starts=tuple(starts): take_slice(
-                g, sizes, starts, config=self.config, grad=True))
-            start += size
-
-
-class Reshape(DiskPrimitive):
-    """The same elements in C order under another shape (a view when only
-    length-1 axes come or go, else a copy)."""
-
-    def __init__(self, aval: DiskArrayType, shape: tuple, grad: bool, config: Config | None):
-        super().__init__((aval,), DiskArrayType(shape, aval.dtype), shape=tuple(shape),
-                         grad=grad, config=config)
-
-    def disk_work(self):
-        return work.reshape(self.shape, grad=self.grad)
-
-    def expand(self, a):
-        return self._run(self.disk_work(), [a])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca):
-        _accum(ca, lambda: Reshape(self.out_aval, self.in_avals[0].shape, True,
-                                   self.config)(g))
-
+# --- other ops (FFT, writes in place) ------------------------------------------
 
 class FFT(DiskPrimitive):
     """A discrete Fourier transform along ``axis`` (whole lanes per tile):
@@ -739,138 +170,7 @@ class Update(DiskPrimitive):
         _accum(cnew, lambda: g)
 
 
-# --- products --------------------------------------------------------------------
-
-def _matmul_shape(a_shape, b_shape, ta, tb):
-    """Shape of op(a) @ op(b), 1-D operands promoted and squeezed as numpy does."""
-    a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
-    b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
-    m = a2[-1] if ta else a2[-2]
-    n = b2[-2] if tb else b2[-1]
-    batch = a2[:-2] if len(a2) >= len(b2) else b2[:-2]
-    out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
-    return out
-
-
-class Dot(DiskPrimitive):
-    """op(a) @ op(b) with batch dimensions; ``ta``/``tb`` transpose the last
-    two axes of an operand as it is read (no transposed copy is made). An
-    operand may be in memory, and a 1-D one is a row (left) or column
-    (right) vector, as in numpy; the result is in memory with ``to_memory``
-    (the gradient of an in-memory operand)."""
-
-    def __init__(self, a, b, ta: bool, tb: bool, dtype, *, to_memory: bool = False,
-                 grad: bool = False, config: Config | None = None, wide: bool = False):
-        shape = _matmul_shape(a.shape, b.shape, ta, tb)
-        super().__init__((a, b), _out_type(shape, dtype, not to_memory), op="dot", ta=ta,
-                         tb=tb, dtype=np.dtype(dtype), grad=grad, config=config,
-                         **({"wide": True} if wide else {}))
-
-    def _vectors(self) -> tuple:
-        A, B = self.in_avals
-        return ("row" if A.ndim == 1 else None, "col" if B.ndim == 1 else None)
-
-    def disk_work(self):
-        A, B = self.in_avals
-        return work.dot(self.ta, self.tb, (_on_disk(A), _on_disk(B)), self._vectors(),
-                        self.dtype, to_memory=not _on_disk(self.out_aval), grad=self.grad)
-
-    def fusion(self):
-        return (self.disk_work(),
-                self._describe("dot", ta=self.ta, tb=self.tb, vectors=self._vectors(),
-                               **({"wide": True} if self.params.get("wide") else {})))
-
-    def expand(self, a, b):
-        work_fn, fuse = self.fusion()
-        return self._run(work_fn, [a, b], fuse)
-
-    def of_nothing(self):
-        return 0  # the contraction has length 0: a sum of no products
-
-    def tangent(self, primals, out, tangents):
-        """d(a @ b) = da @ b + a @ db: the same product on each tangent."""
-        (a, b), (da, db) = primals, tangents
-        left = Zero(self.out_aval) if isinstance(da, Zero) else self(da, b)
-        right = Zero(self.out_aval) if isinstance(db, Zero) else self(a, db)
-        return _tangent_sum(left, right)
-
-    def batched(self, size, args, dims):
-        """An operand not batched and a batch of vectors or matrices (``X @ w``
-        for 16 ``w``, ``X.T @ g`` for 16 cotangents ``g``): one product, the
-        batch laid side by side as the other operand's columns (on the
-        right) or rows (on the left), read transposed where the batch comes
-        first; one pass over the operand that is not batched. A batch of
-        matrices is laid out by a reshape: a view when the matrices are
-        vectors (a length-1 axis), else a copy."""
-        (a, b), (da, db) = args, dims
-        A, B = self.in_avals
-        place = dict(to_memory=not _on_disk(self.out_aval), grad=self.grad, config=self.config)
-        if da is None and db is not None and A.ndim <= 2 and B.ndim <= 2:
-            if B.ndim == 1:  # columns (or one row of values, for a 1-D a)
-                return Dot(A, _aval(b), self.ta, db == 0, self.dtype, **place)(a, b), A.ndim - 1
-            cols = _batch_last(b, db)  # (r, c, size): op(b_i) side by side
-            if self.tb:
-                cols = _swap_first(cols)
-            k, n = _aval(cols).shape[:2]
-            _check_laid_out(cols, n, size)
-            cols = _reshaped(cols, (k, n * size), self.config)
-            out = Dot(A, _aval(cols), self.ta, False, self.dtype, **place)(a, cols)
-            return _reshaped(out, tuple(_aval(out).shape[:-1]) + (n, size), self.config), A.ndim
-        if db is None and da is not None and A.ndim <= 2 and B.ndim <= 2:
-            if A.ndim == 1:  # rows
-                return Dot(_aval(a), B, da == 1, self.tb, self.dtype, **place)(a, b), 0
-            rows = _batch_first(a, da)  # (size, r, c)
-            if self.ta:
-                rows = _swap_last(rows)
-            m, k = _aval(rows).shape[1:]
-            _check_laid_out(rows, m, size)
-            rows = _reshaped(rows, (size * m, k), self.config)
-            out = Dot(_aval(rows), B, False, self.tb, self.dtype, **place)(rows, b)
-            return _reshaped(out, (size, m) + tuple(_aval(out).shape[1:]), self.config), 0
-        raise NotImplementedError(VMAP_UNSUPPORTED.format(op="jask.dot") + (
-            " (a product batches when one operand is not batched, with at most 2 axes, and "
-            "the other a batch of vectors or matrices)"))
-
-    def backward(self, res, g, ca, cb):
-        # C = A @ B with A = op(a), B = op(b): dA = G @ B.T and dB = A.T @ G.
-        a, b = res
-        A, B = self.in_avals
-        ta, tb, cfg = self.ta, self.tb, self.config
-        if A.ndim == 1 or B.ndim == 1:
-            self._vector_backward(a, b, g, ca, cb)
-        elif ta:  # da = dA.T = B @ G.T
-            _accum(ca, lambda: _dot_vjp(b, g, tb, True, A, cfg))
-        else:
-            _accum(ca, lambda: _dot_vjp(g, b, False, not tb, A, cfg))
-        if A.ndim == 1 or B.ndim == 1:
-            return
-        if tb:  # db = dB.T = G.T @ A
-            _accum(cb, lambda: _dot_vjp(g, a, True, ta, B, cfg))
-        else:
-            _accum(cb, lambda: _dot_vjp(a, g, not ta, False, B, cfg))
-
-    def _vector_backward(self, a, b, g, ca, cb):
-        """A 1-D operand (never read transposed; the matrix may be, as in a
-        gradient's ``X.T @ g``, whose own gradient this is then): the other
-        cotangent is an outer product, which is elementwise."""
-        A, B = self.in_avals
-        ta, tb, cfg = self.ta, self.tb, self.config
-        if A.ndim == 1 and B.ndim == 1:  # a . b: g is a scalar
-            _accum(ca, lambda: outer(g, b, A, cfg))
-            _accum(cb, lambda: outer(g, a, B, cfg))
-        elif A.ndim == 1:  # (k,) @ op(b): da = op(b) @ g, dB = outer(a, g)
-            _accum(ca, lambda: _dot_vjp(b, g, tb, False, A, cfg))
-            _accum(cb, lambda: outer(g, a, B, cfg) if tb else outer(a, g, B, cfg))
-        else:  # op(a) @ (k,): dA = outer(g, b), db = op(a).T @ g
-            _accum(ca, lambda: outer(b, g, A, cfg) if ta else outer(g, b, A, cfg))
-            _accum(cb, lambda: _dot_vjp(a, g, not ta, False, B, cfg))
-
-
-def _dot_vjp(a, b, ta, tb, like, config):
-    """One VJP product, placed (disk or memory) and typed as ``like``."""
-    return Dot(_aval(a), _aval(b), ta, tb, like.dtype, to_memory=not _on_disk(like), grad=True,
-               config=config)(a, b)
-
+# --- what the products' rules build of the package's ops (see DiskPrimitive.added) ---
 
 def outer(x, y, like, config):
     """x[..., None] * y: the cotangent of a vector product's operand."""
@@ -882,67 +182,7 @@ def outer(x, y, like, config):
                      grad=True, config=config)(x, y)
 
 
-# --- between disk and memory ------------------------------------------------------
-
-class Materialize(DiskPrimitive):
-    """The whole array as an in-memory jax.Array."""
-
-    def __init__(self, aval: DiskArrayType, config: Config | None):
-        super().__init__((aval,), ShapedArray(aval.shape, aval.dtype), config=config)
-
-    def disk_work(self):
-        return work.read_all
-
-    def expand(self, a):
-        return self._run(self.disk_work(), [a])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, ca):
-        _accum(ca, lambda: FromValue(self.in_avals[0], True, self.config)(g))
-
-
-class FromValue(DiskPrimitive):
-    """An in-memory array written to a new store."""
-
-    def __init__(self, aval: DiskArrayType, grad: bool, config: Config | None):
-        super().__init__((ShapedArray(aval.shape, aval.dtype),), aval, grad=grad, config=config)
-
-    def disk_work(self):
-        return work.write_value(grad=self.grad)
-
-    def expand(self, x):
-        return self._run(self.disk_work(), [x])
-
-    def tangent(self, primals, out, tangents):
-        return self._linear(primals, tangents, (0,))
-
-    def backward(self, res, g, cx):
-        _accum(cx, lambda: Materialize(self.out_aval, self.config)(g))
-
-
 # --- binding helpers (arguments already checked by the public layer) ---------------
-
-def transpose(a, axes, *, config=None, grad=False):
-    return Transpose(_aval(a), tuple(axes), grad, config)(a)
-
-
-def take_slice(a, sizes, starts, *, config=None, grad=False):
-    # a concrete start as numpy's int32 (jax.numpy.asarray costs ~0.1 ms each, and
-    # a slice's per-call cost is what minibatch loops pay)
-    starts = [np.int32(s) if isinstance(s, (int, np.integer)) else jax.numpy.asarray(s, np.int32)
-              for s in starts]
-    return Slice(_aval(a), tuple(sizes), grad, config)(a, *starts)
-
-
-def concatenate(arrays, axis, *, stack=False, config=None):
-    return Concatenate(tuple(_aval(x) for x in arrays), axis, stack, False, config)(*arrays)
-
-
-def reshape(a, shape, *, config=None):
-    return Reshape(_aval(a), tuple(shape), False, config)(a)
-
 
 def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
     return FFT(_aval(a), axis, kind, n, norm, shape, dtype, config=config)(a)
@@ -954,44 +194,12 @@ def update(target, new, *, config=None, at=None):
     return Update(_aval(target), config, _aval(new), at)(target, new)
 
 
-def dot(a, b, dtype, *, config=None):
-    A, B = _aval(a), _aval(b)
-    to_memory = A.ndim == 1 and B.ndim == 1  # a scalar
-    return Dot(A, B, False, False, dtype, to_memory=to_memory, config=config)(a, b)
-
-
-def materialize(a, *, config=None):
-    return Materialize(_aval(a), config)(a)
-
-
-def from_value(x, *, config=None, grad=False):
-    x = jax.numpy.asarray(x)
-    return FromValue(DiskArrayType(x.shape, x.dtype), grad, config)(x)
-
-
-def fill(value, aval: DiskArrayType, *, config=None, grad=False):
-    """A DiskArray of ``aval`` with every element ``value`` (zeros of a vspace)."""
-    scalar = jax.numpy.asarray(value, canonicalize_dtype(aval.dtype))
-    return Blockwise(ufuncs.IDENTITY, (ShapedArray((), scalar.dtype),), ((),), (aval.dtype,),
-                     aval.shape, tuple(range(aval.ndim)), aval.dtype, grad=grad,
-                     config=config)(scalar)
-
-
-def add(a, b, *, config=None, grad=False):
-    """a + b of two DiskArrays of one type (cotangents being summed)."""
-    aval = _aval(a)
-    axes = tuple(range(aval.ndim))
-    return Blockwise(ufuncs.ADD, (aval, _aval(b)), (axes, axes), (aval.dtype, aval.dtype),
-                     aval.shape, axes, aval.dtype, grad=grad, config=config)(a, b)
-
-
-def reduce(name, ufunc, operands, axes, dtypes, shape, out_axes, out_dtype, *, reducer,
-           to_memory, config=None):
-    """Bind a reduction of ``ufunc(*operands)`` (see :class:`Blockwise`)."""
-    avals = tuple(_aval(x) for x in operands)
-    return Blockwise(ufunc, avals, tuple(axes), tuple(dtypes), tuple(shape), tuple(out_axes),
-                     out_dtype, reducer=reducer, to_memory=to_memory, config=config,
-                     name=name)(*operands)
+# What the products' rules build of the ops defined here (primitives/products.py
+# imports the base, never this package): see DiskPrimitive.added.
+DiskPrimitive.added = staticmethod(add)
+DiskPrimitive.outer = staticmethod(outer)
+DiskPrimitive.moved = staticmethod(moved)
+DiskPrimitive.reshaped = staticmethod(_reshaped)
 
 
 class Together(DiskPrimitive):
@@ -1056,44 +264,6 @@ class Forgetting(DiskPrimitive):
         return True, True, self
 
 
-# --- one pass, several outputs (jask.optim's kernels) -------------------------------
-
-class Fused(DiskPrimitive):
-    """``kernel(*operands)`` -> one DiskArray per output dtype, in one pass.
-
-    Operands are DiskArrays of ``shape`` and in-memory scalars; all are read
-    in ``dtype``. With ``into`` (an operand's index) the first output is
-    written into that operand's store and returned as it (never dead-code
-    eliminated: the write is the point).
-    """
-
-    def __init__(self, kernel, in_avals, shape: tuple, dtype, out_dtypes: tuple, *,
-                 into: int | None = None, align: int | None = None, unread: tuple = (),
-                 temporaries: int | None = None, name: str = "fused",
-                 config: Config | None = None):
-        outs = tuple(DiskArrayType(shape, dt) for dt in out_dtypes)
-        super().__init__(in_avals, outs, op=name, kernel=kernel, shape=tuple(shape),
-                         dtype=np.dtype(dtype), out_dtypes=tuple(np.dtype(d) for d in out_dtypes),
-                         into=into, align=align, unread=tuple(unread),
-                         temporaries=temporaries, config=config)
-
-    def disk_work(self):
-        on_disk = tuple(isinstance(a, DiskArrayType) for a in self.in_avals)
-        return work.fused(self.op, self.kernel, self.shape, on_disk, self.dtype,
-                          self.out_dtypes, self.into, self.align, self.unread, self.temporaries)
-
-    def expand(self, *args):
-        return self._run(self.disk_work(), args)
-
-    def mutates(self) -> bool:
-        return self.params["into"] is not None
-
-    def dce(self, used_outs):
-        if self.into is not None:
-            return True, True, self
-        return super().dce(used_outs)
-
-
 def _is_value_op(prim) -> bool:
     """An op returning an in-memory value that a band group can compute."""
     return (isinstance(prim, DiskPrimitive) and not _on_disk(prim.out_aval)
@@ -1102,52 +272,11 @@ def _is_value_op(prim) -> bool:
 
 def _linear_operands(prim) -> tuple:
     """The groups of operands an op's result is linear in (the others
-    fixed), each a dict position -> sign: ``{0: None}`` for an op linear in
-    operand 0 alone (a VJP in its cotangent, ``a * b`` and ``a @ b`` in
-    each), signs for a signed sum (``a + b``: ``{0: 1, 1: 1}``, ``a - b``:
-    ``{0: 1, 1: -1}``); none for anything else (a max, a mutation, an op of
-    several outputs)."""
-    if isinstance(prim, Dot):
-        return ({0: None}, {1: None})
-    if not isinstance(prim, Blockwise) or prim.params["reducer"] not in (None, "sum"):
-        return ()
-    ufunc = prim.params["ufunc"]
-    if isinstance(ufunc, VJP) and ufunc.ufunc is ufuncs.TABLE["square"]:
-        return ({0: None}, {1: None})  # 2 * x * g: linear in g, and in x
-    if isinstance(ufunc, VJP) or ufunc is ufuncs.IDENTITY:
-        return ({0: None},)
-    if ufunc is ufuncs.ADD and prim.params["reducer"] is None:
-        return ({0: 1, 1: 1},)
-    if ufunc is ufuncs.SUB and prim.params["reducer"] is None:
-        return ({0: 1, 1: -1},)
-    if ufunc is ufuncs.MUL:
-        return ({0: None}, {1: None})
-    return ()
-
-
-def _kernel_linear(prim) -> tuple:
-    """The groups of operand positions a Blockwise's kernel is linear in,
-    jointly, the others fixed (for :mod:`jask.engine.gram`): those of
-    :func:`_linear_operands`, and a tangent kernel's tangents (:class:`JVP`:
-    its operands after the primals it reads)."""
-    ufunc = prim.params["ufunc"]
-    if isinstance(ufunc, JVP):
-        n = len(prim.in_avals)
-        return (tuple(range(n - len(ufunc.nz), n)),)
-    return tuple(tuple(sorted(group)) for group in _linear_operands(prim))
-
-
-def _widened(prim):
-    """A product contracting the rows as one whose partials are taken in
-    float64 throughout (``Dot``'s ``wide``), for a term of a sum that cancels
-    (``X.T @ e - m * (X.T @ 1)``, ``m`` the mean of ``e``: see
-    :func:`prune_before_lowering`): float32 products of 1,024-row strips lost
-    three digits there on data of mean 100. Any other op as it is."""
-    if not isinstance(prim, Dot) or prim.params.get("wide"):
-        return prim
-    a, b = prim.in_avals
-    return Dot(a, b, prim.ta, prim.tb, prim.dtype, to_memory=not _on_disk(prim.out_aval),
-               grad=prim.grad, config=prim.config, wide=True)
+    fixed), each a dict position -> sign, as the op declares them
+    (:meth:`DiskPrimitive.linear_operands`; :meth:`Blockwise.linear_operands`,
+    ``a @ b`` in each for a product); none for anything else (a mutation, an
+    op of several outputs)."""
+    return prim.linear_operands() if isinstance(prim, DiskPrimitive) else ()
 
 
 def _unread(prim) -> tuple:
@@ -1327,7 +456,7 @@ prune_before_lowering(lambda prim: isinstance(prim, DiskPrimitive), movable=_is_
                       forgetting=lambda prim, avals: Forgetting(prim, tuple(avals)),
                       linear=_linear_operands, as_store=_row_store,
                       reading_store=_reading_row_store, broadcast=_broadcast_operand,
-                      lift=_lifted, centred=_centred_moment, widen=_widened,
+                      lift=_lifted, centred=_centred_moment, widen=widened,
                       unread=_unread, pure=_pure,
                       refused=lambda name: (
                           f"jax.jit of {name} with a DiskArray operand is not supported: JAX "

@@ -1,5 +1,5 @@
 """The base every primitive shares: :class:`DiskPrimitive` and the small
-helpers of avals, zeros and accumulators its families use.
+helpers of avals, zeros, accumulators and batch axes its families use.
 
 An op family's module (``gathers.py``, ...) imports this and nothing of the
 package's ``__init__``, which imports the families: the package's imports
@@ -69,14 +69,22 @@ class DiskPrimitive(VJPHiPrimitive):
     not define is refused here, naming the op (never a silent fallback)."""
 
     #: ``filled(value, out, config)``: ``value`` everywhere in a result of
-    #: type ``out`` (a store of it is :func:`jask.core.primitives.full`, a
-    #: Blockwise): set by the package where Blockwise is defined, so that this
-    #: module, which every family imports, imports none of the families.
+    #: type ``out`` (a store of it is :func:`jask.core.primitives.elementwise.full`,
+    #: a Blockwise): set by :mod:`~jask.core.primitives.elementwise`, which
+    #: builds on this module, for every op's result over operands with no
+    #: elements (:meth:`_run`); the families import elementwise directly.
     filled: ClassVar[Callable[[Any, Any, Config | None], Any]]
-    #: ``mapped(row, arrays, dtype, out_dtype, config, name)``: the op table's
-    #: ``row`` elementwise over same-shape arrays (a derivative's map, a
-    #: Blockwise), set by the same package for the same reason.
-    mapped: ClassVar[Callable[..., Any]]
+    #: What the products' rules (:mod:`~jask.core.primitives.products`) build
+    #: of the package's ops, set by the package (which imports the families):
+    #: ``added(a, b)`` the sum of two stores of one type; ``outer(x, y, like, config)`` ``x[...,
+    #: None] * y`` placed and typed as ``like`` (a vector operand's cotangent);
+    #: ``moved(x, order)`` and ``reshaped(x, shape, config)`` ``x`` with its axes
+    #: in ``order`` or in ``shape`` (a view of a store where one is: a batch laid
+    #: out for one product).
+    added: ClassVar[Callable[[Any, Any], Any]]
+    outer: ClassVar[Callable[..., Any]]
+    moved: ClassVar[Callable[[Any, tuple], Any]]
+    reshaped: ClassVar[Callable[..., Any]]
 
     def __init__(self, in_avals, out_aval, **params):
         self.in_avals = tuple(in_avals)
@@ -136,6 +144,15 @@ class DiskPrimitive(VJPHiPrimitive):
             f"jask.{self.params.get('op', type(self).__name__)}: forward-mode differentiation "
             "(jax.jvp, jax.jacfwd, jax.hessian, jax.linearize) through this op is not "
             "supported; reverse mode is (jax.grad, jax.vjp, jax.jacrev)")
+
+    def linear_operands(self) -> tuple:
+        """The groups of operands the result is linear in (the others fixed),
+        each a dict position -> sign: ``{0: None}`` for an op linear in operand
+        0 alone, signs for a signed sum (``a - b``: ``{0: 1, 1: -1}``). The
+        jaxpr rewrite takes waiting scalars out of an op only through these
+        (:mod:`jask.core.rewrite.linear`), so an op is never read as linear
+        unless it says so: none here."""
+        return ()
 
     def _linear(self, primals, tangents, linear: tuple):
         """The tangent of an op linear in the operands at ``linear`` (the
@@ -279,6 +296,30 @@ class DiskPrimitive(VJPHiPrimitive):
     def __eq__(self, other):
         return (type(self) is type(other) and self.in_avals == other.in_avals
                 and self.out_aval == other.out_aval and self.params == other.params)
+
+
+def _moved_axis(x, d: int, last: bool):
+    """``x`` with its batch axis ``d`` moved first or ``last``."""
+    rest = tuple(i for i in range(len(_aval(x).shape)) if i != d)
+    return DiskPrimitive.moved(x, rest + (d,) if last else (d,) + rest)
+
+
+def _batch_first(x, d: int):
+    return _moved_axis(x, d, last=False)
+
+
+def _batch_last(x, d: int):
+    return _moved_axis(x, d, last=True)
+
+
+def _swap_first(x):
+    n = len(_aval(x).shape)
+    return DiskPrimitive.moved(x, (1, 0) + tuple(range(2, n)))
+
+
+def _swap_last(x):
+    n = len(_aval(x).shape)
+    return DiskPrimitive.moved(x, tuple(range(n - 2)) + (n - 1, n - 2))
 
 
 def _inexact(aval) -> bool:

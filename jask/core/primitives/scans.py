@@ -18,6 +18,7 @@ from jask.base.config import Config
 from jask.core import ufuncs
 from jask.core.array import DiskArrayType
 from jask.core.primitives.base import DiskPrimitive, _accum, _aval
+from jask.core.primitives.elementwise import mapped
 from jask.engine.ops import scans as ops
 
 __all__ = ["Cumsum", "cumsum", "cumprod"]
@@ -72,8 +73,8 @@ def _cumprod_vjp(prim, x, g):
         return Cumsum(_aval(a), axis, out, reverse=reverse, grad=True, config=cfg,
                       name=f"cumprod_vjp_{kind}", kind=kind)(a)
 
-    def map_(row, arrays, out):  # a Blockwise (see DiskPrimitive.mapped)
-        return DiskPrimitive.mapped(row, arrays, dtype, out, cfg, "cumprod_vjp")
+    def map_(row, arrays, out):  # a Blockwise
+        return mapped(row, arrays, dtype, out, cfg, "cumprod_vjp")
 
     zeros = scan(map_(ufuncs.IS_ZERO, (x,), count), count, False, "sum")
     y = scan(map_(ufuncs.FIRST_ZERO_AS_ONE, (x, zeros), dtype), dtype, False, "prod")
