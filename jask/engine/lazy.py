@@ -31,7 +31,7 @@ unfused (the same work an eager op does).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
@@ -527,13 +527,15 @@ def _run_group(roots: list, value_roots: list, config: Config,
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     fused, plan = _weighted(group, keep), None
+    # bands sized for the tasks that share one process's budget: on a cluster, a worker's
+    planning = replace(config, workers=execute.tasks_per_process(config.workers))
     if fused is not group:  # a weighted Gram product in place of the tangents it reads
         fused_keep = {id(fused.node_of[id(p)]) for p in roots} | {id(t) for t in fused.tops}
-        plan = bands.group(name, fused.order, fused_keep, fused.tops, config)
+        plan = bands.group(name, fused.order, fused_keep, fused.tops, planning)
         if plan is None:
             fused = group
     if plan is None:
-        plan = bands.group(name, group.order, keep, group.tops, config)
+        plan = bands.group(name, group.order, keep, group.tops, planning)
     read = [x for node in group.order for x in node.inputs if isinstance(x, StoreSpec)]
     # the Owners of the stores read, held until the snapshot's check is over (fulfilling a
     # root lets go of its inputs: another thread's sweep could delete them mid-check)
