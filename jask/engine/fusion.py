@@ -334,12 +334,14 @@ def combine_bands(reducers: tuple, *results) -> tuple:
 
 
 def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: int,
-                rows: int, strip: int = 0) -> tuple[dict, list]:
+                rows: int, strip: int = 0, tree: bool = True) -> tuple[dict, list]:
     """The Dask graph of a group: one task per band, then a fan-in tree
     combining the value roots' partials (the last key's value: their tuple).
 
     ``value_roots`` are indices into ``order``; ``strip``: rows computed at
-    once within a band (0: the whole band; see :func:`band_task`).
+    once within a band (0: the whole band; see :func:`band_task`);
+    ``tree=False``: no tree, the keys are the bands', whose values the caller
+    combines (``combine_bands(reducers(order, value_roots), *values)``).
     """
     token = uuid.uuid4().hex
     band_name = key_name(name, token)
@@ -356,9 +358,9 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
         key = (band_name, i)
         dsk[key] = (compute_band, slice(start, min(n, start + rows)))
         keys.append(key)
-    if not value_roots:
+    if not value_roots or not tree:
         return dsk, keys
-    reducers = tuple(_reducer(order[j]) for j in value_roots)
+    reducers = reducers_of(order, value_roots)
     combine = key_name(name, token, stage="combine")
     level = 0
     while len(keys) > 1:
@@ -385,6 +387,11 @@ def _combines_early(dsk: dict, root: tuple) -> dict:
 
     visit(root)
     return listed
+
+
+def reducers_of(order: tuple, value_roots: tuple) -> tuple:
+    """How the band partials of each value root combine (:func:`combine_bands`)."""
+    return tuple(_reducer(order[j]) for j in value_roots)
 
 
 def _reducer(node: Node) -> str:

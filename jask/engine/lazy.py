@@ -583,10 +583,19 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
             store = stack.enter_context(registry.new_store(
                 config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks, grad=p.desc.grad))
             writes.append((group.node_of[id(p)], store))
+        # On a cluster each level of the fan-in tree is a hop between processes (a transfer
+        # and a task, 5-40 ms each): the partials come back to be combined here instead, when
+        # holding them all at once is no more than the plan kept room for in the tree
+        bands_n = -(-n // plan.rows)
+        here = (bool(value_roots) and 1 < bands_n <= bands.waiting_partials(bands_n)
+                and execute.on_a_cluster())
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
-                                       plan.rows, plan.strip)
+                                       plan.rows, plan.strip, tree=not here)
         with counters.ran_as(", ".join(node.op for node in order)):
             results = _run_naming_the_op(dsk, keys, config, plan)
+        if here:
+            results = [fusion.combine_bands(fusion.reducers_of(tuple(order), value_roots),
+                                            *results)]
         combined = dict(zip(value_roots, results[-1] if value_roots else ()))
         values = {j: fusion.finish(order[j], v) for j, v in combined.items()}
         if partials is not None:
