@@ -1,5 +1,6 @@
 """jask on Dask's synchronous and threaded schedulers, and on a real
 dask.distributed LocalCluster of two worker processes."""
+import dataclasses
 import math
 import pickle
 
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, get_task_stream
 
 import jask
 from helpers import rand
@@ -198,3 +199,54 @@ def test_a_workers_tasks_reuse_tile_buffers_until_the_graph_ends(client):
     assert client.run(_buffers_held, workers=[worker])[worker] == (1, 1, 1)  # one buffer, kept
     jask_cluster.after_graph(client)
     assert client.run(_buffers_held, workers=[worker])[worker] == (0, 0, 0)
+
+
+def _lsq(params, X, y):
+    w, b = params
+    r = X @ w + b - y
+    return (r * r).mean() if isinstance(X, jax.Array) else jask.sum(r * r) * (1 / X.shape[0])
+
+
+def test_a_step_on_a_cluster_runs_bands_sized_for_one_workers_threads(
+        client, rng, tmp_path, monkeypatch):
+    # each worker process holds a budget of its own: a worker of 1 thread runs
+    # one band task at a time, so its bands may be twice those of 2 threads
+    # sharing one budget here (each task a round of the cluster's scheduling)
+    from jask.base import config as jask_config
+    from jask.engine import execute
+    budget = 512 * 1024
+    jask.set_memory_budget(budget, scratch_dir=str(tmp_path / "scratch"))
+    monkeypatch.setattr(jask_config, "_active", dataclasses.replace(jask.get_config(), workers=2))
+    x, yv = rand(rng, (24_000, 16), np.float32), rand(rng, (24_000,), np.float32)
+    for name, value, chunks in (("X", x, (500, 16)), ("y", yv, (500,))):
+        zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=chunks,
+                          dtype=value.dtype, compressors=None)[...] = value
+    X, y = jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr"))
+    params = (jnp.linspace(-1, 1, 16, dtype=jnp.float32), jnp.float32(0.25))
+    step = jax.jit(jax.value_and_grad(_lsq))
+    with dask.config.set(scheduler="threads"):
+        assert execute.tasks_per_process(2) == 2
+        step(params, X, y)  # compiled
+        with jask.track() as here:
+            step(params, X, y)
+    assert execute.tasks_per_process(2) == 1  # the cluster's workers run 1 thread each
+    step(params, X, y)  # the workers' first run: imports
+    jask_cluster.reset_worker_peaks(client)
+    baseline = jask_cluster.worker_memory(client)
+    with jask.track() as there, get_task_stream(client) as stream:
+        value, grads = step(params, X, y)
+    peaks = jask_cluster.worker_memory(client)
+    want_value, want_grads = jax.value_and_grad(_lsq)(params, jnp.asarray(x), jnp.asarray(yv))
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert there.passes(X) == here.passes(X) == pytest.approx(1.0)
+    # bands: half as many; their few partials combined here, not in a tree of
+    # tasks on the workers (a hop between processes a level)
+    assert 2 <= there.total.tasks <= math.ceil(here.total.tasks / 2), (here, there)
+    ran = [str(task["key"]) for task in stream.data]
+    assert len(ran) == there.total.tasks and not [k for k in ran if "combine" in k], ran
+    # a worker's peak within its budget, beside its own per-graph state (comms,
+    # results), as on object storage (tests/test_cluster_object_storage.py)
+    growth = {a: peaks[a]["peak"] - baseline[a]["rss"] for a in peaks}
+    assert all(g <= budget + 8 * 2**20 for g in growth.values()), growth

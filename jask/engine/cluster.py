@@ -124,6 +124,14 @@ def check_workers(client, cost: TileCost) -> None:
                 "memory budget.")
 
 
+def threads_per_worker(client) -> int:
+    """The most threads any worker of ``client`` runs tasks on: the tasks
+    that run at once within one worker process, under its own budget
+    (:func:`use_private_scratch` gives each worker the client's)."""
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return max((w.get("nthreads") or 1 for w in workers), default=1)
+
+
 # --- a cluster whose workers share no disk ----------------------------------------------
 
 def use_private_scratch(client, budget: int | None = None) -> dict:

@@ -190,6 +190,22 @@ def on_a_cluster() -> bool:
     return cluster.distributed_client(_scheduler()) is not None
 
 
+def tasks_per_process(workers: int) -> int:
+    """How many of a graph's tasks run at once in one process, sharing its
+    budget: ``workers`` threads here, or on a cluster the most threads of
+    one worker (each worker process holds a budget of its own, so a
+    2-worker cluster of 1 thread each may run tasks twice as large as two
+    threads here: half as many, each costing the cluster a round of
+    scheduling).
+
+    Example:
+      >>> tasks_per_process(4)
+      4
+    """
+    client = cluster.distributed_client(_scheduler())
+    return workers if client is None else cluster.threads_per_worker(client)
+
+
 def _scheduler():
     """The scheduler in effect (None: Dask's threaded default).
 

@@ -351,7 +351,8 @@ def combine_bands(reducers: tuple, *results) -> tuple:
 
 
 def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: int,
-                rows: int, strip: int = 0, ahead: int = 0) -> tuple[dict, list]:
+                rows: int, strip: int = 0, ahead: int = 0,
+                tree: bool = True) -> tuple[dict, list]:
     """The Dask graph of a group: one task per band, then a fan-in tree
     combining the value roots' partials (the last key's value: their tuple).
 
@@ -360,7 +361,9 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
     the tasks running at once, each asking for the chunks of the band that
     many places after its own (its successor on its thread when bands run
     in order): the first pass over a store not in the page cache read 20%
-    faster than band by band on demand.
+    faster than band by band on demand; ``tree=False``: no tree, the keys are
+    the bands', whose values the caller combines
+    (``combine_bands(reducers(order, value_roots), *values)``).
     """
     token = uuid.uuid4().hex
     band_name = key_name(name, token)
@@ -379,9 +382,9 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
         dsk[key] = (compute_band, slice(start, min(n, start + rows)),
                     slice(later, min(n, later + rows)) if ahead and later < n else None)
         keys.append(key)
-    if not value_roots:
+    if not value_roots or not tree:
         return dsk, keys
-    reducers = tuple(_reducer(order[j]) for j in value_roots)
+    reducers = reducers_of(order, value_roots)
     combine = key_name(name, token, stage="combine")
     level = 0
     while len(keys) > 1:
@@ -408,6 +411,11 @@ def _combines_early(dsk: dict, root: tuple) -> dict:
 
     visit(root)
     return listed
+
+
+def reducers_of(order: tuple, value_roots: tuple) -> tuple:
+    """How the band partials of each value root combine (:func:`combine_bands`)."""
+    return tuple(_reducer(order[j]) for j in value_roots)
 
 
 def _reducer(node: Node) -> str:

@@ -31,7 +31,7 @@ unfused (the same work an eager op does).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
@@ -527,13 +527,15 @@ def _run_group(roots: list, value_roots: list, config: Config,
     name = f"fused_{group.order[-1].op}"
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     fused, plan = _weighted(group, keep), None
+    # bands sized for the tasks that share one process's budget: on a cluster, a worker's
+    planning = replace(config, workers=execute.tasks_per_process(config.workers))
     if fused is not group:  # a weighted Gram product in place of the tangents it reads
         fused_keep = {id(fused.node_of[id(p)]) for p in roots} | {id(t) for t in fused.tops}
-        plan = bands.group(name, fused.order, fused_keep, fused.tops, config)
+        plan = bands.group(name, fused.order, fused_keep, fused.tops, planning)
         if plan is None:
             fused = group
     if plan is None:
-        plan = bands.group(name, group.order, keep, group.tops, config)
+        plan = bands.group(name, group.order, keep, group.tops, planning)
     read = [x for node in group.order for x in node.inputs if isinstance(x, StoreSpec)]
     # the Owners of the stores read, held until the snapshot's check is over (fulfilling a
     # root lets go of its inputs: another thread's sweep could delete them mid-check)
@@ -581,10 +583,20 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
             store = stack.enter_context(registry.new_store(
                 config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks, grad=p.desc.grad))
             writes.append((group.node_of[id(p)], store))
+        # On a cluster each level of the fan-in tree is a hop between processes (a transfer
+        # and a task, 5-40 ms each): the partials come back to be combined here instead, when
+        # holding them all at once is no more than the plan kept room for in the tree
+        bands_n = -(-n // plan.rows)
+        here = (bool(value_roots) and 1 < bands_n <= bands.waiting_partials(bands_n)
+                and execute.on_a_cluster())
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
-                                       plan.rows, plan.strip, ahead=_at_once(config, plan))
+                                       plan.rows, plan.strip, ahead=_at_once(config, plan),
+                                       tree=not here)
         with counters.ran_as(", ".join(node.op for node in order)):
             results = _run_naming_the_op(dsk, keys, config, plan)
+        if here:
+            results = [fusion.combine_bands(fusion.reducers_of(tuple(order), value_roots),
+                                            *results)]
         combined = dict(zip(value_roots, results[-1] if value_roots else ()))
         values = {j: fusion.finish(order[j], v) for j, v in combined.items()}
         if partials is not None:
