@@ -11,7 +11,7 @@ are transposes;
 a new DiskArray (a 0-d one is an in-memory value, as a 0-d reduction is;
 ``unstack``'s slices follow ``x[i]``'s rule),
 and each differentiates as jax.numpy's does. In-memory inputs go to
-jax.numpy.
+jax.numpy (``broadcast_to`` only while its result fits the in-memory share).
 """
 from __future__ import annotations
 
@@ -249,8 +249,8 @@ def broadcast_to(x, shape, *, config: Config | None = None):
         if memory.fits_in_memory(shape, value.dtype, config) or _misfits(value.shape, shape):
             return jnp.broadcast_to(value, shape)  # jax.numpy's answer, or its error
         if not (is_tracer(value) or memory.fits_in_memory(value.shape, value.dtype, config)):
-            value = creation.from_numpy(np.asarray(value), config=config)  # too large to send
-            return _relayout(value, shape, broadcast_axes(value.shape, shape), "broadcast_to",
+            written = creation.from_numpy(np.asarray(value), config=config)  # too large to send
+            return _relayout(written, shape, broadcast_axes(value.shape, shape), "broadcast_to",
                              config)
         return primitives.Blockwise(
             ufuncs.IDENTITY, (jax.core.ShapedArray(value.shape, value.dtype),),
