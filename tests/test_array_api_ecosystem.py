@@ -107,6 +107,7 @@ TALL = [
     ("tall-scaled", DATA["X"] * np.logspace(0, 3, 7, dtype=np.float32)),  # condition 1e3
     ("tall-float64", RNG.standard_normal((2000, 5))),
     ("wide", np.ascontiguousarray(DATA["X"].T)),                    # svd only
+    ("tall-20-columns", RNG.standard_normal((100, 20))),  # scikit-learn's PCA (mle) tests
 ]
 
 

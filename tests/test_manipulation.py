@@ -2,6 +2,8 @@
 has their values and dtypes): the gradients of the rows checked in one
 mode only, indices traced under jit, and the refusals of what has no
 out-of-core meaning (value-dependent shapes, writing through x[i] = v)."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,3 +123,43 @@ def test_an_integer_index_keeps_small_results_in_memory_as_reductions_do(small_b
     np.testing.assert_array_equal(X[:, -5], x[:, -5])
     assert X[2, 7].shape == () and float(X[2, 7]) == x[2, 7]
     assert jax.jit(lambda X: X[2, 7] + X[:, 5].sum())(X) == x[2, 7] + x[:, 5].sum()
+
+
+BROADCASTS = [  # (input shape, target shape, dtype, a DiskArray?) at 64 kB: the share is 8 kB
+    ((1,), (30006,), np.int32, True),  # array-api-extra's searchsorted: a count to x2's shape
+    ((), (100, 100), np.float32, True),  # a 0-d value, 40 kB
+    ((3, 1), (3, 4000), np.float64, True),
+    ((5000,), (3, 5000), np.float32, True),  # the input itself over the share: written first
+    ((1, 5), (4, 5), np.bool_, False),
+    ((), (), np.float32, False),
+    ((2, 1), (0, 2, 7), np.float32, False),
+    ((1,), (2000,), np.float32, False),  # exactly the share (64,000 bytes / 8)
+    ((1,), (2001,), np.float32, True),
+]
+
+
+@pytest.mark.parametrize("start, shape, dtype, on_disk", BROADCASTS)
+def test_broadcast_to_of_an_in_memory_array_goes_to_disk_over_the_in_memory_share(
+        small_budget, start, shape, dtype, on_disk):
+    """Decided from the result's shape and dtype: within the share jax.numpy's
+    answer, over it a DiskArray, in jask and in its namespace, values as numpy's."""
+    import jask.array_api as xp
+    x = (np.arange(math.prod(start)) % 7).reshape(start).astype(dtype)
+    want = np.broadcast_to(np.asarray(jnp.asarray(x)), shape)  # in JAX's dtype, as jax.numpy's
+    for got in (jask.broadcast_to(x, shape), xp.broadcast_to(jnp.asarray(x), shape),
+                jax.jit(lambda v: jask.broadcast_to(v, shape))(x)):
+        assert isinstance(got, jask.DiskArray) == on_disk
+        np.testing.assert_array_equal(got.to_numpy() if on_disk else np.asarray(got), want)
+        assert got.dtype == want.dtype
+    if on_disk:  # cut per tile by the op reading it: in one band group (1-D here) never
+        X = jask.from_numpy(np.ones(shape, dtype))  # written, else written tile by tile
+        jask.reset_stats()
+        total = jask.sum(X + jask.broadcast_to(x, shape))
+        written = sum(c.bytes_written for k, c in jask.stats().by_store.items()
+                      if k.rsplit("/", 1)[-1].startswith("broadcast_to-"))
+        assert written == 0 if len(shape) == 1 else written <= want.nbytes
+        np.testing.assert_allclose(np.asarray(total), (want + 1).sum(dtype=np.float64),
+                                   rtol=1e-6)
+    if start:  # fewer axes than the input: refused as numpy refuses it
+        with pytest.raises(ValueError, match="broadcast"):
+            jask.broadcast_to(x, start[1:])

@@ -11,19 +11,22 @@ are transposes;
 a new DiskArray (a 0-d one is an in-memory value, as a 0-d reduction is;
 ``unstack``'s slices follow ``x[i]``'s rule),
 and each differentiates as jax.numpy's does. In-memory inputs go to
-jax.numpy.
+jax.numpy (``broadcast_to`` only while its result fits the in-memory share).
 """
 from __future__ import annotations
 
 import math
 import numbers
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jask.api import elementwise, indexing, linalg
+from jask.api import creation, elementwise, indexing, linalg
+from jask.base import memory
 from jask.base.config import Config
 from jask.core import primitives, ufuncs
+from jask.core._jax_internals import is_tracer
 from jask.core.array import disk_type
 from jask.engine.blockwise import broadcast_axes
 
@@ -221,8 +224,16 @@ def squeeze(x, axis=None, *, config: Config | None = None):
 
 def broadcast_to(x, shape, *, config: Config | None = None):
     """``x`` broadcast to ``shape`` by numpy's rules, as
-    ``jax.numpy.broadcast_to`` (a new DiskArray: the copy is written; its
-    VJP sums the cotangent over the broadcast axes).
+    ``jax.numpy.broadcast_to`` (a new DiskArray, an elementwise copy that
+    joins the band group of the op reading it; its VJP sums the cotangent
+    over the broadcast axes).
+
+    An in-memory ``x`` stays in memory (``jax.numpy.broadcast_to``) while
+    the result fits the in-memory share of the budget
+    (:func:`jask.base.memory.fits_in_memory`, decided from shapes only); a
+    larger result is a DiskArray whose tiles are cut from ``x`` as they are
+    read (``x`` is the op's in-memory operand, as ``n`` in ``X + n``), so
+    ``broadcast_to(n, X.shape) + X`` holds no full-size copy in memory.
 
     Example:
       >>> import numpy as np, jask
@@ -234,12 +245,18 @@ def broadcast_to(x, shape, *, config: Config | None = None):
     shape = (int(shape),) if isinstance(shape, (numbers.Integral, np.integer)) else tuple(
         int(n) for n in shape)
     if aval is None:
-        return jnp.broadcast_to(x, shape)
-    try:
-        fits = len(shape) >= aval.ndim and np.broadcast_shapes(aval.shape, shape) == shape
-    except ValueError:
-        fits = False
-    if not fits:
+        value = jnp.asarray(x)
+        if memory.fits_in_memory(shape, value.dtype, config) or _misfits(value.shape, shape):
+            return jnp.broadcast_to(value, shape)  # jax.numpy's answer, or its error
+        if not (is_tracer(value) or memory.fits_in_memory(value.shape, value.dtype, config)):
+            written = creation.from_numpy(np.asarray(value), config=config)  # too large to send
+            return _relayout(written, shape, broadcast_axes(value.shape, shape), "broadcast_to",
+                             config)
+        return primitives.Blockwise(
+            ufuncs.IDENTITY, (jax.core.ShapedArray(value.shape, value.dtype),),
+            (broadcast_axes(value.shape, shape),), (value.dtype,), shape,
+            tuple(range(len(shape))), value.dtype, config=config, name="broadcast_to")(value)
+    if _misfits(tuple(aval.shape), shape):
         raise ValueError(f"jask.broadcast_to: cannot broadcast an array of shape {aval.shape} "
                          f"to shape {shape}")
     if shape == aval.shape:
@@ -247,9 +264,18 @@ def broadcast_to(x, shape, *, config: Config | None = None):
     return _relayout(x, shape, broadcast_axes(aval.shape, shape), "broadcast_to", config)
 
 
+def _misfits(shape: tuple, target: tuple) -> bool:
+    """Whether numpy's rules refuse broadcasting ``shape`` to ``target``."""
+    try:
+        return len(target) < len(shape) or np.broadcast_shapes(shape, target) != target
+    except ValueError:
+        return True
+
+
 def broadcast_arrays(*arrays, config: Config | None = None) -> list:
     """Every array broadcast to their common shape, as
-    ``jax.numpy.broadcast_arrays`` (in-memory ones stay in memory).
+    ``jax.numpy.broadcast_arrays`` (in-memory ones stay in memory while
+    their result fits the in-memory share, see :func:`broadcast_to`).
 
     Example:
       >>> import numpy as np, jask
