@@ -13,7 +13,8 @@ The base every primitive shares is :mod:`~jask.core.primitives.base`; op
 families live in modules of their own (:mod:`~jask.core.primitives.elementwise`:
 every elementwise op, broadcast and reduction, one primitive, :class:`Blockwise`;
 :mod:`~jask.core.primitives.creation`: a store written from an in-memory
-array and read back whole; :mod:`~jask.core.primitives.layout`: transposes, slices,
+array and read back whole; :mod:`~jask.core.primitives.mutation`: writes in
+place (``update_``, ``x[key] = v``); :mod:`~jask.core.primitives.layout`: transposes, slices,
 reshapes and joins;
 :mod:`~jask.core.primitives.gathers`:
 gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.scans`:
@@ -32,7 +33,6 @@ from jask.core import dispatch, ufuncs
 from jask.core.array import DiskArrayType
 from jask.core.primitives.base import DiskPrimitive as DiskPrimitive
 from jask.core.primitives.base import (
-    _accum,
     _aval,
     _no_elements,
     _on_disk,
@@ -65,6 +65,8 @@ from jask.core.primitives.layout import moved
 from jask.core.primitives.layout import reshape as reshape
 from jask.core.primitives.layout import take_slice as take_slice
 from jask.core.primitives.layout import transpose as transpose
+from jask.core.primitives.mutation import Update as Update
+from jask.core.primitives.mutation import update as update
 from jask.core.primitives.products import Dot as Dot
 from jask.core.primitives.products import Fused as Fused
 from jask.core.primitives.products import dot as dot
@@ -106,7 +108,7 @@ def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
                      axes_of(shape), aval.dtype, config=config, name="reshape")(x)
 
 
-# --- other ops (FFT, writes in place) ------------------------------------------
+# --- other ops (FFT) ------------------------------------------
 
 class FFT(DiskPrimitive):
     """A discrete Fourier transform along ``axis`` (whole lanes per tile):
@@ -126,50 +128,6 @@ class FFT(DiskPrimitive):
         return self._run(self.disk_work(), [x])
 
 
-class Update(DiskPrimitive):
-    """target.update_(new): new's data written into target's own store;
-    with ``at`` (per axis ``(start, stop, step)`` of a basic key), ``new``
-    is the DiskArray ``v`` of ``x[key] = v`` (the selection's shape with
-    the key's integer axes kept, length-1 axes broadcast) and the rest of
-    target is kept.
-
-    Never dead-code eliminated: its effect is the point, even when the
-    returned value is unused.
-    """
-
-    def mutates(self) -> bool:
-        return True
-
-    def __init__(self, aval: DiskArrayType, config: Config | None,
-                 new: DiskArrayType | None = None, at: tuple | None = None):
-        params = {} if at is None else {"at": tuple(tuple(int(i) for i in a) for a in at)}
-        super().__init__((aval, aval if new is None else new), aval, config=config, **params)
-
-    def disk_work(self):
-        at = self.params.get("at")
-        if at is None:
-            return work.update
-        return work.set_region(at)
-
-    def expand(self, target, new):
-        return self._run(self.disk_work(), [target, new])
-
-    def dce(self, used_outs):
-        return True, True, self
-
-    def tangent(self, primals, out, tangents):
-        if "at" in self.params:
-            raise NotImplementedError("jask: no derivative of x[key] = v written in place; "
-                                      "differentiate x.at[key].set(v)")
-        return tangents[1]  # the target now holds new
-
-    def backward(self, res, g, ctarget, cnew):
-        if "at" in self.params:
-            raise NotImplementedError("jask: no derivative of x[key] = v written in place; "
-                                      "differentiate x.at[key].set(v)")
-        _accum(cnew, lambda: g)
-
-
 # --- what the products' rules build of the package's ops (see DiskPrimitive.added) ---
 
 def outer(x, y, like, config):
@@ -186,12 +144,6 @@ def outer(x, y, like, config):
 
 def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
     return FFT(_aval(a), axis, kind, n, norm, shape, dtype, config=config)(a)
-
-
-def update(target, new, *, config=None, at=None):
-    if at is None:
-        return Update(_aval(target), config)(target, new)
-    return Update(_aval(target), config, _aval(new), at)(target, new)
 
 
 # What the products' rules build of the ops defined here (primitives/products.py

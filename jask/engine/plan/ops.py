@@ -23,7 +23,7 @@ from jask.engine.plan.tiles import Plan, plan_blockwise
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read_model
 
-__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "update", "save",
+__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "save",
            "n_tiles", "held_bytes"]
 
 
@@ -93,13 +93,6 @@ def transpose(source: StoreSpec, axes: tuple, config: Config) -> Plan:
     """A permuted copy: a new store chunked by the tile."""
     tile, cost = transpose_chunks(source, axes, config.max_memory, config.workers)
     return Plan("transpose", tuple(tile), tuple(tile), cost.tasks, cost)
-
-
-def update(target: StoreSpec, source: StoreSpec, config: Config) -> Plan:
-    """``target.update_(source)``: a copy in whole write units of the
-    target, into the target's own store (input 0)."""
-    tile, cost = copy_chunks(target, source, config.max_memory, config.workers)
-    return Plan("update_", tuple(tile), tuple(target.chunks), cost.tasks, cost, into=0)
 
 
 #: Output-chunk buffers of a save task: the tile read, the whole chunk and
