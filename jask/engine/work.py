@@ -12,7 +12,6 @@ half-written store is never returned.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from typing import Callable
 
 import numpy as np
@@ -226,27 +225,3 @@ def _on_this_process(fill):
             fill(staging)
 
     return fill_here
-
-
-def fft(op: str, kind: str, axis: int, n: int, norm: str, dtype):
-    """Work for a one-axis discrete Fourier transform (``kind``: see
-    :data:`jask.engine.fft.KINDS`) of length ``n`` along ``axis``, whole
-    lanes per tile, written to a new store of ``dtype``."""
-    from jask.engine import fft as transforms
-
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.lanes(op, stores, axis, transforms.out_length(kind, n), dtype,
-                             planner.FFT_TEMPORARY_BYTES, config,
-                             holds="a Fourier transform holds a whole lane in memory",
-                             shorter="transform shorter lanes (n=)")
-
-    def work(stores, values, config: Config):
-        planned = plan_of(stores, values, config)
-        shape = list(stores[0].shape)
-        shape[axis] = transforms.out_length(kind, n)
-        token = uuid.uuid4().hex
-        return produce(config, op, tuple(shape), dtype, planned,
-                       lambda out: transforms.fft_graph(op, kind, stores[0], out, planned.tile,
-                                                        axis, n, norm, token),
-                       grad=False)
-    return decoded_first(Work(op, work, plan_of))

@@ -14,7 +14,8 @@ families live in modules of their own (:mod:`~jask.core.primitives.elementwise`:
 every elementwise op, broadcast and reduction, one primitive, :class:`Blockwise`;
 :mod:`~jask.core.primitives.creation`: a store written from an in-memory
 array and read back whole; :mod:`~jask.core.primitives.mutation`: writes in
-place (``update_``, ``x[key] = v``); :mod:`~jask.core.primitives.layout`: transposes, slices,
+place (``update_``, ``x[key] = v``); :mod:`~jask.core.primitives.fft`: discrete
+Fourier transforms along one axis; :mod:`~jask.core.primitives.layout`: transposes, slices,
 reshapes and joins;
 :mod:`~jask.core.primitives.gathers`:
 gathers, scatter-adds, sorts, searchsorted; :mod:`~jask.core.primitives.scans`:
@@ -48,6 +49,8 @@ from jask.core.primitives.elementwise import add as add
 from jask.core.primitives.elementwise import fill as fill
 from jask.core.primitives.elementwise import full as full
 from jask.core.primitives.elementwise import reduce as reduce
+from jask.core.primitives.fft import FFT as FFT
+from jask.core.primitives.fft import fft as fft
 from jask.core.primitives.gathers import Gather as Gather
 from jask.core.primitives.gathers import ScatterAdd as ScatterAdd
 from jask.core.primitives.gathers import Search as Search
@@ -73,7 +76,6 @@ from jask.core.primitives.products import dot as dot
 from jask.core.primitives.products import widened
 from jask.core.primitives.scans import Cumsum as Cumsum
 from jask.core.rewrite import prune_before_lowering, take_over_jit
-from jask.engine import work
 from jask.engine.ops.reductions import REDUCERS, variance
 from jask.engine.plan import Plan
 
@@ -108,26 +110,6 @@ def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
                      axes_of(shape), aval.dtype, config=config, name="reshape")(x)
 
 
-# --- other ops (FFT) ------------------------------------------
-
-class FFT(DiskPrimitive):
-    """A discrete Fourier transform along ``axis`` (whole lanes per tile):
-    ``kind`` one of :data:`jask.engine.fft.KINDS`, of length ``n``, the
-    result ``shape`` and ``dtype``. Complex values: no derivative rules
-    (refused, naming the op)."""
-
-    def __init__(self, aval, axis: int, kind: str, n: int, norm: str, shape: tuple, dtype, *,
-                 config: Config | None = None):
-        super().__init__((aval,), DiskArrayType(tuple(shape), dtype), op=kind, axis=int(axis),
-                         kind=kind, n=int(n), norm=norm, dtype=np.dtype(dtype), config=config)
-
-    def disk_work(self):
-        return work.fft(self.op, self.kind, self.axis, self.n, self.norm, self.dtype)
-
-    def expand(self, x):
-        return self._run(self.disk_work(), [x])
-
-
 # --- what the products' rules build of the package's ops (see DiskPrimitive.added) ---
 
 def outer(x, y, like, config):
@@ -141,10 +123,6 @@ def outer(x, y, like, config):
 
 
 # --- binding helpers (arguments already checked by the public layer) ---------------
-
-def fft(a, axis, kind, n, norm, shape, dtype, *, config=None):
-    return FFT(_aval(a), axis, kind, n, norm, shape, dtype, config=config)(a)
-
 
 # What the products' rules build of the ops defined here (primitives/products.py
 # imports the base, never this package): see DiskPrimitive.added.

@@ -128,12 +128,7 @@ def save(source: StoreSpec, chunks: tuple | None, compressed: bool, config: Conf
 
 # --- sorting: whole lanes per tile -------------------------------------------------------
 
-__all__ += ["lanes", "FFT_TEMPORARY_BYTES"]
-
-#: Bytes per element of the longer lane (input or output) an FFT task holds
-#: besides its input and output tiles: the lanes in double precision
-#: (complex128), pocketfft's result before rounding and its scratch.
-FFT_TEMPORARY_BYTES = 48
+__all__ += ["lanes"]
 
 
 def lanes(op: str, stores: list, axis: int, out_length: int, out_dtype, temporary_bytes: int,
