@@ -19,7 +19,7 @@ import pytest
 import zarr
 
 import jask
-import jask.engine.tasks
+import jask.engine.ops.mutation
 
 SHAPE, CHUNKS = (23, 17), (5, 4)  # ragged chunks on both axes
 
@@ -143,13 +143,13 @@ def test_a_write_failing_half_way_leaves_the_store_as_it_was(tmp_path, monkeypat
     a = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
     x = _store(tmp_path, "plain", a)
     raw = {k: open(f, "rb").read() for k, f in _chunk_files(x.filename).items()}
-    real = jask.engine.tasks.set_region_block
+    real = jask.engine.ops.mutation.set_region_block
 
     def writes_then_fails(*args):
         real(*args)  # the tile is in the staging store
         raise OSError("the disk went away")
 
-    monkeypatch.setattr(jask.engine.tasks, "set_region_block", writes_then_fails)
+    monkeypatch.setattr(jask.engine.ops.mutation, "set_region_block", writes_then_fails)
     with pytest.raises(OSError, match="went away"):
         x[:, 0:9] = 5.0
     monkeypatch.undo()

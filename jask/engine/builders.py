@@ -59,22 +59,6 @@ def copy_graph(out: StoreSpec, source: StoreSpec, op: str = "update", tile: tupl
     return transpose_graph(out, source, tuple(range(len(out.shape))), op=op, tile=tile)
 
 
-def set_region_graph(out: StoreSpec, target: StoreSpec, value: StoreSpec, sel: tuple,
-                     tile: tuple, within: list | None = None):
-    """out = target with the positions ``sel`` picks set to ``value``, one
-    task per tile of each region of ``within`` (regions of whole chunks of
-    out, the rest already in out; default: all of out), tiles counted from
-    the region's corner."""
-    name = key_name("update", out.path)
-    graph = {}
-    for j, box in enumerate(within or [tuple(slice(0, n) for n in out.shape)]):
-        corner = tuple(b.start for b in box)
-        for i, region in enumerate(regions(tuple(b.stop - b.start for b in box), tile)):
-            placed = tuple(slice(r.start + c, r.stop + c) for r, c in zip(region, corner))
-            graph[(name, j, i)] = (tasks.set_region_block, out, placed, target, value, sel)
-    return graph, list(graph)
-
-
 # --- one task per chunk (the layout and gather families' graphs) -----------------
 
 def chunk_graph(op: str, out: StoreSpec, task, *args, tile: tuple | None = None

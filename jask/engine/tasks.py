@@ -1,10 +1,11 @@
-"""The functions a block task runs (copies, writes of a region), and the strips of
+"""The functions a block task runs (copies), and the strips of
 a contraction every product adds up (:func:`strip_product`: a product's own
 tasks, :mod:`jask.engine.ops.products`, and band groups'). Each reads whole
 chunks where it can, computes one tile, and writes one whole output chunk,
 so concurrent tasks never share a chunk file. Elementwise ops and
 reductions are in :mod:`jask.engine.blockwise`; slices, joins and
-reshapes beside their graphs in :mod:`jask.engine.ops.layout`."""
+reshapes beside their graphs in :mod:`jask.engine.ops.layout`, writes of a region
+in :mod:`jask.engine.ops.mutation`."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,43 +20,6 @@ def copy_block(out: StoreSpec, region: tuple, source: StoreSpec, axes: tuple) ->
     source_region = tuple(region[i] for i in inverse)
     block = read(source, source_region)
     write(out, region, np.ascontiguousarray(np.transpose(block, axes)))
-
-
-def selected(sel: tuple, tile: tuple) -> tuple | None:
-    """Where the selection ``sel`` (per axis ``(start, stop, step)`` of the
-    positions picked, ``stop`` past the last) meets ``tile``: per axis the
-    slice of the tile and the range ``(k0, k1)`` of picked positions there,
-    or None where they do not meet.
-
-    Example:
-      >>> selected(((1, 10, 3),), (slice(3, 8),))
-      ((slice(1, 5, 3),), ((1, 3),))
-    """
-    local, ranks = [], []
-    for (start, stop, step), t in zip(sel, tile):
-        k0 = max(0, -(-(t.start - start) // step))
-        k1 = min(-(-(stop - start) // step), -(-(t.stop - start) // step))
-        if k1 <= k0:
-            return None
-        first, last = start + k0 * step, start + (k1 - 1) * step
-        local.append(slice(first - t.start, last + 1 - t.start, step))
-        ranks.append((k0, k1))
-    return tuple(local), tuple(ranks)
-
-
-def set_region_block(out: StoreSpec, region: tuple, target: StoreSpec, value: StoreSpec,
-                     sel: tuple) -> None:
-    """out[region] = target[region] with the positions ``sel`` picks set to
-    ``value`` (a store of the selection's shape, length-1 axes broadcast, in
-    the target's dtype): ``x[key] = v`` for one tile."""
-    block = np.array(read(target, region), copy=True)
-    met = selected(sel, region)
-    if met is not None:
-        local, ranks = met
-        part = tuple(slice(0, 1) if n == 1 else slice(k0, k1)
-                     for n, (k0, k1) in zip(value.shape, ranks))
-        block[local] = read(value, part)
-    write(out, region, block)
 
 
 def combine(*partials):

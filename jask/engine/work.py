@@ -12,9 +12,6 @@ half-written store is never returned.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
-import uuid
 from typing import Callable
 
 import numpy as np
@@ -26,16 +23,8 @@ from jask.engine import builders, execute
 from jask.engine.plan import ops as planner
 from jask.engine.plan.tiles import Plan, as_decoded
 from jask.store import DiskFullError, location_of, registry, session_dir
-from jask.store.layout import compressed, maker_like
-from jask.store.space import (
-    check_space,
-    check_unchanged,
-    snapshot,
-    space_errors,
-    stamp,
-)
+from jask.store.space import check_space, snapshot, space_errors
 from jask.store.spec import GRAD_SUFFIX, StoreSpec, stored_nbytes
-from jask.store.tiles import forget as forget_cached
 from jask.store.tiles import read_model
 from jask.store.views import base_of
 from jask.store.views import key as view_key
@@ -214,115 +203,6 @@ def decoded_first(work: Work, whole: Callable[[StoreSpec], bool] = lambda store:
     return Work(work.op, run, plan_of)
 
 
-def _update(stores, scalars, config: Config) -> StoreSpec:
-    """Work for ``target.update_(source)``: copy, then swap the copy in.
-
-    The copy goes to a staging folder beside the target with the target's own
-    layout; only once it is complete (and synced) does it replace the target,
-    in one atomic exchange (:mod:`jask.store.kinds.local.durability`), so a failed, interrupted
-    or killed copy leaves the target as it was, and a reader never finds it
-    torn or missing.
-    """
-    target, source = stores
-    target = writable(target)  # update_ of a view writes its own copy, never its base
-    if target.path == source.path and source.view is None:
-        return target
-    location_of(target).check_in_place("update_")  # no atomic replace of a user's store at a URL
-    planned = planner.update(target, source, config)
-    tile, cost = planned.tile, planned.cost
-    folder = os.path.dirname(target.path)
-    needed = stored_nbytes(target)  # exact when uncompressed, else an upper bound
-    if location_of(target).checks_free_space and not compressed(target):
-        check_space(folder, needed, "update_")
-    stamps = stamp([source])
-    make_like = maker_like(target)
-
-    def make_staging(path):
-        with space_errors(folder, needed, "update_"):
-            make_like(path)
-
-    def fill(path):
-        tmp = StoreSpec(path, target.shape, target.dtype, target.chunks)
-        try:
-            with space_errors(folder, needed, "update_"):
-                dsk, keys = builders.copy_graph(tmp, source, tile=tile)
-                execute.run(dsk, keys, config.workers, cost)
-            check_unchanged(stamps, "update_")
-        finally:
-            forget_cached(path)
-
-    return replace_store(target, make_staging, fill, config)
-
-
-update = Work("update_", _update,
-              lambda stores, values, config: planner.update(stores[0], stores[1], config))
-
-
-def _runs(indices: list) -> list[list]:
-    """Sorted chunk indices split into runs of consecutive ones."""
-    runs: list[list] = []
-    for i in indices:
-        if runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return runs
-
-
-def set_region(sel: tuple) -> Work:
-    """Work for ``x[key] = v`` of a basic key (``sel``: per axis ``(start,
-    stop, step)`` of the positions picked, ``stop`` past the last): the same
-    atomic replacement as ``update_``, in one pass, writing only the chunks
-    the selection meets. The staging store gets the target's other chunks as
-    links to their files (:meth:`jask.store.Location.link_chunks_outside`;
-    copied where the kind cannot link), and each chunk the selection meets
-    is read, set where selected from ``v`` (a store of the selection's
-    shape with length-1 axes broadcast, in the target's dtype) and written
-    there."""
-    def plan_of(stores, values, config: Config) -> Plan:
-        # a copy of the target, each task holding a piece of v beside its tile
-        return planner.update(stores[0], stores[0], config)
-
-    def run(stores, values, config: Config) -> StoreSpec:
-        target = writable(stores[0])
-        value = stores[1]
-        where = location_of(target)
-        where.check_in_place("update_")
-        planned = plan_of([target], (), config)
-        tile, cost = planned.tile, planned.cost
-        # per axis the chunks the selection meets, and the runs of them: tiles of whole chunks
-        # counted from each run's corner write only those
-        met = tuple(sorted({p // c for p in range(*s)})
-                    for s, c in zip(sel, target.chunks))
-        boxes = [tuple(slice(r[0] * c, min((r[-1] + 1) * c, n))
-                       for r, c, n in zip(runs, target.chunks, target.shape))
-                 for runs in itertools.product(*(_runs(m) for m in met))]
-        folder = os.path.dirname(target.path)
-        needed = stored_nbytes(target)  # an upper bound: links take no blocks
-        stamps = stamp([target, value])
-        make_like = maker_like(target)
-        linked = []
-
-        def make_staging(path):
-            with space_errors(folder, needed, "update_"):
-                make_like(path)
-                linked.append(where.link_chunks_except(path, met))
-
-        def fill(path):
-            out = StoreSpec(path, target.shape, target.dtype, target.chunks)
-            try:
-                with space_errors(folder, needed, "update_"):
-                    dsk, keys = builders.set_region_graph(out, target, value, sel, tile,
-                                                          boxes if linked[0] else None)
-                    execute.run(dsk, keys, config.workers, cost)
-                check_unchanged(stamps, "update_")
-            finally:
-                forget_cached(path)
-
-        return replace_store(target, make_staging, fill, config)
-    return Work("update_", run, plan_of)
-
-
 def replace_store(target: StoreSpec, make_staging, fill, config: Config) -> StoreSpec:
     """Replace ``target``'s data atomically, after computing the deferred results
     that read its old values; return the store now behind ``target``'s handle.
@@ -345,27 +225,3 @@ def _on_this_process(fill):
             fill(staging)
 
     return fill_here
-
-
-def fft(op: str, kind: str, axis: int, n: int, norm: str, dtype):
-    """Work for a one-axis discrete Fourier transform (``kind``: see
-    :data:`jask.engine.fft.KINDS`) of length ``n`` along ``axis``, whole
-    lanes per tile, written to a new store of ``dtype``."""
-    from jask.engine import fft as transforms
-
-    def plan_of(stores, values, config: Config) -> Plan:
-        return planner.lanes(op, stores, axis, transforms.out_length(kind, n), dtype,
-                             planner.FFT_TEMPORARY_BYTES, config,
-                             holds="a Fourier transform holds a whole lane in memory",
-                             shorter="transform shorter lanes (n=)")
-
-    def work(stores, values, config: Config):
-        planned = plan_of(stores, values, config)
-        shape = list(stores[0].shape)
-        shape[axis] = transforms.out_length(kind, n)
-        token = uuid.uuid4().hex
-        return produce(config, op, tuple(shape), dtype, planned,
-                       lambda out: transforms.fft_graph(op, kind, stores[0], out, planned.tile,
-                                                        axis, n, norm, token),
-                       grad=False)
-    return decoded_first(Work(op, work, plan_of))

@@ -17,4 +17,9 @@
   planner, work, graph and block task.
 * :mod:`~jask.engine.ops.creation`: a store written from an in-memory array,
   and one read whole into memory, each one call in the calling thread.
+* :mod:`~jask.engine.ops.mutation`: writes in place (``update_``, ``x[key] =
+  v``): each staged beside the target and swapped in atomically, a planner
+  and work, and for a key its graph and block task.
+* :mod:`~jask.engine.ops.fft`: one axis's discrete Fourier transform, whole
+  lanes per tile: its work, graph and block task.
 """

@@ -324,7 +324,7 @@ def _second_moment_of(partial):
 #: The sum of squared deviations from the mean, ``sum(square(x - mean(x)))``,
 #: in one pass: :func:`variance`'s (count, mean, M2) partials, finished as M2
 #: itself (a centred second moment written out in a loss, see
-#: ``jask.core.primitives._centred_moment``).
+#: ``jask.core.primitives.rewrite_hooks._centred_moment``).
 REDUCERS["m2"] = Reducer(_moments, _chan, _second_moment_of, arrays=2, kind="m2")
 
 

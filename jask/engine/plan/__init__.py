@@ -5,9 +5,10 @@ read or written.
 * :mod:`~jask.engine.plan.tiles`: the plan type (:class:`Plan`) and the
   blockwise tile planner every copy-like op builds on (:func:`plan_blockwise`);
 * :mod:`~jask.engine.plan.ops`: one planner per kind of op (views,
-  transposed copies and copies, ``update_``, ``save``, the FFT's lanes; the op
-  families moved to :mod:`jask.engine.ops` plan there: elementwise ops,
-  gathers, scans, products, layout, creation);
+  transposed copies and copies (``update_``'s tiles), ``save``, whole lanes
+  (a sort's, an FFT's); the op families in :mod:`jask.engine.ops` plan there:
+  elementwise ops, gathers, scans, products, layout, creation, mutation, the
+  FFT);
 * :mod:`~jask.engine.plan.bands`: the band height of a band group
   (:mod:`jask.engine.fusion`).
 

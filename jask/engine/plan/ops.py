@@ -23,7 +23,7 @@ from jask.engine.plan.tiles import Plan, plan_blockwise
 from jask.store.spec import StoreSpec
 from jask.store.tiles import read_model
 
-__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "update", "save",
+__all__ = ["view", "transpose", "transpose_chunks", "copy_chunks", "save",
            "n_tiles", "held_bytes"]
 
 
@@ -95,13 +95,6 @@ def transpose(source: StoreSpec, axes: tuple, config: Config) -> Plan:
     return Plan("transpose", tuple(tile), tuple(tile), cost.tasks, cost)
 
 
-def update(target: StoreSpec, source: StoreSpec, config: Config) -> Plan:
-    """``target.update_(source)``: a copy in whole write units of the
-    target, into the target's own store (input 0)."""
-    tile, cost = copy_chunks(target, source, config.max_memory, config.workers)
-    return Plan("update_", tuple(tile), tuple(target.chunks), cost.tasks, cost, into=0)
-
-
 #: Output-chunk buffers of a save task: the tile read, the whole chunk and
 #: its encoded bytes; a compressor adds its output and working memory.
 SAVE_OUT_COPIES = 3
@@ -135,12 +128,7 @@ def save(source: StoreSpec, chunks: tuple | None, compressed: bool, config: Conf
 
 # --- sorting: whole lanes per tile -------------------------------------------------------
 
-__all__ += ["lanes", "FFT_TEMPORARY_BYTES"]
-
-#: Bytes per element of the longer lane (input or output) an FFT task holds
-#: besides its input and output tiles: the lanes in double precision
-#: (complex128), pocketfft's result before rounding and its scratch.
-FFT_TEMPORARY_BYTES = 48
+__all__ += ["lanes"]
 
 
 def lanes(op: str, stores: list, axis: int, out_length: int, out_dtype, temporary_bytes: int,
