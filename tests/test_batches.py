@@ -903,3 +903,34 @@ def test_in_order_the_first_batch_waits_only_for_its_rows(tmp_path, monkeypatch,
     got = [yb.tolist()] + [b.tolist() for _, b in it]
     assert got == planned[start:]
     np.testing.assert_array_equal(xb, x[planned[start]])
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
+def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(tmp_path,
+                                                                          monkeypatch):
+    """A cold disk gets every run of a call in flight at once: each run of a
+    chunk file held open is advised (WILLNEED, its bytes) before the reads."""
+    import jask.store.chunkio as chunkio
+    from jask.store import registry
+    from jask.store.tiles import OpenFiles, read_runs
+    values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
+                          dtype="f4", compressors=None)
+    z[:] = values
+    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    starts, stops = np.array([5, 210, 230, 590]), np.array([9, 220, 231, 600])
+    files = OpenFiles()
+    out = np.empty((int(np.sum(stops - starts)), 3), np.float32)
+    read_runs(spec, starts, stops, out, files)  # opens and holds the files
+    advised: list = []
+    monkeypatch.setattr(chunkio, "_asks_cached", True)
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, n, how: advised.append(
+        (at, n, how)))
+    out[...] = 0
+    read_runs(spec, starts, stops, out, files)
+    files.close()
+    np.testing.assert_array_equal(out, np.concatenate([values[lo:hi]
+                                                       for lo, hi in zip(starts, stops)]))
+    row = 3 * 4
+    assert advised == [((lo % 100) * row, (hi - lo) * row, os.POSIX_FADV_WILLNEED)
+                       for lo, hi in zip(starts, stops)]
