@@ -562,7 +562,8 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
     (no system call per run, the GIL released once); else each run is one
     ``preadv`` straight into ``out``, so that a cold disk reads only the runs'
     bytes; the runs of files held open in ``files`` are first asked for
-    together (:func:`_advise_runs`), so that the disk has them all in flight. Chunks narrower than the array: each run read as a tile (a
+    together (:func:`_advise_runs`), so that the disk has them all in flight.
+    Chunks narrower than the array: each run read as a tile (a
     ``preadv`` per chunk it crosses)."""
     layout = _raw_layout(where)
     assert layout is not None
