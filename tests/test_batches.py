@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -96,10 +97,12 @@ def test_same_seed_same_batches_whatever_the_budget_and_threads(tmp_path, compre
     assert other != runs[0]
 
 
+@pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "in order"])
 @pytest.mark.parametrize("stop_at", [0, 1, 7, 15, 16, 17, 40])
-def test_resume_mid_epoch_equals_an_uninterrupted_run(tmp_path, stop_at):
+def test_resume_mid_epoch_equals_an_uninterrupted_run(tmp_path, stop_at, shuffle):
     X, y, _ = _stores(tmp_path, 1000, 4, 64, 64, False)
-    make = lambda **kw: jask.batches(X, y, batch_size=60, seed=5, buffer=200, epochs=3, **kw)
+    make = lambda **kw: jask.batches(X, y, batch_size=60, seed=5, buffer=200, epochs=3,
+                                     shuffle=shuffle, **kw)
     whole = _rows(make())  # 17 batches an epoch, 51 in all
     loader = make()
     seen: list = []
@@ -871,3 +874,63 @@ def test_an_iterator_left_suspended_lets_go_of_its_chunk_files(tmp_path, monkeyp
     assert seen == [b.tolist() for b in loader.plan.batch_rows(0)]
     loader.close()
     assert len(os.listdir("/proc/self/fd")) - before <= 4
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_in_order_the_first_batch_waits_only_for_its_rows(tmp_path, monkeypatch, start):
+    """The first window of an iteration in order is read in pieces: its first
+    batch is handed over while the rest of the window is still being read."""
+    X, y, x = _stores(tmp_path, 4096, 8, 1024, 1024, False)
+    loader = jask.batches(X, y, batch_size=64, shuffle=False, buffer=2048, threads=2)
+    plan = loader.plan
+    planned = [b.tolist() for b in plan.batch_rows(0)]
+    first_rows = set(planned[start])
+    gate, read = threading.Event(), jask.api.batches._read_runs
+
+    def held_back(a, starts, stops, *args):  # reads of rows past the first batch's wait
+        if not gate.is_set() and not first_rows.intersection(range(int(starts[0]),
+                                                                   int(stops[-1]))):
+            gate.wait(10)
+        return read(a, starts, stops, *args)
+
+    monkeypatch.setattr(jask.api.batches, "_read_runs", held_back)
+    loader.restore({**loader.state, "batch": start})
+    t0 = time.perf_counter()
+    it = iter(loader)
+    xb, yb = next(it)
+    assert time.perf_counter() - t0 < 5  # not after the held-back reads
+    gate.set()
+    got = [yb.tolist()] + [b.tolist() for _, b in it]
+    assert got == planned[start:]
+    np.testing.assert_array_equal(xb, x[planned[start]])
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
+def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(tmp_path,
+                                                                          monkeypatch):
+    """A cold disk gets every run of a call in flight at once: each run of a
+    chunk file held open is advised (WILLNEED, its bytes) before the reads."""
+    import jask.store.chunkio as chunkio
+    from jask.store import registry
+    from jask.store.tiles import OpenFiles, read_runs
+    values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
+                          dtype="f4", compressors=None)
+    z[:] = values
+    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    starts, stops = np.array([5, 210, 230, 590]), np.array([9, 220, 231, 600])
+    files = OpenFiles()
+    out = np.empty((int(np.sum(stops - starts)), 3), np.float32)
+    read_runs(spec, starts, stops, out, files)  # opens and holds the files
+    advised: list = []
+    monkeypatch.setattr(chunkio, "_asks_cached", True)
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, n, how: advised.append(
+        (at, n, how)))
+    out[...] = 0
+    read_runs(spec, starts, stops, out, files)
+    files.close()
+    np.testing.assert_array_equal(out, np.concatenate([values[lo:hi]
+                                                       for lo, hi in zip(starts, stops)]))
+    row = 3 * 4
+    assert advised == [((lo % 100) * row, (hi - lo) * row, os.POSIX_FADV_WILLNEED)
+                       for lo, hi in zip(starts, stops)]

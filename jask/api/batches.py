@@ -75,6 +75,9 @@ DEFAULT_THREADS = 8
 THREAD_BYTES = 2**18
 #: Read tasks a window is split into, per reading thread (each reads many runs).
 TASKS_PER_THREAD = 2
+#: The most pieces a reading thread reads of an in-order iteration's first
+#: window (read in pieces of a batch, so that its first batch comes early).
+FIRST_PIECES_PER_THREAD = 8
 #: Where short runs of rows read at about their bytes' cost (local uncompressed
 #: chunks, arrays in memory), a shuffle window holds at least ``batch_size /
 #: RUNS_PER_BATCH`` runs drawn from anywhere in the shard: a batch's label mean
@@ -224,6 +227,10 @@ class Batches:
         #: than its bytes), and the buffers they are read into, reused across epochs
         self._resident = resident or (False,) * len(arrays)
         self._whole: dict[int, np.ndarray] = {}
+        #: whether a run of rows reads at about its bytes' cost in every array (local
+        #: uncompressed chunks, or in memory): a window may be read in pieces
+        self._runs_cheap = all(reads_runs(a._store()) for a in arrays
+                               if isinstance(a, DiskArray))
         self.plan = plan
         self.epochs = epochs
         self.threads = threads
@@ -488,10 +495,21 @@ class _Feeder:
         slots = self.slots
         pending: dict = {}
 
+        # in order, the first window is read in pieces of a batch: its first batch
+        # comes after a fraction of the window's reads (shuffled, a batch takes rows
+        # from the whole window: it waits for all of them whatever the pieces)
+        # (at most FIRST_PIECES_PER_THREAD a thread: a task's own cost stays small)
+        first_piece = None
+        if not plan.shuffle and self.loader._runs_cheap:
+            first_piece = max(B, -(-plan.unit * plan.window
+                                   // (FIRST_PIECES_PER_THREAD * self.loader.threads)))
+
         def submit(w: int) -> None:
             if w < len(windows):
                 pending[w] = slots[w % SLOTS].fill(self.pool, self.loader.threads, windows[w],
-                                                   plan, stamps, whole, files)
+                                                   plan, stamps, whole, files,
+                                                   *((first_piece, offset) if w == w0
+                                                     else (None, 0)))
 
         for ahead in range(SLOTS):
             submit(w0 + ahead)
@@ -500,15 +518,16 @@ class _Feeder:
         for w in range(w0, len(windows)):
             if b >= total:
                 break
-            for f in pending.pop(w):
-                f.result()  # raises what a read raised
-            check_unchanged(stamps, _OP)
             slot = slots[w % SLOTS]
-            order = plan.window_order(epoch, w, sizes[w])
+            order = plan.window_order(epoch, w, sizes[w])  # while the window is read
+            # a batch waits only for the reads of the rows it takes: in order, the first
+            # window's first batches come once their rows are read, not the whole window
+            reads = _Reads(pending.pop(w), slot.task_rows, stamps)
             pos = offset if w == w0 else 0
             while pos < sizes[w] and b < total:
                 need = B - (len(carry[0]) if carry else 0)
                 take = order[pos:pos + need]
+                reads.wait_for(take)
                 parts = [np.take(buf, take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
                 pos += len(take)
                 if carry:
@@ -520,6 +539,7 @@ class _Feeder:
                 if not self._put((epoch, b, self._deliver(parts))):
                     return False
                 b += 1
+            reads.wait_for(None)  # (drop_last may leave rows unread by any batch)
             submit(w + SLOTS)  # the slot of window w is free again
         for work in pending.values():  # windows past the last batch (drop_last): the next
             for f in work:             # epoch reads into their slots
@@ -534,6 +554,34 @@ class _Feeder:
             return tuple(parts)
         # one call for every array: a device_put's dispatch costs about what its copy does
         return tuple(jax.device_put(tuple(parts), self.loader._device))
+
+
+class _Reads:
+    """The reads of one window into a slot, waited for as its batches need
+    them: each task's rows ``[lo, hi)`` of the window, their stamps checked
+    once the rows a batch takes are read."""
+
+    def __init__(self, futures: list, rows: list, stamps: list):
+        self._left = sorted(zip(rows, range(len(futures)), futures), key=lambda t: t[0])
+        self._stamps = stamps
+
+    def wait_for(self, take: np.ndarray | None) -> None:
+        """Wait for the reads of the rows ``take`` (positions in the window;
+        None: all), raising what a read raised."""
+        if not self._left:
+            return
+        if take is None or not len(take):
+            lo, hi = 0, np.iinfo(np.int64).max
+        else:
+            lo, hi = int(take.min()), int(take.max()) + 1
+        waited = [t for t in self._left if t[0][0] < hi and t[0][1] > lo]
+        if not waited:
+            return
+        for _, _, future in waited:
+            future.result()
+        done = {i for _, i, _ in waited}
+        self._left = [t for t in self._left if t[1] not in done]
+        check_unchanged(self._stamps, _OP)
 
 
 class _Span:
@@ -859,31 +907,49 @@ class _Slot:
         self.rows = rows
         self._whole: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
+        #: the rows ``(lo, hi)`` of the window each task of :meth:`fill` reads
+        self.task_rows: list[tuple[int, int]] = []
 
     def fill(self, pool: ThreadPoolExecutor | _Tasks, threads: int, units: np.ndarray,
-             plan: BatchPlan, stamps, whole: list, files: OpenFiles) -> list:
+             plan: BatchPlan, stamps, whole: list, files: OpenFiles,
+             piece: int | None = None, skip: int = 0) -> list:
         """Start reading ``units`` (sorted) into this slot on ``pool`` (of
         ``threads``); the reads' futures (the runs of an array in ``whole`` are
         taken from it in memory; chunk files stay open in ``files``).
 
         Each array's units are read in a few tasks of many runs each (a task
         opens or decodes each of its chunks once, :func:`jask.store.tiles.read_runs`),
-        about two per reading thread."""
+        about two per reading thread. With ``piece`` (rows; where runs read at
+        their bytes' cost), units are read in pieces of at most that many rows,
+        a task or more each: the first pieces are read sooner (a window in
+        order hands its first batches over once their rows are read), and
+        those wholly before the window's row ``skip`` are not read (an
+        iteration in order resumed there never takes them)."""
         if not self._whole:  # made at the first window, touched by its reads
             self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype) for a in self.arrays]
         n = plan.rows_in(units)
         self.buffers = [buf[:n] for buf in self._whole]
         starts = np.asarray(units, np.int64) * plan.unit
         stops = np.minimum(starts + plan.unit, plan.rows)
+        count = TASKS_PER_THREAD * threads
+        if piece is not None and piece < plan.unit:
+            cuts = [np.arange(a, b, piece) for a, b in zip(starts, stops)]
+            starts = np.concatenate(cuts)
+            stops = np.minimum(starts + piece, np.repeat(stops, [len(c) for c in cuts]))
+            count = len(starts)
         at = np.concatenate([[0], np.cumsum(stops - starts)])
+        kept = np.arange(len(starts))
+        if piece is not None and skip:
+            kept = kept[at[1:] > skip]
         tasks = []
-        for group in np.array_split(np.arange(len(units)), min(len(units), TASKS_PER_THREAD
-                                                                 * threads)):
+        self.task_rows = []
+        for group in np.array_split(kept, min(len(kept), count)):
             lo, hi = int(at[group[0]]), int(at[group[-1] + 1])
             for a, buf, held_whole in zip(self.arrays, self.buffers, whole):
                 source = a if held_whole is None else _InMemory(held_whole)
                 tasks.append(pool.submit(_read_runs, source, starts[group], stops[group],
                                          buf[lo:hi], stamps, files))
+                self.task_rows.append((lo, hi))
         return tasks
 
 
