@@ -417,6 +417,39 @@ def test_the_loaders_buffers_are_kept_out_of_the_ops_budget(tmp_path):
     jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
 
 
+def test_a_loader_left_open_gives_its_windows_back(tmp_path, monkeypatch):
+    """Kept windows are a cache: a loader left open (never closed, still
+    referenced) gives them back a moment after its iteration ends, and at once
+    to a loader being planned, whose default buffer (and so its order) is then
+    what it would be alone (a notebook's loader made again must take the
+    state saved from the first)."""
+    from jask.api import batches as batches_module
+
+    X, y, _ = _stores(tmp_path, 5000, 8, 64, 64, False)
+    jask.set_memory_budget("2MB", scratch_dir=str(tmp_path / "scratch"))
+    full = jask.get_config().max_memory
+    first = jask.batches(X, y, batch_size=16, seed=0)
+    alone = first.state
+    for _ in first:
+        pass
+    assert jask.get_config().max_memory < full  # kept for the next epoch
+    second = jask.batches(X, y, batch_size=16, seed=0)
+    assert jask.get_config().max_memory == full  # taken back from the idle loader
+    assert second.state == alone
+    for _ in second:
+        pass
+    monkeypatch.setattr(batches_module, "KEEP_IDLE_S", 0.05)
+    for _ in second:  # an epoch ends; nothing else asks: given back after a moment
+        pass
+    deadline = time.monotonic() + 5
+    while jask.get_config().max_memory != full and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert jask.get_config().max_memory == full
+    first.close()
+    second.close()
+    jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
+
+
 def test_buffers_over_half_the_budget_are_refused_before_any_read(tmp_path):
     X, y, _ = _stores(tmp_path, 20000, 64, 4096, 4096, False)  # 1 MiB chunks of X
     jask.set_memory_budget("4MB", scratch_dir=str(tmp_path / "scratch"))

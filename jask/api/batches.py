@@ -121,6 +121,27 @@ SLOTS = 2
 #: suspended and never collected (in a reference cycle, say) holds no
 #: descriptors for long. Its next read opens them again.
 IDLE_RELEASE_S = 1.0
+#: Seconds a loader keeps its host windows (and their share of the budget) once an
+#: iteration ends: the next epoch's iteration reuses them; a loader left alone, never
+#: closed, gives them back then, and a new loader being planned takes them back at
+#: once from loaders not iterating (else each loader left open would shrink the
+#: budget, and the default buffer, of the next).
+KEEP_IDLE_S = 1.0
+#: Loaders keeping windows while not iterated (see :data:`KEEP_IDLE_S`).
+_idle_loaders: "weakref.WeakSet[Batches]" = weakref.WeakSet()
+_idle_lock = threading.Lock()
+
+
+def _free_idle_loaders() -> None:
+    """Free the windows every loader not being iterated keeps."""
+    for loader in list(_idle_loaders):
+        loader._free_kept()
+
+
+def _free_later(ref: "weakref.ref[Batches]") -> None:
+    loader = ref()
+    if loader is not None:
+        loader._free_kept()
 
 
 @dataclass(frozen=True)
@@ -282,6 +303,26 @@ class Batches:
             self._kept()
             self._kept, self._kept_bytes = None, 0
 
+    def _free_kept(self) -> None:
+        """Free the windows kept between iterations and their budget share,
+        unless an iteration is using them."""
+        with _idle_lock:
+            if self._running:
+                return
+            _idle_loaders.discard(self)
+            self._slots, self._whole = [], {}
+            self._release_kept()
+
+    def _keep_for_a_while(self) -> None:
+        """After an iteration: keep the windows :data:`KEEP_IDLE_S` for the next."""
+        with _idle_lock:
+            if self._kept is None:
+                return
+            _idle_loaders.add(self)
+        timer = threading.Timer(KEEP_IDLE_S, _free_later, (weakref.ref(self),))
+        timer.daemon = True
+        timer.start()
+
     def close(self) -> None:
         """End the loader's reading threads and free its host windows (both
         kept between iterations; a later iteration makes them again).
@@ -358,7 +399,9 @@ class Batches:
         if self._running:
             raise RuntimeError("this loader is already being iterated (make another with "
                                "jask.batches for a second pass at once)")
-        self._running = True
+        with _idle_lock:
+            self._running = True
+            _idle_loaders.discard(self)
         try:
             if self._batch >= self.plan.batches_in(self._epoch):  # a finished epoch
                 self._epoch, self._batch = self._epoch + 1, 0
@@ -384,6 +427,7 @@ class Batches:
                 feed.stop()
         finally:
             self._running = False
+            self._keep_for_a_while()
 
 
 class _Feeder:
@@ -1125,6 +1169,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                          shard=(int(shard[0]), int(shard[1])))
 
     chip = _feed_target(device)
+    _free_idle_loaders()  # loaders left open do not shrink this one's budget
     if buffer is not None:
         plan = plan_for(int(buffer))
         fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip)
