@@ -52,7 +52,7 @@ import numpy as np
 from jax import lax
 
 from jask.base import config as _config
-from jask.base import memory
+from jask.base import forks, memory
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
@@ -129,7 +129,7 @@ IDLE_RELEASE_S = 1.0
 KEEP_IDLE_S = 1.0
 #: Loaders keeping windows while not iterated (see :data:`KEEP_IDLE_S`).
 _idle_loaders: "weakref.WeakSet[Batches]" = weakref.WeakSet()
-_idle_lock = threading.Lock()
+_idle_lock = forks.lock()
 
 
 def _free_idle_loaders() -> None:
