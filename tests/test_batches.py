@@ -939,8 +939,13 @@ def test_in_order_the_first_batch_waits_only_for_its_rows(tmp_path, monkeypatch,
 
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
-def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(tmp_path,
-                                                                          monkeypatch):
+@pytest.mark.parametrize("starts, stops, spans", [
+    ([5, 210, 230, 590], [9, 220, 231, 600], [(5, 9), (210, 220), (230, 231), (590, 600)]),
+    # runs that follow each other in a file are asked for as one (an in-order read)
+    ([5, 9, 12, 230], [9, 12, 20, 231], [(5, 20), (230, 231)]),
+])
+def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(
+        tmp_path, monkeypatch, starts, stops, spans):
     """A cold disk gets every run of a call in flight at once: each run of a
     chunk file held open is advised (WILLNEED, its bytes) before the reads."""
     import jask.store.chunkio as chunkio
@@ -951,7 +956,7 @@ def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(tmp_pa
                           dtype="f4", compressors=None)
     z[:] = values
     spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
-    starts, stops = np.array([5, 210, 230, 590]), np.array([9, 220, 231, 600])
+    starts, stops = np.array(starts), np.array(stops)
     files = OpenFiles()
     out = np.empty((int(np.sum(stops - starts)), 3), np.float32)
     read_runs(spec, starts, stops, out, files)  # opens and holds the files
@@ -966,4 +971,4 @@ def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(tmp_pa
                                                        for lo, hi in zip(starts, stops)]))
     row = 3 * 4
     assert advised == [((lo % 100) * row, (hi - lo) * row, os.POSIX_FADV_WILLNEED)
-                       for lo, hi in zip(starts, stops)]
+                       for lo, hi in spans]

@@ -696,20 +696,30 @@ def _advise_runs(layout: ChunkLayout, files: OpenFiles, chunk_of: np.ndarray, bo
         fd = files.get(_chunk_file(layout, (c,) + (0,) * (len(layout.chunks) - 1)))
         if fd is None:
             continue
-        for lo, hi in zip((starts[i:j] - c * per).tolist(), (stops[i:j] - c * per).tolist()):
+        for lo, hi in _joined(starts[i:j] - c * per, stops[i:j] - c * per):
             os.posix_fadvise(fd, lo * row, (hi - lo) * row, os.POSIX_FADV_WILLNEED)
+
+
+def _joined(lows: np.ndarray, highs: np.ndarray) -> list:
+    """Runs ``lows[i]:highs[i]`` (in file order) with those that follow each
+    other in the file joined: one system call for each.
+
+    Example:
+      >>> _joined(np.array([0, 4, 9]), np.array([4, 6, 12]))
+      [(0, 6), (9, 12)]
+    """
+    joined = np.flatnonzero(lows[1:] != highs[:-1]) + 1  # where a new span starts
+    firsts = np.concatenate([[0], joined]).tolist()
+    lasts = np.concatenate([joined - 1, [len(lows) - 1]]).tolist()
+    return [(int(lows[a]), int(highs[b])) for a, b in zip(firsts, lasts)]
 
 
 def _pread_runs(layout: ChunkLayout, index: tuple, path: str, fd: int, lows: np.ndarray,
                 highs: np.ndarray, row: int, into: np.ndarray) -> None:
     """Rows ``lows[i]:highs[i]`` of a chunk file into ``into``, a ``preadv``
     per run (runs that follow each other in the file read as one)."""
-    joined = np.flatnonzero(lows[1:] != highs[:-1]) + 1  # where a new read starts
-    firsts = np.concatenate([[0], joined]).tolist()
-    lasts = np.concatenate([joined - 1, [len(lows) - 1]]).tolist()
     buffer, at = into.reshape(-1).data.cast("B"), 0
-    for a, b in zip(firsts, lasts):
-        lo, hi = int(lows[a]), int(highs[b])
+    for lo, hi in _joined(lows, highs):
         _pread_into(layout, index, path, fd, buffer[at:at + (hi - lo) * row], lo * row)
         at += (hi - lo) * row
 
