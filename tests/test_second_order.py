@@ -187,6 +187,41 @@ def test_a_weighted_gram_band_is_scaled_a_strip_at_a_time(rows, length, dtype, w
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+#: One weight on every row (least squares' Hessian: 2 / n), multiplied once into
+#: X.T @ X: (the weights, X's scale, the right operand X itself or a copy, X's dtype).
+ONE_WEIGHT = [
+    (np.full((5000, 1), 3.8e-6, np.float32), 1.0, True, np.float32),    # a column, all equal
+    (np.broadcast_to(np.float32(-2.0), (5000, 1)), 1.0, True, np.float32),  # one broadcast
+    (np.full((5000, 1), 0.5, np.float32), 1.0, False, np.float32),      # two operands: gemm
+    (np.full((5000, 1), 0.5, np.float64), 1.0, True, np.float32),       # wider: scaled strips
+    (np.full((5000, 1), 1e-30, np.float32), 1e20, True, np.float32),    # X.T @ X overflows
+    (np.full((5000, 1), np.inf, np.float32), 1.0, True, np.float32),    # inf * 0 where exact
+    (np.full((5000, 1), np.nan, np.float32), 1.0, True, np.float32),    # NaN: never equal
+    (np.r_[np.full((4999, 1), 2.0), [[2.5]]].astype(np.float32), 1.0, True, np.float32),
+    (np.full((5000, 1), 3, np.int32), 1, True, np.int32),               # integers wrap alike
+]
+
+
+@pytest.mark.parametrize("weights, scale, same, dtype", ONE_WEIGHT)
+def test_one_weight_on_every_row_scales_the_gram_matrix_once(weights, scale, same, dtype, rng):
+    """strip_product(X.T, X, row_weights=c) with every weight equal is
+    c (X.T @ X), the product of numpy's weighted rows wherever that is finite."""
+    from jask.engine.tasks import strip_product
+    x = (rng.standard_normal((5000, 6)) * 4 * scale).astype(dtype)
+    x[:, 0] = 0  # a zero column: inf * 0 is NaN in the scaled rows, as in c * X
+    right = x if same else x.copy()
+    got = strip_product(x.T, right, slice(0, 5000), 5000, row_weights=weights)
+    with np.errstate(all="ignore"):
+        if np.issubdtype(dtype, np.integer):
+            want = x.T.astype(np.int64) @ (weights * right).astype(np.int64)
+            np.testing.assert_array_equal(got, want)
+            return
+        want = x.T.astype(np.float64) @ (weights.astype(np.float64) * right)
+    assert got.dtype == np.float64 and got.shape == (6, 6)
+    finite = np.abs(want[np.isfinite(want)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * finite.max(initial=0))
+
+
 @pytest.mark.parametrize("name", LOSSES)
 def test_vmap_over_parameter_vectors_reads_X_once(data, name, rng):
     """16 parameter vectors (an ensemble, a regularisation path): one X @ W.T."""

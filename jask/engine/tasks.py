@@ -62,13 +62,24 @@ def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
     (row_weights * right)``, each strip of ``right`` scaled into one reused
     buffer of at most :data:`STRIP` rows just before its product (a weighted
     Gram matrix, :mod:`jask.engine.gram`): the scaled rows are never held
-    whole.
+    whole. Every weight the same ``c`` (a least-squares Hessian's), not
+    widening ``right``: ``c (left @ right)``, no rows scaled, and BLAS's
+    symmetric product where ``left`` is ``right.T``; computed as weighted
+    rows where that overflows or meets ``inf * 0``.
 
     Example:
       >>> x = np.full((10_000, 2), 0.1, np.float32)
       >>> strip_product(x.T, x, slice(0, 10_000), 10_000).dtype
       dtype('float64')
     """
+    if row_weights is not None:
+        scaled_after = _one_weight(row_weights, right)
+        if scaled_after is not None:  # c X.T @ X: no scaled strips, and BLAS's
+            with np.errstate(all="ignore"):  # syrk where left is right.T; an overflow
+                gram = strip_product(left, right, k, length, wide)  # or inf * 0: below
+                gram *= scaled_after
+            if np.isfinite(gram).all():  # else X.T @ X overflowed where c * X may not
+                return gram
     to = partial_dtype(np.result_type(left, right))
     if length <= STRIP:
         left, right = left.astype(to, copy=False), right.astype(to, copy=False)
@@ -94,6 +105,22 @@ def strip_product(left: np.ndarray, right: np.ndarray, k: slice, length: int,
         del prod
     assert acc is not None, "strip_product: no contraction rows"
     return acc
+
+
+def _one_weight(row_weights: np.ndarray, right: np.ndarray):
+    """The weight every row has, when they all have the same one and it does
+    not widen ``right`` (a least-squares Hessian's ``2 / n``: the loss's
+    second derivative is constant); else None. Equal weights only, so the
+    product is ``c (X.T @ X)`` whatever the data: NaN is never equal."""
+    flat = row_weights.reshape(-1)
+    if not flat.size or np.result_type(row_weights, right) != right.dtype:
+        return None
+    first = flat[0]
+    if flat.strides[0] != 0 and not (flat == first).all():
+        return None
+    if first != first:  # NaN broadcast from one value
+        return None
+    return first
 
 
 def partial_dtype(dtype) -> np.dtype:
