@@ -173,7 +173,7 @@ def main(argv=None) -> int:
         alone, _ = ld.loader_alone(paths, device, shuffle, 2, args.buffer)
         both = ld.together(paths, device, shuffle, 2, args.buffer)
         print(f"shuffle={shuffle}: loader alone {alone:.3f} s, together {both:.3f} s")
-    for shuffle in (True, False):
+    for shuffle in (False,):
         seconds, events = timeline(paths, device, shuffle, args.buffer)
         steps = [(b - a, a) for n, w, a, b in events if w == "step"]
         longest = max(steps, default=(0.0, 0.0))
