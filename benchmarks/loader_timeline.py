@@ -1,5 +1,5 @@
-"""Where a fed epoch's time goes (issue 44): a stage timeline of
-``jask.batches(..., device=d)`` feeding the jitted MLP step of
+"""Where a fed epoch's time goes (issue 44): a stage timeline of a shuffled
+and an in-order epoch of ``jask.batches(..., device=d)`` feeding the jitted MLP step of
 benchmarks/loader_device.py, and a jax-only check of whether host -> device
 copies overlap a jitted step's execution on this device.
 
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
         alone, _ = ld.loader_alone(paths, device, shuffle, 2, args.buffer)
         both = ld.together(paths, device, shuffle, 2, args.buffer)
         print(f"shuffle={shuffle}: loader alone {alone:.3f} s, together {both:.3f} s")
-    for shuffle in (False,):
+    for shuffle in (True, False):
         seconds, events = timeline(paths, device, shuffle, args.buffer)
         steps = [(b - a, a) for n, w, a, b in events if w == "step"]
         longest = max(steps, default=(0.0, 0.0))
