@@ -250,3 +250,72 @@ def test_a_step_on_a_cluster_runs_bands_sized_for_one_workers_threads(
     # results), as on object storage (tests/test_cluster_object_storage.py)
     growth = {a: peaks[a]["peak"] - baseline[a]["rss"] for a in peaks}
     assert all(g <= budget + 8 * 2**20 for g in growth.values()), growth
+
+
+def _counting(func, calls: list):
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return func(*args, **kwargs)
+    return counted
+
+
+def _stored_lsq_data(rng, tmp_path):
+    x, yv = rand(rng, (24_000, 16), np.float32), rand(rng, (24_000,), np.float32)
+    for name, value, chunks in (("X", x, (500, 16)), ("y", yv, (500,))):
+        zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=chunks,
+                          dtype=value.dtype, compressors=None)[...] = value
+    X, y = jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr"))
+    return x, yv, X, y
+
+
+def _check_lsq_step(step, params, X, y, x, yv):
+    value, grads = step(params, X, y)
+    want_value, want_grads = jax.value_and_grad(_lsq)(params, jnp.asarray(x), jnp.asarray(yv))
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_step_on_a_cluster_asks_its_scheduler_once_a_graph(
+        client, rng, tmp_path, monkeypatch):
+    # the band plan (one worker's threads), where the partials combine and the
+    # run (the workers' memory limits) all read one answer of the scheduler:
+    # asking it for the workers is a round trip
+    import distributed
+
+    from jask.engine import execute
+    jask.set_memory_budget(4 << 20, scratch_dir=str(tmp_path / "scratch"))
+    x, yv, X, y = _stored_lsq_data(rng, tmp_path)
+    params = (jnp.linspace(-1, 1, 16, dtype=jnp.float32), jnp.float32(0.25))
+    step = jax.jit(jax.value_and_grad(_lsq))
+    step(params, X, y)  # compiled, and the workers' imports
+    schedulers, infos = [], []
+    monkeypatch.setattr(execute, "_scheduler", _counting(execute._scheduler, schedulers))
+    monkeypatch.setattr(distributed.Client, "scheduler_info",
+                        _counting(distributed.Client.scheduler_info, infos))
+    with jask.track() as there:
+        _check_lsq_step(step, params, X, y, x, yv)
+    graphs = sum(c.graphs for c in there.by_op.values())
+    assert there.total.tasks >= 2 and graphs >= 1
+    assert len(schedulers) == len(infos) == graphs, (schedulers, infos)
+
+
+def test_bands_are_prefetched_as_far_ahead_as_one_worker_runs_at_once(
+        rng, tmp_path, monkeypatch):
+    # the plan sizes bands for a worker's 2 threads; the bands whose chunks
+    # are asked for ahead are as many as those 2 run, not this process's 1
+    from jask.base import config as jask_config
+    from jask.engine import fusion
+    jask.set_memory_budget(4 << 20, scratch_dir=str(tmp_path / "scratch"))
+    monkeypatch.setattr(jask_config, "_active", dataclasses.replace(jask.get_config(), workers=1))
+    x, yv, X, y = _stored_lsq_data(rng, tmp_path)
+    params = (jnp.linspace(-1, 1, 16, dtype=jnp.float32), jnp.float32(0.25))
+    step = jax.jit(jax.value_and_grad(_lsq))
+    aheads = []
+    group_graph = fusion.group_graph
+    monkeypatch.setattr(fusion, "group_graph", lambda *a, **k: (
+        aheads.append(k["ahead"]), group_graph(*a, **k))[1])
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=":0") as local, Client(local):
+        _check_lsq_step(step, params, X, y, x, yv)
+    assert aheads and set(aheads) == {2}, aheads

@@ -107,13 +107,21 @@ def after_graph(client) -> None:
     counters.merge_drained(results)
 
 
-def check_workers(client, cost: TileCost) -> None:
+def worker_info(client) -> dict:
+    """``address -> info`` of every worker of ``client``, asked of the
+    scheduler (a round trip, 2-10 ms on a LocalCluster): what
+    :func:`threads_per_worker` and :func:`check_workers` read."""
+    return dict(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def check_workers(workers: dict, cost: TileCost) -> None:
     """Refuse to run when a worker's memory per thread is below what one of
     the op's tasks holds: its tasks would be killed or spilled mid-op.
+    ``workers``: :func:`worker_info`.
 
     Workers without a memory limit (``memory_limit=0``) are not checked.
     """
-    for address, worker in client.scheduler_info(n_workers=-1)["workers"].items():
+    for address, worker in workers.items():
         limit, threads = worker.get("memory_limit") or 0, max(worker.get("nthreads") or 1, 1)
         if limit and limit / threads < cost.task_bytes:
             raise BudgetError(
@@ -124,12 +132,11 @@ def check_workers(client, cost: TileCost) -> None:
                 "memory budget.")
 
 
-def threads_per_worker(client) -> int:
-    """The most threads any worker of ``client`` runs tasks on: the tasks
-    that run at once within one worker process, under its own budget
-    (:func:`use_private_scratch` gives each worker the client's)."""
-    workers = client.scheduler_info(n_workers=-1)["workers"].values()
-    return max((w.get("nthreads") or 1 for w in workers), default=1)
+def threads_per_worker(workers: dict) -> int:
+    """The most threads any of ``workers`` (:func:`worker_info`) runs tasks
+    on: the tasks that run at once within one worker process, under its own
+    budget (:func:`use_private_scratch` gives each worker the client's)."""
+    return max((w.get("nthreads") or 1 for w in workers.values()), default=1)
 
 
 # --- a cluster whose workers share no disk ----------------------------------------------

@@ -22,6 +22,8 @@ import os
 import sys
 import threading
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
 
 import dask
 import dask.threaded
@@ -135,24 +137,28 @@ class _TrackedPool(Executor):
         wait(unfinished)
 
 
-def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> list:
+def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None,
+        where: Placement | None = None) -> list:
     """Compute ``keys`` of ``graph``; return their values in order.
 
     ``cost``, what one task holds, is checked against the memory limits of
     a distributed cluster's workers before anything runs; locally, at most
     ``cost.tasks_at_once`` tasks run at once (the plan may need fewer than
-    ``workers`` to fit the budget). A progress bar is
-    drawn when :func:`jask.show_progress` is on.
+    ``workers`` to fit the budget). ``where``: the scheduler as
+    :func:`placement` found it, when the caller planned for it already
+    (asked here otherwise). A progress bar is drawn when
+    :func:`jask.show_progress` is on.
 
     Example:
       >>> run({("x", 0): 1, ("y", 0): (sum, [("x", 0), 2])}, [("y", 0)], workers=2)
       [3]
     """
     graph = counters.label(graph)  # each task's I/O counted for its op (jask.stats)
-    scheduler = _scheduler()
-    client = cluster.distributed_client(scheduler)
+    if where is None:
+        where = placement(workers, with_workers=cost is not None)
+    scheduler, client = where.scheduler, where.client
     if client is not None and cost is not None:
-        cluster.check_workers(client, cost)
+        cluster.check_workers(where.workers, cost)
     at_once = workers
     if cost is not None and cost.tasks_at_once >= 1:
         at_once = min(workers, cost.tasks_at_once)
@@ -180,6 +186,39 @@ def run(graph: dict, keys: list, workers: int, cost: TileCost | None = None) -> 
             progress.close(bar)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a graph's tasks run, as the scheduler in effect says: asked
+    once for a graph (:func:`placement`), then read by its planning and its
+    run alike."""
+
+    scheduler: Any  #: the scheduler function; None: Dask's threaded default
+    client: Any  #: the ``distributed.Client`` behind it, or None
+    workers: dict  #: its workers (:func:`jask.engine.cluster.worker_info`); {} locally
+    per_process: int  #: tasks that run at once in one process (:func:`tasks_per_process`)
+
+    @property
+    def on_a_cluster(self) -> bool:
+        return self.client is not None
+
+
+def placement(workers: int, with_workers: bool = True) -> Placement:
+    """The scheduler in effect, and on a cluster its workers (one round
+    trip to its scheduler; skipped when not ``with_workers``, for a graph
+    that needs neither their threads nor their memory limits).
+
+    Example:
+      >>> placement(4).per_process, placement(4).on_a_cluster
+      (4, False)
+    """
+    scheduler = _scheduler()
+    client = cluster.distributed_client(scheduler)
+    if client is None or not with_workers:
+        return Placement(scheduler, client, {}, workers)
+    found = cluster.worker_info(client)
+    return Placement(scheduler, client, found, cluster.threads_per_worker(found))
+
+
 def on_a_cluster() -> bool:
     """Whether ops run on a ``dask.distributed`` client now (the default client).
 
@@ -202,8 +241,7 @@ def tasks_per_process(workers: int) -> int:
       >>> tasks_per_process(4)
       4
     """
-    client = cluster.distributed_client(_scheduler())
-    return workers if client is None else cluster.threads_per_worker(client)
+    return placement(workers).per_process
 
 
 def _scheduler():

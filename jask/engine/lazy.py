@@ -528,7 +528,8 @@ def _run_group(roots: list, value_roots: list, config: Config,
     keep = {id(group.node_of[id(p)]) for p in roots} | {id(top) for top in group.tops}
     fused, plan = _weighted(group, keep), None
     # bands sized for the tasks that share one process's budget: on a cluster, a worker's
-    planning = replace(config, workers=execute.tasks_per_process(config.workers))
+    where = execute.placement(config.workers)  # asked once: planned and run for the same
+    planning = replace(config, workers=where.per_process)
     if fused is not group:  # a weighted Gram product in place of the tangents it reads
         fused_keep = {id(fused.node_of[id(p)]) for p in roots} | {id(t) for t in fused.tops}
         plan = bands.group(name, fused.order, fused_keep, fused.tops, planning)
@@ -552,7 +553,7 @@ def _run_group(roots: list, value_roots: list, config: Config,
                 if p is not None and p.store is None:
                     p.run_alone()
             return [None] * len(value_roots)
-        return _run_fused(name, fused, roots, plan, n, config, partials, wide)
+        return _run_fused(name, fused, roots, plan, n, config, where, partials, wide)
 
 
 def _weighted(group: _Group, keep: set) -> _Group:
@@ -567,8 +568,8 @@ def _weighted(group: _Group, keep: set) -> _Group:
     return _Group(order, node_of, recorded_of, [swaps.get(id(t), t) for t in group.tops])
 
 
-def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
-               config: Config, partials: dict | None = None, wide: bool = False):
+def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int, config: Config,
+               where: execute.Placement, partials: dict | None = None, wide: bool = False):
     order = group.order
     index = {id(x): i for i, x in enumerate(order)}
     banded = [p for p in roots if group.node_of[id(p)].rows]
@@ -588,12 +589,12 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
         # holding them all at once is no more than the plan kept room for in the tree
         bands_n = -(-n // plan.rows)
         here = (bool(value_roots) and 1 < bands_n <= bands.waiting_partials(bands_n)
-                and execute.on_a_cluster())
+                and where.on_a_cluster)
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
-                                       plan.rows, plan.strip, ahead=_at_once(config, plan),
+                                       plan.rows, plan.strip, ahead=_at_once(where, plan),
                                        tree=not here)
         with counters.ran_as(", ".join(node.op for node in order)):
-            results = _run_naming_the_op(dsk, keys, config, plan)
+            results = _run_naming_the_op(dsk, keys, config, plan, where)
         if here:
             results = [fusion.combine_bands(fusion.reducers_of(tuple(order), value_roots),
                                             *results)]
@@ -612,19 +613,22 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int,
     return [values[index[id(top)]] for top in group.tops]
 
 
-def _at_once(config: Config, plan: Plan) -> int:
-    """The band tasks that run at once (as :func:`jask.engine.execute.run` limits them)."""
+def _at_once(where: execute.Placement, plan: Plan) -> int:
+    """The band tasks that run at once in one process (as
+    :func:`jask.engine.execute.run` limits them; on a cluster, as many as one
+    worker's threads, which the plan was sized for)."""
     cost = plan.cost
     if cost is not None and cost.tasks_at_once >= 1:
-        return min(config.workers, cost.tasks_at_once)
-    return config.workers
+        return min(where.per_process, cost.tasks_at_once)
+    return where.per_process
 
 
-def _run_naming_the_op(dsk, keys, config: Config, plan: Plan) -> list:
+def _run_naming_the_op(dsk, keys, config: Config, plan: Plan,
+                       where: execute.Placement) -> list:
     """Run a group's graph. Inside a compiled program JAX reports only the
     last line of a callback's error: put the failing op's name there."""
     try:
-        return execute.run(dsk, keys, config.workers, plan.cost)
+        return execute.run(dsk, keys, config.workers, plan.cost, where)
     except Exception as err:
         notes = getattr(err, "__notes__", [])
         if notes and registry.in_callback():
