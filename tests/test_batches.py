@@ -20,7 +20,7 @@ import zarr
 
 import jask
 from helpers import run_script
-from jask.api.batches import RUNS_PER_BATCH, BatchPlan
+from jask.api.batches import RUN_BYTES, RUN_WINDOW_BYTES, RUNS_PER_BATCH, BatchPlan
 
 #: (name, rows, columns, X's chunk rows, y's chunk rows, compressed, batch_size, buffer)
 CASES = [
@@ -559,6 +559,28 @@ def test_the_default_buffer_halves_to_fit_a_small_budget(tmp_path):
         assert sorted(sum(_rows(loader), [])) == list(range(20000))
     finally:
         jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
+
+
+def test_the_default_buffer_grows_so_that_shuffled_runs_are_large_reads(tmp_path):
+    rows, B = 40_000, 64
+    x = np.arange(rows * 64, dtype=np.float32).reshape(rows, 64)  # rows of 256 bytes
+    for name, kw in [("raw", {"compressors": None}), ("zstd", {})]:
+        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=x.shape, chunks=(8192, 64),
+                              dtype="f4", **kw)
+        z[:] = x
+    X = jask.open(str(tmp_path / "raw.zarr"))
+    loader = jask.batches(X, batch_size=B, seed=3)
+    # runs of 128 KiB (not 2 * 64 batches / B = 128 rows of 32 KiB), as many a window
+    assert loader.plan.unit * 256 >= RUN_BYTES
+    assert loader.plan.window >= B / RUNS_PER_BATCH
+    assert loader.plan.unit * loader.plan.window * 256 <= RUN_WINDOW_BYTES
+    seen = np.concatenate([xb[:, 0] for (xb,) in loader]) // 64
+    assert sorted(seen.tolist()) == list(range(rows))
+    # in order, compressed chunks, or a buffer given: as before
+    assert jask.batches(X, batch_size=B, shuffle=False).plan.unit == 64 * B
+    assert jask.batches(X, batch_size=B, buffer=64 * B).plan.unit == 2 * 64
+    assert jask.batches(jask.open(str(tmp_path / "zstd.zarr")), batch_size=B).plan.unit == 64 * B
+    assert jask.batches(x, batch_size=B).plan.unit <= 2 * 64  # in memory: nothing to read
 
 
 def _sorted_labels(tmp_path, rows, chunk, compressed, sharded=False):

@@ -84,6 +84,15 @@ FIRST_PIECES_PER_THREAD = 8
 #: then deviates about sqrt(1 + RUNS_PER_BATCH) times a full shuffle's (the
 #: window's own mean deviates as a mean of its runs').
 RUNS_PER_BATCH = 2
+#: The bytes a shuffle's run of a chunk file should hold at least, where the default
+#: buffer can grow to give them (the window's runs, and so the mixing, stay
+#: ``batch_size / RUNS_PER_BATCH``): this machine's disk, cold, read random runs of
+#: 32 KiB at 0.4-0.5 of its parallel rate for whole files, of 128 KiB at 0.75-0.85
+#: (8 threads; benchmarks/RESULTS.md, 2026-12-06, session 4).
+RUN_BYTES = 2**17
+#: ... while a window of the widest array stays at most this many bytes (the default
+#: window of 64 batches grows at most to it, never shrinks for it).
+RUN_WINDOW_BYTES = 2**26
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
 
@@ -1035,7 +1044,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     The shuffle (``shuffle=True``): every epoch permutes runs of rows of the
     arrays, deals them to the shards, and mixes the rows of every ``buffer``
     rows' worth of consecutive runs. A run is up to ``2 * buffer /
-    batch_size`` rows (128 by default) where the arrays' chunks are
+    batch_size`` rows (by default 128 KiB of the widest array's rows, where
+    a chunk and a window of 64 MiB allow) where the arrays' chunks are
     uncompressed files (or in memory): on a store sorted by label, batch
     means then deviate about 1.2-1.7x as much as a full shuffle's; else a
     whole chunk row of the array with the most bytes per row (a compressed
@@ -1059,9 +1069,12 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
       buffer: rows mixed together by the shuffle: whole chunks of the array
         with the most bytes per row, as many as fit in ``buffer`` rows (a
         buffer smaller than one chunk reads pieces of chunks of that many
-        rows); default 64 batches' rows, halved until the loader fits in
-        half the budget (pass ``buffer`` for an order that does not depend
-        on the budget). The loader holds two buffers.
+        rows); default 64 batches' rows, or more where the shuffle reads
+        runs of uncompressed chunk files (up to 64 MiB of the widest array:
+        runs of 128 KiB, which a cold disk reads near its whole-file rate,
+        as many runs a window as ever), halved until the loader fits in half
+        the budget (pass ``buffer`` for an order that does not depend on the
+        budget). The loader holds two buffers.
       shard: ``(index, count)``: this process reads only its share of each
         epoch's chunks, disjoint from the other ``count - 1`` shards'
         (``(jax.process_index(), jax.process_count())`` on several hosts).
@@ -1175,6 +1188,11 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip)
     else:  # the default halves until it fits (then the order depends on the budget)
         wanted = DEFAULT_BUFFER_BATCHES * batch_size
+        if runs and isinstance(lead, DiskArray):  # runs of RUN_BYTES, within a chunk
+            row_bytes = max(1, _row_bytes(lead))
+            run = min(chunk_rows, -(-RUN_BYTES // row_bytes))
+            wanted = max(wanted, min(run * max(1, batch_size // RUNS_PER_BATCH),
+                                     RUN_WINDOW_BYTES // row_bytes))
         while True:
             plan = plan_for(wanted)
             try:
