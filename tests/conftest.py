@@ -60,7 +60,10 @@ def pytest_runtest_teardown(item, nextitem):
 def _sigint_state() -> tuple:
     """What decides whether a Ctrl-C reaches this process's main thread."""
     blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    return blocked, signal.getsignal(signal.SIGINT), interrupts._depth
+    handler = signal.getsignal(signal.SIGINT)
+    # Python's handler and jask's stand-in for it (a notebook kernel puts
+    # Python's back) both raise KeyboardInterrupt: the same state.
+    return blocked, "Python's" if interrupts._pythons(handler) else handler, interrupts._depth
 
 
 @pytest.fixture(autouse=True)
@@ -72,13 +75,13 @@ def _sigint_left_as_found():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = _sigint_state()
+    before, handler_before = _sigint_state(), signal.getsignal(signal.SIGINT)
     yield
     after = _sigint_state()
     if after != before:
         if after[0] and not before[0]:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        signal.signal(signal.SIGINT, before[1])
+        signal.signal(signal.SIGINT, handler_before)
         interrupts._depth = before[2]
         pytest.fail(f"the test changed how SIGINT reaches the main thread: (blocked, handler, "
                     f"deferred depth) {before} -> {after}", pytrace=False)
