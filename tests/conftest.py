@@ -1,7 +1,5 @@
 """Fixtures for jask's own tests: small budgets that force many tiles."""
 import gc
-import signal
-import threading
 
 import jax
 import numpy as np
@@ -10,7 +8,6 @@ from s3server import s3_bucket, s3_server  # noqa: F401  (fixtures: a real S3 se
 
 import jask
 from helpers import SMALL_BUDGET
-from jask.base import interrupts
 
 #: Scripts the doctest collection must not import: sklearn_estimators.py needs
 #: scikit-learn (not in the test extra: a fresh environment has none) and sets
@@ -56,32 +53,3 @@ def pytest_runtest_teardown(item, nextitem):
     yield
     gc.freeze()
 
-
-def _sigint_state() -> tuple:
-    """What decides whether a Ctrl-C reaches this process's main thread."""
-    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    handler = signal.getsignal(signal.SIGINT)
-    # Python's handler and jask's stand-in for it (a notebook kernel puts
-    # Python's back) both raise KeyboardInterrupt: the same state.
-    return blocked, "Python's" if interrupts._pythons(handler) else handler, interrupts._depth
-
-
-@pytest.fixture(autouse=True)
-def _sigint_left_as_found():
-    """Fail the test that leaves SIGINT blocked, ignored, rerouted or inside
-    an unfinished ``interrupts.deferred`` block: every later test in its
-    worker (and every child it starts) would lose its Ctrl-Cs, and the
-    failure would show up far from its cause."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before, handler_before = _sigint_state(), signal.getsignal(signal.SIGINT)
-    yield
-    after = _sigint_state()
-    if after != before:
-        if after[0] and not before[0]:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        signal.signal(signal.SIGINT, handler_before)
-        interrupts._depth = before[2]
-        pytest.fail(f"the test changed how SIGINT reaches the main thread: (blocked, handler, "
-                    f"deferred depth) {before} -> {after}", pytrace=False)
