@@ -52,7 +52,7 @@ def jask_reads(store_path: str, seed: int):
     return lambda: read_runs(store, starts, stops, out, files)
 
 
-def worker(kind: str, path: str, stop: threading.Event, done: list, seed: int,
+def worker(kind: str, path: str, stop: threading.Event, seed: int,
            stores: dict | None = None) -> None:
     from jask.store.chunkio import rows_of_runs
     rng = np.random.default_rng(seed)
@@ -65,7 +65,6 @@ def worker(kind: str, path: str, stop: threading.Event, done: list, seed: int,
     big_src, big_dst = np.ones(4 << 20, np.uint8), np.empty(4 << 20, np.uint8)
     fd = os.open(path, os.O_RDONLY)
     buf = np.empty(RUN * ROW, np.uint8)
-    n = 0
     try:
         while not stop.is_set():
             if kind == "sleep":
@@ -100,10 +99,8 @@ def worker(kind: str, path: str, stop: threading.Event, done: list, seed: int,
                 rows_of_runs(starts, stops)
             else:
                 raise ValueError(kind)
-            n += 1
     finally:
         os.close(fd)
-        done.append(n)
 
 
 def small_step(device):
@@ -180,29 +177,26 @@ def main(argv=None) -> None:
         np.ones((FILE_ROWS, ROW), np.uint8).tofile(path)
         print(f"device {device}, {args.threads} threads, {args.steps} steps, "
               f"switch interval {args.switch or 'default'}", flush=True)
-        print("| threads doing | steps s | x alone | longest dispatch ms | wake median / p90 ms "
-              "| thread ops/s |")
-        print("|---|---|---|---|---|---|")
+        print("| threads doing | steps s | x alone | longest dispatch ms | wake median / p90 ms |")
+        print("|---|---|---|---|---|")
         alone = None
         for kind in args.kinds.split(","):
-            stop, done = threading.Event(), []
+            stop = threading.Event()
             threads = [] if kind == "none" else [
-                threading.Thread(target=worker, args=(kind, path, stop, done, i, stores),
+                threading.Thread(target=worker, args=(kind, path, stop, i, stores),
                                  daemon=True)
                 for i in range(args.threads)]
             for t in threads:
                 t.start()
             time.sleep(0.05)
-            t0 = time.perf_counter()
             secs, longest = run_steps(step, params, state, held, args.steps)
             wake = wake_latency(0.3)
-            span = time.perf_counter() - t0
             stop.set()
             for t in threads:
                 t.join()
             alone = secs if alone is None else alone
             print(f"| {kind} | {secs:.3f} | {secs / alone:.2f} | {longest * 1e3:.1f} | "
-                  f"{wake[0]:.2f} / {wake[1]:.2f} | {sum(done) / span:.0f} |", flush=True)
+                  f"{wake[0]:.2f} / {wake[1]:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
