@@ -246,6 +246,32 @@ def test_the_device_feed_resumes_mid_epoch(tmp_path, stop_at, monkeypatch, devic
     assert seen + _rows(make(state=saved)) == whole
 
 
+def test_the_device_feed_hands_a_window_before_the_next_one_is_read(tmp_path, monkeypatch,
+                                                                      device_feed):
+    """A window's batches are handed over while the next window's reads are
+    still running: its store-version check does not wait behind them (it did,
+    on the reading pool)."""
+    X, y, _ = _stores(tmp_path, 1000, 4, 64, 64, False)
+    loader = jask.batches(X, y, batch_size=60, seed=5, buffer=200, threads=1, device=CPU)
+    plan = loader.plan
+    first = set((plan.windows(0)[0] * plan.unit).tolist())
+    gate, read = threading.Event(), jask.api.batches._read_runs
+
+    def held_back(a, starts, stops, into, stamps, *args):  # reads past the first window's
+        if stamps and int(starts[0]) not in first:
+            gate.wait(10)
+        return read(a, starts, stops, into, stamps, *args)
+
+    monkeypatch.setattr(jask.api.batches, "_read_runs", held_back)
+    t0 = time.perf_counter()
+    it = iter(loader)
+    _, yb = next(it)
+    assert time.perf_counter() - t0 < 5  # not after the held-back reads
+    gate.set()
+    got = [yb.tolist()] + [b.tolist() for _, b in it]
+    assert got == _rows(jask.batches(X, y, batch_size=60, seed=5, buffer=200))
+
+
 def test_the_device_feed_reads_shards_and_any_thread_count_alike(tmp_path, device_feed):
     X, y, _ = _stores(tmp_path, 1001, 2, 50, 50, True)
     shares = []

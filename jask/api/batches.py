@@ -752,7 +752,6 @@ class _DeviceFeeder(_Feeder):
                     f.result()  # raises what a read raised
                     if self.stopping.is_set():
                         return
-                checked = self.pool.submit(check_unchanged, stamps, _OP)  # while it is copied
                 # the whole slot (every window has one shape, so one compiled program
                 # serves all), in pieces
                 host = [[whole[lo:hi] for lo, hi in cuts]
@@ -762,6 +761,10 @@ class _DeviceFeeder(_Feeder):
                 order = jax.device_put(orders[k], order_target)
                 pieces = tuple(tuple(jax.device_put(piece, target) for piece in array)
                                for array in host)
+                # the version check here, while the pieces are copied: on the reading
+                # pool it waited behind the next window's reads, and the window's
+                # batches with it (RESULTS.md, the fed epoch's timeline)
+                check_unchanged(stamps, _OP)
                 # copied before the cut is dispatched: the device runs its programs in
                 # order, so a cut waiting on the copy would hold every step queued behind
                 # it (the consumer's steps of the window before); and the slot may then
@@ -772,7 +775,6 @@ class _DeviceFeeder(_Feeder):
                 if shares_host:  # the CPU's copy may be the slot itself: cut before reading
                     jax.block_until_ready(([v for _, _, v in out], carry))
                 del pieces, order
-                checked.result()
                 submit(k)
                 if out and not self._hand(out):
                     return
