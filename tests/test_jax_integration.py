@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import jask
-from helpers import rand
+from helpers import rand, to_numpy
 
 
 def test_is_a_pytree_leaf(small_budget):
@@ -106,6 +106,61 @@ def test_vmap_over_a_disk_arrays_leading_axis_and_a_closure(small_budget):
     with pytest.raises(NotImplementedError,
                        match=r"jax\.vmap through jask\.slice is not supported"):
         jax.vmap(lambda r: r[0])(a)
+
+
+_BATCH_IN_A_STORE = r"jax\.vmap through jask\.dot is not supported.*a batch of matrices in a store"
+_TRANSPOSE = r"jax\.vmap through jask\.transpose is not supported"
+
+#: jax.vmap of a product of a batch with an operand not batched: (id, batch size,
+#: the batch's item shape and place, the other operand's shape and place, the
+#: product of an item and the other, the refusal expected or None). A batch of
+#: several matrices in a store is refused (only a copy lays it out); a batch
+#: of one is a view of one matrix, as the product without vmap.
+VMAP_PRODUCTS = [
+    ("r@w-of-one", 1, (5, 3), "disk", (3, 2), "memory", lambda b, o: b @ o, None),
+    ("r@w-of-four", 4, (5, 3), "disk", (3, 2), "memory", lambda b, o: b @ o, _BATCH_IN_A_STORE),
+    ("r@W-stored-of-one", 1, (5, 3), "disk", (3, 2), "disk", lambda b, o: b @ o, None),
+    ("r.T@w-of-one", 1, (3, 5), "disk", (3, 2), "memory", lambda b, o: b.T @ o, _TRANSPOSE),
+    ("X@w-of-one", 1, (3, 2), "memory", (5, 3), "disk", lambda b, o: o @ b, None),
+    ("X@w-of-four", 4, (3, 2), "memory", (5, 3), "disk", lambda b, o: o @ b, None),
+    ("X.T@w-of-one", 1, (3, 2), "memory", (3, 5), "disk", lambda b, o: o.T @ b, None),
+    ("X.T@w-of-four", 4, (3, 2), "memory", (3, 5), "disk", lambda b, o: o.T @ b, None),
+    ("x@W-stored-of-one", 1, (3, 2), "disk", (5, 3), "memory", lambda b, o: o @ b, None),
+    ("x@W-stored-of-four", 4, (3, 2), "disk", (5, 3), "memory", lambda b, o: o @ b,
+     _BATCH_IN_A_STORE),
+]
+
+
+@pytest.mark.parametrize("row", VMAP_PRODUCTS, ids=lambda r: r[0])
+def test_vmap_of_a_product_matches_jax_or_is_refused(row, small_budget, rng):
+    """Eager and under jit, and the gradient of its sum in the operand in
+    memory: the values of jax.vmap of the same product in memory, or the
+    refusal naming the op; never a wrong value."""
+    _, size, shape, place, other_shape, other_place, product, refused = row
+    batch = rng.standard_normal((size,) + shape).astype(np.float32)
+    other = rng.standard_normal(other_shape).astype(np.float32)
+    stacked = jask.from_numpy(batch) if place == "disk" else jnp.asarray(batch)
+    fixed = jask.from_numpy(other) if other_place == "disk" else jnp.asarray(other)
+
+    def batched(b, o):
+        return jax.vmap(lambda item: product(item, o))(b)
+
+    for label, f in [("eager", batched), ("jit", jax.jit(batched))]:
+        if refused:
+            with pytest.raises(NotImplementedError, match=refused):
+                f(stacked, fixed)
+            continue
+        got = f(stacked, fixed)
+        np.testing.assert_allclose(np.asarray(to_numpy(got)),
+                                   batched(jnp.asarray(batch), jnp.asarray(other)),
+                                   rtol=1e-5, atol=1e-6, err_msg=label)
+    if refused:
+        return
+    at = 0 if place == "memory" else 1  # the operand in memory: a gradient jax returns
+    grad = jax.grad(lambda b, o: jask.sum(batched(b, o)), argnums=at)(stacked, fixed)
+    want = jax.grad(lambda b, o: jnp.sum(batched(b, o)), argnums=at)(jnp.asarray(batch),
+                                                                     jnp.asarray(other))
+    np.testing.assert_allclose(np.asarray(grad), want, rtol=1e-5, atol=1e-5)
 
 
 def test_loops_with_disk_arrays_in_the_body_run_and_a_scan_over_one_is_refused(small_budget):

@@ -95,7 +95,8 @@ def _shape(x) -> tuple:
 
 def fusable(node: Node) -> bool:
     """Whether ``node`` can run in a band group: its rows, and the rows of
-    every input read from disk, are the full shape's leading axis.
+    its output and of every input read from disk, are the full shape's
+    leading axis.
 
     Example:
       >>> x = StoreSpec("x", (10, 3), np.dtype("float32"), (5, 3))
@@ -103,6 +104,13 @@ def fusable(node: Node) -> bool:
       ...          dict(ta=False, tb=False, vectors=(None, "col")))
       >>> fusable(n), n.rows
       (True, True)
+
+    A map putting a length-1 axis before the rows (``x[None]``) runs alone:
+      >>> m = Node("reshape", "map", [x], (1, 10, 3), np.dtype("float32"),
+      ...          dict(kernel=None, axes=((0, 1),), dtypes=(None,), full_shape=(10, 3),
+      ...               out_axes=(None, 0, 1), reducer=None))
+      >>> fusable(m)
+      False
     """
     if node.kind == "dot":
         case = node._dot_case()
@@ -117,6 +125,9 @@ def fusable(node: Node) -> bool:
         return False
     if p["reducer"] is not None and REDUCERS[p["reducer"]].pair:
         return False  # argmax's (value, index) partials: run alone
+    out_axes = tuple(p["out_axes"])
+    if 0 in out_axes and out_axes[0] != 0:
+        return False  # the rows land off the output's leading axis (x[None]): not a band of it
     for x, ax in zip(node.inputs, p["axes"]):
         if isinstance(x, np.ndarray):
             continue
