@@ -23,22 +23,14 @@ cumulative sums and products; :mod:`~jask.core.primitives.products`: matrix
 products and fused ops; :mod:`~jask.core.primitives.reductions`: the
 reductions' derivative rows; :mod:`~jask.core.primitives.rewrite_hooks`: what
 the jaxpr rewrite asks of them), re-exported here where callers need them.
-The package itself holds only re-exports and registrations: what the
-products' rules build of other families, a cotangent's zero and sum, and
-the hooks handed to :mod:`jask.core.rewrite` (which imports no primitive).
+The package itself holds only re-exports and registrations: a cotangent's
+zero and sum, and the hooks handed to :mod:`jask.core.rewrite` (which
+imports no primitive).
 """
 from __future__ import annotations
 
-import jax
-
-from jask.base.config import Config
-from jask.core import ufuncs
 from jask.core.array import DiskArrayType
 from jask.core.primitives.base import DiskPrimitive as DiskPrimitive
-from jask.core.primitives.base import (
-    _aval,
-    _on_disk,
-)
 from jask.core.primitives.creation import FromValue as FromValue
 from jask.core.primitives.creation import Materialize as Materialize
 from jask.core.primitives.creation import from_value as from_value
@@ -46,9 +38,12 @@ from jask.core.primitives.creation import materialize as materialize
 from jask.core.primitives.elementwise import JVP as JVP
 from jask.core.primitives.elementwise import VJP as VJP
 from jask.core.primitives.elementwise import Blockwise as Blockwise
+from jask.core.primitives.elementwise import _reshaped as _reshaped
+from jask.core.primitives.elementwise import _squeezed as _squeezed
 from jask.core.primitives.elementwise import add as add
 from jask.core.primitives.elementwise import fill as fill
 from jask.core.primitives.elementwise import full as full
+from jask.core.primitives.elementwise import outer as outer
 from jask.core.primitives.elementwise import reduce as reduce
 from jask.core.primitives.fft import FFT as FFT
 from jask.core.primitives.fft import fft as fft
@@ -65,7 +60,7 @@ from jask.core.primitives.layout import Scatter as Scatter
 from jask.core.primitives.layout import Slice as Slice
 from jask.core.primitives.layout import Transpose as Transpose
 from jask.core.primitives.layout import concatenate as concatenate
-from jask.core.primitives.layout import moved
+from jask.core.primitives.layout import moved as moved
 from jask.core.primitives.layout import reshape as reshape
 from jask.core.primitives.layout import take_slice as take_slice
 from jask.core.primitives.layout import transpose as transpose
@@ -90,59 +85,6 @@ from jask.core.primitives.rewrite_hooks import (
 )
 from jask.core.primitives.scans import Cumsum as Cumsum
 from jask.core.rewrite import prune_before_lowering, take_over_jit
-
-
-def _reshaped(x, shape: tuple, config: Config | None = None):
-    """``x`` in ``shape`` (in memory, or a store: a view when only length-1
-    axes come or go)."""
-    source = tuple(_aval(x).shape)
-    if source == tuple(shape):
-        return x
-    if not _on_disk(_aval(x)):
-        return jax.numpy.reshape(x, shape)
-    full = tuple(n for n in source if n != 1)
-    if full and full == tuple(n for n in shape if n != 1):
-        return _squeezed(x, tuple(shape), full, config)
-    return reshape(x, shape, config=config)
-
-
-def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
-    """``x`` with length-1 axes removed or added, as an elementwise copy (one
-    a band group holds, so a batch of one stays in the pass; a reshape, a view
-    elsewhere, would end the group)."""
-    def axes_of(s):
-        out, i = [], 0
-        for n in s:
-            out.append(None if n == 1 else i)
-            i += n != 1
-        return tuple(out)
-
-    aval = _aval(x)
-    return Blockwise(ufuncs.IDENTITY, (aval,), (axes_of(aval.shape),), (None,), full,
-                     axes_of(shape), aval.dtype, config=config, name="reshape")(x)
-
-
-# --- what the products' rules build of the package's ops (see DiskPrimitive.added) ---
-
-def outer(x, y, like, config):
-    """x[..., None] * y: the cotangent of a vector product's operand."""
-    X, Y = _aval(x), _aval(y)
-    shape = tuple(X.shape) + tuple(Y.shape)
-    axes = (tuple(range(X.ndim)), tuple(range(X.ndim, len(shape))))
-    return Blockwise(ufuncs.MUL, (X, Y), axes, (like.dtype, like.dtype), shape,
-                     tuple(range(len(shape))), like.dtype, to_memory=not _on_disk(like),
-                     grad=True, config=config)(x, y)
-
-
-# --- binding helpers (arguments already checked by the public layer) ---------------
-
-# What the products' rules build of the ops defined here (primitives/products.py
-# imports the base, never this package): see DiskPrimitive.added.
-DiskPrimitive.added = staticmethod(add)
-DiskPrimitive.outer = staticmethod(outer)
-DiskPrimitive.moved = staticmethod(moved)
-DiskPrimitive.reshaped = staticmethod(_reshaped)
-
 
 # Inside a compiled program: drop the forward ops nothing reads (jit(grad(f))
 # would run them), and run the value ops that can wait together (one pass).

@@ -74,17 +74,6 @@ class DiskPrimitive(VJPHiPrimitive):
     #: builds on this module, for every op's result over operands with no
     #: elements (:meth:`_run`); the families import elementwise directly.
     filled: ClassVar[Callable[[Any, Any, Config | None], Any]]
-    #: What the products' rules (:mod:`~jask.core.primitives.products`) build
-    #: of the package's ops, set by the package (which imports the families):
-    #: ``added(a, b)`` the sum of two stores of one type; ``outer(x, y, like, config)`` ``x[...,
-    #: None] * y`` placed and typed as ``like`` (a vector operand's cotangent);
-    #: ``moved(x, order)`` and ``reshaped(x, shape, config)`` ``x`` with its axes
-    #: in ``order`` or in ``shape`` (a view of a store where one is: a batch laid
-    #: out for one product).
-    added: ClassVar[Callable[[Any, Any], Any]]
-    outer: ClassVar[Callable[..., Any]]
-    moved: ClassVar[Callable[[Any, tuple], Any]]
-    reshaped: ClassVar[Callable[..., Any]]
 
     def __init__(self, in_avals, out_aval, **params):
         self.in_avals = tuple(in_avals)
@@ -296,30 +285,6 @@ class DiskPrimitive(VJPHiPrimitive):
     def __eq__(self, other):
         return (type(self) is type(other) and self.in_avals == other.in_avals
                 and self.out_aval == other.out_aval and self.params == other.params)
-
-
-def _moved_axis(x, d: int, last: bool):
-    """``x`` with its batch axis ``d`` moved first or ``last``."""
-    rest = tuple(i for i in range(len(_aval(x).shape)) if i != d)
-    return DiskPrimitive.moved(x, rest + (d,) if last else (d,) + rest)
-
-
-def _batch_first(x, d: int):
-    return _moved_axis(x, d, last=False)
-
-
-def _batch_last(x, d: int):
-    return _moved_axis(x, d, last=True)
-
-
-def _swap_first(x):
-    n = len(_aval(x).shape)
-    return DiskPrimitive.moved(x, (1, 0) + tuple(range(2, n)))
-
-
-def _swap_last(x):
-    n = len(_aval(x).shape)
-    return DiskPrimitive.moved(x, tuple(range(n - 2)) + (n - 1, n - 2))
 
 
 def _inexact(aval) -> bool:

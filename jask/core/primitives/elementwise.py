@@ -5,7 +5,8 @@
 (``jax.checkpoint``), its batching rule and the operands it is linear in
 (:meth:`Blockwise.linear_operands`, for the band-group rewrite); the kernels
 of its derivatives (:class:`VJP`, :class:`JVP`), and the functions that bind
-it (arguments already checked by the public layer).
+it (arguments already checked by the public layer), with what the products'
+rules build of it (:func:`outer`, ``_reshaped``).
 
 A reduction's own derivative rules (a max's, a variance's) are rows in
 :mod:`~jask.core.primitives.reductions`; a map's come from its row in the op
@@ -35,13 +36,13 @@ from jask.core.primitives.base import (
     _on_disk,
     _out_type,
 )
-from jask.core.primitives.layout import moved
+from jask.core.primitives.layout import _batch_last, reshape
 from jask.core.primitives.reductions import is_linear, rule_of
 from jask.engine.blockwise import Operand, reduce_partial
 from jask.engine.ops import elementwise as ops
 from jask.engine.ops.reductions import REDUCERS
 
-__all__ = ["Blockwise", "VJP", "JVP", "full", "fill", "add", "reduce", "mapped"]
+__all__ = ["Blockwise", "VJP", "JVP", "full", "fill", "add", "reduce", "mapped", "outer"]
 
 
 @dataclass(frozen=True)
@@ -369,12 +370,6 @@ def _batch_blockwise(prim, size: int, args: tuple, dims: tuple):
     return out, len(prim.out_axes)
 
 
-def _batch_last(x, d: int):
-    """``x`` with its batch axis ``d`` moved last."""
-    n = len(_aval(x).shape)
-    return moved(x, tuple(i for i in range(n) if i != d) + (d,))
-
-
 def _refuse(what: str):
     """Refuse a derivative jask has no rule for, at trace time, naming the op."""
     raise NotImplementedError(what)
@@ -510,3 +505,45 @@ def reduce(name, ufunc, operands, axes, dtypes, shape, out_axes, out_dtype, *, r
     return Blockwise(ufunc, avals, tuple(axes), tuple(dtypes), tuple(shape), tuple(out_axes),
                      out_dtype, reducer=reducer, to_memory=to_memory, config=config,
                      name=name)(*operands)
+
+
+# --- what the products' rules build as elementwise ops ---------------------------------
+
+def outer(x, y, like, config):
+    """x[..., None] * y: the cotangent of a vector product's operand."""
+    X, Y = _aval(x), _aval(y)
+    shape = tuple(X.shape) + tuple(Y.shape)
+    axes = (tuple(range(X.ndim)), tuple(range(X.ndim, len(shape))))
+    return Blockwise(ufuncs.MUL, (X, Y), axes, (like.dtype, like.dtype), shape,
+                     tuple(range(len(shape))), like.dtype, to_memory=not _on_disk(like),
+                     grad=True, config=config)(x, y)
+
+
+def _reshaped(x, shape: tuple, config: Config | None = None):
+    """``x`` in ``shape`` (in memory, or a store: a view when only length-1
+    axes come or go)."""
+    source = tuple(_aval(x).shape)
+    if source == tuple(shape):
+        return x
+    if not _on_disk(_aval(x)):
+        return jax.numpy.reshape(x, shape)
+    full = tuple(n for n in source if n != 1)
+    if full and full == tuple(n for n in shape if n != 1):
+        return _squeezed(x, tuple(shape), full, config)
+    return reshape(x, shape, config=config)
+
+
+def _squeezed(x, shape: tuple, full: tuple, config: Config | None):
+    """``x`` with length-1 axes removed or added, as an elementwise copy (one
+    a band group holds, so a batch of one stays in the pass; a reshape, a view
+    elsewhere, would end the group)."""
+    def axes_of(s):
+        out, i = [], 0
+        for n in s:
+            out.append(None if n == 1 else i)
+            i += n != 1
+        return tuple(out)
+
+    aval = _aval(x)
+    return Blockwise(ufuncs.IDENTITY, (aval,), (axes_of(aval.shape),), (None,), full,
+                     axes_of(shape), aval.dtype, config=config, name="reshape")(x)

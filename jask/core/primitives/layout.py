@@ -3,10 +3,10 @@ forward (its work, in :mod:`jask.engine.ops.layout`), its tangent and its
 VJP, and the functions that bind them (arguments already checked by the
 public layer): :class:`Transpose`, a basic :class:`Slice` and its
 gradient :class:`Scatter`, :class:`Reshape`, :class:`Concatenate`; and what
-a batching rule uses to move a batch axis (:func:`moved`). (The package's
-``reshaped``, which a product's batching rule uses, stays beside it: a batch
-of one is added or dropped as an elementwise copy, and
-:mod:`~jask.core.primitives.elementwise` imports this module.)
+a batching rule uses to move a batch axis (:func:`moved`, first or last).
+(The reshape a product's batching rule uses is in
+:mod:`~jask.core.primitives.elementwise`: a batch of one is added or dropped
+as an elementwise copy, and elementwise imports this module.)
 
 Each is linear in its array operands, its tangent the op itself on theirs.
 A transpose, slice, reshape and the scatter declare it
@@ -198,7 +198,7 @@ def reshape(a, shape, *, config=None):
     return Reshape(_aval(a), tuple(shape), False, config)(a)
 
 
-# --- a batch laid out (batching rules, products: DiskPrimitive.moved) ----------------
+# --- a batch laid out (the batching rules of elementwise ops and products) ------------
 
 def moved(x, order: tuple):
     """``x`` with its axes in ``order`` (a view of a store)."""
@@ -208,3 +208,26 @@ def moved(x, order: tuple):
         return jax.numpy.transpose(x, order)
     return transpose(x, order)
 
+
+def _moved_axis(x, d: int, last: bool):
+    """``x`` with its batch axis ``d`` moved first or ``last``."""
+    rest = tuple(i for i in range(len(_aval(x).shape)) if i != d)
+    return moved(x, rest + (d,) if last else (d,) + rest)
+
+
+def _batch_first(x, d: int):
+    return _moved_axis(x, d, last=False)
+
+
+def _batch_last(x, d: int):
+    return _moved_axis(x, d, last=True)
+
+
+def _swap_first(x):
+    n = len(_aval(x).shape)
+    return moved(x, (1, 0) + tuple(range(2, n)))
+
+
+def _swap_last(x):
+    n = len(_aval(x).shape)
+    return moved(x, tuple(range(n - 2)) + (n - 1, n - 2))

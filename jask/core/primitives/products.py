@@ -12,8 +12,8 @@ operand not batched with a batch of vectors or matrices as one product.
 :class:`Fused` runs a user's kernel: it has no derivative nor batching rule,
 refused naming the op by :class:`~jask.core.primitives.base.DiskPrimitive`.
 What the rules build of other families (a sum of tangents, an outer
-product, a batch laid out) comes through the base's ``added``, ``outer``,
-``moved`` and ``reshaped``, set by the package.
+product, a batch laid out) they import from them
+(:mod:`~jask.core.primitives.elementwise`, :mod:`~jask.core.primitives.layout`).
 """
 from __future__ import annotations
 
@@ -22,17 +22,9 @@ from jax.experimental.hijax import Zero
 
 from jask.base.config import Config
 from jask.core.array import VMAP_UNSUPPORTED, DiskArrayType
-from jask.core.primitives.base import (
-    DiskPrimitive,
-    _accum,
-    _aval,
-    _batch_first,
-    _batch_last,
-    _on_disk,
-    _out_type,
-    _swap_first,
-    _swap_last,
-)
+from jask.core.primitives.base import DiskPrimitive, _accum, _aval, _on_disk, _out_type
+from jask.core.primitives.elementwise import _reshaped, add, outer
+from jask.core.primitives.layout import _batch_first, _batch_last, _swap_first, _swap_last
 from jask.engine.ops import products as ops
 
 __all__ = ["Dot", "Fused", "dot", "widened"]
@@ -45,19 +37,10 @@ def _tangent_sum(a, b):
     if isinstance(b, Zero):
         return a
     if _on_disk(_aval(a)):
-        return DiskPrimitive.added(a, b)
+        return add(a, b)
     return a + b
 
 
-def _outer(x, y, like, config):
-    """``x[..., None] * y``: the cotangent of a vector product's operand (see
-    :attr:`DiskPrimitive.outer`)."""
-    return DiskPrimitive.outer(x, y, like, config)
-
-
-def _reshaped(x, shape: tuple, config: Config | None):
-    """``x`` in ``shape`` (see :attr:`DiskPrimitive.reshaped`)."""
-    return DiskPrimitive.reshaped(x, shape, config)
 
 
 def _check_laid_out(x, n: int, size: int) -> None:
@@ -188,13 +171,13 @@ class Dot(DiskPrimitive):
         A, B = self.in_avals
         ta, tb, cfg = self.ta, self.tb, self.config
         if A.ndim == 1 and B.ndim == 1:  # a . b: g is a scalar
-            _accum(ca, lambda: _outer(g, b, A, cfg))
-            _accum(cb, lambda: _outer(g, a, B, cfg))
+            _accum(ca, lambda: outer(g, b, A, cfg))
+            _accum(cb, lambda: outer(g, a, B, cfg))
         elif A.ndim == 1:  # (k,) @ op(b): da = op(b) @ g, dB = outer(a, g)
             _accum(ca, lambda: _dot_vjp(b, g, tb, False, A, cfg))
-            _accum(cb, lambda: _outer(g, a, B, cfg) if tb else _outer(a, g, B, cfg))
+            _accum(cb, lambda: outer(g, a, B, cfg) if tb else outer(a, g, B, cfg))
         else:  # op(a) @ (k,): dA = outer(g, b), db = op(a).T @ g
-            _accum(ca, lambda: _outer(b, g, A, cfg) if ta else _outer(g, b, A, cfg))
+            _accum(ca, lambda: outer(b, g, A, cfg) if ta else outer(g, b, A, cfg))
             _accum(cb, lambda: _dot_vjp(a, g, not ta, False, B, cfg))
 
 
