@@ -121,6 +121,48 @@ def test_each_band_asks_for_the_band_its_thread_runs_next(tmp_path, monkeypatch)
             [(X.path, later, later + rows), (y.path, later, later + rows)]))
 
 
+@pytest.mark.parametrize("runs, bands", [(1, 10), (2, 10), (3, 10), (4, 10), (16, 10),
+                                         (2, 1), (3, 2)])
+def test_runs_of_bands_add_up_to_the_bands_partials_and_prefetch_their_next(
+        tmp_path, monkeypatch, runs, bands):
+    """With ``runs``, a task runs a contiguous run of the bands (sizes within
+    one band of each other), each asking for the chunks of the next in its
+    run (none for the last); the runs' partials add up to the bands'."""
+    n, k, rows = bands * 10, 3, 10
+    rng = np.random.default_rng(0)
+    x, yv = rng.standard_normal((n, k)).astype("f4"), rng.standard_normal(n).astype("f4")
+    X = _store(tmp_path / "X", x, (10, k), False)
+    y = _store(tmp_path / "y", yv, (10,), False)
+    w = _store(tmp_path / "w", np.ones(k, "f4"), (k,), False)
+    order = tuple(_least_squares_group(X, y, w))
+    asked = []
+    monkeypatch.setattr(fusion, "prefetch", lambda store, region: asked.append(
+        (store.path, region[0].start, region[0].stop)))
+    dsk, keys = fusion.group_graph("test", order, (), (2, 4), n, rows, ahead=2, tree=False,
+                                   runs=runs)
+    assert list(dsk) == keys and len(keys) == min(runs, bands)
+    spans = [dsk[key][1:] for key in keys]
+    assert spans[0][0] == 0 and spans[-1][1] == bands
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert max(b - a for a, b in spans) - min(b - a for a, b in spans) <= 1
+    results = []
+    for key in keys:
+        asked.clear()
+        results.append(dsk[key][0](*dsk[key][1:]))
+        first, stop = dsk[key][1:]
+        assert sorted(asked) == sorted((p, i * rows, (i + 1) * rows) for i in range(
+            first + 1, stop) for p in (X.path, y.path))
+    reducers = fusion.reducers_of(order, (2, 4))
+    got = fusion.combine_bands(reducers, *results)
+    per_band, _ = fusion.group_graph("test", order, (), (2, 4), n, rows, tree=False)
+    want = fusion.combine_bands(reducers, *(t[0](*t[1:]) for t in per_band.values()))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    r = x @ np.ones(k, "f4") - yv
+    np.testing.assert_allclose(fusion.finish(order[4], got[1]), 2 * x.T @ r, rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_a_band_graph_lists_each_combine_right_after_its_inputs():
     """Run in the listed order (one worker, jask.engine.execute._run_inline), a
     graph of many bands holds at most FAN_IN partials per level of its tree,

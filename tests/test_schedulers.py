@@ -252,6 +252,42 @@ def test_a_step_on_a_cluster_runs_bands_sized_for_one_workers_threads(
     assert all(g <= budget + 8 * 2**20 for g in growth.values()), growth
 
 
+def test_a_step_on_a_cluster_is_one_task_per_worker_thread(client, rng, tmp_path):
+    # distributed costs a few ms per task whatever it does: each worker thread
+    # runs its share of the bands in one task (in order, each prefetching the
+    # next) and returns one partial, added up here; one task per band was 11
+    # tasks for the quick benchmark's step on 2 workers, each idle between them
+    budget = 256 * 1024
+    jask.set_memory_budget(budget, scratch_dir=str(tmp_path / "scratch"))
+    x, yv, X, y = _stored_lsq_data(rng, tmp_path, rows=96_000)
+    params = (jnp.linspace(-1, 1, 16, dtype=jnp.float32), jnp.float32(0.25))
+    step = jax.jit(jax.value_and_grad(_lsq))
+    with dask.config.set(scheduler="threads"):
+        step(params, X, y)  # compiled
+        with jask.track() as here:
+            want = step(params, X, y)
+    step(params, X, y)  # the workers' first run: imports
+    jask_cluster.reset_worker_peaks(client)
+    baseline = jask_cluster.worker_memory(client)
+    with jask.track() as there, get_task_stream(client) as stream:
+        _check_lsq_step(step, params, X, y, x, yv)
+        got = step(params, X, y)
+    peaks = jask_cluster.worker_memory(client)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+    assert threads == 2 and here.total.tasks > 4
+    assert there.total.tasks == 2 * threads, there  # two steps
+    assert there.passes(X) == here.passes(X) * 2 == pytest.approx(2.0)
+    assert there.total.bytes_read == 2 * here.total.bytes_read
+    ran = [task["worker"] for task in stream.data]
+    assert len(ran) == 2 * threads and len(set(ran)) == 2, ran  # each worker one a step
+    # a task running several bands holds what one band does, and the next one's prefetch
+    growth = {a: peaks[a]["peak"] - baseline[a]["rss"] for a in peaks}
+    assert all(g <= budget + 8 * 2**20 for g in growth.values()), growth
+
+
 def _counting(func, calls: list):
     def counted(*args, **kwargs):
         calls.append(args)
@@ -259,8 +295,8 @@ def _counting(func, calls: list):
     return counted
 
 
-def _stored_lsq_data(rng, tmp_path):
-    x, yv = rand(rng, (24_000, 16), np.float32), rand(rng, (24_000,), np.float32)
+def _stored_lsq_data(rng, tmp_path, rows=24_000):
+    x, yv = rand(rng, (rows, 16), np.float32), rand(rng, (rows,), np.float32)
     for name, value, chunks in (("X", x, (500, 16)), ("y", yv, (500,))):
         zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=chunks,
                           dtype=value.dtype, compressors=None)[...] = value

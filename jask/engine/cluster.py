@@ -139,6 +139,12 @@ def threads_per_worker(workers: dict) -> int:
     return max((w.get("nthreads") or 1 for w in workers.values()), default=1)
 
 
+def all_threads(workers: dict) -> int:
+    """The threads of all ``workers`` (:func:`worker_info`) together: the
+    tasks the cluster runs at once."""
+    return sum(max(w.get("nthreads") or 1, 1) for w in workers.values())
+
+
 # --- a cluster whose workers share no disk ----------------------------------------------
 
 def use_private_scratch(client, budget: int | None = None) -> dict:

@@ -201,6 +201,11 @@ class Placement:
     def on_a_cluster(self) -> bool:
         return self.client is not None
 
+    @property
+    def threads(self) -> int:
+        """Tasks that run at once on all its workers (on a cluster) or here."""
+        return cluster.all_threads(self.workers) if self.workers else self.per_process
+
 
 def placement(workers: int, with_workers: bool = True) -> Placement:
     """The scheduler in effect, and on a cluster its workers (one round

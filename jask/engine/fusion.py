@@ -361,9 +361,27 @@ def combine_bands(reducers: tuple, *results) -> tuple:
     return tuple(combined)
 
 
+def run_of_bands(compute_band, reducers: tuple, n: int, rows: int, first: int,
+                 stop: int) -> tuple:
+    """Bands ``first`` to ``stop - 1`` (of ``rows`` rows, of ``n``) run one
+    after the other by ``compute_band`` (a bound :func:`band_task`), each
+    asking for the chunks of the next, as a thread's successive band tasks
+    do; their partials combined as they come (:func:`combine_bands`), so
+    the run holds one band's work, the next band's prefetch and one
+    running partial."""
+    def band(i: int) -> tuple:
+        ahead = slice((i + 1) * rows, min(n, (i + 2) * rows)) if i + 1 < stop else None
+        return compute_band(slice(i * rows, min(n, (i + 1) * rows)), ahead)
+
+    combined = band(first)
+    for i in range(first + 1, stop):
+        combined = combine_bands(reducers, combined, band(i))
+    return combined
+
+
 def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: int,
                 rows: int, strip: int = 0, ahead: int = 0,
-                tree: bool = True) -> tuple[dict, list]:
+                tree: bool = True, runs: int = 0) -> tuple[dict, list]:
     """The Dask graph of a group: one task per band, then a fan-in tree
     combining the value roots' partials (the last key's value: their tuple).
 
@@ -374,7 +392,12 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
     in order): the first pass over a store not in the page cache read 20%
     faster than band by band on demand; ``tree=False``: no tree, the keys are
     the bands', whose values the caller combines
-    (``combine_bands(reducers(order, value_roots), *values)``).
+    (``combine_bands(reducers(order, value_roots), *values)``); ``runs``
+    (with ``tree=False``): at most
+    that many tasks, each running a contiguous run of the bands in order
+    (:func:`run_of_bands`) and returning their combined partials. On a
+    cluster each task costs its scheduler a few milliseconds whatever it
+    does: one task per worker thread keeps every thread busy at the least cost.
     """
     token = uuid.uuid4().hex
     band_name = key_name(name, token)
@@ -387,6 +410,17 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
     # per task, a quarter of a jitted step's time at 134 bands).
     compute_band = functools.partial(band_task, order, last_use, writes, value_roots,
                                      strip=strip)
+    if runs and not tree:
+        bands_n = -(-n // rows)
+        each = functools.partial(run_of_bands, compute_band, reducers_of(order, value_roots),
+                                 n, rows)
+        runs = min(runs, bands_n)
+        bounds = [bands_n * i // runs for i in range(runs + 1)]  # runs within one band alike
+        for i in range(runs):
+            key = (band_name, i)
+            dsk[key] = (each, bounds[i], bounds[i + 1])
+            keys.append(key)
+        return dsk, keys
     for i, start in enumerate(range(0, n, rows)):
         key = (band_name, i)
         later = start + ahead * rows

@@ -584,15 +584,18 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int, config
             store = stack.enter_context(registry.new_store(
                 config.scratch_dir, p.desc.op, p.shape, p.dtype, chunks, grad=p.desc.grad))
             writes.append((group.node_of[id(p)], store))
-        # On a cluster each level of the fan-in tree is a hop between processes (a transfer
-        # and a task, 5-40 ms each): the partials come back to be combined here instead, when
-        # holding them all at once is no more than the plan kept room for in the tree
+        # On a cluster each task costs its scheduler a few ms, and each level of the fan-in
+        # tree is a hop between processes (a transfer and a task, 5-40 ms each): one task per
+        # worker thread runs its share of the bands in order and adds up their partials, and
+        # those come back to be combined here, when holding them all at once is no more than
+        # the plan kept room for in the tree (partials that keep the rows: one per band)
         bands_n = -(-n // plan.rows)
-        here = (bool(value_roots) and 1 < bands_n <= bands.waiting_partials(bands_n)
-                and where.on_a_cluster)
+        runs = _runs(where, bands_n, fusion.reducers_of(tuple(order), value_roots))
+        here = runs > 0 or (bool(value_roots) and 1 < bands_n <= bands.waiting_partials(bands_n)
+                            and where.on_a_cluster)
         dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
                                        plan.rows, plan.strip, ahead=_at_once(where, plan),
-                                       tree=not here)
+                                       tree=not here, runs=runs)
         with counters.ran_as(", ".join(node.op for node in order)):
             results = _run_naming_the_op(dsk, keys, config, plan, where)
         if here:
@@ -611,6 +614,18 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int, config
     if wide:
         return [fusion.finish(top, combined[index[id(top)]], wide=True) for top in group.tops]
     return [values[index[id(top)]] for top in group.tops]
+
+
+def _runs(where: execute.Placement, bands_n: int, reducers: tuple) -> int:
+    """On a cluster, the tasks a group's bands run in (one per worker thread:
+    :func:`fusion.run_of_bands`), their partials combined by the client; 0
+    for a task per band (here, without value roots, or with one keeping the
+    rows, whose partials grow with the bands a task runs)."""
+    threads = where.threads
+    if (not where.on_a_cluster or not reducers or "rows" in reducers or bands_n < 2
+            or min(threads, bands_n) > bands.waiting_partials(bands_n)):
+        return 0
+    return threads
 
 
 def _at_once(where: execute.Placement, plan: Plan) -> int:
