@@ -732,6 +732,61 @@ def test_narrow_arrays_beside_runs_are_read_whole_once_an_epoch(tmp_path, device
             np.testing.assert_array_equal(xb, x[yb])
 
 
+def test_a_resident_array_is_read_whole_on_every_reading_thread(tmp_path, monkeypatch):
+    """A narrow array read whole at an epoch's start is read in a task per
+    reading thread, not by one (one thread read 256 cold chunk files of labels
+    while the first window waited: 0.12 of a 0.93 s epoch), and its takes wait
+    for it: the batches stay those planned."""
+    X, y, x = _stores(tmp_path, 6000, 16, 600, 250, False)
+    calls: list = []
+    read = jask.api.batches._read_runs
+
+    def recorded(a, starts, stops, *args):
+        calls.append((a, len(starts)))
+        return read(a, starts, stops, *args)
+
+    monkeypatch.setattr(jask.api.batches, "_read_runs", recorded)
+    loader = jask.batches(X, y, batch_size=50, seed=4, buffer=3000, threads=4)
+    assert loader._resident == (False, True)
+    got = [(xb, yb) for xb, yb in loader]
+    whole_reads = [n for a, n in calls if a is y]
+    assert len(whole_reads) == 4 and sum(whole_reads) == 4  # 24 chunks: 4 tasks of 6
+    assert [yb.tolist() for _, yb in got] == [b.tolist() for b in loader.plan.batch_rows(0)]
+    for xb, yb in got:
+        np.testing.assert_array_equal(xb, x[yb])
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_numpy_batches_are_cut_on_the_cutting_threads(tmp_path, monkeypatch, shuffle):
+    """A window's numpy batches are cut (a take per array) on the loader's
+    cutting threads, a few at once, kept as its reading threads until
+    ``close()``: one cutting thread made a cold shuffled epoch wait on it.
+    The batches, in order, are those planned, whatever the threads."""
+    X, y, x = _stores(tmp_path, 3000, 8, 300, 300, False)
+    names: set = set()
+    take = jask.api.batches._take_batch
+
+    def recorded(buffers, rows):
+        names.add(threading.current_thread().name.rsplit("_", 1)[0])
+        return take(buffers, rows)
+
+    monkeypatch.setattr(jask.api.batches, "_take_batch", recorded)
+    want = None
+    for threads in (1, 3):
+        names.clear()
+        with jask.batches(X, y, batch_size=64, shuffle=shuffle, seed=2, buffer=700,
+                          threads=threads) as loader:
+            got = [yb.tolist() for _, yb in loader]
+            assert {t.name.rsplit("_", 1)[0] for t in threading.enumerate()} \
+                >= {jask.api.batches.CUT_POOL_THREADS}
+        assert names >= {jask.api.batches.CUT_POOL_THREADS}
+        assert got == [b.tolist() for b in loader.plan.batch_rows(0)]
+        want = want or got
+        assert got == want
+    assert not [t for t in threading.enumerate()
+                if t.name.startswith(jask.api.batches.CUT_POOL_THREADS)]
+
+
 def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch):
     from jask.store import registry
     from jask.store.tiles import OpenFiles, read_runs
