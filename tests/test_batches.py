@@ -756,37 +756,6 @@ def test_a_resident_array_is_read_whole_on_every_reading_thread(tmp_path, monkey
         np.testing.assert_array_equal(xb, x[yb])
 
 
-@pytest.mark.parametrize("shuffle", [True, False])
-def test_numpy_batches_are_cut_on_the_cutting_threads(tmp_path, monkeypatch, shuffle):
-    """A window's numpy batches are cut (a take per array) on the loader's
-    cutting threads, a few at once, kept as its reading threads until
-    ``close()``: one cutting thread made a cold shuffled epoch wait on it.
-    The batches, in order, are those planned, whatever the threads."""
-    X, y, x = _stores(tmp_path, 3000, 8, 300, 300, False)
-    names: set = set()
-    take = jask.api.batches._take_batch
-
-    def recorded(buffers, rows):
-        names.add(threading.current_thread().name.rsplit("_", 1)[0])
-        return take(buffers, rows)
-
-    monkeypatch.setattr(jask.api.batches, "_take_batch", recorded)
-    want = None
-    for threads in (1, 3):
-        names.clear()
-        with jask.batches(X, y, batch_size=64, shuffle=shuffle, seed=2, buffer=700,
-                          threads=threads) as loader:
-            got = [yb.tolist() for _, yb in loader]
-            assert {t.name.rsplit("_", 1)[0] for t in threading.enumerate()} \
-                >= {jask.api.batches.CUT_POOL_THREADS}
-        assert names >= {jask.api.batches.CUT_POOL_THREADS}
-        assert got == [b.tolist() for b in loader.plan.batch_rows(0)]
-        want = want or got
-        assert got == want
-    assert not [t for t in threading.enumerate()
-                if t.name.startswith(jask.api.batches.CUT_POOL_THREADS)]
-
-
 def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch):
     from jask.store import registry
     from jask.store.tiles import OpenFiles, read_runs

@@ -41,7 +41,6 @@ import math
 import queue
 import threading
 import weakref
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -96,12 +95,6 @@ RUN_BYTES = 2**17
 RUN_WINDOW_BYTES = 2**26
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
-#: Threads that cut numpy batches from a window (a ``np.take`` each, which
-#: releases the GIL), and the batches being cut at once beyond those ahead: on
-#: one cutting thread a cold shuffled epoch waited on the cut, not the reads
-#: (benchmarks/RESULTS.md, 2026-12-06, session 4).
-CUT_THREADS = 2
-CUT_AHEAD = 4
 
 #: Windows a device feed holds on the device at most: one being copied (its
 #: pieces, and their join inside the program that cuts it), its batches, those
@@ -129,8 +122,6 @@ _OP = "jask.batches"
 #: The name of a loader's reading threads (kept while it lives); its other
 #: threads, one iteration's, are named ``jask-batches``.
 POOL_THREADS = "jask-loader-read"
-#: The name of a loader's cutting threads (:data:`CUT_THREADS`, kept as the readers).
-CUT_POOL_THREADS = "jask-loader-cut"
 #: Windows held at once: the one being cut and the next, being read (a third
 #: measured no faster: benchmarks/minibatches.py).
 SLOTS = 2
@@ -288,8 +279,6 @@ class Batches:
         #: loader's life (starting eight cost 0.17 s an iteration on a TPU host): idle
         #: between iterations, ended by :meth:`close` or when the loader is collected
         self._pool: ThreadPoolExecutor | None = None
-        #: the threads cutting numpy batches from the windows, kept as the reading ones
-        self._cut_pool: ThreadPoolExecutor | None = None
         #: the host windows reads go into, kept as the threads are: fresh memory is
         #: slow to touch (on a TPU host an epoch in order took 1.03-1.12 s with the
         #: two windows made anew each iteration, 0.49-0.53 s with them kept)
@@ -304,11 +293,6 @@ class Batches:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=POOL_THREADS)
         return self._pool
-
-    def _cutting_pool(self) -> ThreadPoolExecutor:
-        if self._cut_pool is None:
-            self._cut_pool = ThreadPoolExecutor(CUT_THREADS, thread_name_prefix=CUT_POOL_THREADS)
-        return self._cut_pool
 
     def _host_slots(self, rows: int) -> list["_Slot"]:
         """The :data:`SLOTS` host windows of ``rows`` rows, kept from iteration to
@@ -354,10 +338,9 @@ class Batches:
         ``with jask.batches(...) as loader:`` closes it at the block's end."""
         if self._running:
             raise RuntimeError("close() while the loader is being iterated")
-        for pool in (self._pool, self._cut_pool):
-            if pool is not None:
-                pool.shutdown(wait=True)
-        self._pool = self._cut_pool = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._slots, self._whole = [], {}
         self._release_kept()
 
@@ -458,9 +441,7 @@ class Batches:
 
 class _Feeder:
     """The background work of one iteration: reading windows on a thread pool
-    two windows deep, and cutting their batches on the cutting threads
-    (:data:`CUT_THREADS`, :data:`CUT_AHEAD` batches at once), handed over in
-    order by one thread, a few ahead."""
+    two windows deep, and cutting their batches on one thread, a few ahead."""
 
     def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
         self.loader = loader
@@ -470,8 +451,6 @@ class _Feeder:
         self.ready: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
         self.stopping = threading.Event()
         self.pool = _Tasks(loader._reading_pool())
-        #: numpy batches being cut (a device feed cuts on the device: made when first used)
-        self._cuts: _Tasks | None = None
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
         #: the host slots windows are read into, the loader's (kept between iterations)
@@ -533,8 +512,6 @@ class _Feeder:
         self.stopping.set()
         _drain_until_ended(self.thread, self.ready)  # let a put waiting for room end
         self.pool.cancel_and_wait()
-        if self._cuts is not None:  # (no cut reads a slot the next iteration fills)
-            self._cuts.cancel_and_wait()
         for files in [*self.retired, self.files]:  # no read is left to use them
             files.close()
 
@@ -591,20 +568,6 @@ class _Feeder:
 
         for ahead in range(SLOTS):
             submit(w0 + ahead)
-        if self._cuts is None:
-            self._cuts = _Tasks(self.loader._cutting_pool())
-        cuts = self._cuts
-        # batches being cut on the cutting threads (or cut here), handed over in order
-        ahead: deque = deque()
-
-        def hand_over(most: int) -> bool:
-            while len(ahead) > most:
-                bb, cut = ahead.popleft()
-                if not self._put((epoch, bb, self._deliver(
-                        cut.result() if isinstance(cut, Future) else cut))):
-                    return False
-            return True
-
         carry: list | None = None  # rows of a batch begun in the previous window
         b = start
         for w in range(w0, len(windows)):
@@ -619,36 +582,23 @@ class _Feeder:
             while pos < sizes[w] and b < total:
                 need = B - (len(carry[0]) if carry else 0)
                 take = order[pos:pos + need]
-                # the batches cut already go before a wait on reads (in order, the first
-                # window's first batches come while the rest is read)
-                if not reads.done(take) and not hand_over(0):
-                    return False
                 reads.wait_for(take)
+                parts = [np.take(buf, take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
                 pos += len(take)
-                if not carry and (len(take) == B or w + 1 == len(windows)):
-                    ahead.append((b, cuts.submit(_take_batch, slot.buffers, take)))
-                else:  # a batch crossing into the next window: cut here
-                    parts = _take_batch(slot.buffers, take)
-                    if carry:
-                        parts = [np.concatenate([c, p]) for c, p in zip(carry, parts)]
-                        carry = None
-                    if len(parts[0]) < B and w + 1 < len(windows):
-                        carry = parts  # the batch goes on into the next window
-                        break
-                    ahead.append((b, parts))
-                b += 1
-                if not hand_over(CUT_AHEAD):
+                if carry:
+                    parts = [np.concatenate([c, p]) for c, p in zip(carry, parts)]
+                    carry = None
+                if len(parts[0]) < B and w + 1 < len(windows):
+                    carry = parts  # the batch goes on into the next window
+                    break
+                if not self._put((epoch, b, self._deliver(parts))):
                     return False
+                b += 1
             reads.wait_for(None)  # (drop_last may leave rows unread by any batch)
-            for _, cut in ahead:  # no cut reads the slot once it is read into again
-                if isinstance(cut, Future):
-                    cut.result()
             submit(w + SLOTS)  # the slot of window w is free again
         for work in pending.values():  # windows past the last batch (drop_last): the next
             for f in work:             # epoch reads into their slots
                 f.result()
-        if not hand_over(0):
-            return False
         if carry and b < total:
             if not self._put((epoch, b, self._deliver(carry))):
                 return False
@@ -661,11 +611,6 @@ class _Feeder:
         return tuple(jax.device_put(tuple(parts), self.loader._device))
 
 
-def _take_batch(buffers: list, take: np.ndarray) -> list:
-    """One batch: rows ``take`` of each array's window (fresh arrays)."""
-    return [np.take(buf, take, axis=0) for buf in buffers]  # (2x a fancy index)
-
-
 class _Reads:
     """The reads of one window into a slot, waited for as its batches need
     them: each task's rows ``[lo, hi)`` of the window, their stamps checked
@@ -675,23 +620,16 @@ class _Reads:
         self._left = sorted(zip(rows, range(len(futures)), futures), key=lambda t: t[0])
         self._stamps = stamps
 
-    def _of(self, take: np.ndarray | None) -> list:
+    def wait_for(self, take: np.ndarray | None) -> None:
+        """Wait for the reads of the rows ``take`` (positions in the window;
+        None: all), raising what a read raised."""
         if not self._left:
-            return []
+            return
         if take is None or not len(take):
             lo, hi = 0, np.iinfo(np.int64).max
         else:
             lo, hi = int(take.min()), int(take.max()) + 1
-        return [t for t in self._left if t[0][0] < hi and t[0][1] > lo]
-
-    def done(self, take: np.ndarray | None) -> bool:
-        """Whether the reads of the rows ``take`` are done (or None: all)."""
-        return all(future.done() for _, _, future in self._of(take))
-
-    def wait_for(self, take: np.ndarray | None) -> None:
-        """Wait for the reads of the rows ``take`` (positions in the window;
-        None: all), raising what a read raised."""
-        waited = self._of(take)
+        waited = [t for t in self._left if t[0][0] < hi and t[0][1] > lo]
         if not waited:
             return
         for _, _, future in waited:
@@ -1064,7 +1002,7 @@ class _Slot:
             kept = kept[at[1:] > skip]
         tasks = []
         self.task_rows = []
-        for group in np.array_split(kept, min(len(kept), count)):  # (pieces in order)
+        for group in np.array_split(kept, min(len(kept), count)):
             lo, hi = int(at[group[0]]), int(at[group[-1] + 1])
             for a, buf, held_whole in zip(self.arrays, self.buffers, whole):
                 # (a resident array's take waits for its whole read, begun before)
@@ -1437,8 +1375,7 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     share = int(budget * LOADER_SHARE)
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
-    # (and the batches being cut beyond those, CUT_AHEAD)
-    fixed = SLOTS * window_rows * row + (2 * prefetch + 2 + CUT_AHEAD) * plan.batch_size * row
+    fixed = SLOTS * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
     fixed += sum(a.shape[0] * _row_bytes(a) for a, whole
                  in zip(arrays, _resident(arrays, plan)) if whole)
     on_device = 0
