@@ -96,38 +96,108 @@ def test_a_band_plan_fits_the_budget_or_is_refused(n, k, chunk_rows, chunk_cols,
     assert -(-n // plan.rows) <= jask.base.memory.task_bound(X.shape[0] * k * 4 + n * 4, budget)
 
 
-def test_each_band_asks_for_the_band_its_thread_runs_next(tmp_path, monkeypatch):
-    """With ``ahead`` tasks at once, band i asks the kernel for the chunks of
-    band i + ahead of every store read by bands (not of ``w``, read whole),
-    and the last bands for none: the disk reads while the bands compute."""
-    n, k, rows = 100, 3, 10
+def _recording(monkeypatch, log: list) -> None:
+    """Log each chunk-row range asked for ahead and each read, in order."""
+    read = fusion.read
+    monkeypatch.setattr(fusion, "prefetch", lambda store, region: log.append(
+        ("asked", store.path, region[0].start, region[0].stop)))
+    monkeypatch.setattr(fusion, "read", lambda store, region, *a, **k: (log.append(
+        ("read", store.path, region[0].start, region[0].stop)), read(store, region, *a, **k))[1])
+
+
+def _lsq_stores(tmp_path, n, k, rows):
     rng = np.random.default_rng(0)
-    X = _store(tmp_path / "X", rng.standard_normal((n, k)).astype("f4"), (10, k), False)
-    y = _store(tmp_path / "y", rng.standard_normal(n).astype("f4"), (10,), False)
+    X = _store(tmp_path / "X", rng.standard_normal((n, k)).astype("f4"), (rows, k), False)
+    y = _store(tmp_path / "y", rng.standard_normal(n).astype("f4"), (rows,), False)
     w = _store(tmp_path / "w", np.ones(k, "f4"), (k,), False)
-    order = _least_squares_group(X, y, w)
-    asked = []
-    monkeypatch.setattr(fusion, "prefetch", lambda store, region: asked.append(
-        (store.path, region[0].start, region[0].stop)))
-    dsk, _ = fusion.group_graph("test", tuple(order), (), (2, 4), n, rows, ahead=2)
+    return X, y, w
+
+
+def test_a_pass_asks_for_its_first_bands_before_it_reads_one(tmp_path, monkeypatch):
+    """A cold pass asks the kernel for the chunks of the bands it runs first,
+    in the order their tasks start (Dask's, not band order), before its
+    first band reads (10 bands of 160 bytes: all of them, well within the
+    room ahead); each band is asked for once."""
+    n, k, rows = 100, 3, 10
+    X, y, w = _lsq_stores(tmp_path, n, k, rows)
+    log: list = []
+    _recording(monkeypatch, log)
+    where = execute.placement(2, with_workers=False)
+    started: list = []
+    dsk, keys = fusion.group_graph(
+        "test", tuple(_least_squares_group(X, y, w)), (), (2, 4), n, rows, ahead=2,
+        run_order=lambda graph: started.extend(execute.run_order(graph, 2, where)) or started)
+    execute.run(dsk, keys, 2, where=where)
+    first_read = next(i for i, e in enumerate(log) if e[0] == "read")
+    asked = [e[1:] for e in log if e[0] == "asked"]
+    in_order = [(p, dsk[key][1].start, dsk[key][1].stop) for key in started
+                if dsk[key][0] is not fusion.combine_bands for p in (X.path, y.path)]
+    assert sorted(in_order) == sorted((p, b, b + rows) for b in range(0, n, rows)
+                                      for p in (X.path, y.path))
+    assert [e[1:] for e in log[:first_read]] == in_order
+    assert asked == in_order
+
+
+@pytest.mark.parametrize("room_bands, distance", [(0, 2), (1, 2), (2, 2), (5, 5), (9, 9),
+                                                  (50, 50)])
+def test_each_band_asks_for_the_band_room_bytes_ahead(tmp_path, monkeypatch, room_bands,
+                                                      distance):
+    """With ``ahead`` tasks at once and ``room`` bytes, band 0 asks for the
+    chunks of bands 0 to ``distance`` in order and band i for band
+    i + distance, of every store read by bands (not of ``w``, read whole),
+    the distance the bands ``room`` holds, at least ``ahead``."""
+    n, k, rows = 100, 3, 10
+    X, y, w = _lsq_stores(tmp_path, n, k, rows)
+    order = tuple(_least_squares_group(X, y, w))
+    per_band = rows * k * 4 + rows * 4
+    room = room_bands * per_band + per_band // 2
+    assert fusion.advice_distance(order, rows, 2, room) == distance
+    log: list = []
+    _recording(monkeypatch, log)
+    dsk, _ = fusion.group_graph("test", order, (), (2, 4), n, rows, ahead=2, room=room)
     tasks = sorted((t for t in dsk.values() if t[0] is not fusion.combine_bands),
                    key=lambda t: t[1].start)
     assert len(tasks) == n // rows
     for i, (compute, band, ahead) in enumerate(tasks):
-        asked.clear()
+        log.clear()
         compute(band, ahead)
-        later = (i + 2) * rows
-        assert sorted(asked) == ([] if later >= n else sorted(
-            [(X.path, later, later + rows), (y.path, later, later + rows)]))
+        bands = range(0, min(n // rows, distance + 1)) if i == 0 else [
+            b for b in [i + distance] if b < n // rows]
+        assert [e[1:] for e in log if e[0] == "asked"] == [
+            (p, b * rows, (b + 1) * rows) for b in bands for p in (X.path, y.path)]
 
 
-@pytest.mark.parametrize("runs, bands", [(1, 10), (2, 10), (3, 10), (4, 10), (16, 10),
-                                         (2, 1), (3, 2)])
-def test_runs_of_bands_add_up_to_the_bands_partials_and_prefetch_their_next(
-        tmp_path, monkeypatch, runs, bands):
+def test_a_pass_asks_for_nothing_ahead_with_no_tasks_at_once(tmp_path, monkeypatch):
+    n, k, rows = 40, 3, 10
+    X, y, w = _lsq_stores(tmp_path, n, k, rows)
+    log: list = []
+    _recording(monkeypatch, log)
+    dsk, keys = fusion.group_graph("test", tuple(_least_squares_group(X, y, w)), (), (2, 4),
+                                   n, rows, ahead=0)
+    dask.get(dsk, keys[-1])
+    assert log and all(e[0] == "read" for e in log)
+
+
+def test_the_room_ahead_is_bounded_by_the_memory_available(monkeypatch):
+    """Advice past what the page cache holds evicts what it just read."""
+    class Memory:
+        available = 40 << 20
+    monkeypatch.setattr(fusion.psutil, "virtual_memory", lambda: Memory)
+    assert fusion.advice_room() == 10 << 20
+    Memory.available = 1 << 40
+    assert fusion.advice_room() == fusion.ADVICE_BYTES == 64 << 20
+
+
+@pytest.mark.parametrize("runs, bands, room_bands", [
+    (1, 10, 0), (2, 10, 0), (3, 10, 0), (4, 10, 0), (16, 10, 0), (2, 1, 0), (3, 2, 0),
+    (1, 10, 3), (2, 10, 3), (2, 10, 50)])
+def test_runs_of_bands_add_up_to_the_bands_partials_and_prefetch_ahead(
+        tmp_path, monkeypatch, runs, bands, room_bands):
     """With ``runs``, a task runs a contiguous run of the bands (sizes within
-    one band of each other), each asking for the chunks of the next in its
-    run (none for the last); the runs' partials add up to the bands'."""
+    one band of each other): its first band asks for the chunks of itself
+    and the ``distance`` bands after it in its run (the bands its share of
+    the room holds, at least 1), each later band for the one ``distance``
+    after it in its run; the runs' partials add up to the bands'."""
     n, k, rows = bands * 10, 3, 10
     rng = np.random.default_rng(0)
     x, yv = rng.standard_normal((n, k)).astype("f4"), rng.standard_normal(n).astype("f4")
@@ -139,7 +209,7 @@ def test_runs_of_bands_add_up_to_the_bands_partials_and_prefetch_their_next(
     monkeypatch.setattr(fusion, "prefetch", lambda store, region: asked.append(
         (store.path, region[0].start, region[0].stop)))
     dsk, keys = fusion.group_graph("test", order, (), (2, 4), n, rows, ahead=2, tree=False,
-                                   runs=runs)
+                                   runs=runs, room=room_bands * (rows * k * 4 + rows * 4) * 2)
     assert list(dsk) == keys and len(keys) == min(runs, bands)
     spans = [dsk[key][1:] for key in keys]
     assert spans[0][0] == 0 and spans[-1][1] == bands
@@ -150,8 +220,11 @@ def test_runs_of_bands_add_up_to_the_bands_partials_and_prefetch_their_next(
         asked.clear()
         results.append(dsk[key][0](*dsk[key][1:]))
         first, stop = dsk[key][1:]
-        assert sorted(asked) == sorted((p, i * rows, (i + 1) * rows) for i in range(
-            first + 1, stop) for p in (X.path, y.path))
+        distance = max(1, room_bands)  # the room shared by the 2 runs at once
+        assert asked == [(p, i * rows, (i + 1) * rows) for i in range(
+            first, min(stop, first + distance + 1)) for p in (X.path, y.path)] + [
+            (p, i * rows, (i + 1) * rows) for i in range(first + distance + 1, stop)
+            for p in (X.path, y.path)]
     reducers = fusion.reducers_of(order, (2, 4))
     got = fusion.combine_bands(reducers, *results)
     per_band, _ = fusion.group_graph("test", order, (), (2, 4), n, rows, tree=False)

@@ -355,3 +355,36 @@ def test_bands_are_prefetched_as_far_ahead_as_one_worker_runs_at_once(
                       dashboard_address=":0") as local, Client(local):
         _check_lsq_step(step, params, X, y, x, yv)
     assert aheads and set(aheads) == {2}, aheads
+
+
+def test_a_local_step_asks_for_every_band_before_it_reads_it(rng, tmp_path, monkeypatch):
+    # Dask's threaded scheduler starts band tasks out of band order (by its
+    # priorities): the chunks asked for ahead follow the order the tasks start,
+    # from the pass's first task on, so a cold first pass reads none on demand
+    # (here X and y, 1.6 MB, all asked for before the first band reads)
+    from jask.base import config as jask_config
+    from jask.engine import fusion
+    jask.set_memory_budget(512 * 1024, scratch_dir=str(tmp_path / "scratch"))
+    monkeypatch.setattr(jask_config, "_active", dataclasses.replace(jask.get_config(), workers=2))
+    x, yv, X, y = _stored_lsq_data(rng, tmp_path)
+    log: list = []
+    read = fusion.read
+    monkeypatch.setattr(fusion, "prefetch", lambda store, region: log.append(
+        ("asked", store.path, region[0].start, region[0].stop)))
+    monkeypatch.setattr(fusion, "read", lambda store, region, *a, **k: (log.append(
+        ("read", store.path, region[0].start, region[0].stop)), read(store, region, *a, **k))[1])
+    _check_lsq_step(jax.jit(jax.value_and_grad(_lsq)), (
+        jnp.linspace(-1, 1, 16, dtype=jnp.float32), jnp.float32(0.25)), X, y, x, yv)
+    reads = [i for i, e in enumerate(log) if e[0] == "read" and e[1].endswith((".zarr"))]
+    bands = {e[2:] for e in log if e[0] == "read" and e[1].endswith("X.zarr")}
+    assert len(bands) >= 4, bands  # several bands, 2 at once
+    covered: dict = {}
+    for e in log[:reads[0]]:
+        if e[0] == "asked":
+            covered[e[1]] = covered.get(e[1], 0) + e[3] - e[2]
+    assert {p.rsplit("/", 1)[-1]: c for p, c in covered.items()} == {
+        "X.zarr": len(x), "y.zarr": len(x)}
+    for i in reads:  # and every band (of every pass) asked for before it is read
+        path, start, stop = log[i][1:]
+        assert any(e[0] == "asked" and e[1] == path and e[2] <= start and stop <= e[3]
+                   for e in log[:i]), log[i]

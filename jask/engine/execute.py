@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dask
+import dask.order
 import dask.threaded
 from dask.base import get_scheduler
 from threadpoolctl import ThreadpoolController
@@ -299,6 +300,21 @@ def _is_key(arg, graph: dict) -> bool:
         return arg in graph
     except TypeError:  # holds slices: a region, not a key
         return False
+
+
+def run_order(graph: dict, at_once: int, where: Placement) -> list:
+    """The keys of ``graph`` in the order :func:`run` starts its tasks here,
+    ``at_once`` at a time: as listed when they run one by one in this thread
+    (:func:`_serial_order`), else by Dask's priorities (:func:`dask.order.order`),
+    which its threaded scheduler starts ready tasks by, as distributed's
+    workers do (a progress bar's run is Dask's too: the order may then
+    differ, and only what is asked for ahead with it)."""
+    if where.client is None and where.scheduler in (None, dask.threaded.get):
+        listed = _serial_order(graph, at_once)
+        if listed is not None:
+            return listed
+    priority = dask.order.order(graph)
+    return sorted(graph, key=priority.__getitem__)
 
 
 def _serial_order(graph: dict, at_once: int) -> list | None:

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import psutil
 
 from jask.engine.blockwise import is_positional
 from jask.engine.builders import FAN_IN, key_name
@@ -269,14 +271,44 @@ def _compute(node: Node, values: dict, rows: slice, read_only: bool = False):
         raise
 
 
+#: The most bytes of chunks a pass keeps asked for (``POSIX_FADV_WILLNEED``)
+#: ahead of the bands it computes. Advice fills the page cache, not jask's
+#: budget, but advice past what the cache holds evicts what it just read:
+#: so at most a quarter of the memory the system reports available
+#: (:func:`advice_room`). The first quick least-squares pass, cold, read
+#: its chunks on demand for its first bands when each band asked only for
+#: the one its thread ran next (benchmarks/RESULTS.md, 2026-12-06).
+ADVICE_BYTES = 64 << 20
+
+
+def advice_room() -> int:
+    """The bytes a pass may keep asked for ahead of its bands now:
+    ``min(ADVICE_BYTES, available memory / 4)``."""
+    return min(ADVICE_BYTES, psutil.virtual_memory().available // 4)
+
+
+def advice_distance(order: tuple, rows: int, at_once: int, room: int) -> int:
+    """The bands between a band and the one whose chunks it asks for: at
+    least the ``at_once`` tasks running together (each asks for its thread's
+    next), and as many more as ``room`` bytes of the stores read by bands
+    hold (decoded bytes: a compressed chunk's file is smaller, so the advice
+    stays within ``room``); 0 (``at_once`` 0) asks for none."""
+    per_band = sum(rows * int(np.prod(x.shape[1:], dtype=np.int64)) * x.dtype.itemsize
+                   for x in _banded_stores(order))
+    if not at_once or not per_band:
+        return at_once
+    return max(at_once, room // per_band)
+
+
 def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
-              rows: slice, ahead: slice | None = None, strip: int = 0) -> tuple:
+              rows: slice, ahead: tuple | None = None, strip: int = 0) -> tuple:
     """Compute one band of every node in ``order``; write the bands of the
     store roots; return the partials of the value roots.
 
-    ``ahead``: the rows of a band to come, whose chunks the kernel is asked
-    to start reading now (:func:`jask.store.tiles.prefetch`), so that the
-    disk works while this band computes.
+    ``ahead``: the rows of bands to come (slices, in the order they run),
+    whose chunks the kernel is asked to start reading now
+    (:func:`jask.store.tiles.prefetch`), so that the disk works while this
+    band computes.
 
     With ``strip``, the band's nodes are computed ``strip`` rows at a time
     over the input bands read whole: the band stays whole chunk rows (each
@@ -284,7 +316,7 @@ def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
     tangents) is held for one strip only; the bands of the nodes written or
     returned along the rows are assembled whole, the partials added."""
     if ahead is not None:
-        _prefetch_band(order, ahead)
+        _prefetch_bands(order, ahead)
     inputs: dict = {}
     for node in order:  # every input band first: a read's buffers never meet node bands
         _compute(node, inputs, rows, read_only=True)
@@ -329,15 +361,24 @@ def band_task(order: tuple, last_use: tuple, writes: tuple, values_out: tuple,
     return tuple(assembled[id(order[j])] if order[j].rows else partials[j] for j in values_out)
 
 
-def _prefetch_band(order: tuple, rows: slice) -> None:
-    """Ask for the chunks of the stores ``order`` reads by bands, over ``rows``."""
-    asked: set = set()
+def _banded_stores(order: tuple) -> list:
+    """The stores ``order`` reads by bands (each view once; not those read whole)."""
+    seen: dict = {}
     for node in order:
         for x in node.inputs:
-            if (isinstance(x, StoreSpec) and view_key(x) not in asked
+            if (isinstance(x, StoreSpec) and view_key(x) not in seen
                     and not any(x is y for y in whole_inputs(node))):
-                asked.add(view_key(x))
-                prefetch(x, (rows,) + tuple(slice(0, d) for d in x.shape[1:]))
+                seen[view_key(x)] = x
+    return list(seen.values())
+
+
+def _prefetch_bands(order: tuple, bands: tuple) -> None:
+    """Ask for the chunks of the stores ``order`` reads by bands, over each
+    of ``bands`` (row slices) in turn."""
+    stores = _banded_stores(order)
+    for rows in bands:
+        for x in stores:
+            prefetch(x, (rows,) + tuple(slice(0, d) for d in x.shape[1:]))
 
 
 def _whole(key) -> bool:
@@ -362,16 +403,17 @@ def combine_bands(reducers: tuple, *results) -> tuple:
 
 
 def run_of_bands(compute_band, reducers: tuple, n: int, rows: int, first: int,
-                 stop: int) -> tuple:
+                 stop: int, distance: int = 1) -> tuple:
     """Bands ``first`` to ``stop - 1`` (of ``rows`` rows, of ``n``) run one
-    after the other by ``compute_band`` (a bound :func:`band_task`), each
-    asking for the chunks of the next, as a thread's successive band tasks
-    do; their partials combined as they come (:func:`combine_bands`), so
-    the run holds one band's work, the next band's prefetch and one
-    running partial."""
+    after the other by ``compute_band`` (a bound :func:`band_task`): the
+    first asks for the chunks of itself and the ``distance`` bands after it,
+    each later one for the band ``distance`` places after it (within the
+    run); their partials combined as they come (:func:`combine_bands`), so
+    the run holds one band's work, its prefetch and one running partial."""
     def band(i: int) -> tuple:
-        ahead = slice((i + 1) * rows, min(n, (i + 2) * rows)) if i + 1 < stop else None
-        return compute_band(slice(i * rows, min(n, (i + 1) * rows)), ahead)
+        asks = range(first if i == first else i + distance, min(stop, i + distance + 1))
+        ahead = tuple(slice(j * rows, min(n, (j + 1) * rows)) for j in asks)
+        return compute_band(slice(i * rows, min(n, (i + 1) * rows)), ahead or None)
 
     combined = band(first)
     for i in range(first + 1, stop):
@@ -381,16 +423,25 @@ def run_of_bands(compute_band, reducers: tuple, n: int, rows: int, first: int,
 
 def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: int,
                 rows: int, strip: int = 0, ahead: int = 0,
-                tree: bool = True, runs: int = 0) -> tuple[dict, list]:
+                tree: bool = True, runs: int = 0, room: int | None = None,
+                run_order: Callable[[dict], list] = list) -> tuple[dict, list]:
     """The Dask graph of a group: one task per band, then a fan-in tree
     combining the value roots' partials (the last key's value: their tuple).
 
     ``value_roots`` are indices into ``order``; ``strip``: rows computed at
     once within a band (0: the whole band; see :func:`band_task`); ``ahead``:
-    the tasks running at once, each asking for the chunks of the band that
-    many places after its own (its successor on its thread when bands run
-    in order): the first pass over a store not in the page cache read 20%
-    faster than band by band on demand; ``tree=False``: no tree, the keys are
+    the tasks running at once (0: no chunks asked for ahead). The chunks of
+    the stores read by bands are asked for ``room`` bytes ahead (default
+    :func:`advice_room`; :func:`advice_distance` bands, at least ``ahead``,
+    so at least each task's successor on its thread) of the bands in the
+    order their tasks start (``run_order`` of the graph: as
+    :func:`jask.engine.execute.run_order` says; Dask's threaded scheduler
+    does not start them in band order): the first task asks for the bands
+    up to that distance, in that order, and the ``j``-th for the band
+    ``distance`` places after its own, so the disk reads from the pass's
+    start while the bands compute (one band ahead per thread, the first
+    pass over a store not in the page cache read 20% faster than band by
+    band on demand); ``tree=False``: no tree, the keys are
     the bands', whose values the caller combines
     (``combine_bands(reducers(order, value_roots), *values)``); ``runs``
     (with ``tree=False``): at most
@@ -410,11 +461,14 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
     # per task, a quarter of a jitted step's time at 134 bands).
     compute_band = functools.partial(band_task, order, last_use, writes, value_roots,
                                      strip=strip)
+    room = advice_room() if room is None else room
     if runs and not tree:
         bands_n = -(-n // rows)
-        each = functools.partial(run_of_bands, compute_band, reducers_of(order, value_roots),
-                                 n, rows)
         runs = min(runs, bands_n)
+        # the runs of one process share its room: ``ahead`` of them run at once
+        each = functools.partial(run_of_bands, compute_band, reducers_of(order, value_roots),
+                                 n, rows, distance=advice_distance(order, rows, 1,
+                                                                   room // max(1, ahead)))
         bounds = [bands_n * i // runs for i in range(runs + 1)]  # runs within one band alike
         for i in range(runs):
             key = (band_name, i)
@@ -423,13 +477,21 @@ def group_graph(name: str, order: tuple, writes: tuple, value_roots: tuple, n: i
         return dsk, keys
     for i, start in enumerate(range(0, n, rows)):
         key = (band_name, i)
-        later = start + ahead * rows
-        dsk[key] = (compute_band, slice(start, min(n, start + rows)),
-                    slice(later, min(n, later + rows)) if ahead and later < n else None)
+        dsk[key] = (compute_band, slice(start, min(n, start + rows)), None)
         keys.append(key)
-    if not value_roots or not tree:
-        return dsk, keys
-    reducers = reducers_of(order, value_roots)
+    if value_roots and tree:
+        dsk, keys = _tree(name, token, dsk, keys, reducers_of(order, value_roots))
+    distance = advice_distance(order, rows, ahead, room)
+    if distance:
+        started = [key for key in run_order(dsk) if key[0] == band_name]
+        for j, key in enumerate(started):
+            asks = started[:distance + 1] if j == 0 else started[j + distance:j + distance + 1]
+            dsk[key] = dsk[key][:2] + ((tuple(dsk[k][1] for k in asks) or None),)
+    return dsk, keys
+
+
+def _tree(name: str, token: str, dsk: dict, keys: list, reducers: tuple) -> tuple[dict, list]:
+    """``dsk`` with a fan-in tree combining the partials of the tasks ``keys``."""
     combine = key_name(name, token, stage="combine")
     level = 0
     while len(keys) > 1:

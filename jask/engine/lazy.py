@@ -31,6 +31,7 @@ unfused (the same work an eager op does).
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
@@ -593,9 +594,11 @@ def _run_fused(name: str, group: _Group, roots: list, plan: Plan, n: int, config
         runs = _runs(where, bands_n, fusion.reducers_of(tuple(order), value_roots))
         here = runs > 0 or (bool(value_roots) and 1 < bands_n <= bands.waiting_partials(bands_n)
                             and where.on_a_cluster)
-        dsk, keys = fusion.group_graph(name, tuple(order), tuple(writes), value_roots, n,
-                                       plan.rows, plan.strip, ahead=_at_once(where, plan),
-                                       tree=not here, runs=runs)
+        at_once = _at_once(where, plan)
+        dsk, keys = fusion.group_graph(
+            name, tuple(order), tuple(writes), value_roots, n, plan.rows, plan.strip,
+            ahead=at_once, tree=not here, runs=runs,
+            run_order=functools.partial(execute.run_order, at_once=at_once, where=where))
         with counters.ran_as(", ".join(node.op for node in order)):
             results = _run_naming_the_op(dsk, keys, config, plan, where)
         if here:
