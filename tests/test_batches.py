@@ -255,21 +255,30 @@ def test_the_device_feed_hands_a_window_before_the_next_one_is_read(tmp_path, mo
     loader = jask.batches(X, y, batch_size=60, seed=5, buffer=200, threads=1, device=CPU)
     plan = loader.plan
     first = set((plan.windows(0)[0] * plan.unit).tolist())
+    (_, yb), rest = _first_batch_while_reads_held(  # reads past the first window's
+        loader, monkeypatch, lambda starts, stops, stamps: stamps and int(starts[0]) not in first)
+    assert [yb.tolist()] + [b.tolist() for _, b in rest] == _rows(
+        jask.batches(X, y, batch_size=60, seed=5, buffer=200))
+
+
+def _first_batch_while_reads_held(loader, monkeypatch, held) -> tuple:
+    """The loader's first batch, got while its reads for which ``held(starts,
+    stops, stamps)`` is true wait (failing if it came only after them), and
+    an iterator over the batches after it (the reads let go)."""
     gate, read = threading.Event(), jask.api.batches._read_runs
 
-    def held_back(a, starts, stops, into, stamps, *args):  # reads past the first window's
-        if stamps and int(starts[0]) not in first:
+    def held_back(a, starts, stops, into, stamps, *args):
+        if not gate.is_set() and held(starts, stops, stamps):
             gate.wait(10)
         return read(a, starts, stops, into, stamps, *args)
 
     monkeypatch.setattr(jask.api.batches, "_read_runs", held_back)
     t0 = time.perf_counter()
     it = iter(loader)
-    _, yb = next(it)
+    first = next(it)
     assert time.perf_counter() - t0 < 5  # not after the held-back reads
     gate.set()
-    got = [yb.tolist()] + [b.tolist() for _, b in it]
-    assert got == _rows(jask.batches(X, y, batch_size=60, seed=5, buffer=200))
+    return first, it
 
 
 def test_the_device_feed_reads_shards_and_any_thread_count_alike(tmp_path, device_feed):
@@ -997,22 +1006,11 @@ def test_in_order_the_first_batch_waits_only_for_its_rows(tmp_path, monkeypatch,
     plan = loader.plan
     planned = [b.tolist() for b in plan.batch_rows(0)]
     first_rows = set(planned[start])
-    gate, read = threading.Event(), jask.api.batches._read_runs
-
-    def held_back(a, starts, stops, *args):  # reads of rows past the first batch's wait
-        if not gate.is_set() and not first_rows.intersection(range(int(starts[0]),
-                                                                   int(stops[-1]))):
-            gate.wait(10)
-        return read(a, starts, stops, *args)
-
-    monkeypatch.setattr(jask.api.batches, "_read_runs", held_back)
     loader.restore({**loader.state, "batch": start})
-    t0 = time.perf_counter()
-    it = iter(loader)
-    xb, yb = next(it)
-    assert time.perf_counter() - t0 < 5  # not after the held-back reads
-    gate.set()
-    got = [yb.tolist()] + [b.tolist() for _, b in it]
+    (xb, yb), rest = _first_batch_while_reads_held(  # reads of rows past the first batch's
+        loader, monkeypatch, lambda starts, stops, stamps: not first_rows.intersection(
+            range(int(starts[0]), int(stops[-1]))))
+    got = [yb.tolist()] + [b.tolist() for _, b in rest]
     assert got == planned[start:]
     np.testing.assert_array_equal(xb, x[planned[start]])
 
