@@ -44,10 +44,10 @@ _modelled = []
 
 def _recording(run):
     """jask.engine.execute.run, also noting each plan's modelled bytes."""
-    def wrapped(graph, keys, workers, cost=None):
+    def wrapped(graph, keys, workers, cost=None, *args, **kwargs):
         if cost is not None:
             _modelled.append((cost.total, cost.task_bytes, cost.tasks_at_once, cost.tile))
-        return run(graph, keys, workers, cost)
+        return run(graph, keys, workers, cost, *args, **kwargs)
     return wrapped
 
 
