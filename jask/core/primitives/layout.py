@@ -59,16 +59,21 @@ class Transpose(DiskPrimitive):
         _accum(ca, lambda: transpose(g, inverse, config=self.config, grad=True))
 
 
+def _slice_avals(aval: DiskArrayType, sizes: tuple) -> tuple:
+    """The part of ``aval`` a basic index of ``sizes`` takes (see :class:`Slice`),
+    and the avals of its start operands (int32 scalars)."""
+    out_shape = tuple(size for size, _ in (x for x in sizes if x is not None))
+    return (DiskArrayType(out_shape, aval.dtype),
+            tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes))
+
 class Slice(DiskPrimitive):
     """``a[index]`` for a basic index: per axis ``(size, step)`` of a slice
     or ``None`` for an integer (the axis is dropped). The starts are operands
     (int32 scalars), so one compiled program serves every start."""
 
     def __init__(self, aval: DiskArrayType, sizes: tuple, grad: bool, config: Config | None):
-        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
-        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
-        super().__init__((aval,) + starts, DiskArrayType(out_shape, aval.dtype),
-                         sizes=tuple(sizes), grad=grad, config=config)
+        part, starts = _slice_avals(aval, sizes)
+        super().__init__((aval,) + starts, part, sizes=tuple(sizes), grad=grad, config=config)
 
     def disk_work(self):
         return ops.take_slice(self.sizes, grad=self.grad)
@@ -91,10 +96,9 @@ class Scatter(DiskPrimitive):
     """Zeros of ``aval``'s shape with ``g`` placed where :class:`Slice` took it."""
 
     def __init__(self, aval: DiskArrayType, sizes: tuple, config: Config | None):
-        out_shape = tuple(s for s, _ in (x for x in sizes if x is not None))
-        starts = tuple(ShapedArray((), np.dtype(np.int32)) for _ in sizes)
-        super().__init__((DiskArrayType(out_shape, aval.dtype),) + starts, aval,
-                         op="slice_vjp", sizes=tuple(sizes), config=config)
+        part, starts = _slice_avals(aval, sizes)
+        super().__init__((part,) + starts, aval, op="slice_vjp", sizes=tuple(sizes),
+                         config=config)
 
     def disk_work(self):
         return ops.scatter_slice(self.sizes, self.out_aval.shape)
