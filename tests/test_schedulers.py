@@ -338,8 +338,9 @@ def test_a_step_on_a_cluster_asks_its_scheduler_once_a_graph(
 
 def test_bands_are_prefetched_as_far_ahead_as_one_worker_runs_at_once(
         rng, tmp_path, monkeypatch):
-    # the plan sizes bands for a worker's 2 threads; the bands whose chunks
-    # are asked for ahead are as many as those 2 run, not this process's 1
+    # the plan sizes bands for a worker's 2 threads; the tasks taken to run at
+    # once (which share the room for chunks asked for ahead, one run of bands
+    # each) are those 2, not this process's 1
     from jask.base import config as jask_config
     from jask.engine import fusion
     jask.set_memory_budget(4 << 20, scratch_dir=str(tmp_path / "scratch"))
