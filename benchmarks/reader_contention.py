@@ -31,8 +31,8 @@ batches of 1,024 shuffled rows of 64 float32 from a 64 MiB window, not a step.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import mmap
+import multiprocessing
 import os
 import tempfile
 import threading
