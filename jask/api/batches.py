@@ -1160,7 +1160,11 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         take nothing of the GIL the step's dispatch needs (on a TPU host a
         fed step slowed 1.3-11x beside reading threads, 1.1-1.2x beside the
         same reads in another process). The same batches either way; other
-        stores are read by threads.
+        stores are read by threads. The workers are started with ``spawn``:
+        they import the script's main module, so a script needs the
+        ``if __name__ == "__main__":`` guard, and the first epoch waits for
+        them (seconds). Measured worth it on a TPU host's 13 cores, not on
+        2 cores (benchmarks/RESULTS.md).
 
     Raises:
       ValueError: arrays of different first axes, no arrays, 0-d arrays, a

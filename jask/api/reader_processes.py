@@ -50,7 +50,10 @@ def _free(shm: shared_memory.SharedMemory) -> None:
         shm.unlink()
     except FileNotFoundError:
         pass
-    shm.close()
+    try:
+        shm.close()
+    except BufferError:  # at the interpreter's exit, a view may be left: unlinked is enough
+        pass
 
 
 class ReaderProcesses:
