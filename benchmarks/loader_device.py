@@ -15,7 +15,7 @@ after writing them):
    in device memory, for an epoch's number of batches;
 5. both together: the epoch's time against max(3, 4).
 
-Run: ``python -m benchmarks.loader_device [--quick] [--gib G]`` (``--quick``:
+Run: ``python -m benchmarks.loader_device [--quick] [--gib G] [--readers processes]`` (``--quick``:
 1 GiB of X, under 3 minutes on a TPU v5e host). Prints a markdown report.
 """
 from __future__ import annotations
@@ -33,6 +33,8 @@ COLS = 128
 CHUNK_ROWS = 65_536
 BATCH = 8192
 BLOCK = 32 * 2**20  # bytes of a host -> device block
+#: the loaders' ``readers`` (``--readers``)
+READERS = "threads"
 
 
 def prepare(folder: str, gib: float) -> dict:
@@ -153,13 +155,13 @@ def loader_alone(paths: dict, device, shuffle: bool, repeat: int,
     import jask
     X, y = jask.open(paths["X"]), jask.open(paths["y"])
     for _ in zip(range(3), jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0,
-                                         device=device, buffer=buffer)):
+                                         device=device, buffer=buffer, readers=READERS)):
         pass  # its compiled takes compiled
     times = []
     # one loader, an epoch per loop, as a training loop uses it (its reading threads are
     # started in the first, untimed epoch and kept)
     loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=device,
-                          buffer=buffer)
+                          buffer=buffer, readers=READERS)
     for _ in range(repeat + 1):
         start = time.perf_counter()
         last = None
@@ -233,7 +235,7 @@ def together(paths: dict, device, shuffle: bool, repeat: int,
     jax.block_until_ready(step(params, state, *jax.device_put((xb0, yb0), device)))
     times = []
     loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=device,
-                          buffer=buffer)
+                          buffer=buffer, readers=READERS)
     for _ in range(repeat + 1):  # (the first epoch, which starts the threads, untimed)
         p, s, value = params, state, None
         start = time.perf_counter()
@@ -310,7 +312,11 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=None)
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     p.add_argument("--budget", default="8GB", help="jask's memory budget")
+    p.add_argument("--readers", default="threads", choices=["threads", "processes"],
+                   help="the loaders' readers (jask.batches(..., readers=))")
     args = p.parse_args(argv)
+    global READERS
+    READERS = args.readers
     gib = args.gib or (1.0 if args.quick else 4.0)
     repeat = args.repeat or (1 if args.quick else 3)
     import jax

@@ -14,14 +14,25 @@ runs, ``rows_of_runs``, alone), ``jask-X`` / ``jask-y`` (what a loader's reading
 task does: ``jask.store.tiles.read_runs`` of 2,048 runs of 128 rows of a
 store of benchmarks/loader_device.py, its X or its y, files held open).
 
-Run: ``python -m benchmarks.reader_contention [--steps N] [--small] [--kinds a,b]``.
-``--small``: a small step (a CPU here); else the MLP step of
-benchmarks/loader_device.py on the default device.
+Where the workers run (``--where``, a list): ``thread`` (threads of this
+process, beside the timed loop: the loader's case), ``process`` (the same
+threads in ONE child process, started with ``spawn``), ``processes`` (one
+child process a worker, one thread each). The children never start a JAX
+backend (``JAX_PLATFORMS=cpu``). If the slowdown goes away in a child, the
+cost is this process's GIL, not the system calls or the machine.
+
+Run: ``python -m benchmarks.reader_contention [--steps N] [--small] [--kinds a,b]
+[--where thread,process] [--timed step|take]``. A kind ``k:N`` runs ``N``
+workers instead of ``--threads``. ``--small``: a small step (a CPU here);
+else the MLP step of benchmarks/loader_device.py on the default device.
+``--timed take``: the timed work is a cutting thread's, ``np.take`` of
+batches of 1,024 shuffled rows of 64 float32 from a 64 MiB window, not a step.
 """
 from __future__ import annotations
 
 import argparse
 import mmap
+import multiprocessing
 import os
 import tempfile
 import threading
@@ -103,6 +114,74 @@ def worker(kind: str, path: str, stop: threading.Event, seed: int,
         os.close(fd)
 
 
+def _child(kind: str, path: str, threads: int, stores: dict, stop, ready, seed: int) -> None:
+    """A child process: ``threads`` workers of ``kind`` until ``stop`` is set."""
+    os.environ["JAX_PLATFORMS"] = "cpu"  # never open the chip the parent holds
+    done = threading.Event()
+    workers = [threading.Thread(target=worker, args=(kind, path, done, seed + i, stores),
+                                daemon=True) for i in range(threads)]
+    for t in workers:
+        t.start()
+    ready.set()
+    stop.wait()
+    done.set()
+    for t in workers:
+        t.join()
+
+
+class Workers:
+    """``n`` workers of ``kind`` in threads here, or in spawned child processes."""
+
+    def __init__(self, kind: str, n: int, where: str, path: str, stores: dict):
+        self.threads: list = []
+        self.children: list = []
+        if kind == "none":
+            return
+        if where == "thread":
+            self.stop = threading.Event()
+            self.threads = [threading.Thread(target=worker, args=(kind, path, self.stop, i, stores),
+                                             daemon=True) for i in range(n)]
+            for t in self.threads:
+                t.start()
+            return
+        ctx = multiprocessing.get_context("spawn")
+        self.stop = ctx.Event()
+        shares = [n] if where == "process" else [1] * n
+        readies = [ctx.Event() for _ in shares]
+        self.children = [ctx.Process(target=_child, daemon=True,
+                                     args=(kind, path, k, stores, self.stop, r, 100 * i))
+                         for i, (k, r) in enumerate(zip(shares, readies))]
+        for c in self.children:
+            c.start()
+        for r in readies:
+            if not r.wait(120):
+                raise RuntimeError("a worker process did not start")
+
+    def close(self) -> None:
+        if not (self.threads or self.children):
+            return
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+        for c in self.children:
+            c.join(30)
+            if c.exitcode != 0:
+                raise RuntimeError(f"a worker process ended with {c.exitcode}")
+
+
+def take_loop():
+    """A cutting thread's work: ``np.take`` of shuffled batches from a window."""
+    rng = np.random.default_rng(2)
+    window = rng.standard_normal(((64 << 20) // 256, 64), dtype=np.float32)
+    index = [np.sort(rng.choice(len(window), 1024, replace=False)) for _ in range(8)]
+    out = np.empty((1024, 64), np.float32)
+
+    def step(p, s, i):
+        np.take(window, index[i], axis=0, out=out, mode="clip")
+        return p, s, None
+    return step, None, None, list(range(8))
+
+
 def small_step(device):
     import jax
     import jax.numpy as jnp
@@ -136,9 +215,11 @@ def run_steps(step, params, state, held, n: int) -> tuple[float, float]:
     t = time.perf_counter()
     for i in range(n):
         t0 = time.perf_counter()
-        p, s, v = step(p, s, *held[i % len(held)])
+        batch = held[i % len(held)]
+        p, s, v = step(p, s, *batch) if isinstance(batch, tuple) else step(p, s, batch)
         longest = max(longest, time.perf_counter() - t0)
-    jax.block_until_ready(v)
+    if v is not None:
+        jax.block_until_ready(v)
     return time.perf_counter() - t, longest
 
 
@@ -160,12 +241,17 @@ def main(argv=None) -> None:
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--switch", type=float, default=None,
                         help="sys.setswitchinterval (s) while measuring")
+    parser.add_argument("--where", default="thread",
+                        help="a list of thread, process (one child, the threads in it), "
+                             "processes (a child a worker)")
+    parser.add_argument("--timed", default="step", choices=["step", "take"])
     parser.add_argument("--kinds", default="none,sleep,python,copy,take,take-mmap,take-pieces,"
                                            "mmap-cycle,preadv,rows,jask-X,jask-y")
     args = parser.parse_args(argv)
     import jax
     device = jax.devices()[0]
-    step, params, state, held = (small_step if args.small else mlp_step)(device)
+    step, params, state, held = (take_loop() if args.timed == "take" else
+                                 (small_step if args.small else mlp_step)(device))
     run_steps(step, params, state, held, 4)
     if args.switch:
         import sys
@@ -175,29 +261,24 @@ def main(argv=None) -> None:
         stores = ld.prepare(d, 0.25) if "jask-" in args.kinds else {}
         path = os.path.join(d, "chunk")
         np.ones((FILE_ROWS, ROW), np.uint8).tofile(path)
-        print(f"device {device}, {args.threads} threads, {args.steps} steps, "
-              f"switch interval {args.switch or 'default'}", flush=True)
-        print("| threads doing | steps s | x alone | longest dispatch ms | wake median / p90 ms |")
-        print("|---|---|---|---|---|")
+        print(f"device {device}, timed {args.timed}, {args.threads} workers, {args.steps} "
+              f"steps, switch interval {args.switch or 'default'}", flush=True)
+        print("| workers doing | where | workers | steps s | x alone | longest dispatch ms "
+              "| wake median / p90 ms |")
+        print("|---|---|---|---|---|---|---|")
         alone = None
-        for kind in args.kinds.split(","):
-            stop = threading.Event()
-            threads = [] if kind == "none" else [
-                threading.Thread(target=worker, args=(kind, path, stop, i, stores),
-                                 daemon=True)
-                for i in range(args.threads)]
-            for t in threads:
-                t.start()
-            time.sleep(0.05)
-            secs, longest = run_steps(step, params, state, held, args.steps)
-            wake = wake_latency(0.3)
-            stop.set()
-            for t in threads:
-                t.join()
-            alone = secs if alone is None else alone
-            print(f"| {kind} | {secs:.3f} | {secs / alone:.2f} | {longest * 1e3:.1f} | "
-                  f"{wake[0]:.2f} / {wake[1]:.2f} |", flush=True)
-
+        for spec in args.kinds.split(","):
+            kind, _, n = spec.partition(":")
+            for where in (["-"] if kind == "none" else args.where.split(",")):
+                workers = Workers(kind, int(n or args.threads), where, path, stores)
+                time.sleep(0.05)
+                secs, longest = run_steps(step, params, state, held, args.steps)
+                wake = wake_latency(0.3)
+                workers.close()
+                alone = secs if alone is None else alone
+                print(f"| {kind} | {where} | {0 if kind == 'none' else int(n or args.threads)} | "
+                      f"{secs:.3f} | {secs / alone:.2f} | {longest * 1e3:.1f} | "
+                      f"{wake[0]:.2f} / {wake[1]:.2f} |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -1049,3 +1049,85 @@ def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(
     row = 3 * 4
     assert advised == [((lo % 100) * row, (hi - lo) * row, os.POSIX_FADV_WILLNEED)
                        for lo, hi in spans]
+
+
+def _segments() -> set:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} \
+        if os.path.isdir("/dev/shm") else set()
+
+
+def _children_ended(before: set, seconds: float = 20.0) -> bool:
+    import multiprocessing
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not {p.pid for p in multiprocessing.active_children()} - before:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_reader_processes_give_the_thread_readers_batches_and_resume(tmp_path):
+    X, y, _ = _stores(tmp_path, 3000, 16, 128, 128, False)
+    kw = dict(batch_size=100, seed=5, buffer=512, threads=2, epochs=2)
+    threads = [(xb, yb) for xb, yb in jask.batches(X, y, **kw)]
+    with jask.batches(X, y, readers="processes", **kw) as loader:
+        got = [(xb.copy(), yb.copy()) for xb, yb in loader]
+        assert len(got) == len(threads) == 60
+        for (a, b), (c, d) in zip(got, threads):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, d)
+        for epoch in (got[:30], got[30:]):  # every row once an epoch, X and y aligned
+            assert sorted(np.concatenate([yb for _, yb in epoch]).tolist()) == list(range(3000))
+            for xb, yb in epoch:
+                np.testing.assert_array_equal(xb[:, 0], yb * 16)
+        loader.restore({**loader.state, "epoch": 1, "batch": 17})
+        rest = [yb.copy() for _, yb in loader]
+        assert [r.tolist() for r in rest] == [b.tolist() for _, b in threads[47:]]
+    with pytest.raises(ValueError, match="readers"):
+        jask.batches(X, y, batch_size=10, readers="process")
+
+
+def test_reader_processes_name_a_replaced_store_and_a_killed_worker(tmp_path):
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, seed=0, buffer=100, prefetch=1, threads=2,
+                          readers="processes")
+    it = iter(loader)
+    next(it)
+    X.update_(X * 0.0)
+    with pytest.raises(jask.StoreChangedError):
+        for _ in it:
+            pass
+    assert all(np.all(xb == 0) for xb, _ in loader)  # the next epoch: the new version
+    from concurrent.futures.process import BrokenProcessPool
+    it = iter(loader)
+    seen = next(it)[1].tolist()
+    for p in list(loader._processes._pool._processes.values()):
+        p.kill()
+    with pytest.raises(BrokenProcessPool):
+        for _, yb in it:
+            seen += yb.tolist()
+    # the epoch goes on from the batch the error stopped at, read by new workers
+    assert sorted(seen + sum(_rows(loader), [])) == list(range(4000))
+    loader.close()
+
+
+def test_reader_processes_leave_no_segment_or_process_after_close_or_collection(tmp_path):
+    import multiprocessing
+    X, y, _ = _stores(tmp_path, 2000, 4, 100, 100, False)
+    before, children = _segments(), {p.pid for p in multiprocessing.active_children()}
+    loader = jask.batches(X, y, batch_size=50, threads=2, readers="processes")
+    it = iter(loader)
+    next(it)
+    if os.path.isdir("/dev/shm"):
+        assert _segments() - before  # the windows are shared
+    del it
+    loader.close()
+    gc.collect()
+    assert _segments() == before
+    assert _children_ended(children)
+    loader = jask.batches(X, y, batch_size=50, threads=2, readers="processes")
+    assert len(_rows(loader)) == 40
+    del loader
+    gc.collect()
+    assert _children_ended(children)
+    assert _segments() == before

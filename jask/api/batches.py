@@ -61,6 +61,8 @@ from jask.store.space import check_unchanged, stamp
 from jask.store.tiles import OpenFiles, read_model, read_runs, reads_runs, rows_of_runs
 from jask.store.versions import held
 
+from .reader_processes import ReaderProcesses, SharedArray
+
 __all__ = ["batches", "Batches"]
 
 #: The default shuffle buffer, in batches: 64 batches' rows mix together.
@@ -125,6 +127,10 @@ POOL_THREADS = "jask-loader-read"
 #: Windows held at once: the one being cut and the next, being read (a third
 #: measured no faster: benchmarks/minibatches.py).
 SLOTS = 2
+#: worker processes of a loader with ``readers="processes"`` at most (each one an
+#: interpreter with jask imported; a fed step slowed more beside eight single-threaded
+#: reading processes than beside one of eight threads: RESULTS.md)
+PROCESSES = 4
 #: Seconds an iteration waits on its consumer before it lets go of the chunk
 #: files it holds open (its reads in flight done first): an iterator left
 #: suspended and never collected (in a reference cycle, say) holds no
@@ -250,8 +256,12 @@ class Batches:
 
     def __init__(self, arrays: tuple, plan: BatchPlan, epochs: int | None, threads: int,
                  prefetch: int, device, held: int, device_bytes: int,
-                 resident: tuple = ()):
+                 resident: tuple = (), readers: str = "threads"):
         self._arrays = arrays
+        #: "processes": the runs of local uncompressed stores are read by worker
+        #: processes into windows in shared memory (jask.api.reader_processes)
+        self.readers = readers
+        self._processes: ReaderProcesses | None = None
         #: which arrays are read whole at each epoch's start and their runs taken in
         #: memory (narrow ones, beside runs of a wider one: a read per run costs more
         #: than its bytes), and the buffers they are read into, reused across epochs
@@ -293,6 +303,16 @@ class Batches:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=POOL_THREADS)
         return self._pool
+
+    def _reading_processes(self) -> ReaderProcesses | None:
+        if self.readers != "processes":
+            return None
+        if self._processes is not None and self._processes.broken:  # a worker was killed
+            self._processes.shutdown()
+            self._processes = None
+        if self._processes is None:
+            self._processes = ReaderProcesses(max(1, min(self.threads, PROCESSES)))
+        return self._processes
 
     def _host_slots(self, rows: int) -> list["_Slot"]:
         """The :data:`SLOTS` host windows of ``rows`` rows, kept from iteration to
@@ -341,6 +361,9 @@ class Batches:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._processes is not None:
+            self._processes.shutdown()
+            self._processes = None
         self._slots, self._whole = [], {}
         self._release_kept()
 
@@ -450,7 +473,7 @@ class _Feeder:
         self.last = last
         self.ready: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
         self.stopping = threading.Event()
-        self.pool = _Tasks(loader._reading_pool())
+        self.pool = _Tasks(loader._reading_pool(), loader._reading_processes())
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
         #: the host slots windows are read into, the loader's (kept between iterations)
@@ -845,13 +868,18 @@ class _Tasks:
     """The work one iteration gives its loader's reading pool: leaving the
     loop cancels what has not begun and waits for what runs (the pool lives on)."""
 
-    def __init__(self, pool: ThreadPoolExecutor):
+    def __init__(self, pool: ThreadPoolExecutor, processes: ReaderProcesses | None = None):
         self._pool = pool
+        #: the loader's reading processes, if it has them (:meth:`Batches._reading_processes`)
+        self.processes = processes
         self._futures: list[Future] = []
         self._lock = threading.Lock()
 
     def submit(self, fn, *args) -> Future:
-        future = self._pool.submit(fn, *args)
+        return self.track(self._pool.submit(fn, *args))
+
+    def track(self, future: Future) -> Future:
+        """Count ``future`` (given to another pool) among this iteration's tasks."""
         with self._lock:
             if len(self._futures) >= 1024:  # forget those done
                 self._futures = [f for f in self._futures if not f.done()]
@@ -965,6 +993,8 @@ class _Slot:
         self.arrays = arrays
         self.rows = rows
         self._whole: list[np.ndarray] = []
+        #: the buffers in shared memory, where worker processes read (else empty)
+        self._shared: list[SharedArray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
         #: the rows ``(lo, hi)`` of the window each task of :meth:`fill` reads
         self.task_rows: list[tuple[int, int]] = []
@@ -984,8 +1014,15 @@ class _Slot:
         order hands its first batches over once their rows are read), and
         those wholly before the window's row ``skip`` are not read (an
         iteration in order resumed there never takes them)."""
+        processes = getattr(pool, "processes", None)
         if not self._whole:  # made at the first window, touched by its reads
-            self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype) for a in self.arrays]
+            if processes is not None:
+                self._shared = [SharedArray((self.rows,) + a.shape[1:], a.dtype)
+                                for a in self.arrays]
+                self._whole = [shared.value for shared in self._shared]
+            else:
+                self._whole = [np.empty((self.rows,) + a.shape[1:], a.dtype)
+                               for a in self.arrays]
         n = plan.rows_in(units)
         self.buffers = [buf[:n] for buf in self._whole]
         starts = np.asarray(units, np.int64) * plan.unit
@@ -1004,10 +1041,17 @@ class _Slot:
         self.task_rows = []
         for group in np.array_split(kept, min(len(kept), count)):
             lo, hi = int(at[group[0]]), int(at[group[-1] + 1])
-            for a, buf, held_whole in zip(self.arrays, self.buffers, whole):
-                # (a resident array's take waits for its whole read, begun before)
-                tasks.append(pool.submit(_read_runs, a if held_whole is None else held_whole,
-                                         starts[group], stops[group], buf[lo:hi], stamps, files))
+            for i, (a, buf, held_whole) in enumerate(zip(self.arrays, self.buffers, whole)):
+                if (processes is not None and self._shared and held_whole is None
+                        and isinstance(a, DiskArray) and reads_runs(a._store())):
+                    tasks.append(pool.track(processes.submit(  # type: ignore[union-attr]
+                        a._store(), starts[group], stops[group], buf[lo:hi], self._shared[i],
+                        stamps, _OP)))
+                else:
+                    # (a resident array's take waits for its whole read, begun before)
+                    tasks.append(pool.submit(_read_runs, a if held_whole is None else held_whole,
+                                             starts[group], stops[group], buf[lo:hi], stamps,
+                                             files))
                 self.task_rows.append((lo, hi))
         return tasks
 
@@ -1037,7 +1081,8 @@ def _read_runs(a, starts: np.ndarray, stops: np.ndarray, into: np.ndarray, stamp
 def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
             epochs: int | None = None, drop_last: bool = False, buffer: int | None = None,
             shard: tuple[int, int] = (0, 1), threads: int | None = None,
-            prefetch: int = DEFAULT_PREFETCH, device=None, state: dict | None = None) -> Batches:
+            prefetch: int = DEFAULT_PREFETCH, device=None, state: dict | None = None,
+            readers: str = "threads") -> Batches:
     """Minibatches of one or more arrays with the same first axis, read ahead
     from disk while the step computes.
 
@@ -1108,6 +1153,18 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         and put with it (on the CPU device a batch is a fresh array the
         device may share; ``device_bytes`` is 0).
       state: a :attr:`Batches.state` to continue from.
+      readers: ``"threads"`` (default) or ``"processes"``: the runs of local
+        uncompressed stores read by ``min(threads, 4)`` spawned worker
+        processes (kept for the loader's life, ended by :meth:`Batches.close`
+        or its collection) into windows in shared memory, so that the reads
+        take nothing of the GIL the step's dispatch needs (on a TPU host a
+        fed step slowed 1.3-11x beside reading threads, 1.1-1.2x beside the
+        same reads in another process). The same batches either way; other
+        stores are read by threads. The workers are started with ``spawn``:
+        they import the script's main module, so a script needs the
+        ``if __name__ == "__main__":`` guard, and the first epoch waits for
+        them (seconds). Measured worth it on a TPU host's 13 cores, not on
+        2 cores (benchmarks/RESULTS.md).
 
     Raises:
       ValueError: arrays of different first axes, no arrays, 0-d arrays, a
@@ -1136,6 +1193,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     """
     if not arrays:
         raise ValueError("jask.batches needs at least one array")
+    if readers not in ("threads", "processes"):
+        raise ValueError(f"jask.batches: readers must be 'threads' or 'processes', not {readers!r}")
     held_arrays = []
     for i, a in enumerate(arrays):
         if not isinstance(a, DiskArray):
@@ -1213,7 +1272,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     threads = fitted_threads
     _check_sharding(device, held_arrays, plan)
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
-                     prefetch, device, held, on_device, _resident(held_arrays, plan))
+                     prefetch, device, held, on_device, _resident(held_arrays, plan), readers)
     if state is not None:
         loader.restore(state)
     return loader
