@@ -115,9 +115,38 @@ def _table_row(name: str) -> Ufunc:
     return TABLE[name]
 
 
+#: The rows whose numpy float32 (complex64) loops are less accurate than
+#: jax.numpy's: their kernels, VJP rules and second derivatives compute
+#: 32-bit tiles in float64 and round once (:func:`jask.core.kernels.widened`;
+#: measured in benchmarks/RESULTS.md, checked by tests/test_float32_accuracy.py).
+#: The other float rows are correctly rounded in float32 already (+, *, /,
+#: sqrt, hypot) or exact (abs, floor, maximum, ...).
+#: The row's 32-bit dtypes so computed: complex64 only for a division (float32's
+#: is correctly rounded; numpy's complex64 one measured 1.4 ulp against 1.1).
+WIDENED: dict[str, tuple] = {name: (np.float32, np.complex64) for name in (
+    "exp", "expm1", "log", "log1p", "log2", "log10", "power", "tanh", "arctan", "sin", "cos",
+    "tan", "arcsin", "arccos", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "arctan2",
+    "logaddexp", "sigmoid", "softplus", "exp_sub", "softmax_tangent")}
+WIDENED["divide"] = (np.complex64,)
+
+
+def _widened(rule, dtypes):
+    """A rule of a :data:`WIDENED` row, computed in float64 (not PASS and the
+    like, which do no arithmetic, nor a marker of a rule jask lacks)."""
+    if not callable(rule) or getattr(rule, "g_only", False) or is_unknown(rule):
+        return rule
+    return kernels.widened(rule, dtypes)
+
+
 def _row(name, numpy, jnp_fn, *vjps, public=True, doc="", example=None, second=None):
     # complex arguments with NaN or infinite parts: the standard's values, on tiles and in memory
     numpy, jnp_fn = follow_standard(name, numpy), follow_standard(name, jnp_fn)
+    if name in WIDENED:
+        wide = WIDENED[name]
+        numpy, vjps = _widened(numpy, wide), tuple(_widened(rule, wide) for rule in vjps)
+        second = second if not callable(second) else _widened(second, wide)
+        second = second if not isinstance(second, dict) else {
+            key: _widened(rule, wide) for key, rule in second.items()}
     ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc, example=example,
                   second=_second(second, len(vjps)))
     TABLE[name] = ufunc
