@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 import numpy as np
 
 __all__ = ["floor_divide", "remainder", "left_shift", "right_shift", "sign", "keep_integers",
-           "integer_power", "power", "widened", "WIDE_STRIP"]
+           "integer_power", "power", "widened", "WIDE_STRIP", "WIDE_STRIP_MIN"]
 
 
 def _is_integer(x) -> bool:
@@ -193,10 +194,13 @@ def power(a, b):
     return np.power(a, b)
 
 
-#: Elements a widened kernel (:func:`widened`) computes at a time: its float64
-#: temporaries stay a few strips of 256 KiB, whatever the tile (the memory
-#: model's one temporary tile per elementwise task is the result it writes).
+#: Elements a widened kernel (:func:`widened`) computes at a time: at most
+#: WIDE_STRIP (float64 temporaries of 256 KiB, whatever the tile) and at most
+#: an eighth of the tile, so that its few 64-bit temporaries together stay
+#: within the one temporary tile the memory model counts per elementwise task
+#: (``jask.base.memory.ELEMENTWISE_OUT_COPIES``); not below WIDE_STRIP_MIN.
 WIDE_STRIP = 2**15
+WIDE_STRIP_MIN = 2**10
 _WIDE = {np.dtype(np.float32): np.dtype(np.float64),
          np.dtype(np.complex64): np.dtype(np.complex128)}
 _NARROW = {wide: narrow for narrow, wide in _WIDE.items()}
@@ -230,7 +234,8 @@ def widened(f, dtypes=tuple(_WIDE)):
             return f(*args) if out is None else f(*args, out=out)
         shape = np.broadcast_shapes(*(np.shape(a) for a in args))
         views = [np.broadcast_to(a, shape) for a in args]
-        for index in _strips(shape):
+        strip = min(WIDE_STRIP, max(WIDE_STRIP_MIN, math.prod(shape) // 8))
+        for index in _strips(shape, strip):
             part = f(*(v[index].astype(_WIDE.get(v.dtype, v.dtype)) for v in views))
             if out is None:
                 out = np.empty(shape, _NARROW.get(part.dtype, part.dtype))
@@ -241,19 +246,24 @@ def widened(f, dtypes=tuple(_WIDE)):
     return kernel
 
 
-def _strips(shape: tuple):
+def _strips(shape: tuple, strip: int):
     """Index tuples that cut ``shape`` into C-order pieces of at most
-    :data:`WIDE_STRIP` elements (or one row of the last axis where that is longer)."""
+    ``strip`` elements (or one row of the last axis where that is longer).
+
+    Example:
+      >>> list(_strips((3, 4), 8))
+      [(slice(0, 2, None),), (slice(2, 4, None),)]
+    """
     if 0 in shape:
         return
     k, inner = len(shape), 1
-    while k > 0 and inner * shape[k - 1] <= WIDE_STRIP:
+    while k > 0 and inner * shape[k - 1] <= strip:
         k -= 1
         inner *= shape[k]
     if k == 0:
         yield ()
         return
-    step = max(1, WIDE_STRIP // inner)
+    step = max(1, strip // inner)
     for outer in itertools.product(*(range(n) for n in shape[:k - 1])):
         for start in range(0, shape[k - 1], step):
             yield outer + (slice(start, start + step),)
