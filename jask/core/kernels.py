@@ -196,9 +196,10 @@ def power(a, b):
 
 #: Elements a widened kernel (:func:`widened`) computes at a time: at most
 #: WIDE_STRIP (float64 temporaries of 256 KiB, whatever the tile) and at most
-#: an eighth of the tile, so that its few 64-bit temporaries together stay
-#: within the one temporary tile the memory model counts per elementwise task
-#: (``jask.base.memory.ELEMENTWISE_OUT_COPIES``); not below WIDE_STRIP_MIN.
+#: a sixteenth of the tile, so that its 64-bit temporaries together stay within
+#: the one temporary tile the memory model counts per elementwise task
+#: (``jask.base.memory.ELEMENTWISE_OUT_COPIES``; measured: logaddexp's VJP
+#: rule, the most, peaks at its result and 0.9 tile); not below WIDE_STRIP_MIN.
 WIDE_STRIP = 2**15
 WIDE_STRIP_MIN = 2**10
 _WIDE = {np.dtype(np.float32): np.dtype(np.float64),
@@ -234,7 +235,7 @@ def widened(f, dtypes=tuple(_WIDE)):
             return f(*args) if out is None else f(*args, out=out)
         shape = np.broadcast_shapes(*(np.shape(a) for a in args))
         views = [np.broadcast_to(a, shape) for a in args]
-        strip = min(WIDE_STRIP, max(WIDE_STRIP_MIN, math.prod(shape) // 8))
+        strip = min(WIDE_STRIP, max(WIDE_STRIP_MIN, math.prod(shape) // 16))
         for index in _strips(shape, strip):
             part = f(*(v[index].astype(_WIDE.get(v.dtype, v.dtype)) for v in views))
             if out is None:
