@@ -13,10 +13,14 @@ as they are).
 """
 from __future__ import annotations
 
+import functools
+import itertools
+import math
+
 import numpy as np
 
 __all__ = ["floor_divide", "remainder", "left_shift", "right_shift", "sign", "keep_integers",
-           "integer_power", "power"]
+           "integer_power", "power", "widened", "WIDE_STRIP", "WIDE_STRIP_MIN"]
 
 
 def _is_integer(x) -> bool:
@@ -188,3 +192,79 @@ def power(a, b):
     if _is_integer(a) and _is_integer(b):
         return integer_power(a, b)
     return np.power(a, b)
+
+
+#: Elements a widened kernel (:func:`widened`) computes at a time: at most
+#: WIDE_STRIP (float64 temporaries of 256 KiB, whatever the tile) and at most
+#: a sixteenth of the tile, so that its 64-bit temporaries together stay within
+#: the one temporary tile the memory model counts per elementwise task
+#: (``jask.base.memory.ELEMENTWISE_OUT_COPIES``; measured: logaddexp's VJP
+#: rule, the most, peaks at its result and 0.9 tile); not below WIDE_STRIP_MIN.
+WIDE_STRIP = 2**15
+WIDE_STRIP_MIN = 2**10
+_WIDE = {np.dtype(np.float32): np.dtype(np.float64),
+         np.dtype(np.complex64): np.dtype(np.complex128)}
+_NARROW = {wide: narrow for narrow, wide in _WIDE.items()}
+
+
+def widened(f, dtypes=tuple(_WIDE)):
+    """``f`` computed on float32 (complex64) tiles in float64 (complex128) and
+    rounded once to the 32-bit dtype, a strip of :data:`WIDE_STRIP` elements
+    at a time (into ``out=`` when given); ``dtypes``: those of the two
+    widened (complex64 only: a division, correctly rounded in float32).
+
+    numpy's float32 transcendental loops are less accurate than XLA's (exp:
+    2 ulp, 26% of results not correctly rounded, against 1 ulp, 5%); its
+    float64 ones are within an ulp of float64, so the result rounded to
+    float32 is within half an ulp and a bit. Other dtypes, and traced values
+    (a band computed on the device), go to ``f`` as they are.
+
+    Example:
+      >>> x = np.linspace(-80, 80, 10**5, dtype=np.float32)
+      >>> bool(np.all(widened(np.exp)(x) == np.exp(x.astype(np.float64)).astype(np.float32)))
+      True
+    """
+    widen = frozenset(np.dtype(d) for d in dtypes)
+
+    @functools.wraps(f)
+    def kernel(*args, out=None):
+        dtypes = [np.result_type(a) for a in args
+                  if isinstance(a, (np.ndarray, np.generic, int, float, complex))]
+        if (len(dtypes) < len(args) or not any(d in widen for d in dtypes)
+                or any(d in _NARROW for d in dtypes)):
+            return f(*args) if out is None else f(*args, out=out)
+        shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+        views = [np.broadcast_to(a, shape) for a in args]
+        strip = min(WIDE_STRIP, max(WIDE_STRIP_MIN, math.prod(shape) // 16))
+        for index in _strips(shape, strip):
+            part = f(*(v[index].astype(_WIDE.get(v.dtype, v.dtype)) for v in views))
+            if out is None:
+                out = np.empty(shape, _NARROW.get(part.dtype, part.dtype))
+            out[index] = part
+        return out if out is not None else f(*args)  # an empty tile
+    # the engine lets a numpy ufunc write into the tile it read (``out=``)
+    kernel.__wrapped__ = getattr(f, "__wrapped__", f)
+    return kernel
+
+
+def _strips(shape: tuple, strip: int):
+    """Index tuples that cut ``shape`` into C-order pieces of at most
+    ``strip`` elements (or one row of the last axis where that is longer).
+
+    Example:
+      >>> list(_strips((3, 4), 8))
+      [(slice(0, 2, None),), (slice(2, 4, None),)]
+    """
+    if 0 in shape:
+        return
+    k, inner = len(shape), 1
+    while k > 0 and inner * shape[k - 1] <= strip:
+        k -= 1
+        inner *= shape[k]
+    if k == 0:
+        yield ()
+        return
+    step = max(1, strip // inner)
+    for outer in itertools.product(*(range(n) for n in shape[:k - 1])):
+        for start in range(0, shape[k - 1], step):
+            yield outer + (slice(start, start + step),)

@@ -115,9 +115,38 @@ def _table_row(name: str) -> Ufunc:
     return TABLE[name]
 
 
+#: The rows whose numpy float32 (complex64) loops are less accurate than
+#: jax.numpy's: their kernels, VJP rules and second derivatives compute
+#: 32-bit tiles in float64 and round once (:func:`jask.core.kernels.widened`;
+#: measured in benchmarks/RESULTS.md, checked by tests/test_float32_accuracy.py).
+#: The other float rows are correctly rounded in float32 already (+, *, /,
+#: sqrt, hypot) or exact (abs, floor, maximum, ...).
+#: The row's 32-bit dtypes so computed: complex64 only for a division (float32's
+#: is correctly rounded; numpy's complex64 one measured 1.4 ulp against 1.1).
+WIDENED: dict[str, tuple] = {name: (np.float32, np.complex64) for name in (
+    "exp", "expm1", "log", "log1p", "log2", "log10", "power", "tanh", "arctan", "sin", "cos",
+    "tan", "arcsin", "arccos", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "arctan2",
+    "logaddexp", "sigmoid", "softplus", "exp_sub", "softmax_tangent")}
+WIDENED["divide"] = (np.complex64,)
+
+
+def _widened(rule, dtypes):
+    """A rule of a :data:`WIDENED` row, computed in float64 (not PASS and the
+    like, which do no arithmetic, nor a marker of a rule jask lacks)."""
+    if not callable(rule) or getattr(rule, "g_only", False) or is_unknown(rule):
+        return rule
+    return kernels.widened(rule, dtypes)
+
+
 def _row(name, numpy, jnp_fn, *vjps, public=True, doc="", example=None, second=None):
     # complex arguments with NaN or infinite parts: the standard's values, on tiles and in memory
     numpy, jnp_fn = follow_standard(name, numpy), follow_standard(name, jnp_fn)
+    if name in WIDENED:
+        wide = WIDENED[name]
+        numpy, vjps = _widened(numpy, wide), tuple(_widened(rule, wide) for rule in vjps)
+        second = second if not callable(second) else _widened(second, wide)
+        second = second if not isinstance(second, dict) else {
+            key: _widened(rule, wide) for key, rule in second.items()}
     ufunc = Ufunc(name, numpy, jnp_fn, tuple(vjps), public, doc, example=example,
                   second=_second(second, len(vjps)))
     TABLE[name] = ufunc
@@ -253,7 +282,7 @@ _row("abs", np.abs, jnp.abs, lambda g, a: g * _sign_or_one(a), doc="absolute val
 
 # --- transcendental -------------------------------------------------------------
 _row("exp", np.exp, jnp.exp, lambda g, a: g * np.exp(a), doc="e ** a", second=np.exp,
-     example=("x", "array([1.       , 2.718282 , 7.3890557], dtype=float32)"))
+     example=("x", "array([1.       , 2.7182817, 7.389056 ], dtype=float32)"))
 _row("log", np.log, jnp.log, lambda g, a: g / a, doc="the natural logarithm",
      second=lambda a: -1 / np.square(a),
      example=("x + 1", "array([0.       , 0.6931472, 1.0986123], dtype=float32)"))
@@ -330,9 +359,9 @@ _UNARY_SECOND = {
 
 for _name, _kernel, _rule, _doc, _args, _out in [
         ("sin", np.sin, lambda g, a: g * np.cos(a), "the sine", "x",
-         "array([0.       , 0.841471 , 0.9092974], dtype=float32)"),
+         "array([0.        , 0.84147096, 0.9092974 ], dtype=float32)"),
         ("cos", np.cos, lambda g, a: -g * np.sin(a), "the cosine", "x",
-         "array([ 1.       ,  0.5403023, -0.4161468], dtype=float32)"),
+         "array([ 1.        ,  0.5403023 , -0.41614684], dtype=float32)"),
         ("tan", np.tan, lambda g, a: g * (1 + np.square(np.tan(a))), "the tangent", "x",
          "array([ 0.       ,  1.5574077, -2.1850...], dtype=float32)"),
         ("arcsin", np.arcsin, lambda g, a: g / np.sqrt(1 - np.square(a)), "the inverse sine",
@@ -461,14 +490,14 @@ for _name, _doc, _out in [("logical_and", "a and b", "array([False, False,  True
 _row("sigmoid", expit, jax.nn.sigmoid, lambda g, a: g * expit(a) * (1 - expit(a)),
      doc="1 / (1 + exp(-a)), computed stably",
      second=lambda a: expit(a) * (1 - expit(a)) * (1 - 2 * expit(a)),
-     example=("x", "array([0.5      , 0.7310586, 0.880797 ], dtype=float32)"))
+     example=("x", "array([0.5      , 0.7310586, 0.8807971], dtype=float32)"))
 _row("relu", lambda a: np.maximum(a, 0), jax.nn.relu, lambda g, a: g * (a > 0),
      doc="max(a, 0); its gradient at 0 is 0, as in jax.nn.relu", second=LINEAR,
      example=("x - 1", "array([0., 0., 1.], dtype=float32)"))
 _row("softplus", lambda a: np.logaddexp(a, 0), jax.nn.softplus, lambda g, a: g * expit(a),
      doc="log(1 + exp(a)), computed stably",
      second=lambda a: expit(a) * (1 - expit(a)),
-     example=("x", "array([0.6931472, 1.3132617, 2.126928 ], dtype=float32)"))
+     example=("x", "array([0.6931472, 1.3132616, 2.126928 ], dtype=float32)"))
 
 _row("angle", np.angle, jnp.angle, _zero, second=LINEAR,
      doc="the argument of a complex number, in radians (0 or pi for a real a), of a real dtype",
