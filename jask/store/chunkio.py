@@ -582,13 +582,18 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
     # the chunks' groups of runs: [bounds[k], bounds[k + 1])
     bounds = np.concatenate([[0], np.flatnonzero(np.diff(chunk_of)) + 1, [len(starts)]]).tolist()
     ends = np.cumsum(stops - starts).tolist()  # where each run ends in out
+    # worked out once for the whole call, as plain ints: the reading threads hold the
+    # GIL for it, and the thread cutting batches waits for it after each take
+    chunks = chunk_of[bounds[:-1]].tolist()
+    paths = [_chunk_file(layout, (c,) + (0,) * (len(layout.chunks) - 1)) for c in chunks]
+    spans = _spans(chunk_of, starts, stops, bounds, per)
     if files is not None:
-        _advise_runs(layout, files, chunk_of, bounds, starts, stops, per, row)
+        _advise_runs(files, paths, spans, row)
     at = 0
-    for i, j in zip(bounds[:-1], bounds[1:]):
-        c = int(chunk_of[i])
+    for k, (i, j) in enumerate(zip(bounds[:-1], bounds[1:])):
+        c = chunks[k]
         index = (c,) + (0,) * (len(layout.chunks) - 1)
-        path = _chunk_file(layout, index)
+        path = paths[k]
         fd = files.get(path) if files is not None else None
         mine = fd is None
         if fd is None:
@@ -604,11 +609,10 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
                 _check_size(layout, index, path, fd, row * per)
                 if files is not None and files.keep(path, fd):
                     mine = False
-            lows, highs = starts[i:j] - c * per, stops[i:j] - c * per
             into = flat[at:ends[j - 1]]
-            if not row or j - i < MAPPED_RUNS or not _copy_if_cached(fd, lows, highs, row,
-                                                                     into):
-                _pread_runs(layout, index, path, fd, lows, highs, row, into)
+            if not row or j - i < MAPPED_RUNS or not _copy_if_cached(
+                    fd, starts[i:j] - c * per, stops[i:j] - c * per, row, into):
+                _pread_spans(layout, index, path, fd, spans[k], row, into)
         finally:
             if mine:
                 os.close(fd)
@@ -681,45 +685,53 @@ def _copy_if_cached(fd: int, lows: np.ndarray, highs: np.ndarray, row: int,
     return True
 
 
-def _advise_runs(layout: ChunkLayout, files: OpenFiles, chunk_of: np.ndarray, bounds: list,
-                 starts: np.ndarray, stops: np.ndarray, per: int, row: int) -> None:
-    """Ask the kernel to start reading every run of the call whose chunk
-    file is held open in ``files`` (``POSIX_FADV_WILLNEED``): a cold disk
-    then has all of them in flight at once, not one per reading thread, and
-    the ``preadv`` that follow find them in memory."""
+def _advise_runs(files: OpenFiles, paths: list, spans: list, row: int) -> None:
+    """Ask the kernel to start reading every span of runs (``spans[k]``, rows of
+    the chunk file ``paths[k]``) of the call whose file is held open in ``files``
+    (``POSIX_FADV_WILLNEED``): a cold disk then has all of them in flight at
+    once, not one per reading thread, and the ``preadv`` that follow find them
+    in memory."""
     # (not where the system cannot say what is cached: gVisor, whose system calls cost
     # ~45 us each, serialised; its page cache is warm in the runs measured there)
-    if not _asks_cached or not hasattr(os, "posix_fadvise") or len(bounds) <= 2:
+    if not _asks_cached or not hasattr(os, "posix_fadvise") or len(paths) <= 1:
         return
-    for i, j in zip(bounds[:-1], bounds[1:]):
-        c = int(chunk_of[i])
-        fd = files.get(_chunk_file(layout, (c,) + (0,) * (len(layout.chunks) - 1)))
+    for path, joined in zip(paths, spans):
+        fd = files.get(path)
         if fd is None:
             continue
-        for lo, hi in _joined(starts[i:j] - c * per, stops[i:j] - c * per):
+        for lo, hi in joined:
             os.posix_fadvise(fd, lo * row, (hi - lo) * row, os.POSIX_FADV_WILLNEED)
 
 
-def _joined(lows: np.ndarray, highs: np.ndarray) -> list:
-    """Runs ``lows[i]:highs[i]`` (in file order) with those that follow each
-    other in the file joined: one system call for each.
+def _spans(chunk_of: np.ndarray, starts: np.ndarray, stops: np.ndarray, bounds: list,
+           per: int) -> list:
+    """For each chunk's group of runs ``[bounds[k], bounds[k + 1])``, its runs
+    as rows of the chunk's file, those that follow each other in it joined (a
+    system call each), worked out for all chunks at once.
 
     Example:
-      >>> _joined(np.array([0, 4, 9]), np.array([4, 6, 12]))
-      [(0, 6), (9, 12)]
+      >>> _spans(np.array([0, 0, 0, 1]), np.array([0, 4, 9, 12]), np.array([4, 6, 10, 14]),
+      ...        [0, 3, 4], 10)
+      [[(0, 6), (9, 10)], [(2, 4)]]
     """
-    joined = np.flatnonzero(lows[1:] != highs[:-1]) + 1  # where a new span starts
-    firsts = np.concatenate([[0], joined]).tolist()
-    lasts = np.concatenate([joined - 1, [len(lows) - 1]]).tolist()
-    return [(int(lows[a]), int(highs[b])) for a, b in zip(firsts, lasts)]
+    if not len(starts):
+        return []
+    # a span begins at each chunk's first run and where a run does not follow the one before
+    begins = np.flatnonzero(np.concatenate(
+        [[True], (chunk_of[1:] != chunk_of[:-1]) | (starts[1:] != stops[:-1])]))
+    lasts = np.concatenate([begins[1:] - 1, [len(starts) - 1]])
+    base = chunk_of[begins] * per
+    los, his = (starts[begins] - base).tolist(), (stops[lasts] - base).tolist()
+    cut = np.searchsorted(begins, bounds).tolist()
+    return [list(zip(los[a:b], his[a:b])) for a, b in zip(cut[:-1], cut[1:])]
 
 
-def _pread_runs(layout: ChunkLayout, index: tuple, path: str, fd: int, lows: np.ndarray,
-                highs: np.ndarray, row: int, into: np.ndarray) -> None:
-    """Rows ``lows[i]:highs[i]`` of a chunk file into ``into``, a ``preadv``
-    per run (runs that follow each other in the file read as one)."""
+def _pread_spans(layout: ChunkLayout, index: tuple, path: str, fd: int, spans: list,
+                 row: int, into: np.ndarray) -> None:
+    """Rows ``lo:hi`` of a chunk file for each ``(lo, hi)`` of ``spans`` (runs
+    that follow each other in the file joined) into ``into``, a ``preadv`` each."""
     buffer, at = into.reshape(-1).data.cast("B"), 0
-    for lo, hi in _joined(lows, highs):
+    for lo, hi in spans:
         _pread_into(layout, index, path, fd, buffer[at:at + (hi - lo) * row], lo * row)
         at += (hi - lo) * row
 
