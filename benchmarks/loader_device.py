@@ -15,8 +15,9 @@ after writing them):
    in device memory, for an epoch's number of batches;
 5. both together: the epoch's time against max(3, 4).
 
-Run: ``python -m benchmarks.loader_device [--quick] [--gib G] [--readers threads|processes]`` (``--quick``:
-1 GiB of X, under 3 minutes on a TPU v5e host). Prints a markdown report.
+Run: ``python -m benchmarks.loader_device [--quick] [--gib G] [--readers threads|processes]``
+(``--quick``: 1 GiB of X, under 3 minutes on a TPU v5e host; ``--readers``: default jask's).
+Prints a markdown report.
 """
 from __future__ import annotations
 

@@ -1106,7 +1106,7 @@ def test_reader_processes_are_the_default_on_an_accelerator_only(tmp_path, monke
     assert jask.batches(X, y, batch_size=10, device=cpu).readers == "threads"
     assert jask.batches(X, y, batch_size=10, readers="processes").readers == "processes"
     # an accelerator's device, as CI has none: the CPU's platform not counted as the host's
-    monkeypatch.setattr(loaders, "HOST_CUT_PLATFORMS", ())
+    monkeypatch.setattr(loaders, "THREAD_READER_PLATFORMS", ())
     assert jask.batches(X, y, batch_size=10, device=cpu).readers == "processes"
     assert jask.batches(X, y, batch_size=10, device=jax.sharding.SingleDeviceSharding(cpu)
                         ).readers == "processes"

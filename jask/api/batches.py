@@ -119,6 +119,10 @@ DEVICE_SHARE = 1 / 4
 #: device and gathering there measured 4-5x slower on the CPU device
 #: (benchmarks/RESULTS.md, the loader), and would count a few windows twice.
 HOST_CUT_PLATFORMS = ("cpu",)
+#: Platforms whose loaders read with threads by default (``readers=None``); onto
+#: any other a child process reads (benchmarks/RESULTS.md: faster beside a TPU's
+#: steps, slower on a 2-core host).
+THREAD_READER_PLATFORMS = ("cpu",)
 
 _OP = "jask.batches"
 #: The name of a loader's reading threads (kept while it lives); its other
@@ -1155,15 +1159,17 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         or its collection) into windows in shared memory, so that the reads
         take nothing of the GIL the step's dispatch needs (on a TPU host a fed
         step slowed 1.3-11x beside reading threads, 1.1-1.2x beside the same
-        reads in another process; a fed epoch took 0.68-0.72 s, not
-        0.91-0.96 s). The child runs :func:`jask.api.reader_process.serve`:
-        it never imports the script's main module (no ``__main__`` guard
-        needed), and the first epoch waits for it to start (jask's import,
-        seconds). ``"threads"``: read by the loader's threads. The same
-        batches either way; other stores are always read by threads. None
-        (default): ``"processes"`` where ``device`` is an accelerator (a
-        device or Sharding not on the CPU), ``"threads"`` otherwise (on 2
-        cores a child reads slower than threads: benchmarks/RESULTS.md).
+        reads in another process; a fed 2 GiB epoch took 0.73-0.77 s
+        shuffled and 0.39 s in order, not 0.91-0.96 s and 0.58-0.64 s; a
+        child's reads are not counted by :func:`jask.track`). The child
+        runs :func:`jask.api.reader_process.serve`: it never imports the
+        script's main module (no ``__main__`` guard needed), and the first
+        epoch waits for it to start (jask's import, seconds). ``"threads"``:
+        read by the loader's threads. The same batches either way; other
+        stores are always read by threads. None (default): ``"processes"``
+        where ``device`` is an accelerator (a device or Sharding not on the
+        CPU), ``"threads"`` otherwise (on 2 cores a child reads slower than
+        threads: benchmarks/RESULTS.md).
 
     Raises:
       ValueError: arrays of different first axes, no arrays, 0-d arrays, a
@@ -1349,7 +1355,7 @@ def _on_accelerator(device) -> bool:
     if device is None:
         return False
     devices = device.device_set if isinstance(device, jax.sharding.Sharding) else [device]
-    return any(d.platform not in HOST_CUT_PLATFORMS for d in devices)
+    return any(d.platform not in THREAD_READER_PLATFORMS for d in devices)
 
 
 def _row_split(device) -> int:
