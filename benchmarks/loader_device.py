@@ -15,8 +15,9 @@ after writing them):
    in device memory, for an epoch's number of batches;
 5. both together: the epoch's time against max(3, 4).
 
-Run: ``python -m benchmarks.loader_device [--quick] [--gib G] [--readers processes]`` (``--quick``:
-1 GiB of X, under 3 minutes on a TPU v5e host). Prints a markdown report.
+Run: ``python -m benchmarks.loader_device [--quick] [--gib G] [--readers threads|processes]``
+(``--quick``: 1 GiB of X, under 3 minutes on a TPU v5e host; ``--readers``: default jask's).
+Prints a markdown report.
 """
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ COLS = 128
 CHUNK_ROWS = 65_536
 BATCH = 8192
 BLOCK = 32 * 2**20  # bytes of a host -> device block
-#: the loaders' ``readers`` (``--readers``)
-READERS = "threads"
+#: the loaders' ``readers`` (``--readers``; None: jask's default, a child process
+#: where the batches go to an accelerator)
+READERS: str | None = None
 
 
 def prepare(folder: str, gib: float) -> dict:
@@ -312,8 +314,8 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=None)
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     p.add_argument("--budget", default="8GB", help="jask's memory budget")
-    p.add_argument("--readers", default="threads", choices=["threads", "processes"],
-                   help="the loaders' readers (jask.batches(..., readers=))")
+    p.add_argument("--readers", default=None, choices=["threads", "processes"],
+                   help="the loaders' readers (jask.batches(..., readers=); default: jask's)")
     args = p.parse_args(argv)
     global READERS
     READERS = args.readers

@@ -1051,16 +1051,25 @@ def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(
                        for lo, hi in spans]
 
 
-def _segments() -> set:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} \
-        if os.path.isdir("/dev/shm") else set()
+def _segments(loader) -> set:
+    """The names of ``loader``'s windows in shared memory."""
+    return {shared.name.lstrip("/") for slot in loader._slots for shared in slot._shared}
 
 
-def _children_ended(before: set, seconds: float = 20.0) -> bool:
-    import multiprocessing
+def _left(segments) -> set:
+    """Those of ``segments`` still in /dev/shm (none where there is no /dev/shm)."""
+    return {n for n in segments if os.path.exists(os.path.join("/dev/shm", n))}
+
+
+def _ended(pid: int, seconds: float = 20.0) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``seconds``."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        if not {p.pid for p in multiprocessing.active_children()} - before:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
             return True
         time.sleep(0.1)
     return False
@@ -1080,14 +1089,37 @@ def test_reader_processes_give_the_thread_readers_batches_and_resume(tmp_path):
             assert sorted(np.concatenate([yb for _, yb in epoch]).tolist()) == list(range(3000))
             for xb, yb in epoch:
                 np.testing.assert_array_equal(xb[:, 0], yb * 16)
+        pid = loader._process.pid
         loader.restore({**loader.state, "epoch": 1, "batch": 17})
         rest = [yb.copy() for _, yb in loader]
         assert [r.tolist() for r in rest] == [b.tolist() for _, b in threads[47:]]
+        assert loader._process.pid == pid  # one child for the loader's life
     with pytest.raises(ValueError, match="readers"):
         jask.batches(X, y, batch_size=10, readers="process")
 
 
-def test_reader_processes_name_a_replaced_store_and_a_killed_worker(tmp_path):
+def test_reader_processes_are_the_default_on_an_accelerator_only(tmp_path, monkeypatch):
+    from jask.api import batches as loaders
+    X, y, _ = _stores(tmp_path, 200, 4, 100, 100, False)
+    cpu = jax.devices("cpu")[0]
+    assert jask.batches(X, y, batch_size=10).readers == "threads"
+    assert jask.batches(X, y, batch_size=10, device=cpu).readers == "threads"
+    assert jask.batches(X, y, batch_size=10, readers="processes").readers == "processes"
+    # an accelerator's device, as CI has none: the CPU's platform not counted as the host's
+    monkeypatch.setattr(loaders, "THREAD_READER_PLATFORMS", ())
+    assert jask.batches(X, y, batch_size=10, device=cpu).readers == "processes"
+    assert jask.batches(X, y, batch_size=10, device=jax.sharding.SingleDeviceSharding(cpu)
+                        ).readers == "processes"
+    assert jask.batches(X, y, batch_size=10, device=cpu, readers="threads").readers == "threads"
+    loader = jask.batches(np.arange(200.0), batch_size=10, readers="processes")
+    assert len(_rows_of(loader)) == 20 and loader._process is None  # nothing for a child
+
+
+def _rows_of(loader) -> list:
+    return [b[0].tolist() for b in loader]
+
+
+def test_reader_processes_name_a_replaced_store_and_a_killed_child(tmp_path):
     X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
     loader = jask.batches(X, y, batch_size=10, seed=0, buffer=100, prefetch=1, threads=2,
                           readers="processes")
@@ -1098,36 +1130,62 @@ def test_reader_processes_name_a_replaced_store_and_a_killed_worker(tmp_path):
         for _ in it:
             pass
     assert all(np.all(xb == 0) for xb, _ in loader)  # the next epoch: the new version
-    from concurrent.futures.process import BrokenProcessPool
     it = iter(loader)
     seen = next(it)[1].tolist()
-    for p in list(loader._processes._pool._processes.values()):
-        p.kill()
-    with pytest.raises(BrokenProcessPool):
+    killed = loader._process.pid
+    os.kill(killed, 9)
+    with pytest.raises(ChildProcessError, match=f"pid {killed}.*SIGKILL"):
         for _, yb in it:
             seen += yb.tolist()
-    # the epoch goes on from the batch the error stopped at, read by new workers
+    # the epoch goes on from the batch the error stopped at, read by a new child
     assert sorted(seen + sum(_rows(loader), [])) == list(range(4000))
+    assert loader._process.pid != killed
     loader.close()
 
 
 def test_reader_processes_leave_no_segment_or_process_after_close_or_collection(tmp_path):
-    import multiprocessing
     X, y, _ = _stores(tmp_path, 2000, 4, 100, 100, False)
-    before, children = _segments(), {p.pid for p in multiprocessing.active_children()}
     loader = jask.batches(X, y, batch_size=50, threads=2, readers="processes")
     it = iter(loader)
     next(it)
+    segments = _segments(loader)
     if os.path.isdir("/dev/shm"):
-        assert _segments() - before  # the windows are shared
+        assert segments and _left(segments) == segments  # the windows are shared
+    pid = loader._process.pid
     del it
     loader.close()
     gc.collect()
-    assert _segments() == before
-    assert _children_ended(children)
+    assert not _left(segments)
+    assert _ended(pid)
     loader = jask.batches(X, y, batch_size=50, threads=2, readers="processes")
     assert len(_rows(loader)) == 40
+    pid, segments = loader._process.pid, _segments(loader)
     del loader
     gc.collect()
-    assert _children_ended(children)
-    assert _segments() == before
+    assert _ended(pid)
+    assert not _left(segments)
+
+
+def test_reader_processes_need_no_main_guard_and_end_with_an_interrupted_script(tmp_path):
+    import signal
+
+    from helpers import ROOT, last_json, script_command
+    _stores(tmp_path, 2000, 4, 100, 100, False)
+    stores = [str(tmp_path / "X.zarr"), str(tmp_path / "y.zarr")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(script_command("reader_process_unguarded.py", *stores, "all"),
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = last_json(done.stdout)
+    assert report["rows"] == list(range(2000))
+    assert _ended(report["pid"]) and not _left(report["segments"])
+    # Ctrl-C while it is iterated: the script ends, and its child and segments with it
+    script = subprocess.Popen(script_command("reader_process_unguarded.py", *stores,
+                                             "interrupt"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    begun = json.loads(script.stdout.readline())
+    script.send_signal(signal.SIGINT)
+    _, err = script.communicate(timeout=60)
+    assert script.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
+    assert _ended(begun["pid"]) and not _left(begun["segments"])

@@ -61,7 +61,7 @@ from jask.store.space import check_unchanged, stamp
 from jask.store.tiles import OpenFiles, read_model, read_runs, reads_runs, rows_of_runs
 from jask.store.versions import held
 
-from .reader_processes import ReaderProcesses, SharedArray
+from .reader_process import ReaderProcess, SharedArray
 
 __all__ = ["batches", "Batches"]
 
@@ -119,6 +119,10 @@ DEVICE_SHARE = 1 / 4
 #: device and gathering there measured 4-5x slower on the CPU device
 #: (benchmarks/RESULTS.md, the loader), and would count a few windows twice.
 HOST_CUT_PLATFORMS = ("cpu",)
+#: Platforms whose loaders read with threads by default (``readers=None``); onto
+#: any other a child process reads (benchmarks/RESULTS.md: faster beside a TPU's
+#: steps, slower on a 2-core host).
+THREAD_READER_PLATFORMS = ("cpu",)
 
 _OP = "jask.batches"
 #: The name of a loader's reading threads (kept while it lives); its other
@@ -127,10 +131,6 @@ POOL_THREADS = "jask-loader-read"
 #: Windows held at once: the one being cut and the next, being read (a third
 #: measured no faster: benchmarks/minibatches.py).
 SLOTS = 2
-#: worker processes of a loader with ``readers="processes"`` at most (each one an
-#: interpreter with jask imported; a fed step slowed more beside eight single-threaded
-#: reading processes than beside one of eight threads: RESULTS.md)
-PROCESSES = 4
 #: Seconds an iteration waits on its consumer before it lets go of the chunk
 #: files it holds open (its reads in flight done first): an iterator left
 #: suspended and never collected (in a reference cycle, say) holds no
@@ -258,10 +258,10 @@ class Batches:
                  prefetch: int, device, held: int, device_bytes: int,
                  resident: tuple = (), readers: str = "threads"):
         self._arrays = arrays
-        #: "processes": the runs of local uncompressed stores are read by worker
-        #: processes into windows in shared memory (jask.api.reader_processes)
+        #: "processes": the runs of local uncompressed stores are read by a child
+        #: process into windows in shared memory (jask.api.reader_process)
         self.readers = readers
-        self._processes: ReaderProcesses | None = None
+        self._process: ReaderProcess | None = None
         #: which arrays are read whole at each epoch's start and their runs taken in
         #: memory (narrow ones, beside runs of a wider one: a read per run costs more
         #: than its bytes), and the buffers they are read into, reused across epochs
@@ -304,15 +304,15 @@ class Batches:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=POOL_THREADS)
         return self._pool
 
-    def _reading_processes(self) -> ReaderProcesses | None:
-        if self.readers != "processes":
+    def _reading_process(self) -> ReaderProcess | None:
+        """The child process reading runs, started at the first iteration that
+        needs it and kept for the loader's life (another started if it ended)."""
+        if self.readers != "processes" or not any(
+                isinstance(a, DiskArray) and reads_runs(a._store()) for a in self._arrays):
             return None
-        if self._processes is not None and self._processes.broken:  # a worker was killed
-            self._processes.shutdown()
-            self._processes = None
-        if self._processes is None:
-            self._processes = ReaderProcesses(max(1, min(self.threads, PROCESSES)))
-        return self._processes
+        if self._process is None or self._process.ended.is_set():
+            self._process = ReaderProcess(self.threads)
+        return self._process
 
     def _host_slots(self, rows: int) -> list["_Slot"]:
         """The :data:`SLOTS` host windows of ``rows`` rows, kept from iteration to
@@ -361,9 +361,9 @@ class Batches:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        if self._processes is not None:
-            self._processes.shutdown()
-            self._processes = None
+        if self._process is not None:
+            self._process.close()
+            self._process = None
         self._slots, self._whole = [], {}
         self._release_kept()
 
@@ -473,7 +473,7 @@ class _Feeder:
         self.last = last
         self.ready: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
         self.stopping = threading.Event()
-        self.pool = _Tasks(loader._reading_pool(), loader._reading_processes())
+        self.pool = _Tasks(loader._reading_pool(), loader._reading_process())
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
         #: the host slots windows are read into, the loader's (kept between iterations)
@@ -868,10 +868,10 @@ class _Tasks:
     """The work one iteration gives its loader's reading pool: leaving the
     loop cancels what has not begun and waits for what runs (the pool lives on)."""
 
-    def __init__(self, pool: ThreadPoolExecutor, processes: ReaderProcesses | None = None):
+    def __init__(self, pool: ThreadPoolExecutor, process: ReaderProcess | None = None):
         self._pool = pool
-        #: the loader's reading processes, if it has them (:meth:`Batches._reading_processes`)
-        self.processes = processes
+        #: the loader's reading process, if it has one (:meth:`Batches._reading_process`)
+        self.process = process
         self._futures: list[Future] = []
         self._lock = threading.Lock()
 
@@ -993,7 +993,7 @@ class _Slot:
         self.arrays = arrays
         self.rows = rows
         self._whole: list[np.ndarray] = []
-        #: the buffers in shared memory, where worker processes read (else empty)
+        #: the buffers in shared memory, where the reading process reads (else empty)
         self._shared: list[SharedArray] = []
         self.buffers: list[np.ndarray] = []  # the current window's rows, one per array
         #: the rows ``(lo, hi)`` of the window each task of :meth:`fill` reads
@@ -1014,9 +1014,9 @@ class _Slot:
         order hands its first batches over once their rows are read), and
         those wholly before the window's row ``skip`` are not read (an
         iteration in order resumed there never takes them)."""
-        processes = getattr(pool, "processes", None)
+        process = getattr(pool, "process", None)
         if not self._whole:  # made at the first window, touched by its reads
-            if processes is not None:
+            if process is not None:
                 self._shared = [SharedArray((self.rows,) + a.shape[1:], a.dtype)
                                 for a in self.arrays]
                 self._whole = [shared.value for shared in self._shared]
@@ -1042,9 +1042,9 @@ class _Slot:
         for group in np.array_split(kept, min(len(kept), count)):
             lo, hi = int(at[group[0]]), int(at[group[-1] + 1])
             for i, (a, buf, held_whole) in enumerate(zip(self.arrays, self.buffers, whole)):
-                if (processes is not None and self._shared and held_whole is None
+                if (process is not None and self._shared and held_whole is None
                         and isinstance(a, DiskArray) and reads_runs(a._store())):
-                    tasks.append(pool.track(processes.submit(  # type: ignore[union-attr]
+                    tasks.append(pool.track(process.submit(  # type: ignore[union-attr]
                         a._store(), starts[group], stops[group], buf[lo:hi], self._shared[i],
                         stamps, _OP)))
                 else:
@@ -1082,7 +1082,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
             epochs: int | None = None, drop_last: bool = False, buffer: int | None = None,
             shard: tuple[int, int] = (0, 1), threads: int | None = None,
             prefetch: int = DEFAULT_PREFETCH, device=None, state: dict | None = None,
-            readers: str = "threads") -> Batches:
+            readers: str | None = None) -> Batches:
     """Minibatches of one or more arrays with the same first axis, read ahead
     from disk while the step computes.
 
@@ -1153,18 +1153,23 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         and put with it (on the CPU device a batch is a fresh array the
         device may share; ``device_bytes`` is 0).
       state: a :attr:`Batches.state` to continue from.
-      readers: ``"threads"`` (default) or ``"processes"``: the runs of local
-        uncompressed stores read by ``min(threads, 4)`` spawned worker
-        processes (kept for the loader's life, ended by :meth:`Batches.close`
+      readers: ``"processes"``: the runs of local uncompressed stores read
+        by one child process of ``threads`` threads (started at the first
+        iteration, kept for the loader's life, ended by :meth:`Batches.close`
         or its collection) into windows in shared memory, so that the reads
-        take nothing of the GIL the step's dispatch needs (on a TPU host a
-        fed step slowed 1.3-11x beside reading threads, 1.1-1.2x beside the
-        same reads in another process). The same batches either way; other
-        stores are read by threads. The workers are started with ``spawn``:
-        they import the script's main module, so a script needs the
-        ``if __name__ == "__main__":`` guard, and the first epoch waits for
-        them (seconds). Measured worth it on a TPU host's 13 cores, not on
-        2 cores (benchmarks/RESULTS.md).
+        take nothing of the GIL the step's dispatch needs (on a TPU host a fed
+        step slowed 1.3-11x beside reading threads, 1.1-1.2x beside the same
+        reads in another process; a fed 2 GiB epoch took 0.73-0.77 s
+        shuffled and 0.39 s in order, not 0.91-0.96 s and 0.58-0.64 s; a
+        child's reads are not counted by :func:`jask.track`). The child
+        runs :func:`jask.api.reader_process.serve`: it never imports the
+        script's main module (no ``__main__`` guard needed), and the first
+        epoch waits for it to start (jask's import, seconds). ``"threads"``:
+        read by the loader's threads. The same batches either way; other
+        stores are always read by threads. None (default): ``"processes"``
+        where ``device`` is an accelerator (a device or Sharding not on the
+        CPU), ``"threads"`` otherwise (on 2 cores a child reads slower than
+        threads: benchmarks/RESULTS.md).
 
     Raises:
       ValueError: arrays of different first axes, no arrays, 0-d arrays, a
@@ -1193,7 +1198,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     """
     if not arrays:
         raise ValueError("jask.batches needs at least one array")
-    if readers not in ("threads", "processes"):
+    if readers not in (None, "threads", "processes"):
         raise ValueError(f"jask.batches: readers must be 'threads' or 'processes', not {readers!r}")
     held_arrays = []
     for i, a in enumerate(arrays):
@@ -1271,6 +1276,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                 wanted = max(batch_size, wanted // 2)
     threads = fitted_threads
     _check_sharding(device, held_arrays, plan)
+    if readers is None:
+        readers = "processes" if _on_accelerator(device) else "threads"
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
                      prefetch, device, held, on_device, _resident(held_arrays, plan), readers)
     if state is not None:
@@ -1340,6 +1347,15 @@ def _feed_target(device):
         raise TypeError(f"jask.batches: device must be a jax.Device or a jax.sharding.Sharding, "
                         f"not {type(device).__name__}")
     return None if one.platform in HOST_CUT_PLATFORMS else device
+
+
+def _on_accelerator(device) -> bool:
+    """Whether ``device`` (a Device, a Sharding or None) is off the CPU: where
+    the loader's reads are better in a child process (see :func:`batches`)."""
+    if device is None:
+        return False
+    devices = device.device_set if isinstance(device, jax.sharding.Sharding) else [device]
+    return any(d.platform not in THREAD_READER_PLATFORMS for d in devices)
 
 
 def _row_split(device) -> int:

@@ -1,0 +1,239 @@
+"""A loader's reads in a child process (``jask.batches(..., readers="processes")``).
+
+Threads of the loader's own process that read cost a jitted step's dispatch
+in the main thread 1.3-11x its time alone on a TPU host, where the same reads
+in another process cost it 1.1-1.2x, and one child of eight threads less than
+eight children of one (benchmarks/RESULTS.md, "Reader threads against reader
+processes"): every reading thread's wake-up takes the GIL the dispatching
+thread wants. So here the runs of local uncompressed stores are read by one
+child process, ``python -c CHILD THREADS`` (:func:`serve`; it never imports
+the user's ``__main__``), whose threads read straight into the loader's
+windows, which live in shared memory. Tasks go to it pickled on its stdin, a
+task id each; their outcomes come back on its stdout, where one thread of the
+loader's process resolves their futures (its blocking reads release the GIL).
+"""
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing import shared_memory
+
+import numpy as np
+
+from jask.store import StoreChangedError
+from jask.store.tiles import read_runs
+from jask.store.versions import check_unchanged
+
+#: the child's program (not ``-m``: jask.api imports this module before it would run;
+#: the working folder left off its path, where a file could shadow a module)
+CHILD = ("import sys; del sys.path[0]; from jask.api.reader_process import serve; "
+         "serve(int(sys.argv[1]))")
+#: seconds a closed child gets to finish the reads it runs before it is killed
+END_WAIT_S = 10.0
+
+
+class SharedArray:
+    """A numpy array in shared memory, named for the reading process; the
+    segment is unlinked once :attr:`value` and every view of it are gone."""
+
+    def __init__(self, shape: tuple, dtype):
+        nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        shm = shared_memory.SharedMemory(create=True, size=nbytes)
+        self.name = shm.name
+        self.value = np.ndarray(shape, dtype, buffer=shm.buf)
+        # (views of an array made on a buffer keep that array as their base: the
+        # finalizer runs once none is left, when the buffer can be closed)
+        weakref.finalize(self.value, _free, shm)
+
+    def offset_of(self, view: np.ndarray) -> int:
+        """Where ``view`` (of :attr:`value`) begins in the segment, in bytes."""
+        return (view.__array_interface__["data"][0]
+                - self.value.__array_interface__["data"][0])
+
+
+def _free(shm: shared_memory.SharedMemory) -> None:
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        shm.close()
+    except BufferError:  # at the interpreter's exit, a view may be left: unlinked is enough
+        pass
+
+
+class ReaderProcess:
+    """One child process reading runs into :class:`SharedArray` s with
+    ``threads`` threads, started here; :attr:`ended` once it is gone (then
+    every read given it and not done raises ``ChildProcessError``)."""
+
+    def __init__(self, threads: int):
+        package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "JAX_PLATFORMS": "cpu",  # never open the parent's accelerator
+               "PYTHONPATH": os.pathsep.join([package] + [p for p in [
+                   os.environ.get("PYTHONPATH")] if p])}  # this jask, wherever it is
+        # (a session of its own: a terminal's Ctrl-C is the loader's process's to handle;
+        # the child ends at its stdin's end, when this process ends too)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        self._pending: dict[int, Future] = {}
+        self._lock = threading.Lock()  # the pending futures, the child's stdin
+        self._ids = itertools.count()
+        self.ended = threading.Event()
+        threading.Thread(target=_collect, args=(self._proc, self._pending, self._lock, self.ended),
+                         name="jask-reader-process", daemon=True).start()
+        self.close = weakref.finalize(self, _end, self._proc, self._lock)
+        """End the child (once the reads it runs are done); also when collected."""
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def submit(self, store, starts: np.ndarray, stops: np.ndarray, into: np.ndarray,
+               window: SharedArray, stamps: list, op: str) -> Future:
+        """Read runs ``starts[i]:stops[i]`` of ``store`` into ``into``, a view of
+        ``window``; the future raises what the read raised (a store replaced
+        meanwhile: :class:`StoreChangedError`; the child ended: ``ChildProcessError``).
+        It cannot be cancelled: the child may be writing into ``window``."""
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        message = pickle.dumps((store, starts, stops, window.name, window.offset_of(into),
+                                into.shape, into.dtype.str, stamps, op))
+        with self._lock:
+            if self.ended.is_set():
+                future.set_exception(_ended_error(self._proc))
+                return future
+            task = next(self._ids)
+            self._pending[task] = future
+            try:
+                pickle.dump((task, message), self._proc.stdin)  # type: ignore[arg-type]
+                self._proc.stdin.flush()  # type: ignore[union-attr]
+            except (OSError, ValueError):  # the child ended: _collect fails the future
+                pass
+        return future
+
+
+def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
+             ended: threading.Event) -> None:
+    """Resolve the futures of the reads ``proc`` reports done; once it ends, fail the rest."""
+    try:
+        while True:
+            task, error = pickle.load(proc.stdout)  # type: ignore[arg-type]
+            with lock:
+                future = pending.pop(task)
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+    except Exception:  # EOF: the child ended (or its output cannot be read: end it)
+        pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    with lock:
+        ended.set()
+        left = list(pending.values())
+        pending.clear()
+    for future in left:
+        future.set_exception(_ended_error(proc))
+
+
+def _ended_error(proc: subprocess.Popen) -> ChildProcessError:
+    code = proc.returncode
+    how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+           else f"exit code {code}")
+    return ChildProcessError(f"jask.batches: its reading process (pid {proc.pid}) ended, {how}; "
+                             "the next iteration starts another")
+
+
+def _end(proc: subprocess.Popen, lock: threading.Lock) -> None:
+    with lock:
+        try:
+            proc.stdin.close()  # type: ignore[union-attr]  # the child ends at its input's end
+        except OSError:
+            pass
+    try:
+        proc.wait(END_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# The child's side.
+
+#: the child's segments mapped, the latest few (a loader reads into two windows an array)
+_mapped: dict[str, object] = {}
+_MAPPED_MOST = 8
+_mapped_lock = threading.Lock()
+
+
+def _window(name: str):
+    """The segment ``name`` mapped (a buffer), kept while among the latest few:
+    unmapped once dropped and no read's view of it is left."""
+    with _mapped_lock:
+        buf = _mapped.pop(name, None)
+        if buf is None:
+            path = os.path.join("/dev/shm", name.lstrip("/"))
+            if os.path.exists(path):  # Linux: a file, mapped without a resource tracker's say
+                with open(path, "r+b") as f:
+                    buf = mmap.mmap(f.fileno(), 0)
+            else:  # (kept, never closed here: the parent unlinks it)
+                buf = shared_memory.SharedMemory(name=name)
+        _mapped[name] = buf
+        while len(_mapped) > _MAPPED_MOST:
+            _mapped.pop(next(iter(_mapped)))
+        return buf.buf if isinstance(buf, shared_memory.SharedMemory) else buf
+
+
+def _read_into(store, starts, stops, name: str, offset: int, shape: tuple, dtype: str,
+               stamps: list, op: str) -> None:
+    into = np.ndarray(shape, np.dtype(dtype), buffer=_window(name), offset=offset)
+    try:
+        read_runs(store, starts, stops, into)
+    except Exception as err:  # replaced by another process while read: say that
+        try:
+            check_unchanged(stamps, op)
+        except StoreChangedError as changed:
+            raise changed from err
+        raise
+
+
+def serve(threads: int) -> None:
+    """The child: read the tasks on stdin with ``threads`` threads, report each
+    on stdout; at stdin's end, finish the reads begun and return."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the loader's process's to handle
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a print() here goes to stderr, not among the reports
+    written = threading.Lock()
+
+    def run(task: int, message: bytes) -> None:
+        error: BaseException | None = None
+        try:
+            _read_into(*pickle.loads(message))
+        except BaseException as err:
+            error = err
+        try:
+            report = pickle.dumps((task, error))
+            pickle.loads(report)  # an error the parent could not rebuild: said plainly
+        except Exception:
+            report = pickle.dumps((task, RuntimeError(f"{type(error).__name__}: {error}")))
+        with written:
+            out.write(report)
+            out.flush()
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="jask-read") as pool:
+        while True:
+            try:
+                task, message = pickle.load(sys.stdin.buffer)
+            except EOFError:
+                break
+            pool.submit(run, task, message)
