@@ -1078,10 +1078,16 @@ def _ended(pid: int, seconds: float = 20.0) -> bool:
 def test_reader_processes_give_the_thread_readers_batches_and_resume(tmp_path):
     X, y, _ = _stores(tmp_path, 3000, 16, 128, 128, False)
     kw = dict(batch_size=100, seed=5, buffer=512, threads=2, epochs=2)
-    threads = [(xb, yb) for xb, yb in jask.batches(X, y, **kw)]
+    with jask.track() as by_threads:
+        threads = [(xb, yb) for xb, yb in jask.batches(X, y, **kw)]
     with jask.batches(X, y, readers="processes", **kw) as loader:
-        got = [(xb.copy(), yb.copy()) for xb, yb in loader]
+        with jask.track() as t:
+            got = [(xb.copy(), yb.copy()) for xb, yb in loader]
         assert len(got) == len(threads) == 60
+        # the child's reads counted here, as the threads' are: every byte once an epoch
+        assert t.passes(X) == by_threads.passes(X) == 2.0
+        assert t.passes(y) == by_threads.passes(y) == 2.0
+        assert t.bytes_read == by_threads.bytes_read
         for (a, b), (c, d) in zip(got, threads):
             np.testing.assert_array_equal(a, c)
             np.testing.assert_array_equal(b, d)

@@ -1160,8 +1160,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         take nothing of the GIL the step's dispatch needs (on a TPU host a fed
         step slowed 1.3-11x beside reading threads, 1.1-1.2x beside the same
         reads in another process; a fed 2 GiB epoch took 0.73-0.77 s
-        shuffled and 0.39 s in order, not 0.91-0.96 s and 0.58-0.64 s; a
-        child's reads are not counted by :func:`jask.track`). The child
+        shuffled and 0.39 s in order, not 0.91-0.96 s and 0.58-0.64 s; the
+        child's reads are counted by :func:`jask.track` as the process's). The child
         runs :func:`jask.api.reader_process.serve`: it never imports the
         script's main module (no ``__main__`` guard needed), and the first
         epoch waits for it to start (jask's import, seconds). ``"threads"``:

@@ -28,6 +28,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from jask.base import counters
 from jask.store import StoreChangedError
 from jask.store.tiles import read_runs
 from jask.store.versions import check_unchanged
@@ -127,7 +128,9 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
     """Resolve the futures of the reads ``proc`` reports done; once it ends, fail the rest."""
     try:
         while True:
-            task, error = pickle.load(proc.stdout)  # type: ignore[arg-type]
+            task, error, counted = pickle.load(proc.stdout)  # type: ignore[arg-type]
+            if counted:  # before the future: a `jask.track` block it ends has them
+                counters.merge_drained({proc.pid: counted})
             with lock:
                 future = pending.pop(task)
             if error is None:
@@ -211,6 +214,7 @@ def serve(threads: int) -> None:
     """The child: read the tasks on stdin with ``threads`` threads, report each
     on stdout; at stdin's end, finish the reads begun and return."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the loader's process's to handle
+    parent = os.getppid()
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a print() here goes to stderr, not among the reports
     written = threading.Lock()
@@ -221,11 +225,15 @@ def serve(threads: int) -> None:
             _read_into(*pickle.loads(message))
         except BaseException as err:
             error = err
+        # what this read counted (and what others running beside it counted so
+        # far): the parent adds it to its own, so `jask.track` sees the child's reads
+        counted = counters.drain(parent)
         try:
-            report = pickle.dumps((task, error))
+            report = pickle.dumps((task, error, counted))
             pickle.loads(report)  # an error the parent could not rebuild: said plainly
         except Exception:
-            report = pickle.dumps((task, RuntimeError(f"{type(error).__name__}: {error}")))
+            report = pickle.dumps((task, RuntimeError(f"{type(error).__name__}: {error}"),
+                                   counted))
         with written:
             out.write(report)
             out.flush()
