@@ -1100,6 +1100,10 @@ def test_reader_processes_give_the_thread_readers_batches_and_resume(tmp_path):
         rest = [yb.copy() for _, yb in loader]
         assert [r.tolist() for r in rest] == [b.tolist() for _, b in threads[47:]]
         assert loader._process.pid == pid  # one child for the loader's life
+        # the child runs jask.store alone: neither JAX nor jask's __init__ is loaded there
+        with open(f"/proc/{pid}/maps") as maps:
+            mapped = maps.read()
+        assert "jaxlib" not in mapped and "numpy" in mapped
     with pytest.raises(ValueError, match="readers"):
         jask.batches(X, y, batch_size=10, readers="process")
 

@@ -1162,7 +1162,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         reads in another process; a fed 2 GiB epoch took 0.73-0.77 s
         shuffled and 0.39 s in order, not 0.91-0.96 s and 0.58-0.64 s; the
         child's reads are counted by :func:`jask.track` as the process's). The child
-        runs :func:`jask.api.reader_process.serve`: it never imports the
+        runs :func:`jask.store.reader_child.serve`: it never imports the
         script's main module (no ``__main__`` guard needed), and the first
         epoch waits for it to start (jask's import, seconds). ``"threads"``:
         read by the loader's threads. The same batches either way; other

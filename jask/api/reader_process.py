@@ -6,7 +6,7 @@ in another process cost it 1.1-1.2x, and one child of eight threads less than
 eight children of one (benchmarks/RESULTS.md, "Reader threads against reader
 processes"): every reading thread's wake-up takes the GIL the dispatching
 thread wants. So here the runs of local uncompressed stores are read by one
-child process, ``python -c CHILD THREADS`` (:func:`serve`; it never imports
+child process, ``python -c CHILD THREADS`` (:func:`jask.store.reader_child.serve`; it never imports
 the user's ``__main__``), whose threads read straight into the loader's
 windows, which live in shared memory. Tasks go to it pickled on its stdin, a
 task id each; their outcomes come back on its stdout, where one thread of the
@@ -15,7 +15,6 @@ loader's process resolves their futures (its blocking reads release the GIL).
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
 import pickle
 import signal
@@ -23,20 +22,22 @@ import subprocess
 import sys
 import threading
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from multiprocessing import shared_memory
 
 import numpy as np
 
 from jask.base import counters
-from jask.store import StoreChangedError
-from jask.store.tiles import read_runs
-from jask.store.versions import check_unchanged
 
-#: the child's program (not ``-m``: jask.api imports this module before it would run;
-#: the working folder left off its path, where a file could shadow a module)
-CHILD = ("import sys; del sys.path[0]; from jask.api.reader_process import serve; "
-         "serve(int(sys.argv[1]))")
+#: the child's program: the working folder left off its path (a file there could
+#: shadow a module), and jask's package entered without running its ``__init__``,
+#: which imports JAX and the whole API (3-5 s and 300 MB a child, measured; the
+#: child needs only jask.store and jask.base: about 1 s)
+CHILD = ("import importlib.util, sys, types; del sys.path[0]; "
+         "spec = importlib.util.find_spec('jask'); "
+         "package = sys.modules['jask'] = types.ModuleType('jask'); "
+         "package.__path__ = list(spec.submodule_search_locations); "
+         "from jask.store.reader_child import serve; serve(int(sys.argv[1]))")
 #: seconds a closed child gets to finish the reads it runs before it is killed
 END_WAIT_S = 10.0
 
@@ -169,79 +170,3 @@ def _end(proc: subprocess.Popen, lock: threading.Lock) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-# The child's side.
-
-#: the child's segments mapped, the latest few (a loader reads into two windows an array)
-_mapped: dict[str, object] = {}
-_MAPPED_MOST = 8
-_mapped_lock = threading.Lock()
-
-
-def _window(name: str):
-    """The segment ``name`` mapped (a buffer), kept while among the latest few:
-    unmapped once dropped and no read's view of it is left."""
-    with _mapped_lock:
-        buf = _mapped.pop(name, None)
-        if buf is None:
-            path = os.path.join("/dev/shm", name.lstrip("/"))
-            if os.path.exists(path):  # Linux: a file, mapped without a resource tracker's say
-                with open(path, "r+b") as f:
-                    buf = mmap.mmap(f.fileno(), 0)
-            else:  # (kept, never closed here: the parent unlinks it)
-                buf = shared_memory.SharedMemory(name=name)
-        _mapped[name] = buf
-        while len(_mapped) > _MAPPED_MOST:
-            _mapped.pop(next(iter(_mapped)))
-        return buf.buf if isinstance(buf, shared_memory.SharedMemory) else buf
-
-
-def _read_into(store, starts, stops, name: str, offset: int, shape: tuple, dtype: str,
-               stamps: list, op: str) -> None:
-    into = np.ndarray(shape, np.dtype(dtype), buffer=_window(name), offset=offset)
-    try:
-        read_runs(store, starts, stops, into)
-    except Exception as err:  # replaced by another process while read: say that
-        try:
-            check_unchanged(stamps, op)
-        except StoreChangedError as changed:
-            raise changed from err
-        raise
-
-
-def serve(threads: int) -> None:
-    """The child: read the tasks on stdin with ``threads`` threads, report each
-    on stdout; at stdin's end, finish the reads begun and return."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the loader's process's to handle
-    parent = os.getppid()
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a print() here goes to stderr, not among the reports
-    written = threading.Lock()
-
-    def run(task: int, message: bytes) -> None:
-        error: BaseException | None = None
-        try:
-            _read_into(*pickle.loads(message))
-        except BaseException as err:
-            error = err
-        # what this read counted (and what others running beside it counted so
-        # far): the parent adds it to its own, so `jask.track` sees the child's reads
-        counted = counters.drain(parent)
-        try:
-            report = pickle.dumps((task, error, counted))
-            pickle.loads(report)  # an error the parent could not rebuild: said plainly
-        except Exception:
-            report = pickle.dumps((task, RuntimeError(f"{type(error).__name__}: {error}"),
-                                   counted))
-        with written:
-            out.write(report)
-            out.flush()
-
-    with ThreadPoolExecutor(threads, thread_name_prefix="jask-read") as pool:
-        while True:
-            try:
-                task, message = pickle.load(sys.stdin.buffer)
-            except EOFError:
-                break
-            pool.submit(run, task, message)
