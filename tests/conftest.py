@@ -14,7 +14,10 @@ from helpers import SMALL_BUDGET
 #: SCIPY_ARRAY_API for its own process, which would leak into the tests'.
 #: scripts/external/ holds pytest plugins for other projects' suites
 #: (external_suites.py), which import array-api-extra and scikit-learn.
-collect_ignore = ["scripts/sklearn_estimators.py", "scripts/external"]
+#: reader_process_unguarded.py is a script without a ``__main__`` guard on
+#: purpose (it trains at import, as such scripts do).
+collect_ignore = ["scripts/sklearn_estimators.py", "scripts/external",
+                  "scripts/reader_process_unguarded.py"]
 
 DTYPES = [np.float32, np.float64]
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import jask
+from helpers import write_store
 from jask.core import ufuncs
-from tests.helpers import write_store
 
 N = 3000
 #: row -> the ranges its operands are drawn from (both ends included); each

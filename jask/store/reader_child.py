@@ -17,7 +17,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from jask.base import counters
+from jask.base import counters, forks
 from jask.store.space import StoreChangedError
 from jask.store.tiles import read_runs
 from jask.store.versions import check_unchanged
@@ -25,7 +25,7 @@ from jask.store.versions import check_unchanged
 #: the child's segments mapped, the latest few (a loader reads into two windows an array)
 _mapped: dict[str, object] = {}
 _MAPPED_MOST = 8
-_mapped_lock = threading.Lock()
+_mapped_lock = forks.lock()
 
 
 def _window(name: str):
