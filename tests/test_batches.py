@@ -1199,3 +1199,35 @@ def test_reader_processes_need_no_main_guard_and_end_with_an_interrupted_script(
     _, err = script.communicate(timeout=60)
     assert script.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
     assert _ended(begun["pid"]) and not _left(begun["segments"])
+
+
+def test_reader_processes_let_a_ctrl_c_end_the_loop_on_a_stopped_child(tmp_path, monkeypatch):
+    import signal
+    import threading
+    import time
+
+    from jask.api import reader_process
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    monkeypatch.setattr(reader_process, "END_WAIT_S", 1.0)
+    loader = jask.batches(X, y, batch_size=10, buffer=200, prefetch=1, threads=2,
+                          readers="processes")
+    it = iter(loader)
+    seen = next(it)[1].tolist()
+    stopped = loader._process.pid
+    os.kill(stopped, signal.SIGSTOP)  # (or stuck on a hung mount): its reads never end
+    interrupt = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    rescue = threading.Timer(60.0, os.kill, (stopped, signal.SIGKILL))  # (a failure, not a hang)
+    interrupt.start()
+    rescue.start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _, yb in it:
+            seen += yb.tolist()
+    took = time.monotonic() - began
+    rescue.cancel()
+    # leaving the loop killed the child after END_WAIT_S, not waiting on its reads forever
+    assert took < 30 and _ended(stopped)
+    # the epoch goes on from the batch left, read by a new child
+    assert sorted(seen + sum(_rows(loader), [])) == list(range(4000))
+    assert loader._process.pid != stopped
+    loader.close()

@@ -456,7 +456,15 @@ class Batches:
                         self._epoch, self._batch = epoch, b + 1
                         yield values
             finally:
-                feed.stop()
+                # (a reading child that does not finish its reads, stopped or stuck, is
+                # killed after a while: leaving the loop, on Ctrl-C too, never hangs on it)
+                stuck = (self._process.kill_after()
+                         if self._process is not None else None)
+                try:
+                    feed.stop()
+                finally:
+                    if stuck is not None:
+                        stuck.cancel()
         finally:
             self._running = False
             self._keep_for_a_while()

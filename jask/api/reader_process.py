@@ -100,6 +100,15 @@ class ReaderProcess:
     def pid(self) -> int:
         return self._proc.pid
 
+    def kill_after(self, seconds: float | None = None) -> threading.Timer:
+        """Kill the child unless the timer returned is cancelled within
+        ``seconds`` (:data:`END_WAIT_S`): its reads then fail, and no wait on them lasts forever
+        (a child stopped, SIGSTOP, or stuck on a hung mount)."""
+        timer = threading.Timer(END_WAIT_S if seconds is None else seconds, _kill, (self._proc,))
+        timer.daemon = True
+        timer.start()
+        return timer
+
     def submit(self, store, starts: np.ndarray, stops: np.ndarray, into: np.ndarray,
                window: SharedArray, stamps: list, op: str) -> Future:
         """Read runs ``starts[i]:stops[i]`` of ``store`` into ``into``, a view of
@@ -149,6 +158,11 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
         pending.clear()
     for future in left:
         future.set_exception(_ended_error(proc))
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()  # (a stopped process too; _collect then fails its reads)
 
 
 def _ended_error(proc: subprocess.Popen) -> ChildProcessError:
