@@ -1199,3 +1199,75 @@ def test_reader_processes_need_no_main_guard_and_end_with_an_interrupted_script(
     _, err = script.communicate(timeout=60)
     assert script.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
     assert _ended(begun["pid"]) and not _left(begun["segments"])
+
+
+def test_reader_processes_let_a_ctrl_c_end_the_loop_on_a_stopped_child(tmp_path, monkeypatch):
+    import signal
+    import threading
+    import time
+
+    from jask.api import reader_process
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    monkeypatch.setattr(reader_process, "END_WAIT_S", 1.0)
+    loader = jask.batches(X, y, batch_size=10, buffer=200, prefetch=1, threads=2,
+                          readers="processes")
+    it = iter(loader)
+    seen = next(it)[1].tolist()
+    stopped = loader._process.pid
+    os.kill(stopped, signal.SIGSTOP)  # (or stuck on a hung mount): its reads never end
+    interrupt = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    rescue = threading.Timer(60.0, os.kill, (stopped, signal.SIGKILL))  # (a failure, not a hang)
+    interrupt.start()
+    rescue.start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _, yb in it:
+            seen += yb.tolist()
+    took = time.monotonic() - began
+    rescue.cancel()
+    # leaving the loop killed the child after END_WAIT_S, not waiting on its reads forever
+    assert took < 30 and _ended(stopped)
+    # the epoch goes on from the batch left, read by a new child
+    assert sorted(seen + sum(_rows(loader), [])) == list(range(4000))
+    assert loader._process.pid != stopped
+    loader.close()
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
+    import time
+    X, y, _ = _stores(tmp_path, 3000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=50, buffer=500, threads=2, readers="processes")
+    assert len(_rows(loader)) == 60  # the parent's child and windows made, kept
+    parents = loader._process.pid
+
+    def epoch_ok() -> bool:
+        rows = []
+        for xb, yb in loader:
+            if not np.all(xb[:, 0] == yb * 4):
+                return False
+            rows += yb.tolist()
+        return sorted(rows) == list(range(3000))
+
+    pid = os.fork()
+    if pid == 0:  # the fork's loader: a child and windows of its own, none of the parent's
+        ok = False
+        try:
+            ok = epoch_ok() and loader._process.pid != parents
+        finally:
+            os._exit(0 if ok else 1)
+    try:
+        assert epoch_ok() and loader._process.pid == parents  # at once, undisturbed
+    finally:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            status = -1
+    assert status == 0
+    loader.close()

@@ -38,6 +38,7 @@ put there.
 from __future__ import annotations
 
 import math
+import os
 import queue
 import threading
 import weakref
@@ -262,6 +263,8 @@ class Batches:
         #: process into windows in shared memory (jask.api.reader_process)
         self.readers = readers
         self._process: ReaderProcess | None = None
+        #: the process whose reading pool, child and windows these are (a fork's are its parent's)
+        self._pid = os.getpid()
         #: which arrays are read whole at each epoch's start and their runs taken in
         #: memory (narrow ones, beside runs of a wider one: a read per run costs more
         #: than its bytes), and the buffers they are read into, reused across epochs
@@ -431,6 +434,9 @@ class Batches:
         if self._running:
             raise RuntimeError("this loader is already being iterated (make another with "
                                "jask.batches for a second pass at once)")
+        if self._pid != os.getpid():  # a forked child's: the parent's pool, child and windows
+            self._pool, self._process, self._slots, self._pid = None, None, [], os.getpid()
+            self._release_kept()
         with _idle_lock:
             self._running = True
             _idle_loaders.discard(self)
@@ -456,7 +462,15 @@ class Batches:
                         self._epoch, self._batch = epoch, b + 1
                         yield values
             finally:
-                feed.stop()
+                # (a reading child that does not finish its reads, stopped or stuck, is
+                # killed after a while: leaving the loop, on Ctrl-C too, never hangs on it)
+                stuck = (self._process.kill_after()
+                         if self._process is not None else None)
+                try:
+                    feed.stop()
+                finally:
+                    if stuck is not None:
+                        stuck.cancel()
         finally:
             self._running = False
             self._keep_for_a_while()

@@ -27,7 +27,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from jask.base import counters
+from jask.base import counters, forks
 
 #: the child's program: the working folder left off its path (a file there could
 #: shadow a module), and jask's package entered without running its ``__init__``,
@@ -53,7 +53,7 @@ class SharedArray:
         self.value = np.ndarray(shape, dtype, buffer=shm.buf)
         # (views of an array made on a buffer keep that array as their base: the
         # finalizer runs once none is left, when the buffer can be closed)
-        weakref.finalize(self.value, _free, shm)
+        weakref.finalize(self.value, _free, shm, os.getpid())
 
     def offset_of(self, view: np.ndarray) -> int:
         """Where ``view`` (of :attr:`value`) begins in the segment, in bytes."""
@@ -61,9 +61,10 @@ class SharedArray:
                 - self.value.__array_interface__["data"][0])
 
 
-def _free(shm: shared_memory.SharedMemory) -> None:
+def _free(shm: shared_memory.SharedMemory, owner: int) -> None:
     try:
-        shm.unlink()
+        if os.getpid() == owner:  # (a forked child's copy is the parent's segment)
+            shm.unlink()
     except FileNotFoundError:
         pass
     try:
@@ -88,7 +89,7 @@ class ReaderProcess:
             [sys.executable, "-c", CHILD, str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
         self._pending: dict[int, Future] = {}
-        self._lock = threading.Lock()  # the pending futures, the child's stdin
+        self._lock = forks.lock()  # the pending futures, the child's stdin
         self._ids = itertools.count()
         self.ended = threading.Event()
         threading.Thread(target=_collect, args=(self._proc, self._pending, self._lock, self.ended),
@@ -99,6 +100,15 @@ class ReaderProcess:
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    def kill_after(self, seconds: float | None = None) -> threading.Timer:
+        """Kill the child unless the timer returned is cancelled within
+        ``seconds`` (:data:`END_WAIT_S`): its reads then fail, and no wait on them lasts forever
+        (a child stopped, SIGSTOP, or stuck on a hung mount)."""
+        timer = threading.Timer(END_WAIT_S if seconds is None else seconds, _kill, (self._proc,))
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def submit(self, store, starts: np.ndarray, stops: np.ndarray, into: np.ndarray,
                window: SharedArray, stamps: list, op: str) -> Future:
@@ -151,6 +161,11 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
         future.set_exception(_ended_error(proc))
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()  # (a stopped process too; _collect then fails its reads)
+
+
 def _ended_error(proc: subprocess.Popen) -> ChildProcessError:
     code = proc.returncode
     how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
@@ -159,7 +174,7 @@ def _ended_error(proc: subprocess.Popen) -> ChildProcessError:
                              "the next iteration starts another")
 
 
-def _end(proc: subprocess.Popen, lock: threading.Lock) -> None:
+def _end(proc: subprocess.Popen, lock) -> None:
     with lock:
         try:
             proc.stdin.close()  # type: ignore[union-attr]  # the child ends at its input's end
