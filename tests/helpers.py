@@ -108,3 +108,18 @@ def tmpfs_mount(folder, size: str):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def wait_for_fork(pid: int, seconds: float) -> int | None:
+    """The exit code of the forked child ``pid``, or None once it has run
+    ``seconds`` (then it is killed: a hung child must not hang the suite)."""
+    import time
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None

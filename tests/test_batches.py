@@ -19,7 +19,7 @@ import pytest
 import zarr
 
 import jask
-from helpers import run_script
+from helpers import run_script, wait_for_fork
 from jask.api.batches import RUN_BYTES, RUN_WINDOW_BYTES, RUNS_PER_BATCH, BatchPlan
 
 #: (name, rows, columns, X's chunk rows, y's chunk rows, compressed, batch_size, buffer)
@@ -1235,7 +1235,6 @@ def test_reader_processes_let_a_ctrl_c_end_the_loop_on_a_stopped_child(tmp_path,
 
 @pytest.mark.filterwarnings("ignore:os.fork")
 def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
-    import time
     X, y, _ = _stores(tmp_path, 3000, 4, 100, 100, False)
     loader = jask.batches(X, y, batch_size=50, buffer=500, threads=2, readers="processes")
     assert len(_rows(loader)) == 60  # the parent's child and windows made, kept
@@ -1259,15 +1258,6 @@ def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
     try:
         assert epoch_ok() and loader._process.pid == parents  # at once, undisturbed
     finally:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            status = -1
-    assert status == 0
+        code = wait_for_fork(pid, 120)
+    assert code == 0
     loader.close()

@@ -23,7 +23,7 @@ import pytest
 import zarr
 
 import jask
-from helpers import run_script
+from helpers import run_script, wait_for_fork
 from jask.store.kinds.local import sessions
 
 
@@ -203,7 +203,6 @@ def test_a_fork_while_other_threads_hold_every_lock_does_not_hang_the_child(smal
     registry's did). Every module-level lock is held at once by a thread of
     its own; the child takes each, then runs an op."""
     import threading
-    import time
 
     locks = _module_locks()
     assert len(locks) >= 15  # the store's, the engine's, the counters' and the config's
@@ -236,17 +235,9 @@ def test_a_fork_while_other_threads_hold_every_lock_does_not_hang_the_child(smal
         release.set()  # the parent's own threads go on: its op must not wait either
         for holder in holding:
             holder.join()
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the forked child hung on a lock another thread held")
-        assert os.waitstatus_to_exitcode(status) == 0
+        code = wait_for_fork(pid, 60)
+        assert code is not None, "the forked child hung on a lock another thread held"
+        assert code == 0
         assert float(jask.sum(a + 1.0)) == 21.0
     finally:
         release.set()

@@ -57,10 +57,9 @@ from jask.base import forks, memory
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
-from jask.store import StoreChangedError
 from jask.store.space import check_unchanged, stamp
-from jask.store.tiles import OpenFiles, read_model, read_runs, reads_runs, rows_of_runs
-from jask.store.versions import held
+from jask.store.tiles import OpenFiles, read_model, reads_runs, rows_of_runs
+from jask.store.versions import held, read_runs_of_version
 
 from .reader_process import ReaderProcess, SharedArray
 
@@ -1081,15 +1080,8 @@ def _read_runs(a, starts: np.ndarray, stops: np.ndarray, into: np.ndarray, stamp
         np.take(a.value, rows_of_runs(starts, stops), axis=0, out=into, mode="clip")
         return
     store = a._store()
-    try:
-        with held([store]):
-            read_runs(store, starts, stops, into, files)
-    except Exception as err:  # replaced by another process while read: say that
-        try:
-            check_unchanged(stamps, _OP)
-        except StoreChangedError as changed:
-            raise changed from err
-        raise
+    with held([store]):
+        read_runs_of_version(store, starts, stops, into, stamps, _OP, files)
 
 
 def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,

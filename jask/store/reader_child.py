@@ -18,9 +18,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from jask.base import counters, forks
-from jask.store.space import StoreChangedError
-from jask.store.tiles import read_runs
-from jask.store.versions import check_unchanged
+from jask.store.versions import read_runs_of_version
 
 #: the child's segments mapped, the latest few (a loader reads into two windows an array)
 _mapped: dict[str, object] = {}
@@ -49,14 +47,7 @@ def _window(name: str):
 def _read_into(store, starts, stops, name: str, offset: int, shape: tuple, dtype: str,
                stamps: list, op: str) -> None:
     into = np.ndarray(shape, np.dtype(dtype), buffer=_window(name), offset=offset)
-    try:
-        read_runs(store, starts, stops, into)
-    except Exception as err:  # replaced by another process while read: say that
-        try:
-            check_unchanged(stamps, op)
-        except StoreChangedError as changed:
-            raise changed from err
-        raise
+    read_runs_of_version(store, starts, stops, into, stamps, op)
 
 
 def serve(threads: int) -> None:

@@ -76,8 +76,8 @@ from jask.store.location import location_of
 from . import tiles
 
 __all__ = ["StoreChangedError", "VERSION_FILE", "Version", "write_token", "identity",
-           "resolved", "opened", "check_layouts", "stamp", "check_unchanged", "snapshot",
-           "held", "check_open", "swapping", "SWAP_WAIT"]
+           "resolved", "opened", "check_layouts", "stamp", "check_unchanged",
+           "read_runs_of_version", "snapshot", "held", "check_open", "swapping", "SWAP_WAIT"]
 
 #: The file, inside a store, holding the random token of its version.
 VERSION_FILE = ".jask-version"
@@ -298,6 +298,21 @@ def check_unchanged(stamps: list, op: str) -> None:
     """Raise :class:`StoreChangedError` if a stamped store was replaced."""
     for path, before in stamps:
         location_of(path).check_version(before, op)
+
+
+def read_runs_of_version(store, starts, stops, into, stamps: list, op: str,
+                         files=None) -> None:
+    """:func:`jask.store.tiles.read_runs` of a store read at ``stamps``: a read
+    that fails because another process replaced the store meanwhile raises
+    :class:`StoreChangedError` saying so (from the read's own error)."""
+    try:
+        tiles.read_runs(store, starts, stops, into, files)
+    except Exception as err:
+        try:
+            check_unchanged(stamps, op)
+        except StoreChangedError as changed:
+            raise changed from err
+        raise
 
 
 # --- reader holds within this process -----------------------------------------------
