@@ -1108,6 +1108,20 @@ def test_reader_processes_give_the_thread_readers_batches_and_resume(tmp_path):
         jask.batches(X, y, batch_size=10, readers="process")
 
 
+def test_reader_processes_read_in_this_process_where_shared_memory_has_no_room(
+        tmp_path, monkeypatch):
+    # a container's /dev/shm (Docker's 64 MB): a window larger than its room would be
+    # killed by SIGBUS mid-read; the loader keeps such windows here, read by threads
+    from jask.api import batches as loaders
+    X, y, _ = _stores(tmp_path, 3000, 16, 128, 128, False)
+    kw = dict(batch_size=100, seed=5, buffer=512, threads=2)
+    threads = [yb.tolist() for _, yb in jask.batches(X, y, **kw)]
+    monkeypatch.setattr(loaders, "shared_room", lambda: 1000)
+    with jask.batches(X, y, readers="processes", **kw) as loader:
+        assert [yb.tolist() for _, yb in loader] == threads
+        assert loader._slots and all(not slot._shared for slot in loader._slots)
+
+
 def test_reader_processes_are_the_default_on_an_accelerator_only(tmp_path, monkeypatch):
     from jask.api import batches as loaders
     X, y, _ = _stores(tmp_path, 200, 4, 100, 100, False)

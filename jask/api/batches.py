@@ -61,7 +61,7 @@ from jask.store.space import check_unchanged, stamp
 from jask.store.tiles import OpenFiles, read_model, reads_runs, rows_of_runs
 from jask.store.versions import held, read_runs_of_version
 
-from .reader_process import ReaderProcess, SharedArray
+from .reader_process import ReaderProcess, SharedArray, shared_room
 
 __all__ = ["batches", "Batches"]
 
@@ -1029,7 +1029,11 @@ class _Slot:
         iteration in order resumed there never takes them)."""
         process = getattr(pool, "process", None)
         if not self._whole:  # made at the first window, touched by its reads
-            if process is not None:
+            # (in shared memory where the reading child reads, if it has room for
+            # the window with as much to spare: else in this process, read by threads)
+            room = shared_room() if process is not None else None
+            need = sum(self.rows * _row_bytes(a) for a in self.arrays)
+            if process is not None and (room is None or need <= room // 2):
                 self._shared = [SharedArray((self.rows,) + a.shape[1:], a.dtype)
                                 for a in self.arrays]
                 self._whole = [shared.value for shared in self._shared]

@@ -42,6 +42,18 @@ CHILD = ("import importlib.util, sys, types; del sys.path[0]; "
 END_WAIT_S = 10.0
 
 
+def shared_room() -> int | None:
+    """Bytes free for shared memory (``/dev/shm``; None where there is no such
+    folder). A container's is often small (Docker's default is 64 MB), and a
+    segment is only reserved as it is written: one larger than the room would
+    kill the process with SIGBUS mid-read, not fail when made."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 class SharedArray:
     """A numpy array in shared memory, named for the reading process; the
     segment is unlinked once :attr:`value` and every view of it are gone."""
