@@ -804,6 +804,40 @@ def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch
     few.close()
 
 
+def test_a_calls_runs_are_all_asked_for_before_the_first_is_read_even_with_no_file_open(
+        tmp_path, monkeypatch):
+    # a loader's first window opens its files in the call: its runs were asked for only
+    # once held open, so a cold disk had one run per reading thread in flight
+    from jask.store import chunkio, registry
+    from jask.store.tiles import OpenFiles, read_runs
+    if not (chunkio._asks_cached and hasattr(os, "posix_fadvise")):
+        pytest.skip("this system cannot say what is cached: runs are not asked for")
+    values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
+                          dtype="f4", compressors=None)
+    z[:] = values
+    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    calls: list = []
+    real_fadvise, real_preadv = os.posix_fadvise, os.preadv
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, n, advice: (
+        calls.append(("advise", offset, n)), real_fadvise(fd, offset, n, advice))[1])
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset, *flags: (
+        calls.append(("read",) + flags), real_preadv(fd, buffers, offset, *flags))[1])
+    starts, stops = np.array([5, 210, 230, 590]), np.array([9, 220, 231, 600])
+    out = np.empty((int(np.sum(stops - starts)), 3), np.float32)
+    files = OpenFiles()
+    read_runs(spec, starts, stops, out, files)
+    files.close()
+    np.testing.assert_array_equal(
+        out, np.concatenate([values[lo:hi] for lo, hi in zip(starts, stops)]))
+    advised = [c[1:] for c in calls if c[0] == "advise"]
+    # every span (chunk 2's two runs are two spans), each in its own file
+    assert sorted(advised) == sorted([(5 * 12, 4 * 12), (10 * 12, 10 * 12), (30 * 12, 12),
+                                      (90 * 12, 10 * 12)])
+    first_read = next(i for i, c in enumerate(calls) if c[0] == "read")
+    assert all(c[0] == "advise" for c in calls[:first_read]) and first_read == len(advised)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
 def test_a_loader_leaves_no_chunk_file_open(tmp_path):
     X, y, _ = _stores(tmp_path, 6000, 16, 600, 250, False)
