@@ -1282,6 +1282,35 @@ def test_reader_processes_let_a_ctrl_c_end_the_loop_on_a_stopped_child(tmp_path,
 
 
 @pytest.mark.filterwarnings("ignore:os.fork")
+def test_a_child_forked_after_a_loader_ran_runs_ops_and_loaders_of_its_own(tmp_path):
+    """The parent's loader keeps its reading pool and windows (idle) when the
+    process forks: the child's op and its new loader (which frees the kept
+    loaders' windows at once) must neither wait on the parent's threads nor
+    touch the parent's windows. The op is compiled in the parent first: XLA's
+    compiler threads are not in a forked child (jask.base.forks)."""
+    X, y, _ = _stores(tmp_path, 2000, 4, 100, 100, False)
+    kept = jask.batches(X, y, batch_size=100, seed=0, threads=2)
+    assert sorted(sum(_rows(kept), [])) == list(range(2000))  # its pool and windows live on
+    a = jask.from_numpy(np.arange(6.0, dtype=np.float32))
+    assert float(jask.sum(a + 1.0)) == 21.0
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            ok = float(jask.sum(a + 1.0)) == 21.0
+            rows = _rows(jask.batches(X, y, batch_size=64, seed=1, threads=2))
+            ok = ok and sorted(sum(rows, [])) == list(range(2000))
+            ok = ok and sorted(sum(_rows(kept), [])) == list(range(2000))
+        finally:
+            os._exit(0 if ok else 1)
+    code = wait_for_fork(pid, 120)
+    assert code is not None, "the forked child hung"
+    assert code == 0
+    assert sorted(sum(_rows(kept), [])) == list(range(2000))  # the parent's, undisturbed
+    kept.close()
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
 def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
     X, y, _ = _stores(tmp_path, 3000, 4, 100, 100, False)
     loader = jask.batches(X, y, batch_size=50, buffer=500, threads=2, readers="processes")

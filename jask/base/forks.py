@@ -9,6 +9,13 @@ a new, free one in the child (``os.register_at_fork``) before anything else
 runs there; the state the lock guarded is the module's to reset (a session
 folder of the parent is not the child's).
 
+What no lock here can renew: XLA's own threads. Once JAX's backend has
+started in the parent (any op, even a ``device_put``), a compile in a forked
+child waits forever for a compiler thread that is not there (JAX warns at
+the fork), and a fresh backend in the child aborts on XLA's inherited
+mutexes. A forked child runs the ops the parent already compiled; new work
+belongs in a "spawn" or "forkserver" process.
+
 Example:
   >>> _lock = lock()
   >>> with _lock:
