@@ -363,7 +363,9 @@ class Batches:
         return ahead
 
     def _release_kept(self) -> None:
-        self._take_ahead()  # its slot goes with the others (its reads done first)
+        # its slot goes with the others, not waited for: its reads hold the buffers they
+        # write (a stuck child's would hold the idle timer, and _idle_lock, for ever)
+        self._ahead = None
         if self._kept is not None:
             self._kept()
             self._kept, self._kept_bytes = None, 0
