@@ -520,6 +520,74 @@ def test_a_store_replaced_during_an_epoch_is_named_not_mixed(tmp_path):
     assert all(np.all(xb == 0) for xb, _ in jask.batches(X, y, batch_size=500))
 
 
+_REWRITE = ("import sys, numpy as np, zarr; a = zarr.open_array(sys.argv[1]); "
+            "a[...] = -np.asarray(a[...]) - 1")
+
+
+def _rewrite_by_zarr(path: str, by: str) -> None:
+    """Another writer rewrites the Zarr array at ``path`` chunk by chunk (each
+    chunk renamed over the old one, as zarr-python writes), its values made
+    ``-x - 1``: from a thread of this process, or another process."""
+    if by == "thread":
+        def rewrite() -> None:
+            a = zarr.open_array(path)
+            a[...] = -np.asarray(a[...]) - 1
+        writer = threading.Thread(target=rewrite)
+        writer.start()
+        writer.join()
+    else:
+        subprocess.run([sys.executable, "-c", _REWRITE, path], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("feed", ["host", "device"])
+@pytest.mark.parametrize("by", ["thread", "process"])
+@pytest.mark.parametrize("readers", ["threads", "processes"])
+def test_a_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed(tmp_path, readers, by,
+                                                                      feed, monkeypatch):
+    if feed == "device":
+        monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
+                          readers=readers)
+    it = iter(loader)
+    old, new = 0, 0
+
+    def count(xb, yb) -> None:
+        nonlocal old, new
+        xb, yb = np.asarray(xb), np.asarray(yb)
+        old += int(np.sum(xb[:, 0] == yb * 4))
+        new += int(np.sum(xb[:, 0] == -yb * 4 - 1))
+
+    count(*next(it))
+    _rewrite_by_zarr(X.filename, by)  # no folder swapped: chunk files renamed over
+    with pytest.raises(jask.StoreChangedError, match="chunk file"):
+        for xb, yb in it:
+            count(xb, yb)
+    assert new == 0  # (main's readers handed out the new rows after the old ones)
+    # the epoch goes on from the batch the error stopped at, the next one whole: the new version
+    for _ in range(2):
+        rows = [(np.asarray(xb), np.asarray(yb)) for xb, yb in loader]
+        assert rows and all(np.all(xb[:, 0] == -yb * 4 - 1) for xb, yb in rows)
+    assert sorted(sum((yb.tolist() for _, yb in rows), [])) == list(range(4000))
+    loader.close()
+
+
+def test_a_chunk_written_in_place_during_an_epoch_is_named_not_mixed(tmp_path):
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
+                          shuffle=False)
+    it = iter(loader)
+    next(it)
+    time.sleep(0.05)  # (past the file system's clock tick since the epoch began)
+    last = os.path.join(X.filename, "c", "39", "0")  # not read yet: its inode kept, its size
+    with open(last, "r+b") as f:
+        f.write(np.float32(-1).tobytes())
+    with pytest.raises(jask.StoreChangedError, match="c/39/0"):
+        for _ in it:
+            pass
+    loader.close()
+
+
 def test_a_damaged_chunk_is_named_at_the_batch_that_needs_it(tmp_path):
     X, y, _ = _stores(tmp_path, 400, 4, 100, 100, True)
     with open(os.path.join(X.filename, "c", "2", "0"), "wb") as f:

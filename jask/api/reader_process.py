@@ -28,6 +28,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from jask.base import counters, forks
+from jask.store.tiles import OpenFiles
 
 #: the child's program: the working folder left off its path (a file there could
 #: shadow a module), and jask's package entered without running its ``__init__``,
@@ -100,7 +101,7 @@ class ReaderProcess:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, tuple[Future, OpenFiles]] = {}
         self._lock = forks.lock()  # the pending futures, the child's stdin
         self._ids = itertools.count()
         self.ended = threading.Event()
@@ -123,10 +124,13 @@ class ReaderProcess:
         return timer
 
     def submit(self, store, starts: np.ndarray, stops: np.ndarray, into: np.ndarray,
-               window: SharedArray, stamps: list, op: str) -> Future:
+               window: SharedArray, stamps: list, op: str, files: OpenFiles) -> Future:
         """Read runs ``starts[i]:stops[i]`` of ``store`` into ``into``, a view of
         ``window``; the future raises what the read raised (a store replaced
         meanwhile: :class:`StoreChangedError`; the child ended: ``ChildProcessError``).
+        The chunk files it read are remembered in ``files`` (:meth:`OpenFiles.seen`,
+        as the child saw them) before the future is done, so that the reader's
+        check sees them rewritten as it sees its own threads' files.
         It cannot be cancelled: the child may be writing into ``window``."""
         future: Future = Future()
         future.set_running_or_notify_cancel()
@@ -137,7 +141,7 @@ class ReaderProcess:
                 future.set_exception(_ended_error(self._proc))
                 return future
             task = next(self._ids)
-            self._pending[task] = future
+            self._pending[task] = (future, files)
             try:
                 pickle.dump((task, message), self._proc.stdin)  # type: ignore[arg-type]
                 self._proc.stdin.flush()  # type: ignore[union-attr]
@@ -151,11 +155,12 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
     """Resolve the futures of the reads ``proc`` reports done; once it ends, fail the rest."""
     try:
         while True:
-            task, error, counted = pickle.load(proc.stdout)  # type: ignore[arg-type]
+            task, error, counted, seen = pickle.load(proc.stdout)  # type: ignore[arg-type]
             if counted:  # before the future: a `jask.track` block it ends has them
                 counters.merge_drained({proc.pid: counted})
             with lock:
-                future = pending.pop(task)
+                future, files = pending.pop(task)
+            files.merge(seen)
             if error is None:
                 future.set_result(None)
             else:
@@ -169,7 +174,7 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
         ended.set()
         left = list(pending.values())
         pending.clear()
-    for future in left:
+    for future, _files in left:
         future.set_exception(_ended_error(proc))
 
 
