@@ -1315,6 +1315,39 @@ def test_reader_processes_let_a_ctrl_c_end_the_loop_on_a_stopped_child(tmp_path,
     loader.close()
 
 
+def test_reader_processes_name_a_stopped_child_to_a_consumer_waiting_on_it(tmp_path,
+                                                                           monkeypatch):
+    import signal
+    import warnings
+
+    from jask.api import reader_process
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, buffer=200, prefetch=1, threads=2,
+                          readers="processes")
+    it = iter(loader)
+    seen = next(it)[1].tolist()
+    monkeypatch.setattr(jask.api.batches, "STALL_WARN_S", 0.3)
+    stopped = loader._process.pid
+    os.kill(stopped, signal.SIGSTOP)
+    go_on = threading.Timer(3.0, os.kill, (stopped, signal.SIGCONT))
+    go_on.start()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _, yb in it:
+            seen += yb.tolist()
+    go_on.join()
+    # the consumer was told, while it waited, which process its batches wait on and why
+    told = [str(w.message) for w in said if f"pid {stopped}" in str(w.message)]
+    assert told and all(w.filename == __file__ for w in said if f"pid {stopped}" in
+                        str(w.message))
+    if reader_process.process_state(os.getpid()) is not None:  # (Linux's /proc)
+        assert any("is stopped (SIGSTOP; state T)" in m and f"kill -CONT {stopped}" in m
+                   for m in told), told
+    # continued, it read the rest of the epoch
+    assert sorted(seen) == list(range(4000))
+    loader.close()
+
+
 @pytest.mark.filterwarnings("ignore:os.fork")
 def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
     X, y, _ = _stores(tmp_path, 3000, 4, 100, 100, False)

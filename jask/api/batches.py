@@ -42,6 +42,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -137,6 +138,9 @@ SLOTS = 2
 #: suspended and never collected (in a reference cycle, say) holds no
 #: descriptors for long. Its next read opens them again.
 IDLE_RELEASE_S = 1.0
+#: Seconds a consumer waits for a batch, while the reading process has reads not
+#: done, before a warning says what that process is doing (stopped, on a hung disk).
+STALL_WARN_S = 30.0
 #: Seconds a loader keeps its host windows (and their share of the budget) once an
 #: iteration ends: the next epoch's iteration reuses them; a loader left alone, never
 #: closed, gives them back then, and a new loader being planned takes them back at
@@ -546,8 +550,22 @@ class _Feeder:
                                                  np.minimum(cuts + step, a.shape[0]).tolist()))]))
         return out
 
+    def take(self, q: queue.Queue):
+        """The next item of ``q``, waited for as long as it takes; every
+        :data:`STALL_WARN_S` without one while the reading process has reads
+        not done, a warning says what it is doing (a stopped child waits silently)."""
+        waited = 0.0
+        while True:
+            try:
+                return q.get(timeout=STALL_WARN_S)
+            except queue.Empty:
+                waited += STALL_WARN_S
+                said = self.pool.process.stalled(waited) if self.pool.process else None
+                if said:
+                    warnings.warn(said, RuntimeWarning, stacklevel=4)
+
     def get(self):
-        item = self.ready.get()
+        item = self.take(self.ready)
         if isinstance(item, BaseException):
             raise item
         return item
@@ -744,7 +762,7 @@ class _DeviceFeeder(_Feeder):
 
     def get(self):
         while not self.handing:
-            item = self.staged.get()
+            item = self.take(self.staged)
             if item is None or isinstance(item, BaseException):
                 if item is not None:
                     raise item

@@ -114,6 +114,26 @@ class ReaderProcess:
     def pid(self) -> int:
         return self._proc.pid
 
+    def stalled(self, waited: float) -> str | None:
+        """What to tell a consumer that has waited ``waited`` seconds for a batch
+        while this child has reads not done: its pid and state (Linux: a
+        stopped child's reads wait for it to be continued); None where it has
+        none left to do, or has ended."""
+        with self._lock:
+            if not self._pending or self.ended.is_set():
+                return None
+        state = process_state(self.pid)
+        how = {"T": "is stopped (SIGSTOP; state T): its reads wait until it is continued "
+                    "(kill -CONT {pid})",
+               "t": "is stopped by a debugger (state t): its reads wait until it goes on",
+               "D": "waits on its disk (state D: a slow or hung mount?)",
+               "Z": "has ended (state Z)"}.get(
+            state or "", f"is running (state {state}): its reads are slow" if state
+            else "has reads not done after all this time")
+        return (f"jask.batches: no batch for {waited:.0f} s: its reading process "
+                f"(pid {self.pid}) {how.format(pid=self.pid)}. Ctrl-C or leaving the loop "
+                "ends it; the next iteration starts another.")
+
     def kill_after(self, seconds: float | None = None) -> threading.Timer:
         """Kill the child unless the timer returned is cancelled within
         ``seconds`` (:data:`END_WAIT_S`): its reads then fail, and no wait on them lasts forever
@@ -176,6 +196,19 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
         pending.clear()
     for future, _files in left:
         future.set_exception(_ended_error(proc))
+
+
+def process_state(pid: int) -> str | None:
+    """Process ``pid``'s state letter from ``/proc/<pid>/stat`` (R running, S
+    sleeping, D disk wait, T stopped, t traced, Z ended); None where none is
+    read (no such process, no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 1:].split()  # (its name, in parentheses, may hold spaces)
+    return fields[0].decode() if fields else None
 
 
 def _kill(proc: subprocess.Popen) -> None:
