@@ -591,6 +591,95 @@ def test_a_store_replaced_during_an_epoch_is_named_not_mixed(tmp_path):
     assert all(np.all(xb == 0) for xb, _ in jask.batches(X, y, batch_size=500))
 
 
+_REWRITE = ("import sys, numpy as np, zarr; a = zarr.open_array(sys.argv[1]); "
+            "a[...] = -np.asarray(a[...]) - 1")
+
+
+def _rewrite_by_zarr(path: str, by: str) -> None:
+    """Another writer rewrites the Zarr array at ``path`` chunk by chunk (each
+    chunk renamed over the old one, as zarr-python writes), its values made
+    ``-x - 1``: from a thread of this process, or another process."""
+    if by == "thread":
+        def rewrite() -> None:
+            a = zarr.open_array(path)
+            a[...] = -np.asarray(a[...]) - 1
+        writer = threading.Thread(target=rewrite)
+        writer.start()
+        writer.join()
+    else:
+        subprocess.run([sys.executable, "-c", _REWRITE, path], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("feed", ["host", "device"])
+@pytest.mark.parametrize("by", ["thread", "process"])
+@pytest.mark.parametrize("readers", ["threads", "processes"])
+def test_a_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed(tmp_path, readers, by,
+                                                                      feed, monkeypatch):
+    if feed == "device":
+        monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
+                          readers=readers)
+    it = iter(loader)
+    old, new = 0, 0
+
+    def count(xb, yb) -> None:
+        nonlocal old, new
+        xb, yb = np.asarray(xb), np.asarray(yb)
+        old += int(np.sum(xb[:, 0] == yb * 4))
+        new += int(np.sum(xb[:, 0] == -yb * 4 - 1))
+
+    count(*next(it))
+    _rewrite_by_zarr(X.filename, by)  # no folder swapped: chunk files renamed over
+    with pytest.raises(jask.StoreChangedError, match="chunk file"):
+        for xb, yb in it:
+            count(xb, yb)
+    assert new == 0  # (main's readers handed out the new rows after the old ones)
+    # the epoch goes on from the batch the error stopped at, the next one whole: the new version
+    for _ in range(2):
+        rows = [(np.asarray(xb), np.asarray(yb)) for xb, yb in loader]
+        assert rows and all(np.all(xb[:, 0] == -yb * 4 - 1) for xb, yb in rows)
+    assert sorted(sum((yb.tolist() for _, yb in rows), [])) == list(range(4000))
+    loader.close()
+
+
+@pytest.mark.parametrize("readers", ["threads", "processes"])
+def test_a_store_rewritten_after_a_window_was_read_ahead_is_named_not_mixed(tmp_path, readers,
+                                                                            device_feed):
+    # a device feed reads the next epoch's first window as an epoch ends: a store then
+    # rewritten by zarr (chunk files renamed over, the store's stamps unchanged) must not
+    # give the next epoch that window's old rows beside the others' new ones
+    X, y, _ = _stores(tmp_path, 1600, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=50, seed=2, buffer=200, device=CPU, readers=readers)
+    _rows(loader)  # epoch 0; epoch 1's first window read ahead
+    wait(loader._ahead.work)
+    _rewrite_by_zarr(X.filename, "thread")
+    new = 0
+    with pytest.raises(jask.StoreChangedError, match="chunk file"):
+        for xb, yb in loader:
+            new += int(np.sum(np.asarray(xb)[:, 0] == -np.asarray(yb) * 4 - 1))
+    assert new == 0
+    rows = [(np.asarray(xb), np.asarray(yb)) for xb, yb in loader]  # the epoch goes on: new
+    assert rows and all(np.all(xb[:, 0] == -yb * 4 - 1) for xb, yb in rows)
+    loader.close()
+
+
+def test_a_chunk_written_in_place_during_an_epoch_is_named_not_mixed(tmp_path):
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
+                          shuffle=False)
+    it = iter(loader)
+    next(it)
+    time.sleep(0.05)  # (past the file system's clock tick since the epoch began)
+    last = os.path.join(X.filename, "c", "39", "0")  # not read yet: its inode kept, its size
+    with open(last, "r+b") as f:
+        f.write(np.float32(-1).tobytes())
+    with pytest.raises(jask.StoreChangedError, match="c/39/0"):
+        for _ in it:
+            pass
+    loader.close()
+
+
 def test_a_damaged_chunk_is_named_at_the_batch_that_needs_it(tmp_path):
     X, y, _ = _stores(tmp_path, 400, 4, 100, 100, True)
     with open(os.path.join(X.filename, "c", "2", "0"), "wb") as f:
@@ -1352,6 +1441,39 @@ def test_reader_processes_let_a_ctrl_c_end_the_loop_on_a_stopped_child(tmp_path,
     # the epoch goes on from the batch left, read by a new child
     assert sorted(seen + sum(_rows(loader), [])) == list(range(4000))
     assert loader._process.pid != stopped
+    loader.close()
+
+
+def test_reader_processes_name_a_stopped_child_to_a_consumer_waiting_on_it(tmp_path,
+                                                                           monkeypatch):
+    import signal
+    import warnings
+
+    from jask.api import reader_process
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=10, buffer=200, prefetch=1, threads=2,
+                          readers="processes")
+    it = iter(loader)
+    seen = next(it)[1].tolist()
+    monkeypatch.setattr(jask.api.batches, "STALL_WARN_S", 0.3)
+    stopped = loader._process.pid
+    os.kill(stopped, signal.SIGSTOP)
+    go_on = threading.Timer(3.0, os.kill, (stopped, signal.SIGCONT))
+    go_on.start()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _, yb in it:
+            seen += yb.tolist()
+    go_on.join()
+    # the consumer was told, while it waited, which process its batches wait on and why
+    told = [str(w.message) for w in said if f"pid {stopped}" in str(w.message)]
+    assert told and all(w.filename == __file__ for w in said if f"pid {stopped}" in
+                        str(w.message))
+    if reader_process.process_state(os.getpid()) is not None:  # (Linux's /proc)
+        assert any("is stopped (SIGSTOP; state T)" in m and f"kill -CONT {stopped}" in m
+                   for m in told), told
+    # continued, it read the rest of the epoch
+    assert sorted(seen) == list(range(4000))
     loader.close()
 
 

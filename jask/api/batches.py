@@ -41,6 +41,8 @@ import math
 import os
 import queue
 import threading
+import time
+import warnings
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -136,6 +138,9 @@ SLOTS = 2
 #: suspended and never collected (in a reference cycle, say) holds no
 #: descriptors for long. Its next read opens them again.
 IDLE_RELEASE_S = 1.0
+#: Seconds a consumer waits for a batch, while the reading process has reads not
+#: done, before a warning says what that process is doing (stopped, on a hung disk).
+STALL_WARN_S = 30.0
 #: Seconds a loader keeps its host windows (and their share of the budget) once an
 #: iteration ends: the next epoch's iteration reuses them; a loader left alone, never
 #: closed, gives them back then, and a new loader being planned takes them back at
@@ -265,6 +270,7 @@ class _Ahead:
     slot: int
     work: list  # the reads' futures, and the order's
     order: np.ndarray
+    files: OpenFiles  # the chunk files it read, as it saw them (none held open)
 
 
 class Batches:
@@ -540,12 +546,19 @@ class _Feeder:
 
     def files_for(self, stamps: list) -> OpenFiles:
         """The chunk files held open for an epoch that reads the stores at ``stamps``
-        (the same as the epoch before's, unless a store was replaced in between)."""
-        if stamps != self.files_stamps:
+        (the same as the epoch before's, unless a store was replaced in between or
+        a chunk file read was rewritten: each epoch reads one version, checked
+        against what it saw as each window is read)."""
+        if stamps != self.files_stamps or self.files.changed(every=True):
             if self.files_stamps is not None:
                 self.retired.append(self.files)
                 self.files = OpenFiles()
             self.files_stamps = stamps
+        # a chunk file first read with a change time from here on was written during the
+        # epoch: every file it reads is then as the store held it when it began, or it fails
+        # (the kernel stamps files by a clock up to a tick behind this one: a file written
+        # before now never looks later, one written in the epoch's first tick may not)
+        self.files.since_ns = time.time_ns()
         return self.files
 
     def start(self) -> None:
@@ -575,8 +588,22 @@ class _Feeder:
                                                  np.minimum(cuts + step, a.shape[0]).tolist()))]))
         return out
 
+    def take(self, q: queue.Queue):
+        """The next item of ``q``, waited for as long as it takes; every
+        :data:`STALL_WARN_S` without one while the reading process has reads
+        not done, a warning says what it is doing (a stopped child waits silently)."""
+        waited = 0.0
+        while True:
+            try:
+                return q.get(timeout=STALL_WARN_S)
+            except queue.Empty:
+                waited += STALL_WARN_S
+                said = self.pool.process.stalled(waited) if self.pool.process else None
+                if said:
+                    warnings.warn(said, RuntimeWarning, stacklevel=4)
+
     def get(self):
-        item = self.ready.get()
+        item = self.take(self.ready)
         if isinstance(item, BaseException):
             raise item
         return item
@@ -650,7 +677,7 @@ class _Feeder:
             order = plan.window_order(epoch, w, sizes[w])  # while the window is read
             # a batch waits only for the reads of the rows it takes: in order, the first
             # window's first batches come once their rows are read, not the whole window
-            reads = _Reads(pending.pop(w), slot.task_rows, stamps)
+            reads = _Reads(pending.pop(w), slot.task_rows, stamps, files)
             pos = offset if w == w0 else 0
             while pos < sizes[w] and b < total:
                 need = B - (len(carry[0]) if carry else 0)
@@ -686,12 +713,15 @@ class _Feeder:
 
 class _Reads:
     """The reads of one window into a slot, waited for as its batches need
-    them: each task's rows ``[lo, hi)`` of the window, their stamps checked
-    once the rows a batch takes are read."""
+    them: each task's rows ``[lo, hi)`` of the window, the stores' stamps and
+    the chunk files read checked once the rows a batch takes are read (one
+    check covers every read done before it began)."""
 
-    def __init__(self, futures: list, rows: list, stamps: list):
+    def __init__(self, futures: list, rows: list, stamps: list, files: OpenFiles):
         self._left = sorted(zip(rows, range(len(futures)), futures), key=lambda t: t[0])
         self._stamps = stamps
+        self._files = files
+        self._checked: set[int] = set()  # the tasks done before the latest check began
 
     def wait_for(self, take: np.ndarray | None) -> None:
         """Wait for the reads of the rows ``take`` (positions in the window;
@@ -709,7 +739,11 @@ class _Reads:
             future.result()
         done = {i for _, i, _ in waited}
         self._left = [t for t in self._left if t[1] not in done]
-        check_unchanged(self._stamps, _OP)
+        if done <= self._checked:
+            return  # (read before the latest check began, which covers them: in order, a
+            # window's batches wait on its reads one by one, and a check stats every file)
+        self._checked = done | {i for _, i, f in self._left if f.done()}
+        check_unchanged(self._stamps, _OP, self._files)
 
 
 class _Span:
@@ -766,7 +800,7 @@ class _DeviceFeeder(_Feeder):
 
     def get(self):
         while not self.handing:
-            item = self.staged.get()
+            item = self.take(self.staged)
             if item is None or isinstance(item, BaseException):
                 if item is not None:
                     raise item
@@ -818,22 +852,24 @@ class _DeviceFeeder(_Feeder):
                     if last_job:
                         read_ahead(k, *last_job.pop())
                     return
-                epoch, w, units, stamps, whole, _span = job
+                epoch, w, units, stamps, files, whole, _span = job
                 last_job[:] = [job]
                 if ahead is not None and (ahead.epoch, ahead.window, ahead.slot) == (
                         epoch, w, k) and ahead.stamps == stamps:
+                    # the chunk files it read are checked with the epoch's, once copied
+                    files.merge(ahead.files.seen())
                     orders[k], ahead = ahead.order, None
                     pending.append((job, k, []))  # read already (checked once copied)
                     return
                 ahead = None
                 work = slots[k].fill(self.pool, self.loader.threads, units, plan, stamps,
-                                     whole, self.files_for(stamps))
+                                     whole, files)
                 size = plan.rows_in(units)
                 work.append(self.pool.submit(plan.window_order_into, epoch, w,
                                              orders[k][:size]))
                 pending.append((job, k, work))
 
-            def read_ahead(k: int, _epoch, _w, _units, stamps: list, whole: list,
+            def read_ahead(k: int, _epoch, _w, _units, stamps: list, _files, whole: list,
                            _span) -> None:
                 """Read the next epoch's first window into slot ``k`` (free: every
                 window of the iteration is read or being read) for the next iteration,
@@ -849,18 +885,20 @@ class _DeviceFeeder(_Feeder):
                 units = nxt.windows[nxt.w0]
                 order = np.zeros(window_rows + B, np.int32)
                 pool = _Tasks(self.loader._reading_pool(), self.pool.process)
+                seen = OpenFiles()  # what it reads, to be checked where it is used;
+                seen.MOST = 0       # no file held open (nothing would close them)
                 work = slots[k].fill(pool, self.loader.threads, units, plan, stamps, whole,
-                                     None)
+                                     seen)
                 work.append(pool.submit(plan.window_order_into, epoch, nxt.w0,
                                         order[:plan.rows_in(units)]))
-                self.loader._ahead = _Ahead(epoch, nxt.w0, stamps, k, work, order)
+                self.loader._ahead = _Ahead(epoch, nxt.w0, stamps, k, work, order, seen)
 
             # the slot read ahead first: the iteration's first window is there
             for k in sorted(range(SLOTS), key=lambda k: ahead is None or k != ahead.slot):
                 submit(k)
             carry: tuple | None = None  # (batch begun in the window before, its rows)
             while pending:
-                (epoch, w, units, stamps, _whole, span), k, work = pending.pop(0)
+                (epoch, w, units, stamps, files, _whole, span), k, work = pending.pop(0)
                 for f in work:
                     f.result()  # raises what a read raised
                     if self.stopping.is_set():
@@ -877,7 +915,7 @@ class _DeviceFeeder(_Feeder):
                 # the version check here, while the pieces are copied: on the reading
                 # pool it waited behind the next window's reads, and the window's
                 # batches with it (RESULTS.md, the fed epoch's timeline)
-                check_unchanged(stamps, _OP)
+                check_unchanged(stamps, _OP, files)
                 # copied before the cut is dispatched: the device runs its programs in
                 # order, so a cut waiting on the copy would hold every step queued behind
                 # it (the consumer's steps of the window before); and the slot may then
@@ -896,17 +934,18 @@ class _DeviceFeeder(_Feeder):
             self._hand(err)
 
     def _jobs(self) -> Iterator[tuple]:
-        """(epoch, window, its units, the epoch's stamps, the resident arrays,
-        the epoch's span) of each window the iteration needs, in order."""
+        """(epoch, window, its units, the epoch's stamps, its chunk files, the
+        resident arrays, the epoch's span) of each window the iteration needs, in order."""
         for epoch in range(self.first[0], self.last + 1):
             start = self.first[1] if epoch == self.first[0] else 0
             span = _Span(self.plan, epoch, start)
             if start >= span.total:
                 continue
             stamps = stamp(self.stores, _OP)  # the version this epoch reads
+            files = self.files_for(stamps)
             whole = self.hold_whole()
             for w in range(span.w0, span.w_last + 1):
-                yield epoch, w, span.windows[w], stamps, whole, span
+                yield epoch, w, span.windows[w], stamps, files, whole, span
 
 
 def _cut_window(pieces: tuple, order, epoch: int, w: int, size: int, span: "_Span",
@@ -1138,7 +1177,7 @@ class _Slot:
                         and isinstance(a, DiskArray) and reads_runs(a._store())):
                     tasks.append(pool.track(process.submit(  # type: ignore[union-attr]
                         a._store(), starts[group], stops[group], buf[lo:hi], self._shared[i],
-                        stamps, _OP)))
+                        stamps, _OP, files)))
                 else:
                     # (a resident array's take waits for its whole read, begun before)
                     tasks.append(pool.submit(_read_runs, a if held_whole is None else held_whole,

@@ -28,6 +28,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from jask.base import counters, forks
+from jask.store.tiles import OpenFiles
 
 #: the child's program: the working folder left off its path (a file there could
 #: shadow a module), and jask's package entered without running its ``__init__``,
@@ -100,7 +101,7 @@ class ReaderProcess:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, tuple[Future, OpenFiles]] = {}
         self._lock = forks.lock()  # the pending futures, the child's stdin
         self._ids = itertools.count()
         self.ended = threading.Event()
@@ -113,6 +114,26 @@ class ReaderProcess:
     def pid(self) -> int:
         return self._proc.pid
 
+    def stalled(self, waited: float) -> str | None:
+        """What to tell a consumer that has waited ``waited`` seconds for a batch
+        while this child has reads not done: its pid and state (Linux: a
+        stopped child's reads wait for it to be continued); None where it has
+        none left to do, or has ended."""
+        with self._lock:
+            if not self._pending or self.ended.is_set():
+                return None
+        state = process_state(self.pid)
+        how = {"T": "is stopped (SIGSTOP; state T): its reads wait until it is continued "
+                    "(kill -CONT {pid})",
+               "t": "is stopped by a debugger (state t): its reads wait until it goes on",
+               "D": "waits on its disk (state D: a slow or hung mount?)",
+               "Z": "has ended (state Z)"}.get(
+            state or "", f"is running (state {state}): its reads are slow" if state
+            else "has reads not done after all this time")
+        return (f"jask.batches: no batch for {waited:.0f} s: its reading process "
+                f"(pid {self.pid}) {how.format(pid=self.pid)}. Ctrl-C or leaving the loop "
+                "ends it; the next iteration starts another.")
+
     def kill_after(self, seconds: float | None = None) -> threading.Timer:
         """Kill the child unless the timer returned is cancelled within
         ``seconds`` (:data:`END_WAIT_S`): its reads then fail, and no wait on them lasts forever
@@ -123,10 +144,13 @@ class ReaderProcess:
         return timer
 
     def submit(self, store, starts: np.ndarray, stops: np.ndarray, into: np.ndarray,
-               window: SharedArray, stamps: list, op: str) -> Future:
+               window: SharedArray, stamps: list, op: str, files: OpenFiles) -> Future:
         """Read runs ``starts[i]:stops[i]`` of ``store`` into ``into``, a view of
         ``window``; the future raises what the read raised (a store replaced
         meanwhile: :class:`StoreChangedError`; the child ended: ``ChildProcessError``).
+        The chunk files it read are remembered in ``files`` (:meth:`OpenFiles.seen`,
+        as the child saw them) before the future is done, so that the reader's
+        check sees them rewritten as it sees its own threads' files.
         It cannot be cancelled: the child may be writing into ``window``."""
         future: Future = Future()
         future.set_running_or_notify_cancel()
@@ -137,7 +161,7 @@ class ReaderProcess:
                 future.set_exception(_ended_error(self._proc))
                 return future
             task = next(self._ids)
-            self._pending[task] = future
+            self._pending[task] = (future, files)
             try:
                 pickle.dump((task, message), self._proc.stdin)  # type: ignore[arg-type]
                 self._proc.stdin.flush()  # type: ignore[union-attr]
@@ -151,11 +175,12 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
     """Resolve the futures of the reads ``proc`` reports done; once it ends, fail the rest."""
     try:
         while True:
-            task, error, counted = pickle.load(proc.stdout)  # type: ignore[arg-type]
+            task, error, counted, seen = pickle.load(proc.stdout)  # type: ignore[arg-type]
             if counted:  # before the future: a `jask.track` block it ends has them
                 counters.merge_drained({proc.pid: counted})
             with lock:
-                future = pending.pop(task)
+                future, files = pending.pop(task)
+            files.merge(seen)
             if error is None:
                 future.set_result(None)
             else:
@@ -169,8 +194,21 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
         ended.set()
         left = list(pending.values())
         pending.clear()
-    for future in left:
+    for future, _files in left:
         future.set_exception(_ended_error(proc))
+
+
+def process_state(pid: int) -> str | None:
+    """Process ``pid``'s state letter from ``/proc/<pid>/stat`` (R running, S
+    sleeping, D disk wait, T stopped, t traced, Z ended); None where none is
+    read (no such process, no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 1:].split()  # (its name, in parentheses, may hold spaces)
+    return fields[0].decode() if fields else None
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -323,7 +323,7 @@ def _read_rows(where, layout: ChunkLayout, index: tuple, rows: slice,
         _check_may_be_missing(where, layout, index, path)
         return None
     try:
-        _check_size(layout, index, path, fd, row * layout.chunks[0])
+        _check_size(layout, index, path, os.fstat(fd).st_size, row * layout.chunks[0])
         if callable(dest):  # a sparse store's missing chunks need no buffer
             dest = dest()
         view = dest.data.cast("B")
@@ -334,9 +334,8 @@ def _read_rows(where, layout: ChunkLayout, index: tuple, rows: slice,
     return dest
 
 
-def _check_size(layout: ChunkLayout, index: tuple, path: str, fd: int, expected: int) -> None:
-    """Refuse chunk file ``path`` (open as ``fd``) unless it holds ``expected`` bytes."""
-    size = os.fstat(fd).st_size
+def _check_size(layout: ChunkLayout, index: tuple, path: str, size: int, expected: int) -> None:
+    """Refuse chunk file ``path`` (of ``size`` bytes) unless it holds ``expected`` bytes."""
     if size != expected:
         raise layout.damaged(index, f"its file {path!r} holds {size} bytes, not {expected}")
 
@@ -514,10 +513,17 @@ class OpenFiles:
     per call (here a system call costs ~25 µs, a run's ``preadv`` about as
     much). At most :data:`MOST` files are held; past that, a call opens and
     closes its own. Safe to share between threads (``preadv`` takes its own
-    offset); a file replaced meanwhile is read as it was opened. The
-    reader's version check (:func:`jask.store.versions.check_unchanged`) reports a
-    store replaced whole (``update_``, ``jask.save``); chunk files rewritten
-    in place by another program are not seen by it, held open or not.
+    offset); a file replaced meanwhile is read as it was opened.
+
+    It also remembers each chunk file's identity when it was first opened
+    (:meth:`seen`; closing does not forget it), so that a reader sees a store
+    rewritten chunk by chunk by another program (zarr writes a chunk to a
+    temporary file and renames it over the old one), which its version
+    (:func:`jask.store.versions.check_unchanged`) does not show:
+    :meth:`changed` names the files read since its last call that were
+    rewritten since first seen (a ``stat`` each), and those first seen
+    changed at or after :attr:`since_ns` (a file's change time: the reader's
+    epoch began then, and so every file it reads is as the store held it then).
 
     Example:
       >>> files = OpenFiles()
@@ -529,7 +535,11 @@ class OpenFiles:
 
     def __init__(self) -> None:
         self._open: dict[str, int] = {}
+        self._seen: dict[str, tuple | None] = {}
+        self._read: set[str] = set()  # files read since the last check
         self._lock = threading.Lock()
+        #: a file first seen with a change time at or after this (ns) was written meanwhile
+        self.since_ns: int | None = None
 
     @property
     def full(self) -> bool:
@@ -549,11 +559,62 @@ class OpenFiles:
             self._open[path] = fd
             return True
 
+    def saw(self, path: str, info: os.stat_result | None) -> None:
+        """Remember chunk file ``path`` as ``info`` (its ``fstat`` once opened,
+        before it is read; None: there is none), unless it was seen already."""
+        if path not in self._seen:
+            self._seen.setdefault(path, _identity(info))
+
+    def were_read(self, paths) -> None:
+        """Chunk files just read (checked at the next :meth:`changed`)."""
+        with self._lock:
+            self._read.update(paths)
+
+    def seen(self) -> dict:
+        """{path: identity} of the chunk files seen (for :meth:`merge`)."""
+        return dict(self._seen)
+
+    def merge(self, seen: dict) -> None:
+        """Remember the chunk files another reader (a reading process) saw."""
+        for path, identity in seen.items():
+            self._seen.setdefault(path, identity)
+        self.were_read(seen)
+
+    def changed(self, every: bool = False) -> list[str]:
+        """The chunk files read since the last call (``every``: all seen) that
+        were rewritten, replaced, made or removed since first seen (a ``stat``
+        each), or first seen written at or after :attr:`since_ns`."""
+        with self._lock:
+            read, self._read = self._read, set()
+        paths = list(self._seen) if every else list(read)
+        out = []
+        for path in paths:
+            before = self._seen.get(path)
+            if before is not None and self.since_ns is not None and before[4] >= self.since_ns:
+                out.append(path)
+                continue
+            try:
+                now = _identity(os.stat(path))
+            except (FileNotFoundError, NotADirectoryError):
+                now = None
+            if now != before:
+                out.append(path)
+        return out
+
     def close(self) -> None:
         with self._lock:
             held, self._open = list(self._open.values()), {}
         for fd in held:
             os.close(fd)
+
+
+def _identity(info: os.stat_result | None) -> tuple | None:
+    """What tells one version of a chunk file from another: a file renamed
+    over it has another inode; one written in place, another modification
+    time (or size)."""
+    if info is None:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
@@ -607,12 +668,17 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:  # Zarr leaves chunks of only fill_value unwritten
                 _check_may_be_missing(where, layout, index, path)
+                if files is not None:
+                    files.saw(path, None)
                 out[at:ends[j - 1]] = layout.fill_value
                 at = ends[j - 1]
                 continue
         try:
             if mine:
-                _check_size(layout, index, path, fd, row * per)
+                info = os.fstat(fd)
+                _check_size(layout, index, path, info.st_size, row * per)
+                if files is not None:
+                    files.saw(path, info)
                 if files is not None and files.keep(path, fd):
                     mine = False
             into = flat[at:ends[j - 1]]
@@ -623,6 +689,8 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
             if mine:
                 os.close(fd)
         at = ends[j - 1]
+    if files is not None:
+        files.were_read(paths)  # (after their reads: a check then covers them)
     return out
 
 
@@ -709,10 +777,13 @@ def _hold_open(files: OpenFiles, layout: ChunkLayout, paths: list, chunks: list,
         except FileNotFoundError:
             continue
         try:
-            _check_size(layout, (c,) + (0,) * (len(layout.chunks) - 1), path, fd, size)
+            info = os.fstat(fd)
+            _check_size(layout, (c,) + (0,) * (len(layout.chunks) - 1), path, info.st_size,
+                        size)
         except BaseException:
             os.close(fd)
             raise
+        files.saw(path, info)
         if not files.keep(path, fd):
             os.close(fd)
 

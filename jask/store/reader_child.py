@@ -18,6 +18,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from jask.base import counters, forks
+from jask.store.tiles import OpenFiles
 from jask.store.versions import read_runs_of_version
 
 #: the child's segments mapped, the latest few (a loader reads into two windows an array)
@@ -45,9 +46,15 @@ def _window(name: str):
 
 
 def _read_into(store, starts, stops, name: str, offset: int, shape: tuple, dtype: str,
-               stamps: list, op: str) -> None:
+               stamps: list, op: str) -> dict:
+    """Read a task; the chunk files it read, as it saw them (:meth:`OpenFiles.seen`)."""
     into = np.ndarray(shape, np.dtype(dtype), buffer=_window(name), offset=offset)
-    read_runs_of_version(store, starts, stops, into, stamps, op)
+    files = OpenFiles()
+    try:
+        read_runs_of_version(store, starts, stops, into, stamps, op, files)
+    finally:
+        files.close()
+    return files.seen()
 
 
 def serve(threads: int) -> None:
@@ -61,19 +68,20 @@ def serve(threads: int) -> None:
 
     def run(task: int, message: bytes) -> None:
         error: BaseException | None = None
+        seen: dict = {}
         try:
-            _read_into(*pickle.loads(message))
+            seen = _read_into(*pickle.loads(message))
         except BaseException as err:
             error = err
         # what this read counted (and what others running beside it counted so
         # far): the parent adds it to its own, so `jask.track` sees the child's reads
         counted = counters.drain(parent)
         try:
-            report = pickle.dumps((task, error, counted))
+            report = pickle.dumps((task, error, counted, seen))
             pickle.loads(report)  # an error the parent could not rebuild: said plainly
         except Exception:
             report = pickle.dumps((task, RuntimeError(f"{type(error).__name__}: {error}"),
-                                   counted))
+                                   counted, seen))
         with written:
             out.write(report)
             out.flush()

@@ -51,9 +51,20 @@ new one. Two mechanisms stop that:
   reads compares them, and a change raises :class:`StoreChangedError`
   naming the URL before anything is published.
 
-What is not covered: writes that do not replace the folder or its metadata
-(a ``zarr`` writer writing chunks in place under ``c/``) carry no token;
-they are seen as they land (a ``to_memmap`` view first computes what reads
+* **Chunk files rewritten by another program** (a ``zarr`` writer writing
+  chunks under ``c/``: each to a temporary file renamed over the old one)
+  change neither token nor folder. A reader that checks often, over many
+  reads (a minibatch loader), passes the :class:`jask.store.tiles.OpenFiles`
+  its reads used to :func:`check_unchanged`: each chunk file's identity
+  (inode, size, modification and change times) when it was first opened is
+  compared with a ``stat`` of it now, and any difference raises
+  :class:`StoreChangedError`. (A write in place landing within the file
+  system's clock tick after the file was opened, of the same size, leaves
+  no trace: renamed-over files, zarr's, always do.)
+
+What is not covered elsewhere: writes that do not replace the folder or its
+metadata (a ``zarr`` writer writing chunks under ``c/``) carry no token for
+one op's snapshot; they are seen as they land (a ``to_memmap`` view first computes what reads
 the store: :mod:`jask.store.memmaps`). At a URL, chunk objects rewritten under unchanged
 metadata are not seen either.
 """
@@ -294,10 +305,20 @@ def stamp(stores, op: str = "jask") -> list:
     return _versions(_bases(stores))
 
 
-def check_unchanged(stamps: list, op: str) -> None:
-    """Raise :class:`StoreChangedError` if a stamped store was replaced."""
+def check_unchanged(stamps: list, op: str, files: tiles.OpenFiles | None = None) -> None:
+    """Raise :class:`StoreChangedError` if a stamped store was replaced, or
+    (with ``files``, the :class:`jask.store.tiles.OpenFiles` its reads used)
+    a chunk file read was rewritten since it was first read: another program
+    writing the store chunk by chunk (a ``stat`` of each file seen)."""
     for path, before in stamps:
         location_of(path).check_version(before, op)
+    changed = files.changed() if files is not None else []
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise StoreChangedError(
+            f"{op}: the chunk file {changed[0]!r}{more} was rewritten by another writer "
+            "while this op read the store, so what it read could mix old and new values; "
+            "it was discarded. Run the op again once the writer is done.")
 
 
 def read_runs_of_version(store, starts, stops, into, stamps: list, op: str,
@@ -309,7 +330,7 @@ def read_runs_of_version(store, starts, stops, into, stamps: list, op: str,
         tiles.read_runs(store, starts, stops, into, files)
     except Exception as err:
         try:
-            check_unchanged(stamps, op)
+            check_unchanged(stamps, op, files)
         except StoreChangedError as changed:
             raise changed from err
         raise
