@@ -616,6 +616,8 @@ class _Feeder:
         windows, sizes, w0, offset = span.windows, span.sizes, span.w0, span.offset
         slots = self.slots
         pending: dict = {}
+        # each window's order drawn into one buffer (its batches copy their rows out)
+        orders = np.empty(max(sizes[w0:], default=0), np.int64)
 
         # in order, the first window is read in pieces of a batch: its first batch
         # comes after a fraction of the window's reads (shuffled, a batch takes rows
@@ -641,7 +643,7 @@ class _Feeder:
             if b >= total:
                 break
             slot = slots[w % SLOTS]
-            order = plan.window_order(epoch, w, sizes[w])  # while the window is read
+            order = plan.window_order_into(epoch, w, orders[:sizes[w]])  # while it is read
             # a batch waits only for the reads of the rows it takes: in order, the first
             # window's first batches come once their rows are read, not the whole window
             reads = _Reads(pending.pop(w), slot.task_rows, stamps)
@@ -650,7 +652,7 @@ class _Feeder:
                 need = B - (len(carry[0]) if carry else 0)
                 take = order[pos:pos + need]
                 reads.wait_for(take, before=self._hand_cut)
-                parts = [np.take(buf, take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
+                parts = [buf.take(take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
                 pos += len(take)
                 if carry:
                     parts = [np.concatenate([c, p]) for c, p in zip(carry, parts)]
