@@ -99,6 +99,10 @@ RUN_BYTES = 2**17
 RUN_WINDOW_BYTES = 2**26
 #: Batches cut and placed on the device ahead of the step, by default.
 DEFAULT_PREFETCH = 2
+#: Batches a host feed hands its consumer at once (at most ``prefetch``): a queue
+#: handoff per batch cost the loader's 2 cores more CPU than the handing over of
+#: a list per two.
+HAND_BATCHES = 2
 
 #: Windows a device feed holds on the device at most: one being copied (its
 #: pieces, and their join inside the program that cuts it), its batches, those
@@ -527,7 +531,14 @@ class _Feeder:
         self.plan = loader.plan
         self.first = (epoch, batch)
         self.last = last
-        self.ready: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
+        #: batches are handed over :attr:`group` at a time, a list per queue item (a
+        #: handoff wakes the consumer: a thread switch each); what is cut ahead stays
+        #: ``2 * prefetch + 2`` batches at most (:func:`_fit`): ``group`` in the list
+        #: being filled, in each queued list and in the consumer's (the one it yields)
+        self.group = min(HAND_BATCHES, loader.prefetch)
+        self.ready: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch - self.group + 1))
+        self.cut: list = []  # the cutter's batches not handed over yet
+        self.handing: list = []  # the consumer's batches handed over, reversed
         self.stopping = threading.Event()
         self.pool = _Tasks(loader._reading_pool(), loader._reading_process())
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
@@ -603,9 +614,14 @@ class _Feeder:
                     warnings.warn(said, RuntimeWarning, stacklevel=4)
 
     def get(self):
+        if self.handing:
+            return self.handing.pop()
         item = self.take(self.ready)
         if isinstance(item, BaseException):
             raise item
+        if isinstance(item, list):
+            self.handing = item[::-1]
+            return self.handing.pop()
         return item
 
     def stop(self) -> None:
@@ -616,7 +632,22 @@ class _Feeder:
             files.close()
 
     def _put(self, item) -> bool:
+        """Hand over ``item`` and the batches cut before it."""
+        if not self._hand_cut():
+            return False
         return _put_unless(self.ready, item, self.stopping, self.release_files)
+
+    def _put_batch(self, item) -> bool:
+        """Hand over batch ``item`` once :attr:`group` batches are cut."""
+        self.cut.append(item)
+        return len(self.cut) < self.group or self._hand_cut()
+
+    def _hand_cut(self) -> bool:
+        """Hand over the batches cut (before a wait on reads, and at the end)."""
+        if not self.cut:
+            return True
+        cut, self.cut = self.cut, []
+        return _put_unless(self.ready, cut, self.stopping, self.release_files)
 
     def release_files(self) -> None:
         """Close the chunk files held open, once the reads in flight are done
@@ -649,6 +680,8 @@ class _Feeder:
         windows, sizes, w0, offset = span.windows, span.sizes, span.w0, span.offset
         slots = self.slots
         pending: dict = {}
+        # each window's order drawn into one buffer (its batches copy their rows out)
+        orders = np.empty(max(sizes[w0:], default=0), np.int64)
 
         # in order, the first window is read in pieces of a batch: its first batch
         # comes after a fraction of the window's reads (shuffled, a batch takes rows
@@ -674,7 +707,7 @@ class _Feeder:
             if b >= total:
                 break
             slot = slots[w % SLOTS]
-            order = plan.window_order(epoch, w, sizes[w])  # while the window is read
+            order = plan.window_order_into(epoch, w, orders[:sizes[w]])  # while it is read
             # a batch waits only for the reads of the rows it takes: in order, the first
             # window's first batches come once their rows are read, not the whole window
             reads = _Reads(pending.pop(w), slot.task_rows, stamps, files)
@@ -682,8 +715,8 @@ class _Feeder:
             while pos < sizes[w] and b < total:
                 need = B - (len(carry[0]) if carry else 0)
                 take = order[pos:pos + need]
-                reads.wait_for(take)
-                parts = [np.take(buf, take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
+                reads.wait_for(take, before=self._hand_cut)
+                parts = [buf.take(take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
                 pos += len(take)
                 if carry:
                     parts = [np.concatenate([c, p]) for c, p in zip(carry, parts)]
@@ -691,9 +724,11 @@ class _Feeder:
                 if len(parts[0]) < B and w + 1 < len(windows):
                     carry = parts  # the batch goes on into the next window
                     break
-                if not self._put((epoch, b, self._deliver(parts))):
+                if not self._put_batch((epoch, b, self._deliver(parts))):
                     return False
                 b += 1
+            if not self._hand_cut():  # (the next window's order is drawn meanwhile)
+                return False
             reads.wait_for(None)  # (drop_last may leave rows unread by any batch)
             submit(w + SLOTS)  # the slot of window w is free again
         for work in pending.values():  # windows past the last batch (drop_last): the next
@@ -702,7 +737,7 @@ class _Feeder:
         if carry and b < total:
             if not self._put((epoch, b, self._deliver(carry))):
                 return False
-        return True
+        return self._hand_cut()
 
     def _deliver(self, parts: list) -> tuple:
         if self.loader._device is None:
@@ -723,9 +758,10 @@ class _Reads:
         self._files = files
         self._checked: set[int] = set()  # the tasks done before the latest check began
 
-    def wait_for(self, take: np.ndarray | None) -> None:
+    def wait_for(self, take: np.ndarray | None, before=None) -> None:
         """Wait for the reads of the rows ``take`` (positions in the window;
-        None: all), raising what a read raised."""
+        None: all), raising what a read raised; ``before()`` is called first
+        where one of them is not done yet."""
         if not self._left:
             return
         if take is None or not len(take):
@@ -735,6 +771,8 @@ class _Reads:
         waited = [t for t in self._left if t[0][0] < hi and t[0][1] > lo]
         if not waited:
             return
+        if before is not None and not all(future.done() for _, _, future in waited):
+            before()
         for _, _, future in waited:
             future.result()
         done = {i for _, i, _ in waited}

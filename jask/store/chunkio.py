@@ -32,6 +32,7 @@ these paths a store takes and what a read of it holds.
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import math
 import mmap
@@ -69,6 +70,15 @@ ZARR_GROUP_BYTES = 2**20
 def _chunk_file(layout: ChunkLayout, index: tuple) -> str:
     """The path of chunk ``index``'s file (or of the shard file holding it)."""
     return os.path.join(layout.root, *layout.encode_key(index).split("/"))
+
+
+@functools.lru_cache(maxsize=2**16)
+def _row_chunk_file(root: str, encode_key: Callable[[tuple], str], ndim: int, row: int) -> str:
+    """:func:`_chunk_file` of chunk ``(row, 0, ...)``, remembered: a loader's
+    :func:`read_runs` calls name each chunk row's file once per window, and
+    building the path cost as much as a run's read (the layout's ``root``
+    and ``encode_key`` name the file; the function is held, never compared)."""
+    return os.path.join(root, *encode_key((row,) + (0,) * (ndim - 1)).split("/"))
 
 
 def link_chunks_except(where, staging: str, written: tuple) -> bool:
@@ -651,7 +661,8 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
     # worked out once for the whole call, as plain ints: the reading threads hold the
     # GIL for it, and the thread cutting batches waits for it after each take
     chunks = chunk_of[bounds[:-1]].tolist()
-    paths = [_chunk_file(layout, (c,) + (0,) * (len(layout.chunks) - 1)) for c in chunks]
+    paths = [_row_chunk_file(layout.root, layout.encode_key, len(layout.chunks), c)
+             for c in chunks]
     spans = _spans(chunk_of, starts, stops, bounds, per)
     if files is not None:
         _hold_open(files, layout, paths, chunks, row * per)
