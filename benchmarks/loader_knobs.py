@@ -9,7 +9,8 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]``; prints a
-markdown table.
+markdown table, after what JAX alone does with the same steps and bytes
+(``--floor-only``: only that).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 from benchmarks import loader_device as ld
 
@@ -31,12 +33,65 @@ SETTINGS = [
 ]
 
 
+def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
+              in_flight: int = 8, repeat: int = 3) -> dict:
+    """What JAX alone does with the same work, no jask: ``n_steps`` MLP
+    steps on batches already on the device; ``nbytes`` put on the device in
+    ``piece``-byte ``device_put`` calls from reused host buffers,
+    ``in_flight`` at a time (as the loader's pieces are); and both at once,
+    from two threads. Medians of ``repeat`` (seconds). A loader cannot feed
+    an epoch faster than "both"."""
+    import threading
+
+    import jax
+    import numpy as np
+    step, params, state = ld.mlp(device)
+    rng = np.random.default_rng(1)
+    held = [jax.device_put((rng.standard_normal((ld.BATCH, ld.COLS), dtype=np.float32),
+                            (rng.random(ld.BATCH) > 0.5).astype(np.float32)), device)
+            for _ in range(4)]
+    jax.block_until_ready(step(params, state, *held[0]))
+    host = [np.ones(piece // 4, np.float32) for _ in range(in_flight)]
+    jax.block_until_ready(jax.device_put(host[0], device))
+
+    def steps() -> None:
+        p, s, v = params, state, None
+        for i in range(n_steps):
+            p, s, v = step(p, s, *held[i % 4])
+        jax.block_until_ready(v)
+
+    def puts() -> None:
+        flying: list = []
+        for i in range(-(-nbytes // piece)):
+            if len(flying) == in_flight:
+                jax.block_until_ready(flying.pop(0))
+            flying.append(jax.device_put(host[i % in_flight], device))
+        jax.block_until_ready(flying)
+
+    def both() -> None:
+        t = threading.Thread(target=puts)
+        t.start()
+        steps()
+        t.join()
+
+    out = {}
+    for name, fn in [("steps", steps), ("puts", puts), ("both", both)]:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.loader_knobs")
     p.add_argument("--gib", type=float, default=1.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeat", type=int, default=2, help="epochs timed per measure")
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
+    p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     args = p.parse_args(argv)
     import jax
 
@@ -46,6 +101,11 @@ def main(argv=None) -> int:
     device = jax.devices()[0]
     paths = ld.prepare(args.data_dir, args.gib)
     steps = ld.steps_alone(device, paths["rows"] // ld.BATCH, args.repeat)
+    floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH)
+    print("jax alone (no jask): " + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()),
+          flush=True)
+    if args.floor_only:
+        return 0
     got: dict = {}
     for _ in range(args.rounds):
         for name, piece, interval in SETTINGS:
@@ -58,8 +118,9 @@ def main(argv=None) -> int:
                 print(f"{name} shuffle={shuffle}: alone {alone:.3f} s, fed {fed:.3f} s",
                       flush=True)
     sys.setswitchinterval(0.005)
-    print(f"\n{args.gib} GiB, {device.device_kind}; steps alone {steps:.3f} s; medians of "
-          f"{args.rounds} rounds\n")
+    print(f"\n{args.gib} GiB, {device.device_kind}; steps alone {steps:.3f} s; JAX alone "
+          f"(no jask) puts {floor['puts']:.3f} s, puts and steps at once {floor['both']:.3f} s; "
+          f"medians of {args.rounds} rounds\n")
     print("| setting | order | loader alone s | fed s | fed / max(steps, loader) |\n"
           "|---|---|---|---|---|")
     for (name, shuffle), runs in got.items():
