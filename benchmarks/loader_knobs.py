@@ -1,6 +1,7 @@
 """The fed epoch of ``jask.batches(..., device=d)`` (issue 44) with the
 loader's knobs set between rounds: the bytes of a ``device_put`` piece
-(``jask.api.batches.TRANSFER_BYTES``) and the interpreter's switch interval
+(``jask.api.batches.TRANSFER_BYTES``), the reading threads (``--knobs
+threads``: ``DEFAULT_THREADS``, in the reading child) and the interpreter's switch interval
 (``sys.setswitchinterval``: how long a thread holding the GIL keeps it while
 another waits, 5 ms by default; the consumer's step dispatches wait behind
 the stager's and the reading child's collector threads). Each setting: the
@@ -8,7 +9,7 @@ loader alone and fed to the MLP step of benchmarks/loader_device.py, shuffled
 and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
-Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]``; prints a
+Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2] [--knobs pieces|threads]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -23,14 +24,22 @@ import time
 
 from benchmarks import loader_device as ld
 
-#: (name, transfer piece bytes, switch interval s) in the order measured
-SETTINGS = [
-    ("default (32 MiB pieces, 5 ms)", 32 * 2**20, 0.005),
-    ("16 MiB pieces", 16 * 2**20, 0.005),
-    ("8 MiB pieces", 8 * 2**20, 0.005),
-    ("switch interval 0.5 ms", 32 * 2**20, 0.0005),
-    ("8 MiB pieces, 0.5 ms", 8 * 2**20, 0.0005),
-]
+#: (name, transfer piece bytes, switch interval s, reading threads) in the order measured
+SETTINGS = {
+    "pieces": [
+        ("default (32 MiB pieces, 5 ms)", 32 * 2**20, 0.005, 8),
+        ("16 MiB pieces", 16 * 2**20, 0.005, 8),
+        ("8 MiB pieces", 8 * 2**20, 0.005, 8),
+        ("switch interval 0.5 ms", 32 * 2**20, 0.0005, 8),
+        ("8 MiB pieces, 0.5 ms", 8 * 2**20, 0.0005, 8),
+    ],
+    "threads": [
+        ("8 reading threads (default)", 32 * 2**20, 0.005, 8),
+        ("12 reading threads", 32 * 2**20, 0.005, 12),
+        ("16 reading threads", 32 * 2**20, 0.005, 16),
+        ("4 reading threads", 32 * 2**20, 0.005, 4),
+    ],
+}
 
 
 def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
@@ -91,6 +100,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeat", type=int, default=2, help="epochs timed per measure")
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
+    p.add_argument("--knobs", choices=sorted(SETTINGS), default="pieces",
+                   help="which settings: device_put pieces and switch interval, or reading threads")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     args = p.parse_args(argv)
     import jax
@@ -108,9 +119,10 @@ def main(argv=None) -> int:
         return 0
     got: dict = {}
     for _ in range(args.rounds):
-        for name, piece, interval in SETTINGS:
+        for name, piece, interval, threads in SETTINGS[args.knobs]:
             B.TRANSFER_BYTES = piece
             sys.setswitchinterval(interval)
+            B.DEFAULT_THREADS = threads
             for shuffle in (True, False):
                 alone, _ = ld.loader_alone(paths, device, shuffle, args.repeat)
                 fed = ld.together(paths, device, shuffle, args.repeat)

@@ -331,6 +331,19 @@ def test_the_device_feed_reads_the_next_epochs_first_window_as_an_epoch_ends(
     loader.close()
 
 
+@pytest.mark.parametrize("readers, threads, expected", [
+    ("threads", None, jask.api.batches.DEFAULT_THREADS),
+    ("processes", None, jask.api.batches.CHILD_THREADS),  # (its threads share one GIL)
+    ("processes", 8, 8),
+    ("threads", 3, 3),
+])
+def test_reading_threads_by_default_and_as_asked(tmp_path, readers, threads, expected):
+    X, y, _ = _stores(tmp_path, 400, 4, 100, 100, False)
+    with jask.batches(X, y, batch_size=50, readers=readers, threads=threads) as loader:
+        assert loader.threads == expected
+        assert sorted(sum(_rows(loader), [])) == list(range(400))
+
+
 def test_the_reading_child_reads_the_next_epochs_first_window_ahead(tmp_path, device_feed):
     """As above, with the runs read by the loader's child process: the
     reads ahead are the child's, counted by ``jask.track`` in the epoch that

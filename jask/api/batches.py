@@ -74,6 +74,11 @@ LOADER_SHARE = 1 / 2
 #: Reading threads by default: this machine's disk read chunk files at 0.9 of
 #: its parallel rate with 4, 1.0 with 8 (benchmarks/minibatches.py).
 DEFAULT_THREADS = 8
+#: Reading threads by default in the reading child (``readers="processes"``): its
+#: threads share its GIL, and on a TPU v5e host a shuffled 2 GiB epoch read in 0.52-0.54 s
+#: with 4, 0.58-0.61 s with 8, 0.71 s with 16 (in order 0.23-0.25 s with any);
+#: benchmarks/RESULTS.md, "reading threads".
+CHILD_THREADS = 4
 #: What a reading thread holds besides its chunk: its own malloc arena's pages
 #: (the memory grid measured 2.1-2.4 MB above the buffers with 8 threads).
 THREAD_BYTES = 2**18
@@ -1293,7 +1298,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
       shard: ``(index, count)``: this process reads only its share of each
         epoch's chunks, disjoint from the other ``count - 1`` shards'
         (``(jax.process_index(), jax.process_count())`` on several hosts).
-      threads: reading threads (default 8); they never change the batches.
+      threads: reading threads (default 8; 4 in a reading child, whose threads
+        share its GIL); they never change the batches.
       prefetch: numpy batches cut ahead of the step (on a device, a
         window's batches are cut at once, and the next window's ahead).
       device: a ``jax.Device`` or a ``Sharding`` to place the batches on;
@@ -1416,10 +1422,17 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                          shard=(int(shard[0]), int(shard[1])))
 
     chip = _feed_target(device)
+    if readers is None:
+        readers = "processes" if _on_accelerator(device) else "threads"
+    if threads is None and readers == "processes":
+        default_threads = CHILD_THREADS
+    else:
+        default_threads = DEFAULT_THREADS
     _free_idle_loaders()  # loaders left open do not shrink this one's budget
     if buffer is not None:
         plan = plan_for(int(buffer))
-        fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip)
+        fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip,
+                                               default_threads)
     else:  # the default halves until it fits (then the order depends on the budget)
         wanted = DEFAULT_BUFFER_BATCHES * batch_size
         if runs and isinstance(lead, DiskArray):  # runs of RUN_BYTES, within a chunk
@@ -1430,7 +1443,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         while True:
             plan = plan_for(wanted)
             try:
-                fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip)
+                fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip,
+                                               default_threads)
                 break
             except BudgetError:
                 if wanted <= batch_size:
@@ -1438,8 +1452,6 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                 wanted = max(batch_size, wanted // 2)
     threads = fitted_threads
     _check_sharding(device, held_arrays, plan)
-    if readers is None:
-        readers = "processes" if _on_accelerator(device) else "threads"
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
                      prefetch, device, held, on_device, _resident(held_arrays, plan), readers)
     if state is not None:
@@ -1596,9 +1608,10 @@ def _device_memory(device) -> tuple[int | None, str]:
 
 
 def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
-         device=None) -> tuple[int, int, int]:
-    """The reading threads, the bytes the loader holds on the host and those
-    it holds on ``device`` (a device feed; else 0).
+         device=None, default_threads: int = DEFAULT_THREADS) -> tuple[int, int, int]:
+    """The reading threads (``threads``, else at most ``default_threads``), the
+    bytes the loader holds on the host and those it holds on ``device`` (a
+    device feed; else 0).
 
     On the host: its two windows, a batch being cut and those ahead (each also
     as the copy made on the device), and per thread a unit being read (with
@@ -1646,7 +1659,7 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
             made = 0 if model.raw or model.direct else plan.unit * _row_bytes(a)
             per_thread = max(per_thread, extra + made)
     per_thread += THREAD_BYTES
-    wanted = threads or DEFAULT_THREADS
+    wanted = threads or default_threads
     for n in range(wanted, 0, -1):
         need = fixed + n * per_thread
         if need <= share or threads is not None:
