@@ -204,15 +204,23 @@ def mlp(device):
     return step, params, jax.device_put(opt.init(params), device)
 
 
-def steps_alone(device, n_batches: int, repeat: int) -> float:
-    """Seconds of ``n_batches`` steps on 16 batches already on the device."""
+def compiled_step(device, n_held: int) -> tuple:
+    """The MLP step, its parameters and optimizer state, and ``n_held``
+    random batches already on ``device``; the step compiled and run once."""
     import jax
     step, params, state = mlp(device)
     rng = np.random.default_rng(1)
     held = [jax.device_put((rng.standard_normal((BATCH, COLS), dtype=np.float32),
                             (rng.random(BATCH) > 0.5).astype(np.float32)), device)
-            for _ in range(16)]
+            for _ in range(n_held)]
     jax.block_until_ready(step(params, state, *held[0]))
+    return step, params, state, held
+
+
+def steps_alone(device, n_batches: int, repeat: int) -> float:
+    """Seconds of ``n_batches`` steps on 16 batches already on the device."""
+    import jax
+    step, params, state, held = compiled_step(device, 16)
     times = []
     for _ in range(repeat):
         p, s = params, state

@@ -54,12 +54,7 @@ def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
 
     import jax
     import numpy as np
-    step, params, state = ld.mlp(device)
-    rng = np.random.default_rng(1)
-    held = [jax.device_put((rng.standard_normal((ld.BATCH, ld.COLS), dtype=np.float32),
-                            (rng.random(ld.BATCH) > 0.5).astype(np.float32)), device)
-            for _ in range(4)]
-    jax.block_until_ready(step(params, state, *held[0]))
+    step, params, state, held = ld.compiled_step(device, 4)
     host = [np.ones(piece // 4, np.float32) for _ in range(in_flight)]
     jax.block_until_ready(jax.device_put(host[0], device))
 

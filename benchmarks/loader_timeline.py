@@ -25,12 +25,7 @@ def jax_only(device, n_steps: int, n_puts: int, block_bytes: int = 32 * 2**20) -
     ``block_bytes`` (reused host buffers, waited one by one, in a thread)
     alone, and of both at once."""
     import jax
-    step, params, state = ld.mlp(device)
-    rng = np.random.default_rng(1)
-    held = [jax.device_put((rng.standard_normal((ld.BATCH, ld.COLS), dtype=np.float32),
-                            (rng.random(ld.BATCH) > 0.5).astype(np.float32)), device)
-            for _ in range(4)]
-    jax.block_until_ready(step(params, state, *held[0]))
+    step, params, state, held = ld.compiled_step(device, 4)
     host = [np.ones(block_bytes // 4, np.float32) for _ in range(4)]
     jax.block_until_ready(jax.device_put(host[0], device))
 

@@ -941,14 +941,20 @@ def test_a_resident_array_is_read_whole_on_every_reading_thread(tmp_path, monkey
         np.testing.assert_array_equal(xb, x[yb])
 
 
-def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch):
+def _rows_in_chunks_of_100(tmp_path) -> tuple:
+    """1,000 x 3 float32 values, and the spec of a Zarr store of them in
+    uncompressed chunks of 100 rows (read by ``read_runs``)."""
     from jask.store import registry
-    from jask.store.tiles import OpenFiles, read_runs
     values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
     z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
                           dtype="f4", compressors=None)
     z[:] = values
-    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    return values, registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+
+
+def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch):
+    from jask.store.tiles import OpenFiles, read_runs
+    values, spec = _rows_in_chunks_of_100(tmp_path)
     opened: list = []
     real_open = os.open
     chunks = os.path.join(str(tmp_path / "a.zarr"), "c")
@@ -984,15 +990,11 @@ def test_a_calls_runs_are_all_asked_for_before_the_first_is_read_even_with_no_fi
         tmp_path, monkeypatch):
     # a loader's first window opens its files in the call: its runs were asked for only
     # once held open, so a cold disk had one run per reading thread in flight
-    from jask.store import chunkio, registry
+    from jask.store import chunkio
     from jask.store.tiles import OpenFiles, read_runs
     if not (chunkio._asks_cached and hasattr(os, "posix_fadvise")):
         pytest.skip("this system cannot say what is cached: runs are not asked for")
-    values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
-    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
-                          dtype="f4", compressors=None)
-    z[:] = values
-    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    values, spec = _rows_in_chunks_of_100(tmp_path)
     calls: list = []
     real_fadvise, real_preadv = os.posix_fadvise, os.preadv
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, n, advice: (
@@ -1236,13 +1238,8 @@ def test_runs_of_chunk_files_held_open_are_asked_for_before_they_are_read(
     """A cold disk gets every run of a call in flight at once: each run of a
     chunk file held open is advised (WILLNEED, its bytes) before the reads."""
     import jask.store.chunkio as chunkio
-    from jask.store import registry
     from jask.store.tiles import OpenFiles, read_runs
-    values = np.arange(3000, dtype=np.float32).reshape(1000, 3)
-    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 3), chunks=(100, 3),
-                          dtype="f4", compressors=None)
-    z[:] = values
-    spec = registry.spec(jask.open(str(tmp_path / "a.zarr"))._handle)
+    values, spec = _rows_in_chunks_of_100(tmp_path)
     starts, stops = np.array(starts), np.array(stops)
     files = OpenFiles()
     out = np.empty((int(np.sum(stops - starts)), 3), np.float32)
