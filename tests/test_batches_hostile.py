@@ -1,0 +1,62 @@
+"""jask.batches under a hostile user: stores changed between epochs, chunks
+missing and written later, resumes at every batch near window and epoch
+boundaries, reads failing mid-window."""
+from concurrent.futures import wait
+
+import jax
+import numpy as np
+import pytest
+import zarr
+
+import jask
+
+CPU = jax.devices("cpu")[0]
+
+
+@pytest.fixture
+def device_feed(monkeypatch):
+    monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
+
+
+def _stores(tmp_path, rows=1600, cols=4, chunk=100, written=None):
+    """X (rows x cols, x[i, 0] == 4 i) and y == arange(rows), uncompressed;
+    only X's rows ``written`` stored (the other chunks missing: fill value 0)."""
+    x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=x.shape, chunks=(chunk, cols),
+                          dtype="f4", compressors=None, fill_value=0)
+    if written is None:
+        X[:] = x
+    else:
+        X[written] = x[written]
+        rest = np.ones(rows, bool)
+        rest[written] = False
+        x[rest] = 0
+    Y = zarr.create_array(str(tmp_path / "y.zarr"), shape=(rows,), chunks=(chunk,), dtype="i8",
+                          compressors=None)
+    Y[:] = np.arange(rows)
+    return jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr")), x
+
+
+def _epoch(loader) -> list:
+    return [(np.asarray(xb), np.asarray(yb)) for xb, yb in loader]
+
+
+@pytest.mark.parametrize("readers", ["threads", "processes"])
+@pytest.mark.parametrize("change", ["rewritten", "missing chunks written"])
+def test_a_store_written_by_zarr_between_epochs_gives_the_next_epoch_its_new_values(
+        tmp_path, readers, change, device_feed):
+    """The next epoch's first window, read ahead as an epoch ends, is of the
+    version before a write between the epochs: that epoch reads it again, as
+    the host feed does, and neither raises nor hands out the old rows."""
+    written = None if change == "rewritten" else slice(0, 800)
+    X, y, x = _stores(tmp_path, written=written)
+    loader = jask.batches(X, y, batch_size=50, seed=2, buffer=200, device=CPU, readers=readers)
+    _epoch(loader)  # epoch 0; epoch 1's first window read ahead
+    wait(loader._ahead.work)
+    z = zarr.open_array(X.filename)
+    z[...] = -x - 1  # (every chunk file renamed over, or made)
+    got = _epoch(loader)
+    assert [yb.tolist() for _, yb in got] == [b.tolist() for b in loader.plan.batch_rows(1)]
+    for xb, yb in got:
+        np.testing.assert_array_equal(xb, -x[yb] - 1)
+    loader.close()
