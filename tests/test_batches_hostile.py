@@ -65,3 +65,30 @@ def test_a_store_written_by_zarr_between_epochs_gives_the_next_epoch_its_new_val
     for xb, yb in got:
         np.testing.assert_array_equal(xb, x[yb])
     loader.close()
+
+
+@pytest.mark.parametrize("readers", ["threads", "processes"])
+def test_labels_read_whole_and_written_between_epochs_are_new_in_the_whole_next_epoch(
+        tmp_path, readers, device_feed):
+    """Labels narrow beside wide features are read whole at each epoch's start
+    (not by runs): the window read ahead as an epoch ends took its labels from
+    that epoch's; labels rewritten by zarr between epochs must be the new ones
+    in every batch of the next, its first window's too."""
+    rows = 1600
+    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=(rows, 64), chunks=(400, 64),
+                          dtype="f4", compressors=None)
+    X[:] = np.repeat(np.arange(rows, dtype=np.float32)[:, None], 64, axis=1)
+    Y = zarr.create_array(str(tmp_path / "y.zarr"), shape=(rows,), chunks=(400,), dtype="i8",
+                          compressors=None)
+    Y[:] = np.arange(rows)
+    X, y = jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr"))
+    loader = jask.batches(X, y, batch_size=50, seed=2, buffer=200, device=CPU, readers=readers)
+    assert loader._resident == (False, True)  # (the case under test)
+    _epoch(loader)
+    wait(loader._ahead.work)
+    zarr.open_array(y.filename)[...] = -np.arange(rows) - 1
+    got = _epoch(loader)
+    assert len(got) == loader.plan.batches_in(1)
+    for xb, yb in got:
+        np.testing.assert_array_equal(yb, -xb[:, 0].astype(np.int64) - 1)
+    loader.close()

@@ -272,7 +272,8 @@ class _Ahead:
     window is read before any step runs (on a TPU, 0.11-0.13 s of a 0.4 s
     epoch). Used only where the next iteration begins with that window and
     the stores are still at ``stamps``, the version it was read at, and the chunk
-    files it read (``files``) unchanged since."""
+    files it read (``files``, and those of the resident arrays it took rows from:
+    ``wholes``) unchanged since."""
 
     epoch: int
     window: int
@@ -281,6 +282,7 @@ class _Ahead:
     work: list  # the reads' futures, and the order's
     order: np.ndarray
     files: OpenFiles  # the chunk files it read, as it saw them (none held open)
+    wholes: list  # the OpenFiles of the resident arrays' reads it took rows from
 
 
 class Batches:
@@ -596,13 +598,17 @@ class _Feeder:
             if i not in loader._whole:
                 loader._whole[i] = np.empty(a.shape, a.dtype)
             whole = loader._whole[i]
+            seen = OpenFiles()  # what the reads saw (a window read ahead is checked by it)
+            seen.MOST = 0       # no file held open
             step = a.chunks[0] * max(1, -(-a.shape[0] // a.chunks[0]) // loader.threads)
             cuts = np.arange(0, a.shape[0], step)
             out.append(_InMemory(whole, [
                 self.pool.submit(_read_runs, a, cuts[k:k + 1],
-                                 np.minimum(cuts[k:k + 1] + step, a.shape[0]), whole[lo:hi], [])
+                                 np.minimum(cuts[k:k + 1] + step, a.shape[0]), whole[lo:hi], [],
+                                 seen)
                 for k, (lo, hi) in enumerate(zip(cuts.tolist(),
-                                                 np.minimum(cuts + step, a.shape[0]).tolist()))]))
+                                                 np.minimum(cuts + step, a.shape[0]).tolist()))],
+                seen))
         return out
 
     def take(self, q: queue.Queue):
@@ -901,8 +907,8 @@ class _DeviceFeeder(_Feeder):
                 # (chunk files it read rewritten since, by a writer between the epochs: it
                 # is of the version before, read again, as the host feed reads every epoch)
                 if ahead is not None and (ahead.epoch, ahead.window, ahead.slot) == (
-                        epoch, w, k) and ahead.stamps == stamps and not ahead.files.changed(
-                            every=True):
+                        epoch, w, k) and ahead.stamps == stamps and not any(
+                            seen.changed(every=True) for seen in [ahead.files, *ahead.wholes]):
                     # the chunk files it read are checked with the epoch's, once copied
                     files.merge(ahead.files.seen())
                     orders[k], ahead = ahead.order, None
@@ -938,7 +944,8 @@ class _DeviceFeeder(_Feeder):
                                      seen)
                 work.append(pool.submit(plan.window_order_into, epoch, nxt.w0,
                                         order[:plan.rows_in(units)]))
-                self.loader._ahead = _Ahead(epoch, nxt.w0, stamps, k, work, order, seen)
+                self.loader._ahead = _Ahead(epoch, nxt.w0, stamps, k, work, order, seen,
+                                            [w.files for w in whole if w is not None])
 
             # the slot read ahead first: the iteration's first window is there
             for k in sorted(range(SLOTS), key=lambda k: ahead is None or k != ahead.slot):
@@ -1151,10 +1158,13 @@ def _programs(target) -> tuple:
 class _InMemory:
     """An array already in memory (numpy or jax) among a loader's arrays."""
 
-    def __init__(self, value: np.ndarray, ready: list | None = None):
+    def __init__(self, value: np.ndarray, ready: list | None = None,
+                 files: OpenFiles | None = None):
         self.value = value
         #: the reads filling ``value`` (a resident array's), waited for before a take
         self.ready = ready or []
+        #: the chunk files those reads saw
+        self.files = files
         self.shape = value.shape
         self.dtype = value.dtype
 
