@@ -336,9 +336,12 @@ def test_the_device_feed_reads_the_next_epochs_first_window_as_an_epoch_ends(
     ("processes", None, jask.api.batches.CHILD_THREADS),  # (its threads share one GIL)
     ("processes", 8, 8),
     ("threads", 3, 3),
+    ("processes compressed", None, jask.api.batches.DEFAULT_THREADS),  # (no child reads)
 ])
 def test_reading_threads_by_default_and_as_asked(tmp_path, readers, threads, expected):
-    X, y, _ = _stores(tmp_path, 400, 4, 100, 100, False)
+    compressed = readers.endswith(" compressed")
+    readers = readers.split()[0]
+    X, y, _ = _stores(tmp_path, 400, 4, 100, 100, compressed)
     with jask.batches(X, y, batch_size=50, readers=readers, threads=threads) as loader:
         assert loader.threads == expected
         assert sorted(sum(_rows(loader), [])) == list(range(400))

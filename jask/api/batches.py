@@ -348,8 +348,7 @@ class Batches:
     def _reading_process(self) -> ReaderProcess | None:
         """The child process reading runs, started at the first iteration that
         needs it and kept for the loader's life (another started if it ended)."""
-        if self.readers != "processes" or not any(
-                isinstance(a, DiskArray) and reads_runs(a._store()) for a in self._arrays):
+        if self.readers != "processes" or not _child_reads(self._arrays):
             return None
         if self._process is None or self._process.ended.is_set():
             self._process = ReaderProcess(self.threads)
@@ -1438,7 +1437,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     chip = _feed_target(device)
     if readers is None:
         readers = "processes" if _on_accelerator(device) else "threads"
-    if threads is None and readers == "processes":
+    # (where no child reads, compressed stores, the loader's threads decode: 8 of them)
+    if threads is None and readers == "processes" and _child_reads(held_arrays):
         default_threads = CHILD_THREADS
     else:
         default_threads = DEFAULT_THREADS
@@ -1471,6 +1471,12 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     if state is not None:
         loader.restore(state)
     return loader
+
+
+def _child_reads(arrays) -> bool:
+    """Whether a reading child (``readers="processes"``) reads some of
+    ``arrays``: local uncompressed stores, whose runs it reads."""
+    return any(isinstance(a, DiskArray) and reads_runs(a._store()) for a in arrays)
 
 
 def _run_rows(chunk_rows: int, target: int, most: int) -> int:
