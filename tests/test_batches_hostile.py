@@ -2,6 +2,7 @@
 missing and written later, resumes at every batch near window and epoch
 boundaries, reads failing mid-window."""
 import glob
+import time
 import os
 from concurrent.futures import wait
 
@@ -92,3 +93,29 @@ def test_labels_read_whole_and_written_between_epochs_are_new_in_the_whole_next_
     for xb, yb in got:
         np.testing.assert_array_equal(yb, -xb[:, 0].astype(np.int64) - 1)
     loader.close()
+
+
+@pytest.mark.parametrize("feed", ["host", "device"])
+@pytest.mark.parametrize("epochs", [None, 2])
+def test_a_chunk_file_written_mid_epoch_and_first_read_in_its_last_window_is_named(
+        tmp_path, epochs, feed, monkeypatch):
+    """A chunk file first read in an epoch's last window, written after the
+    epoch began: named, whether the iteration goes on into another epoch
+    (whose reads begin, and are stamped, before that window is checked) or not."""
+    if feed == "device":
+        monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
+    for trial in range(4):  # (a race: the next epoch's reads begin as the last window's)
+        X, y, x = _stores(tmp_path / str(trial), rows=4000)
+        loader = jask.batches(X, y, batch_size=10, shuffle=False, buffer=200, prefetch=1,
+                              threads=2, device=CPU, epochs=epochs)
+        it = iter(loader)
+        next(it)
+        time.sleep(0.05)  # (past the file system's clock tick since the epoch began)
+        with open(os.path.join(X.filename, "c", "39", "0"), "r+b") as f:  # read last
+            f.write(np.float32(-1).tobytes())
+        with pytest.raises(jask.StoreChangedError, match="c/39/0"):
+            for xb, yb in it:
+                assert np.all(np.asarray(xb) >= 0), "epoch 0 mixed old and new rows"
+                if int(np.asarray(yb)[0]) == 0:
+                    break  # (epoch 1 began: none was raised in epoch 0)
+        loader.close()

@@ -533,6 +533,11 @@ class _Feeder:
     """The background work of one iteration: reading windows on a thread pool
     two windows deep, and cutting their batches on one thread, a few ahead."""
 
+    #: whether each epoch reads with chunk files of its own (opened anew), not those of
+    #: the epoch before where the store is unchanged: where an epoch's first windows are
+    #: read (and its start taken) before the last of the epoch before are checked
+    files_per_epoch = False
+
     def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
         self.loader = loader
         self.plan = loader.plan
@@ -567,7 +572,8 @@ class _Feeder:
         (the same as the epoch before's, unless a store was replaced in between or
         a chunk file read was rewritten: each epoch reads one version, checked
         against what it saw as each window is read)."""
-        if stamps != self.files_stamps or self.files.changed(every=True):
+        if self.files_per_epoch or stamps != self.files_stamps or self.files.changed(
+                every=True):
             if self.files_stamps is not None:
                 self.retired.append(self.files)
                 self.files = OpenFiles()
@@ -833,6 +839,10 @@ class _DeviceFeeder(_Feeder):
     completed there. The consumer takes a window's batches at once: per batch
     the host does a list pop. The device holds at most
     :data:`DEVICE_WINDOWS` windows (:attr:`Batches.device_bytes`)."""
+
+    # (the next epoch's windows are read while this one's last are still to be checked:
+    # against this one's start, a file written meanwhile and first read there is named)
+    files_per_epoch = True
 
     def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
         super().__init__(loader, epoch, batch, last)
