@@ -119,3 +119,23 @@ def test_a_chunk_file_written_mid_epoch_and_first_read_in_its_last_window_is_nam
                 if int(np.asarray(yb)[0]) == 0:
                     break  # (epoch 1 began: none was raised in epoch 0)
         loader.close()
+
+
+@pytest.mark.parametrize("readers", ["threads", "processes"])
+def test_numpy_labels_changed_in_place_between_epochs_are_new_in_the_whole_next_epoch(
+        tmp_path, readers, device_feed):
+    """Pseudo-labels: a numpy array among the loader's arrays, written in place
+    between epochs, is the new one in every batch of the next epoch (as numpy
+    batches give it), the window read ahead as the epoch before ended too."""
+    X, _, x = _stores(tmp_path)
+    labels = np.arange(len(x))
+    loader = jask.batches(X, labels, batch_size=50, seed=2, buffer=200, device=CPU,
+                          readers=readers)
+    _epoch(loader)
+    wait(loader._ahead.work)
+    labels[:] = -labels - 1
+    got = _epoch(loader)
+    assert len(got) == loader.plan.batches_in(1)
+    for xb, yb in got:
+        np.testing.assert_array_equal(yb, -(xb[:, 0] / 4).astype(np.int64) - 1)
+    loader.close()

@@ -921,7 +921,15 @@ class _DeviceFeeder(_Feeder):
                     # the chunk files it read are checked with the epoch's, once copied
                     files.merge(ahead.files.seen())
                     orders[k], ahead = ahead.order, None
-                    pending.append((job, k, []))  # read already (checked once copied)
+                    # read already (checked once copied), but for arrays in memory, taken
+                    # again: a user's numpy array may be written in place between epochs
+                    # (pseudo-labels), and the epoch gives what it holds now
+                    starts = np.asarray(units, np.int64) * plan.unit
+                    stops = np.minimum(starts + plan.unit, plan.rows)
+                    pending.append((job, k, [
+                        self.pool.submit(_read_runs, a, starts, stops, buf, [])
+                        for a, buf in zip(slots[k].arrays, slots[k].buffers)
+                        if isinstance(a, _InMemory)]))
                     return
                 ahead = None
                 work = slots[k].fill(self.pool, self.loader.threads, units, plan, stamps,
