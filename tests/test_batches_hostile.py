@@ -139,3 +139,15 @@ def test_numpy_labels_changed_in_place_between_epochs_are_new_in_the_whole_next_
     for xb, yb in got:
         np.testing.assert_array_equal(yb, -(xb[:, 0] / 4).astype(np.int64) - 1)
     loader.close()
+
+
+def test_many_epochs_in_one_iteration_hold_one_epochs_chunk_files_open(tmp_path, device_feed):
+    X, y, x = _stores(tmp_path, rows=4000)  # 2 x 40 chunk files
+    loader = jask.batches(X, y, batch_size=100, seed=0, buffer=400, device=CPU, epochs=12)
+    before = len(os.listdir("/proc/self/fd"))
+    most = 0
+    for i, (xb, yb) in enumerate(loader):
+        if i % 10 == 0:
+            most = max(most, len(os.listdir("/proc/self/fd")) - before)
+    assert most <= 2 * 80 + 20, most  # (an epoch's and the next's: not a set per epoch)
+    loader.close()

@@ -987,6 +987,11 @@ class _DeviceFeeder(_Feeder):
                 # pool it waited behind the next window's reads, and the window's
                 # batches with it (RESULTS.md, the fed epoch's timeline)
                 check_unchanged(stamps, _OP, files)
+                if w == span.w_last and files in self.retired:
+                    # its epoch's reads are over (the next epoch's files are open by now: its
+                    # first window was submitted before this one's turn came)
+                    files.close()
+                    self.retired.remove(files)
                 # copied before the cut is dispatched: the device runs its programs in
                 # order, so a cut waiting on the copy would hold every step queued behind
                 # it (the consumer's steps of the window before); and the slot may then
