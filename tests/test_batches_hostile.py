@@ -1,9 +1,9 @@
-"""jask.batches under a hostile user: stores changed between epochs, chunks
-missing and written later, resumes at every batch near window and epoch
-boundaries, reads failing mid-window."""
+"""jask.batches under a hostile user: stores and arrays changed between
+epochs, chunks missing and written later, chunk files written mid-epoch and
+first read in its last window, many epochs in one iteration."""
 import glob
-import time
 import os
+import time
 from concurrent.futures import wait
 
 import jax
