@@ -151,3 +151,22 @@ def test_many_epochs_in_one_iteration_hold_one_epochs_chunk_files_open(tmp_path,
             most = max(most, len(os.listdir("/proc/self/fd")) - before)
     assert most <= 2 * 80 + 20, most  # (an epoch's and the next's: not a set per epoch)
     loader.close()
+
+
+def test_a_compressed_store_written_between_epochs_is_new_in_the_whole_next_epoch(
+        tmp_path, device_feed):
+    """A compressed chunk's read (by Zarr's decoder) records no chunk file to
+    check: the next epoch's first window is not read ahead, it is read anew."""
+    rows = 1600
+    x = np.repeat(np.arange(rows, dtype=np.float32)[:, None], 4, axis=1)
+    z = zarr.create_array(str(tmp_path / "X.zarr"), shape=x.shape, chunks=(100, 4), dtype="f4")
+    z[:] = x
+    X = jask.open(str(tmp_path / "X.zarr"))
+    loader = jask.batches(X, np.arange(rows), batch_size=50, seed=1, buffer=200, device=CPU)
+    _epoch(loader)
+    z[...] = -x - 1
+    got = _epoch(loader)
+    assert len(got) == loader.plan.batches_in(1)
+    for xb, yb in got:
+        np.testing.assert_array_equal(xb[:, 0], -yb - 1)
+    loader.close()

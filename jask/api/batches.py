@@ -272,8 +272,9 @@ class _Ahead:
     window is read before any step runs (on a TPU, 0.11-0.13 s of a 0.4 s
     epoch). Used only where the next iteration begins with that window and
     the stores are still at ``stamps``, the version it was read at, and the chunk
-    files it read (``files``, and those of the resident arrays it took rows from:
-    ``wholes``) unchanged since."""
+    files it read (``files``) unchanged since; the rows of arrays in memory (a
+    user's, or read whole) are taken again there. Read only where every store is
+    read by runs of its chunk files (those ``files`` names)."""
 
     epoch: int
     window: int
@@ -282,7 +283,6 @@ class _Ahead:
     work: list  # the reads' futures, and the order's
     order: np.ndarray
     files: OpenFiles  # the chunk files it read, as it saw them (none held open)
-    wholes: list  # the OpenFiles of the resident arrays' reads it took rows from
 
 
 class Batches:
@@ -603,17 +603,13 @@ class _Feeder:
             if i not in loader._whole:
                 loader._whole[i] = np.empty(a.shape, a.dtype)
             whole = loader._whole[i]
-            seen = OpenFiles()  # what the reads saw (a window read ahead is checked by it)
-            seen.MOST = 0       # no file held open
             step = a.chunks[0] * max(1, -(-a.shape[0] // a.chunks[0]) // loader.threads)
             cuts = np.arange(0, a.shape[0], step)
             out.append(_InMemory(whole, [
                 self.pool.submit(_read_runs, a, cuts[k:k + 1],
-                                 np.minimum(cuts[k:k + 1] + step, a.shape[0]), whole[lo:hi], [],
-                                 seen)
+                                 np.minimum(cuts[k:k + 1] + step, a.shape[0]), whole[lo:hi], [])
                 for k, (lo, hi) in enumerate(zip(cuts.tolist(),
-                                                 np.minimum(cuts + step, a.shape[0]).tolist()))],
-                seen))
+                                                 np.minimum(cuts + step, a.shape[0]).tolist()))]))
         return out
 
     def take(self, q: queue.Queue):
@@ -916,20 +912,22 @@ class _DeviceFeeder(_Feeder):
                 # (chunk files it read rewritten since, by a writer between the epochs: it
                 # is of the version before, read again, as the host feed reads every epoch)
                 if ahead is not None and (ahead.epoch, ahead.window, ahead.slot) == (
-                        epoch, w, k) and ahead.stamps == stamps and not any(
-                            seen.changed(every=True) for seen in [ahead.files, *ahead.wholes]):
+                        epoch, w, k) and ahead.stamps == stamps and not ahead.files.changed(
+                            every=True):
                     # the chunk files it read are checked with the epoch's, once copied
                     files.merge(ahead.files.seen())
                     orders[k], ahead = ahead.order, None
-                    # read already (checked once copied), but for arrays in memory, taken
-                    # again: a user's numpy array may be written in place between epochs
-                    # (pseudo-labels), and the epoch gives what it holds now
+                    # read already (checked once copied), but for the arrays in memory,
+                    # taken again: a resident one's rows from this epoch's read of it, a
+                    # user's numpy array's anew (either may have been written between the
+                    # epochs: labels by zarr, pseudo-labels in place)
                     starts = np.asarray(units, np.int64) * plan.unit
                     stops = np.minimum(starts + plan.unit, plan.rows)
                     pending.append((job, k, [
-                        self.pool.submit(_read_runs, a, starts, stops, buf, [])
-                        for a, buf in zip(slots[k].arrays, slots[k].buffers)
-                        if isinstance(a, _InMemory)]))
+                        self.pool.submit(_read_runs, a if held is None else held, starts,
+                                         stops, buf, [])
+                        for a, held, buf in zip(slots[k].arrays, whole, slots[k].buffers)
+                        if held is not None or isinstance(a, _InMemory)]))
                     return
                 ahead = None
                 work = slots[k].fill(self.pool, self.loader.threads, units, plan, stamps,
@@ -946,7 +944,9 @@ class _DeviceFeeder(_Feeder):
                 by the loader's reading child or pool as any window (tasks of their
                 own, not cancelled when this iteration ends) with no chunk file held
                 open (this iteration's close when it ends)."""
-                if self.loader.epochs is not None:  # no next iteration reads
+                # (no next iteration reads; a compressed store's reads see no chunk files
+                # to check: it may be rewritten between the epochs unseen)
+                if self.loader.epochs is not None or not self.loader._runs_cheap:
                     return
                 epoch = self.last + 1  # where the next iteration begins, unless restored
                 nxt = _Span(plan, epoch, 0)
@@ -961,8 +961,7 @@ class _DeviceFeeder(_Feeder):
                                      seen)
                 work.append(pool.submit(plan.window_order_into, epoch, nxt.w0,
                                         order[:plan.rows_in(units)]))
-                self.loader._ahead = _Ahead(epoch, nxt.w0, stamps, k, work, order, seen,
-                                            [w.files for w in whole if w is not None])
+                self.loader._ahead = _Ahead(epoch, nxt.w0, stamps, k, work, order, seen)
 
             # the slot read ahead first: the iteration's first window is there
             for k in sorted(range(SLOTS), key=lambda k: ahead is None or k != ahead.slot):
@@ -1180,13 +1179,10 @@ def _programs(target) -> tuple:
 class _InMemory:
     """An array already in memory (numpy or jax) among a loader's arrays."""
 
-    def __init__(self, value: np.ndarray, ready: list | None = None,
-                 files: OpenFiles | None = None):
+    def __init__(self, value: np.ndarray, ready: list | None = None):
         self.value = value
         #: the reads filling ``value`` (a resident array's), waited for before a take
         self.ready = ready or []
-        #: the chunk files those reads saw
-        self.files = files
         self.shape = value.shape
         self.dtype = value.dtype
 
