@@ -271,7 +271,10 @@ class _Ahead:
     of the epoch before, for the loader's next iteration: there an epoch's first
     window is read before any step runs (on a TPU, 0.11-0.13 s of a 0.4 s
     epoch). Used only where the next iteration begins with that window and
-    the stores are still at ``stamps``, the version it was read at."""
+    the stores are still at ``stamps``, the version it was read at, and the chunk
+    files it read (``files``) unchanged since; the rows of arrays in memory (a
+    user's, or read whole) are taken again there. Read only where every store is
+    read by runs of its chunk files (those ``files`` names)."""
 
     epoch: int
     window: int
@@ -345,8 +348,7 @@ class Batches:
     def _reading_process(self) -> ReaderProcess | None:
         """The child process reading runs, started at the first iteration that
         needs it and kept for the loader's life (another started if it ended)."""
-        if self.readers != "processes" or not any(
-                isinstance(a, DiskArray) and reads_runs(a._store()) for a in self._arrays):
+        if self.readers != "processes" or not _child_reads(self._arrays):
             return None
         if self._process is None or self._process.ended.is_set():
             self._process = ReaderProcess(self.threads)
@@ -531,6 +533,11 @@ class _Feeder:
     """The background work of one iteration: reading windows on a thread pool
     two windows deep, and cutting their batches on one thread, a few ahead."""
 
+    #: whether each epoch reads with chunk files of its own (opened anew), not those of
+    #: the epoch before where the store is unchanged: where an epoch's first windows are
+    #: read (and its start taken) before the last of the epoch before are checked
+    files_per_epoch = False
+
     def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
         self.loader = loader
         self.plan = loader.plan
@@ -565,7 +572,8 @@ class _Feeder:
         (the same as the epoch before's, unless a store was replaced in between or
         a chunk file read was rewritten: each epoch reads one version, checked
         against what it saw as each window is read)."""
-        if stamps != self.files_stamps or self.files.changed(every=True):
+        if self.files_per_epoch or stamps != self.files_stamps or self.files.changed(
+                every=True):
             if self.files_stamps is not None:
                 self.retired.append(self.files)
                 self.files = OpenFiles()
@@ -828,6 +836,10 @@ class _DeviceFeeder(_Feeder):
     the host does a list pop. The device holds at most
     :data:`DEVICE_WINDOWS` windows (:attr:`Batches.device_bytes`)."""
 
+    # (the next epoch's windows are read while this one's last are still to be checked:
+    # against this one's start, a file written meanwhile and first read there is named)
+    files_per_epoch = True
+
     def __init__(self, loader: Batches, epoch: int, batch: int, last: int):
         super().__init__(loader, epoch, batch, last)
         # one window's batches waiting beside those being handed out
@@ -897,12 +909,25 @@ class _DeviceFeeder(_Feeder):
                     return
                 epoch, w, units, stamps, files, whole, _span = job
                 last_job[:] = [job]
+                # (chunk files it read rewritten since, by a writer between the epochs: it
+                # is of the version before, read again, as the host feed reads every epoch)
                 if ahead is not None and (ahead.epoch, ahead.window, ahead.slot) == (
-                        epoch, w, k) and ahead.stamps == stamps:
+                        epoch, w, k) and ahead.stamps == stamps and not ahead.files.changed(
+                            every=True):
                     # the chunk files it read are checked with the epoch's, once copied
                     files.merge(ahead.files.seen())
                     orders[k], ahead = ahead.order, None
-                    pending.append((job, k, []))  # read already (checked once copied)
+                    # read already (checked once copied), but for the arrays in memory,
+                    # taken again: a resident one's rows from this epoch's read of it, a
+                    # user's numpy array's anew (either may have been written between the
+                    # epochs: labels by zarr, pseudo-labels in place)
+                    starts = np.asarray(units, np.int64) * plan.unit
+                    stops = np.minimum(starts + plan.unit, plan.rows)
+                    pending.append((job, k, [
+                        self.pool.submit(_read_runs, a if held is None else held, starts,
+                                         stops, buf, [])
+                        for a, held, buf in zip(slots[k].arrays, whole, slots[k].buffers)
+                        if held is not None or isinstance(a, _InMemory)]))
                     return
                 ahead = None
                 work = slots[k].fill(self.pool, self.loader.threads, units, plan, stamps,
@@ -919,7 +944,9 @@ class _DeviceFeeder(_Feeder):
                 by the loader's reading child or pool as any window (tasks of their
                 own, not cancelled when this iteration ends) with no chunk file held
                 open (this iteration's close when it ends)."""
-                if self.loader.epochs is not None:  # no next iteration reads
+                # (no next iteration reads; a compressed store's reads see no chunk files
+                # to check: it may be rewritten between the epochs unseen)
+                if self.loader.epochs is not None or not self.loader._runs_cheap:
                     return
                 epoch = self.last + 1  # where the next iteration begins, unless restored
                 nxt = _Span(plan, epoch, 0)
@@ -959,6 +986,11 @@ class _DeviceFeeder(_Feeder):
                 # pool it waited behind the next window's reads, and the window's
                 # batches with it (RESULTS.md, the fed epoch's timeline)
                 check_unchanged(stamps, _OP, files)
+                if w == span.w_last and files in self.retired:
+                    # its epoch's reads are over (the next epoch's files are open by now: its
+                    # first window was submitted before this one's turn came)
+                    files.close()
+                    self.retired.remove(files)
                 # copied before the cut is dispatched: the device runs its programs in
                 # order, so a cut waiting on the copy would hold every step queued behind
                 # it (the consumer's steps of the window before); and the slot may then
@@ -1424,7 +1456,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     chip = _feed_target(device)
     if readers is None:
         readers = "processes" if _on_accelerator(device) else "threads"
-    if threads is None and readers == "processes":
+    # (where no child reads, compressed stores, the loader's threads decode: 8 of them)
+    if threads is None and readers == "processes" and _child_reads(held_arrays):
         default_threads = CHILD_THREADS
     else:
         default_threads = DEFAULT_THREADS
@@ -1457,6 +1490,12 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     if state is not None:
         loader.restore(state)
     return loader
+
+
+def _child_reads(arrays) -> bool:
+    """Whether a reading child (``readers="processes"``) reads some of
+    ``arrays``: local uncompressed stores, whose runs it reads."""
+    return any(isinstance(a, DiskArray) and reads_runs(a._store()) for a in arrays)
 
 
 def _run_rows(chunk_rows: int, target: int, most: int) -> int:
