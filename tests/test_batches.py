@@ -960,8 +960,7 @@ def test_open_files_keep_each_chunk_file_open_across_calls(tmp_path, monkeypatch
         with pytest.raises(OSError):
             os.fstat(fd)
     opened.clear()
-    few = OpenFiles()
-    few.MOST = 1  # past it, a call opens and closes its own
+    few = OpenFiles(most=1)  # past it, a call opens and closes its own
     read(few)
     read(few)
     assert len(opened) == 1 + 2 * 2

@@ -955,8 +955,9 @@ class _DeviceFeeder(_Feeder):
                 units = nxt.windows[nxt.w0]
                 order = np.zeros(window_rows + B, np.int32)
                 pool = _Tasks(self.loader._reading_pool(), self.pool.process)
-                seen = OpenFiles()  # what it reads, to be checked where it is used;
-                seen.MOST = 0       # no file held open (nothing would close them)
+                # what it reads, to be checked where it is used; no file held open (nothing
+                # would close them)
+                seen = OpenFiles(most=0)
                 work = slots[k].fill(pool, self.loader.threads, units, plan, stamps, whole,
                                      seen)
                 work.append(pool.submit(plan.window_order_into, epoch, nxt.w0,

@@ -543,7 +543,10 @@ class OpenFiles:
     #: files held open at most (each one descriptor)
     MOST = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, most: int | None = None) -> None:
+        """``most``: files held open at most (default :data:`MOST`; 0: none,
+        what is read only recorded, for :meth:`changed`)."""
+        self._most = self.MOST if most is None else most
         self._open: dict[str, int] = {}
         self._seen: dict[str, tuple | None] = {}
         self._read: set[str] = set()  # files read since the last check
@@ -554,7 +557,7 @@ class OpenFiles:
     @property
     def full(self) -> bool:
         """Whether no more files are held."""
-        return len(self._open) >= self.MOST
+        return len(self._open) >= self._most
 
     def get(self, path: str) -> int | None:
         """The descriptor held for ``path``, or None."""
@@ -564,7 +567,7 @@ class OpenFiles:
         """Hold ``fd`` (just opened and checked) for ``path``; False where it is
         not held (the caller closes it): no room, or another thread's is."""
         with self._lock:
-            if path in self._open or len(self._open) >= self.MOST:
+            if path in self._open or len(self._open) >= self._most:
                 return False
             self._open[path] = fd
             return True
