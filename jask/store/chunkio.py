@@ -521,8 +521,8 @@ class OpenFiles:
     :meth:`close`: a reader of many short runs (``jask.batches``, a few runs
     of each chunk per call) then opens and checks each file once, not once
     per call (here a system call costs ~25 µs, a run's ``preadv`` about as
-    much). At most :data:`MOST` files are held; past that, a call opens and
-    closes its own. Safe to share between threads (``preadv`` takes its own
+    much). At most ``most`` files are held (:data:`MOST` by default); past
+    that, a call opens and closes its own. Safe to share between threads (``preadv`` takes its own
     offset); a file replaced meanwhile is read as it was opened.
 
     It also remembers each chunk file's identity when it was first opened
