@@ -56,3 +56,10 @@ def pytest_runtest_teardown(item, nextitem):
     yield
     gc.freeze()
 
+
+@pytest.fixture
+def device_feed(monkeypatch):
+    """The device feed (windows copied whole, batches gathered on the device)
+    on JAX's CPU device, which otherwise gets batches cut on the host: the
+    path an accelerator takes, tested where CI has none."""
+    monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())

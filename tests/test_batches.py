@@ -194,14 +194,6 @@ def test_device_places_batches_as_jax_arrays(tmp_path):
 CPU = jax.devices("cpu")[0]
 
 
-@pytest.fixture
-def device_feed(monkeypatch):
-    """The device feed (windows copied whole, batches gathered on the device)
-    on JAX's CPU device, which otherwise gets batches cut on the host: the
-    path an accelerator takes, tested where CI has none."""
-    monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
-
-
 def _on_host(loader) -> list:
     return [tuple(np.asarray(v) for v in batch) for batch in loader]
 

@@ -16,11 +16,6 @@ import jask
 CPU = jax.devices("cpu")[0]
 
 
-@pytest.fixture
-def device_feed(monkeypatch):
-    monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
-
-
 def _stores(tmp_path, rows=1600, cols=4, chunk=100, written=None):
     """X (rows x cols, x[i, 0] == 4 i) and y == arange(rows), uncompressed;
     only X's rows ``written`` stored (the other chunks missing: fill value 0)."""
