@@ -1,7 +1,8 @@
 """The fed epoch of ``jask.batches(..., device=d)`` (issue 44) with the
 loader's knobs set between rounds: the bytes of a ``device_put`` piece
 (``jask.api.batches.TRANSFER_BYTES``), the reading threads (``--knobs
-threads``: ``DEFAULT_THREADS``, in the reading child) and the interpreter's switch interval
+threads``: ``DEFAULT_THREADS``, in the reading child), the pieces copied at once
+(``--knobs flight``: ``PUTS_IN_FLIGHT``) and the interpreter's switch interval
 (``sys.setswitchinterval``: how long a thread holding the GIL keeps it while
 another waits, 5 ms by default; the consumer's step dispatches wait behind
 the stager's and the reading child's collector threads). Each setting: the
@@ -9,7 +10,8 @@ loader alone and fed to the MLP step of benchmarks/loader_device.py, shuffled
 and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
-Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2] [--knobs pieces|threads]``; prints a
+Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
+[--knobs pieces|threads|flight]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -24,20 +26,26 @@ import time
 
 from benchmarks import loader_device as ld
 
-#: (name, transfer piece bytes, switch interval s, reading threads) in the order measured
+#: (name, the loader's module constants set, switch interval s) in the order measured
 SETTINGS = {
     "pieces": [
-        ("default (32 MiB pieces, 5 ms)", 32 * 2**20, 0.005, 8),
-        ("16 MiB pieces", 16 * 2**20, 0.005, 8),
-        ("8 MiB pieces", 8 * 2**20, 0.005, 8),
-        ("switch interval 0.5 ms", 32 * 2**20, 0.0005, 8),
-        ("8 MiB pieces, 0.5 ms", 8 * 2**20, 0.0005, 8),
+        ("default (32 MiB pieces, 5 ms)", {}, 0.005),
+        ("16 MiB pieces", {"TRANSFER_BYTES": 16 * 2**20}, 0.005),
+        ("8 MiB pieces", {"TRANSFER_BYTES": 8 * 2**20}, 0.005),
+        ("switch interval 0.5 ms", {}, 0.0005),
+        ("8 MiB pieces, 0.5 ms", {"TRANSFER_BYTES": 8 * 2**20}, 0.0005),
     ],
     "threads": [
-        ("8 reading threads (default)", 32 * 2**20, 0.005, 8),
-        ("12 reading threads", 32 * 2**20, 0.005, 12),
-        ("16 reading threads", 32 * 2**20, 0.005, 16),
-        ("4 reading threads", 32 * 2**20, 0.005, 4),
+        ("8 reading threads", {"DEFAULT_THREADS": 8}, 0.005),
+        ("12 reading threads", {"DEFAULT_THREADS": 12}, 0.005),
+        ("16 reading threads", {"DEFAULT_THREADS": 16}, 0.005),
+        ("4 reading threads", {"DEFAULT_THREADS": 4}, 0.005),
+    ],
+    "flight": [
+        ("2 pieces in flight (default)", {"PUTS_IN_FLIGHT": 2}, 0.005),
+        ("a whole window in flight", {"PUTS_IN_FLIGHT": 64}, 0.005),
+        ("1 piece in flight", {"PUTS_IN_FLIGHT": 1}, 0.005),
+        ("4 pieces in flight", {"PUTS_IN_FLIGHT": 4}, 0.005),
     ],
 }
 
@@ -96,7 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="epochs timed per measure")
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     p.add_argument("--knobs", choices=sorted(SETTINGS), default="pieces",
-                   help="which settings: device_put pieces and switch interval, or reading threads")
+                   help="which settings: device_put pieces and switch interval, reading threads, "
+                        "or pieces in flight")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     args = p.parse_args(argv)
     import jax
@@ -107,17 +116,21 @@ def main(argv=None) -> int:
     device = jax.devices()[0]
     paths = ld.prepare(args.data_dir, args.gib)
     steps = ld.steps_alone(device, paths["rows"] // ld.BATCH, args.repeat)
-    floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH)
-    print("jax alone (no jask): " + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()),
-          flush=True)
+    for in_flight in (8, 2):
+        floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH,
+                          in_flight=in_flight)
+        print(f"jax alone (no jask), {in_flight} puts in flight: "
+              + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()), flush=True)
     if args.floor_only:
         return 0
     got: dict = {}
+    defaults = {attr: getattr(B, attr) for _, overrides, _ in SETTINGS[args.knobs]
+                for attr in overrides}
     for _ in range(args.rounds):
-        for name, piece, interval, threads in SETTINGS[args.knobs]:
-            B.TRANSFER_BYTES = piece
+        for name, overrides, interval in SETTINGS[args.knobs]:
+            for attr, value in {**defaults, **overrides}.items():
+                setattr(B, attr, value)
             sys.setswitchinterval(interval)
-            B.DEFAULT_THREADS = threads
             for shuffle in (True, False):
                 alone, _ = ld.loader_alone(paths, device, shuffle, args.repeat)
                 fed = ld.together(paths, device, shuffle, args.repeat)

@@ -117,6 +117,11 @@ DEVICE_WINDOWS = 5
 #: ``device_put`` each (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
 #: 13.8 GB/s several at once: /work/shared/design.md).
 TRANSFER_BYTES = 32 * 2**20
+#: Pieces of a window being copied to the device at once: more copy faster alone
+#: and slow the steps beside them (a TPU v5e host, 2 GiB beside an epoch of MLP
+#: steps taking 0.233 s alone: 8 at once 0.160 s alone, 0.318 s both; 2 at once
+#: 0.229 s alone, 0.255 s both: benchmarks/RESULTS.md, session 7).
+PUTS_IN_FLIGHT = 2
 #: The most batches a device feed cuts in one dispatch (a power of two of them
 #: at a time, so that a few programs serve every window): a TPU runs a small
 #: program in about 0.3 ms whatever it moves, and a window's permutation by one
@@ -981,8 +986,7 @@ class _DeviceFeeder(_Feeder):
                 # one device_put per piece: one call of a whole window held the
                 # consumer's step dispatch for its whole copy (RESULTS.md, the fed epoch)
                 order = jax.device_put(orders[k], order_target)
-                pieces = tuple(tuple(jax.device_put(piece, target) for piece in array)
-                               for array in host)
+                pieces = _put_pieces(host, target, PUTS_IN_FLIGHT)
                 # the version check here, while the pieces are copied: on the reading
                 # pool it waited behind the next window's reads, and the window's
                 # batches with it (RESULTS.md, the fed epoch's timeline)
@@ -1136,6 +1140,23 @@ def _pieces(rows: int, row_bytes: int, split: int = 1) -> list[tuple[int, int]]:
     whole = 8 * split // math.gcd(8, split)
     step = max(whole, TRANSFER_BYTES // max(1, row_bytes) // whole * whole)
     return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
+
+
+def _put_pieces(host: list, target, in_flight: int) -> tuple:
+    """Each array's host pieces (``host[i]``) put on ``target``, a
+    ``device_put`` each, at most ``in_flight`` of them not yet copied (the
+    last ones left in flight: the caller waits for them)."""
+    flying: list = []
+    out = []
+    for array in host:
+        put = []
+        for piece in array:
+            if len(flying) == in_flight:
+                flying.pop(0).block_until_ready()
+            put.append(jax.device_put(piece, target))
+            flying.append(put[-1])
+        out.append(tuple(put))
+    return tuple(out)
 
 
 def _cut_rows(pieces: tuple, order, start, length: int, count: int) -> tuple:
