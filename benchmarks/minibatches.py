@@ -7,7 +7,8 @@ on a store sorted by label, against a full shuffle.
 
 Run: ``python -m benchmarks.minibatches [--gib 2] [--repeat 3] [--data-dir D]``;
 ``--quick``: only a shuffled epoch against the raw read (cold cache,
-interleaved) and the mixing of batch label means against a full shuffle.
+interleaved, with the CPU seconds each run costs) and the mixing of batch
+label means against a full shuffle.
 Loops that read far slower than the disk (random rows from a memmap, grain's
 per-record reads) are stopped after ``--cap`` seconds and their rate is
 that of the rows they read. Prints a markdown report.
@@ -434,7 +435,9 @@ def epoch_against_raw(paths: dict, repeat: int) -> list[dict]:
     """Cold-cache rates, interleaved so that the machine's load hits all
     alike: the raw parallel read of X's chunk files (8 threads), a shuffled
     ``jask.batches`` epoch of X and y, and one in order; each after the page
-    cache is dropped. One dict of rates (MB/s of X) per repeat."""
+    cache is dropped. One dict of rates (MB/s of X) per repeat, and of the
+    CPU seconds each run cost this process (user + system, every thread: what
+    a loaded machine has to find for it) as ``"<name> cpu"``."""
     runs = []
     for _ in range(repeat):
         got = {}
@@ -442,8 +445,11 @@ def epoch_against_raw(paths: dict, repeat: int) -> list[dict]:
                          ("shuffled", lambda: jask_batches(paths, shuffle=True)),
                          ("in order", lambda: jask_batches(paths, shuffle=False))]:
             _drop_cache([paths["X"], paths["y"], paths["npy"]])
+            before = os.times()
             nbytes, seconds = fn()
+            after = os.times()
             got[name] = nbytes / seconds / 1e6
+            got[f"{name} cpu"] = (after.user - before.user) + (after.system - before.system)
         runs.append(got)
     return runs
 
@@ -489,13 +495,16 @@ def quick(args) -> None:
     print("| run | raw read of X's chunk files (8 threads) | jask.batches shuffled | in order "
           "| shuffled / raw | in order / raw |\n|---|---|---|---|---|---|")
     runs = epoch_against_raw(paths, args.repeat)
+
+    def rate(r, name):  # its MB/s and the CPU seconds the run cost
+        return f"{r[name]:.0f} MB/s, {r[name + ' cpu']:.2f} CPU s"
     for i, r in enumerate(runs):
-        print(f"| {i + 1} | {r['raw read']:.0f} MB/s | {r['shuffled']:.0f} MB/s | "
-              f"{r['in order']:.0f} MB/s | {r['shuffled'] / r['raw read']:.2f} | "
+        print(f"| {i + 1} | {rate(r, 'raw read')} | {rate(r, 'shuffled')} | "
+              f"{rate(r, 'in order')} | {r['shuffled'] / r['raw read']:.2f} | "
               f"{r['in order'] / r['raw read']:.2f} |", flush=True)
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"| median | {med['raw read']:.0f} MB/s | {med['shuffled']:.0f} MB/s | "
-          f"{med['in order']:.0f} MB/s | "
+    print(f"| median | {rate(med, 'raw read')} | {rate(med, 'shuffled')} | "
+          f"{rate(med, 'in order')} | "
           f"{statistics.median(r['shuffled'] / r['raw read'] for r in runs):.2f} | "
           f"{statistics.median(r['in order'] / r['raw read'] for r in runs):.2f} |\n")
     print("| store sorted by label (2^20 rows, 8,192-row chunks) | batch | a window's units "
