@@ -7,8 +7,10 @@ on a store sorted by label, against a full shuffle.
 
 Run: ``python -m benchmarks.minibatches [--gib 2] [--repeat 3] [--data-dir D]``;
 ``--quick``: only a shuffled epoch against the raw read (cold cache,
-interleaved, with the CPU seconds each run costs) and the mixing of batch
-label means against a full shuffle.
+interleaved, with the wall and CPU seconds each run costs) and the mixing of
+batch label means against a full shuffle. The raw read there is the plain best
+way to read what the loader reads: X's and y's chunk files whole, 8 threads,
+into buffers made before the clock starts, in a fresh process and in this one.
 Loops that read far slower than the disk (random rows from a memmap, grain's
 per-record reads) are stopped after ``--cap`` seconds and their rate is
 that of the rows they read. Prints a markdown report.
@@ -17,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
+import queue
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -78,9 +83,17 @@ def prepare(folder: str, gib: float) -> dict:
 
 # --- the readers: each returns (bytes of X delivered, seconds) ------------------------
 
+def _chunk_files(*roots: str) -> list[str]:
+    return sorted(f for root in roots
+                  for f in glob.glob(os.path.join(root, "c", "**"), recursive=True)
+                  if os.path.isfile(f))
+
+
 def raw_parallel(paths, threads=4, **_):
-    files = sorted(f for f in glob.glob(os.path.join(paths["X"], "c", "**"), recursive=True)
-                   if os.path.isfile(f))
+    """X's chunk files read whole by ``threads`` threads, each file into a fresh
+    ``bytes`` (the raw read before session 7: in a process that has run epochs,
+    the fresh 2 MiB buffers cost the read a second CPU second per 2 GiB)."""
+    files = _chunk_files(paths["X"])
 
     def one(name):
         with open(name, "rb", buffering=0) as f:
@@ -89,6 +102,50 @@ def raw_parallel(paths, threads=4, **_):
     with ThreadPoolExecutor(threads) as pool:
         total = sum(pool.map(one, files))
     return total, time.perf_counter() - start
+
+
+def raw_read(paths: dict, threads: int = 8) -> tuple[int, float, float]:
+    """The plain best way to read what the loader reads: X's and y's chunk
+    files whole, by ``threads`` threads, each into its own buffer, allocated
+    and its pages touched before the page cache is dropped and the clock
+    starts. (bytes, wall seconds, CPU seconds of the process: user + sys)."""
+    files = _chunk_files(paths["X"], paths["y"])
+    size = max(os.path.getsize(f) for f in files)
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(threads):
+        free.put(memoryview(np.ones(size, np.uint8)))  # ones, not zeros: pages written now
+    mine = threading.local()
+
+    def take_buffer():
+        mine.buf = free.get()
+
+    def one(name):
+        buf, got = mine.buf, 0
+        with open(name, "rb", buffering=0) as f:
+            while n := f.readinto(buf[got:]):
+                got += n
+        return got
+    _drop_cache([paths["X"], paths["y"]])
+    before, start = os.times(), time.perf_counter()
+    with ThreadPoolExecutor(threads, initializer=take_buffer) as pool:
+        total = sum(pool.map(one, files))
+    seconds, after = time.perf_counter() - start, os.times()
+    return total, seconds, (after.user - before.user) + (after.system - before.system)
+
+
+def raw_read_in_child(paths: dict, threads: int = 8) -> tuple[int, float, float]:
+    """``raw_read`` in a fresh Python process (no allocator state, no threads of
+    an earlier epoch); its figures are taken in the child."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import json, sys; from benchmarks.minibatches import raw_read; "
+            "print(json.dumps(raw_read(json.loads(sys.argv[1]), int(sys.argv[2]))))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(
+        {"X": paths["X"], "y": paths["y"]}), str(threads)], env=env, capture_output=True,
+        text=True, check=True)
+    total, seconds, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    return total, seconds, cpu
 
 
 def raw_best(paths, **_):
@@ -431,26 +488,37 @@ def small_slice() -> dict:
     return {"slice to numpy": whole, "read alone": alone}
 
 
+RAW_THREADS = 8
+
+
+def _timed_cold(paths: dict, fn) -> tuple[float, float]:
+    """(wall, CPU seconds of the process) of ``fn()`` after the page cache is dropped."""
+    _drop_cache([paths["X"], paths["y"], paths["npy"]])
+    before = os.times()
+    _, seconds = fn()
+    after = os.times()
+    return seconds, (after.user - before.user) + (after.system - before.system)
+
+
 def epoch_against_raw(paths: dict, repeat: int) -> list[dict]:
-    """Cold-cache rates, interleaved so that the machine's load hits all
-    alike: the raw parallel read of X's chunk files (8 threads), a shuffled
-    ``jask.batches`` epoch of X and y, and one in order; each after the page
-    cache is dropped. One dict of rates (MB/s of X) per repeat, and of the
-    CPU seconds each run cost this process (user + system, every thread: what
-    a loaded machine has to find for it) as ``"<name> cpu"``."""
+    """Cold-cache runs, interleaved so that the machine's load hits all alike,
+    each after the page cache is dropped: the raw read (``raw_read``: X's and
+    y's chunk files, 8 threads, reused buffers) in a fresh process and in this
+    one, a shuffled ``jask.batches`` epoch of X and y, one in order, and the
+    raw read before session 7 (X's files into fresh buffers, in this process).
+    One dict per repeat: name -> (wall seconds, CPU seconds user + sys of the
+    process that ran it, every thread: what a loaded machine has to find), and
+    the load average after the round."""
     runs = []
     for _ in range(repeat):
-        got = {}
-        for name, fn in [("raw read", lambda: raw_parallel(paths, 8)),
-                         ("shuffled", lambda: jask_batches(paths, shuffle=True)),
-                         ("in order", lambda: jask_batches(paths, shuffle=False))]:
-            _drop_cache([paths["X"], paths["y"], paths["npy"]])
-            before = os.times()
-            nbytes, seconds = fn()
-            after = os.times()
-            got[name] = nbytes / seconds / 1e6
-            got[f"{name} cpu"] = (after.user - before.user) + (after.system - before.system)
-        runs.append(got)
+        runs.append({
+            "raw, fresh process": raw_read_in_child(paths, RAW_THREADS)[1:],
+            "raw, this process": raw_read(paths, RAW_THREADS)[1:],
+            "shuffled": _timed_cold(paths, lambda: jask_batches(paths, shuffle=True)),
+            "in order": _timed_cold(paths, lambda: jask_batches(paths, shuffle=False)),
+            "raw, fresh buffers": _timed_cold(paths, lambda: raw_parallel(paths, RAW_THREADS)),
+            "load": os.getloadavg()[0],
+        })
     return runs
 
 
@@ -492,21 +560,36 @@ def quick(args) -> None:
     print(f"X: {paths['rows']:,} x {COLS} float32 ({args.gib} GiB), {CHUNK_ROWS}-row "
           f"uncompressed chunks, and y; batches of {BATCH}; page cache dropped before each "
           f"run; load {os.getloadavg()[0]:.1f}\n")
-    print("| run | raw read of X's chunk files (8 threads) | jask.batches shuffled | in order "
-          "| shuffled / raw | in order / raw |\n|---|---|---|---|---|---|")
+    print("| run | load | raw read, fresh process | raw read, this process | jask.batches "
+          "shuffled | in order | shuffled / raw | in order / raw |\n"
+          "|---|---|---|---|---|---|---|---|")
     runs = epoch_against_raw(paths, args.repeat)
 
-    def rate(r, name):  # its MB/s and the CPU seconds the run cost
-        return f"{r[name]:.0f} MB/s, {r[name + ' cpu']:.2f} CPU s"
+    def cell(r, name):  # wall and the CPU seconds of the run
+        return f"{r[name][0]:.2f} s, {r[name][1]:.2f} CPU s"
+
+    def ratios(r):  # the raw read's wall over the epoch's: the epoch's rate as a share of raw
+        raw = min(r["raw, fresh process"][0], r["raw, this process"][0])
+        return raw / r["shuffled"][0], raw / r["in order"][0]
     for i, r in enumerate(runs):
-        print(f"| {i + 1} | {rate(r, 'raw read')} | {rate(r, 'shuffled')} | "
-              f"{rate(r, 'in order')} | {r['shuffled'] / r['raw read']:.2f} | "
-              f"{r['in order'] / r['raw read']:.2f} |", flush=True)
-    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"| median | {rate(med, 'raw read')} | {rate(med, 'shuffled')} | "
-          f"{rate(med, 'in order')} | "
-          f"{statistics.median(r['shuffled'] / r['raw read'] for r in runs):.2f} | "
-          f"{statistics.median(r['in order'] / r['raw read'] for r in runs):.2f} |\n")
+        shuffled, in_order = ratios(r)
+        print(f"| {i + 1} | {r['load']:.1f} | {cell(r, 'raw, fresh process')} | "
+              f"{cell(r, 'raw, this process')} | "
+              f"{cell(r, 'shuffled')} | {cell(r, 'in order')} | {shuffled:.2f} | "
+              f"{in_order:.2f} |", flush=True)
+    med = {k: tuple(statistics.median(r[k][j] for r in runs) for j in (0, 1))
+           for k in runs[0] if k != "load"}
+    print(f"| median | | {cell(med, 'raw, fresh process')} | {cell(med, 'raw, this process')} | "
+          f"{cell(med, 'shuffled')} | {cell(med, 'in order')} | "
+          f"{statistics.median(ratios(r)[0] for r in runs):.2f} | "
+          f"{statistics.median(ratios(r)[1] for r in runs):.2f} |\n")
+    fresh = med["raw, fresh buffers"]
+    old_ratio = statistics.median(r["raw, fresh buffers"][0] / r["shuffled"][0] for r in runs)
+    print(f"The raw read: X's and y's chunk files whole, {RAW_THREADS} threads, each into a "
+          f"buffer of its own made before the clock starts; the ratios take the faster of its "
+          f"two runs (wall). The raw read before session 7 (X's files into fresh buffers, in "
+          f"this process after the epochs): median {fresh[0]:.2f} s, {fresh[1]:.2f} CPU s; "
+          f"shuffled / it {old_ratio:.2f}.\n")
     print("| store sorted by label (2^20 rows, 8,192-row chunks) | batch | a window's units "
           "| batch-mean deviation / a full shuffle's |\n|---|---|---|---|")
     for name, batch, units, ratio in mixing(args.data_dir):
