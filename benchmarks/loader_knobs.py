@@ -45,7 +45,6 @@ SETTINGS = {
         ("2 pieces in flight (default)", {"PUTS_IN_FLIGHT": 2}, 0.005),
         ("a whole window in flight", {"PUTS_IN_FLIGHT": 64}, 0.005),
         ("1 piece in flight", {"PUTS_IN_FLIGHT": 1}, 0.005),
-        ("4 pieces in flight", {"PUTS_IN_FLIGHT": 4}, 0.005),
     ],
 }
 
