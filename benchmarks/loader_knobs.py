@@ -42,8 +42,8 @@ SETTINGS = {
         ("4 reading threads", {"DEFAULT_THREADS": 4}, 0.005),
     ],
     "flight": [
-        ("2 pieces in flight (default)", {"PUTS_IN_FLIGHT": 2}, 0.005),
-        ("a whole window in flight", {"PUTS_IN_FLIGHT": 64}, 0.005),
+        ("a whole window in flight (default)", {"PUTS_IN_FLIGHT": None}, 0.005),
+        ("2 pieces in flight", {"PUTS_IN_FLIGHT": 2}, 0.005),
         ("1 piece in flight", {"PUTS_IN_FLIGHT": 1}, 0.005),
     ],
 }

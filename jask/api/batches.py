@@ -117,11 +117,12 @@ DEVICE_WINDOWS = 5
 #: ``device_put`` each (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
 #: 13.8 GB/s several at once: /work/shared/design.md).
 TRANSFER_BYTES = 32 * 2**20
-#: Pieces of a window being copied to the device at once: more copy faster alone
-#: and slow the steps beside them (a TPU v5e host, 2 GiB beside an epoch of MLP
-#: steps taking 0.233 s alone: 8 at once 0.160 s alone, 0.318 s both; 2 at once
-#: 0.229 s alone, 0.255 s both: benchmarks/RESULTS.md, session 7).
-PUTS_IN_FLIGHT = 2
+#: Pieces of a window being copied to the device at once (None: all of them).
+#: JAX alone, fewer at once slow the copies and hide them better behind steps
+#: (TPU v5e, 2 GiB beside MLP steps taking 0.24 s: 8 at once 0.16 s alone, 0.33 s
+#: both; 2 at once 0.22 s, 0.26 s), but the fed epoch did not follow: 1, 2 or a
+#: whole window's 8 gave the same beyond the rounds' spread (RESULTS.md, session 7).
+PUTS_IN_FLIGHT: int | None = None
 #: The most batches a device feed cuts in one dispatch (a power of two of them
 #: at a time, so that a few programs serve every window): a TPU runs a small
 #: program in about 0.3 ms whatever it moves, and a window's permutation by one
@@ -1142,16 +1143,16 @@ def _pieces(rows: int, row_bytes: int, split: int = 1) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
 
 
-def _put_pieces(host: list, target, in_flight: int) -> tuple:
+def _put_pieces(host: list, target, in_flight: int | None) -> tuple:
     """Each array's host pieces (``host[i]``) put on ``target``, a
-    ``device_put`` each, at most ``in_flight`` of them not yet copied (the
-    last ones left in flight: the caller waits for them)."""
+    ``device_put`` each, at most ``in_flight`` of them (None: any number) not
+    yet copied (the last ones left in flight: the caller waits for them)."""
     flying: list = []
     out = []
     for array in host:
         put = []
         for piece in array:
-            if len(flying) == in_flight:
+            if in_flight is not None and len(flying) == in_flight:
                 flying.pop(0).block_until_ready()
             put.append(jax.device_put(piece, target))
             flying.append(put[-1])
