@@ -458,7 +458,8 @@ class Batches:
             raise RuntimeError("restore() while the loader is being iterated")
         mine = self.state
         try:
-            theirs = {k: (list(map(int, v)) if k == "shard" else int(v)) for k, v in state.items()}
+            theirs = {k: (list(map(_whole, v)) if k == "shard" else _whole(v))
+                      for k, v in state.items()}
         except (AttributeError, TypeError, ValueError) as err:
             raise ValueError(f"not a jask.batches state: {state!r}") from err
         differ = [k for k in mine if k not in ("epoch", "batch") and theirs.get(k) != mine[k]]
@@ -466,8 +467,10 @@ class Batches:
             raise ValueError(
                 "this state is of a loader with other batches (it differs in "
                 f"{', '.join(differ) or 'epoch/batch missing'}: {theirs}, this loader: {mine})")
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if epoch < 0 or not 0 <= batch <= self.plan.batches_in(epoch):
+        epoch, batch = _whole(state["epoch"]), _whole(state["batch"])
+        if epoch < 0:
+            raise ValueError(f"state {theirs} names a negative epoch")
+        if not 0 <= batch <= self.plan.batches_in(epoch):
             raise ValueError(f"state {theirs} is past its epoch's {self.plan.batches_in(epoch)} "
                              "batches")
         self._epoch, self._batch = epoch, batch
@@ -1396,7 +1399,10 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
 
     Raises:
       ValueError: arrays of different first axes, no arrays, 0-d arrays, a
-        bad ``batch_size``/``buffer``/``shard``/``state``.
+        bad ``batch_size``/``buffer``/``shard``/``seed``/``state``, ``shuffle``
+        or ``drop_last`` not a bool.
+      TypeError: an argument not a DiskArray, numpy or jax array (a zarr
+        array: open its store with :func:`jask.open`), a masked or traced one.
       BudgetError: if the loader's buffers (two windows, the batches ahead,
         a chunk per thread) do not fit in half the budget, or its windows on
         ``device`` in a quarter of its memory, before anything is read.
@@ -1426,9 +1432,18 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     held_arrays = []
     for i, a in enumerate(arrays):
         if not isinstance(a, DiskArray):
-            if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            # (a zarr or h5py array, a dataset's lazy one: np.asarray would read it whole,
+            # unbudgeted; a masked array's mask would be dropped)
+            if (not isinstance(a, (np.ndarray, np.generic, jax.Array))
+                    or isinstance(a, np.ma.MaskedArray)):
                 raise TypeError(f"jask.batches: argument {i} is a {type(a).__name__}, not an "
-                                "array")
+                                "array: a DiskArray, numpy or jax one (open a Zarr store "
+                                "with jask.open(path); read anything else whole with "
+                                "np.asarray first, if it fits)")
+            if isinstance(a, jax.core.Tracer):
+                raise TypeError(f"jask.batches: argument {i} is traced (a loader made inside "
+                                "a jitted function): make the loader outside it, and pass "
+                                "its batches in")
             a = _InMemory(np.asarray(a))
         if not a.shape:
             raise ValueError(f"jask.batches: argument {i} is 0-d: batches are cut along a first "
@@ -1448,10 +1463,19 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
                          f"not {shard!r}")
     if epochs is not None and (not isinstance(epochs, (int, np.integer)) or epochs < 1):
         raise ValueError(f"jask.batches: epochs must be a positive int or None, not {epochs!r}")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
+    if threads is not None and not _count(threads):
         raise ValueError(f"jask.batches: threads must be a positive int, not {threads!r}")
-    if not isinstance(prefetch, int) or prefetch < 1:
+    if not _count(prefetch):
         raise ValueError(f"jask.batches: prefetch must be a positive int, not {prefetch!r}")
+    threads, prefetch = None if threads is None else int(threads), int(prefetch)
+    # (the seed a SeedSequence takes: a float was truncated, a negative one refused at the
+    # first batch)
+    if not _count(seed, least=0):
+        raise ValueError(f"jask.batches: seed must be an int >= 0, not {seed!r}")
+    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+        # (a string from a config file, "False", is true)
+        if not isinstance(flag, (bool, np.bool_)) and not (_count(flag, least=0) and flag <= 1):
+            raise ValueError(f"jask.batches: {name} must be True or False, not {flag!r}")
     batch_size = int(batch_size)
     if buffer is not None and (isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer))
                                or buffer < 1):
@@ -1513,6 +1537,20 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     if state is not None:
         loader.restore(state)
     return loader
+
+
+def _whole(v) -> int:
+    """A state's entry as an int: an int, or a 0-d integer array (numpy's, jax's: a
+    checkpoint's); else TypeError (a float would be truncated, a string parsed)."""
+    kind = np.asarray(v).dtype.kind if hasattr(v, "dtype") else None
+    if not (isinstance(v, int) and not isinstance(v, bool)) and kind not in ("i", "u"):
+        raise TypeError(f"not an int: {v!r}")
+    return int(v)
+
+
+def _count(v, least: int = 1) -> bool:
+    """Whether ``v`` is an int (Python's or numpy's, not a bool) of at least ``least``."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and bool(v >= least)
 
 
 def _child_reads(arrays) -> bool:
