@@ -7,8 +7,9 @@ on a store sorted by label, against a full shuffle.
 
 Run: ``python -m benchmarks.minibatches [--gib 2] [--repeat 3] [--data-dir D]``;
 ``--quick``: only a shuffled epoch against the raw read (cold cache,
-interleaved, with the wall and CPU seconds each run costs) and the mixing of
-batch label means against a full shuffle. The raw read there is the plain best
+interleaved, with the wall and CPU seconds each run costs), the mixing of
+batch label means against a full shuffle, and the loader's memory (what it
+states against its peak, per feed). The raw read there is the plain best
 way to read what the loader reads: X's and y's chunk files whole, 8 threads,
 into buffers made before the clock starts, in a fresh process and in this one.
 Loops that read far slower than the disk (random rows from a memmap, grain's
@@ -551,6 +552,106 @@ def _deviation(means: np.ndarray, y: np.ndarray) -> float:
     return float(np.sqrt(np.mean((means - y.mean()) ** 2)))
 
 
+#: The feeds whose memory is measured: (name, shuffle, device: None, "cpu" (batches cut
+#: on the host, put on JAX's CPU device) or "cpu feed" (the device feed an accelerator
+#: gets, its windows copied to the CPU device and cut there))
+MEMORY_FEEDS = [("numpy, shuffled", True, None), ("numpy, in order", False, None),
+                ("device=cpu, shuffled", True, "cpu"),
+                ("device feed on the CPU device, shuffled", True, "cpu feed")]
+
+
+def _status_fields(*fields: str) -> dict:
+    out = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in fields:
+                out[name] = int(rest.split()[0]) * 1024
+    return out
+
+
+def feed_memory(paths: dict, name: str) -> dict:
+    """One feed's epoch (of X and y, a fresh loader; the same loader's first
+    epoch before, closed, so that its programs are compiled and the imports
+    made): what the loader states it holds, and the peak of this process's
+    resident memory over the epoch above what it was before the loader was
+    made (sampled every 5 ms: all of it, VmRSS, and its anonymous part,
+    RssAnon, without the chunk files' pages a mapped copy touches)."""
+    import ctypes
+    import gc
+    import threading
+
+    import jax
+
+    import jask
+    import jask.api.batches as jb
+    _, shuffle, device = next(f for f in MEMORY_FEEDS if f[0] == name)
+    if device == "cpu feed":
+        jb.HOST_CUT_PLATFORMS = ()  # as on an accelerator (tests/conftest.py, device_feed)
+    target = jax.devices("cpu")[0] if device else None
+    X, y = jask.open(paths["X"]), jask.open(paths["y"])
+
+    def epoch():
+        loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=target)
+        for _xb, _yb in loader:
+            pass
+        jax.effects_barrier()
+        stated = {"host": loader.held_bytes, "device": loader.device_bytes}
+        loader.close()
+        return stated
+
+    epoch()
+    gc.collect()
+    try:  # the warm-up's freed buffers handed back, so that the epoch's own show
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    before = _status_fields("VmRSS", "RssAnon")
+    peak = dict(before)
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.005):
+            for k, v in _status_fields("VmRSS", "RssAnon").items():
+                peak[k] = max(peak[k], v)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    stated = epoch()
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    return {"feed": name, "host": stated["host"], "device": stated["device"],
+            "budget": jask.get_config().max_memory,
+            "rss": peak["VmRSS"] - before["VmRSS"], "anon": peak["RssAnon"] - before["RssAnon"],
+            "seconds": seconds}
+
+
+def loader_memory(args) -> list[dict]:
+    """:func:`feed_memory` of each of :data:`MEMORY_FEEDS`, each in a process of its own."""
+    import json
+    out = []
+    for name, _, _ in MEMORY_FEEDS:
+        run = subprocess.run([sys.executable, "-m", "benchmarks.minibatches", "--data-dir",
+                              args.data_dir, "--gib", str(args.gib), "--feed-memory", name],
+                             capture_output=True, text=True, check=True)
+        out.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def print_loader_memory(args) -> None:
+    print("| feed (X and y, batches of 1,024, a fresh loader's epoch) | stated: host "
+          "(held_bytes) | stated: device (device_bytes) | peak RSS - before | of it anonymous "
+          "(RssAnon) | budget (its loader share: half) | epoch |\n|---|---|---|---|---|---|---|")
+    mib = 2**20
+    for r in loader_memory(args):
+        print(f"| {r['feed']} | {r['host'] / mib:.1f} MiB | {r['device'] / mib:.1f} MiB | "
+              f"{r['rss'] / mib:.1f} MiB | {r['anon'] / mib:.1f} MiB | "
+              f"{r['budget'] / mib:.0f} MiB ({r['budget'] / 2 / mib:.0f}) | "
+              f"{r['seconds']:.1f} s |", flush=True)
+
+
 def quick(args) -> None:
     """``--quick``: the shuffled epoch against the raw read, cold cache,
     interleaved, and the shuffle's mixing against a full one."""
@@ -594,6 +695,8 @@ def quick(args) -> None:
           "| batch-mean deviation / a full shuffle's |\n|---|---|---|---|")
     for name, batch, units, ratio in mixing(args.data_dir):
         print(f"| {name} | {batch} | {units} | {ratio:.2f} x |", flush=True)
+    print()
+    print_loader_memory(args)
 
 
 def main(argv=None) -> None:
@@ -603,11 +706,22 @@ def main(argv=None) -> None:
     p.add_argument("--cap", type=float, default=5.0, help="seconds at most per slow loop")
     p.add_argument("--data-dir", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), ".bench_data"))
-    p.add_argument("--skip", default="", help="comma-separated: readers,training,convergence")
+    p.add_argument("--skip", default="",
+                   help="comma-separated: readers,training,convergence,memory")
     p.add_argument("--quick", action="store_true",
-                   help="only the shuffled epoch against the raw read and the mixing figure")
+                   help="only the shuffled epoch against the raw read, the mixing figure and "
+                   "the loader's memory")
+    p.add_argument("--feed-memory", metavar="FEED", help="(internal) one row of the loader's "
+                   "memory, as JSON, measured in this process")
     args = p.parse_args(argv)
     os.makedirs(args.data_dir, exist_ok=True)
+    if args.feed_memory:
+        import json
+
+        import jask
+        jask.set_memory_budget("1GB", scratch_dir=os.path.join(args.data_dir, "scratch"))
+        print(json.dumps(feed_memory(prepare(args.data_dir, args.gib), args.feed_memory)))
+        return None
     if args.quick:
         return quick(args)
     import jask
@@ -647,6 +761,9 @@ def main(argv=None) -> None:
             mean = statistics.mean(reached)
             print(f"| {name} | {', '.join(f'{r:.3f}' for r in reached)} | {mean:.3f} | "
                   f"{mean / full:.2f} x |", flush=True)
+    if "memory" not in skip:
+        print()
+        print_loader_memory(args)
 
 
 if __name__ == "__main__":

@@ -390,6 +390,42 @@ def test_the_device_feed_holds_on_the_device_at_most_what_it_states(tmp_path, de
     assert loader.held_bytes > jask.batches(X, y, batch_size=50, seed=0, buffer=400).held_bytes
 
 
+@pytest.mark.parametrize("feed", ["host feed", "device feed"])
+def test_the_host_memory_it_states_covers_its_window_orders(tmp_path, monkeypatch, feed):
+    """What the loader allocates on the host (traced: numpy's arrays, in every
+    thread) over two iterations stays within what it states: with rows of one
+    byte, a window's order (4 or 8 bytes a row: each slot's, the device feed's
+    read ahead's, and the one being drawn) outweighs the window itself."""
+    import tracemalloc
+    if feed == "device feed":
+        monkeypatch.setattr(jask.api.batches, "HOST_CUT_PLATFORMS", ())
+    rows = 2**18
+    z = zarr.create_array(str(tmp_path / "b.zarr"), shape=(rows,), chunks=(2**16,), dtype="u1",
+                          compressors=None)
+    z[:] = np.arange(rows) % 251
+    X = jask.open(str(tmp_path / "b.zarr"))
+    make = lambda: jask.batches(X, batch_size=256, seed=0, buffer=2**17, threads=1,
+                                device=CPU if feed == "device feed" else None)
+    warm = make()  # its programs compiled, and what that imports, before the trace
+    list(warm)
+    warm.close()
+    tracemalloc.start()
+    try:
+        loader = make()
+        for _ in range(2):  # the second from the window the first read ahead
+            for _batch in loader:
+                pass
+        jax.effects_barrier()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # (on the CPU device the device's part is in held_bytes too: what is traced is the host's)
+    host = loader.held_bytes - loader.device_bytes
+    assert (feed == "device feed") == (loader.device_bytes > 0)
+    assert 2**17 * 4 < peak <= host, (peak, host)
+    loader.close()
+
+
 @pytest.mark.parametrize("shuffle", [False, True], ids=["in order", "shuffled"])
 def test_the_cpu_device_gets_batches_cut_on_the_host(tmp_path, shuffle):
     """On JAX's CPU device (whose memory is the host's) batches are cut as

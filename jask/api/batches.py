@@ -11,8 +11,8 @@ batch's count of runs from the whole store and a batch mixes about as well
 as a full shuffle's; else a whole chunk row of the array with the most bytes
 per row (or a piece of one when the buffer is smaller), read and decoded once.
 
-What a loader holds (two windows, the batches ready ahead, one unit per
-reading thread) is kept out of the budget the ops get while it runs
+What a loader holds (two windows and their orders, the batches ready ahead,
+one unit per reading thread) is kept out of the budget the ops get while it runs
 (:func:`jask.base.config.holding`), and an epoch's order depends only on
 the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
 ``shard``: never on the threads, nor on the budget once ``buffer`` is given
@@ -238,12 +238,12 @@ class BatchPlan:
         """:meth:`window_order` written into ``out`` (a reused buffer: a fresh
         one is slow to touch here), the same for any integer dtype."""
         if not self.shuffle:
-            out[...] = np.arange(len(out))
+            out[...] = np.arange(len(out), dtype=out.dtype)
             return out
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, self.shard[0], w]))
         # shuffled in place: 7x faster here than sorting random keys, and a 1-d array's
         # shuffle releases the GIL too (the same swaps whatever the dtype)
-        out[...] = np.arange(len(out))
+        out[...] = np.arange(len(out), dtype=out.dtype)  # (its dtype: _order_bytes counts it)
         rng.shuffle(out)
         return out
 
@@ -1403,8 +1403,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         or ``drop_last`` not a bool.
       TypeError: an argument not a DiskArray, numpy or jax array (a zarr
         array: open its store with :func:`jask.open`), a masked or traced one.
-      BudgetError: if the loader's buffers (two windows, the batches ahead,
-        a chunk per thread) do not fit in half the budget, or its windows on
+      BudgetError: if the loader's buffers (two windows and their orders, the
+        batches ahead, a chunk per thread) do not fit in half the budget, or its windows on
         ``device`` in a quarter of its memory, before anything is read.
       TypeError: ``device`` neither a Device nor a Sharding.
       ValueError: a Sharding that cannot place every batch: a spec naming
@@ -1707,16 +1707,30 @@ def _device_memory(device) -> tuple[int | None, str]:
     return stats.get("bytes_limit"), one.platform
 
 
+def _order_bytes(plan: BatchPlan, device=None) -> int:
+    """The host bytes of the windows' orders (positions in a window): a host
+    feed's, one window's drawn into an int64 buffer (:meth:`BatchPlan.window_order_into`
+    draws it through a range of its dtype); a device feed's (``device`` given),
+    an int32 one padded by a batch per slot and one more for the next
+    epoch's first window (read ahead, held between iterations), and the
+    draws of the slots' orders, which may run at once on the reading pool."""
+    if device is None:
+        return 2 * 8 * plan.unit * plan.window
+    slot_rows = _slot_rows(plan, device)
+    return 4 * ((SLOTS + 1) * (slot_rows + plan.batch_size) + SLOTS * slot_rows)
+
+
 def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
          device=None, default_threads: int = DEFAULT_THREADS) -> tuple[int, int, int]:
     """The reading threads (``threads``, else at most ``default_threads``), the
     bytes the loader holds on the host and those it holds on ``device`` (a
     device feed; else 0).
 
-    On the host: its two windows, a batch being cut and those ahead (each also
-    as the copy made on the device), and per thread a unit being read (with
-    what its read holds besides, as :func:`jask.base.memory.read_cost` counts
-    it); fewer threads before a refusal. On the device: :data:`DEVICE_WINDOWS`
+    On the host: its two windows and their orders (:func:`_order_bytes`), a
+    batch being cut and those ahead (each also as the copy made on the device),
+    and per thread a unit being read (with what its read holds besides, as
+    :func:`jask.base.memory.read_cost` counts it, and a chunk's runs' row index);
+    fewer threads before a refusal. On the device: :data:`DEVICE_WINDOWS`
     windows with their orders and the batches ahead, within
     :data:`DEVICE_SHARE` of its memory (and in the host's budget where the
     device is the CPU); on each device of a ``NamedSharding``, its share of
@@ -1726,6 +1740,7 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
     fixed = SLOTS * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    fixed += _order_bytes(plan, device)
     fixed += sum(a.shape[0] * _row_bytes(a) for a, whole
                  in zip(arrays, _resident(arrays, plan)) if whole)
     on_device = 0
@@ -1757,6 +1772,9 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
             extra, _ = memory.read_cost(model, tile)
             # chunk files are read straight into the window; through Zarr a tile is made
             made = 0 if model.raw or model.direct else plan.unit * _row_bytes(a)
+            if reads_runs(a._store()):  # a chunk's runs copied from its mapping: their
+                # rows' index (rows_of_runs: three int64 arrays of them at once)
+                made += 3 * 8 * min(a.chunks[0], window_rows)
             per_thread = max(per_thread, extra + made)
     per_thread += THREAD_BYTES
     wanted = threads or default_threads
@@ -1768,7 +1786,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
         raise BudgetError(
             f"jask.batches: its buffers need {exact_bytes(need)}, over half the memory budget "
             f"({exact_bytes(share)}): two shuffle windows of {window_rows} rows of "
-            f"{exact_bytes(row)} and {prefetch} batches ahead ({exact_bytes(fixed)}), and "
+            f"{exact_bytes(row)} with their orders and {prefetch} batches ahead "
+            f"({exact_bytes(fixed)}), and "
             f"{n} reading thread(s) holding {exact_bytes(per_thread)} each (a chunk decoded "
             "whole where it is compressed); pass a smaller buffer= (rows) or batch_size=, "
             "fewer threads=, or raise the budget with jask.set_memory_budget")
