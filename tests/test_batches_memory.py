@@ -68,6 +68,11 @@ def _views_that_changed(loader) -> list:
 
 def test_a_view_kept_of_a_dropped_batch_never_changes(tmp_path, recycled):
     loader, _ = _loader(tmp_path)
+    with loader:
+        xb, _ = next(iter(loader))
+        # a batch put on the CPU device shares its memory: held by JAX, not copied
+        assert jax.device_put(xb, CPU).unsafe_buffer_pointer() == xb.ctypes.data
+        del xb
     assert _views_that_changed(loader) == []
 
 

@@ -24,7 +24,9 @@ batches are cut there by one compiled program (a gather permuting the window,
 then slices): the host's work per batch is a list pop, its memory the two
 windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
 The reading threads and the two host windows are the loader's, kept from
-iteration to iteration until :meth:`Batches.close`; an iteration waiting on
+iteration to iteration until :meth:`Batches.close`, and so is the memory of
+the host's numpy batches of a MiB or more, reused once nothing holds a batch
+(:class:`_BatchMemory`: fresh pages are slow to touch); an iteration waiting on
 its consumer for :data:`IDLE_RELEASE_S` closes the chunk files it holds open.
 Onto a ``NamedSharding`` over several devices a window
 is put with its rows split as the batches' (each device gets its share), and
@@ -143,6 +145,9 @@ HOST_CUT_PLATFORMS = ("cpu",)
 #: allocation is fresh pages, slow to touch (0.5-0.8 GB/s here: jask.store.buffers);
 #: below it malloc reuses what was freed. 0: never.
 RECYCLE_BYTES = MMAP_THRESHOLD
+#: The alignment of a recycled batch's memory: JAX's CPU device shares a numpy array's
+#: memory aligned so (and copies it otherwise).
+BATCH_ALIGN = 64
 #: Platforms whose loaders read with threads by default (``readers=None``); onto
 #: any other a child process reads (benchmarks/RESULTS.md: faster beside a TPU's
 #: steps, slower on a 2-core host).
@@ -1260,8 +1265,10 @@ class _BatchMemory:
         with self.lock:
             blocks = self.free.get(nbytes)
             block = blocks.pop() if blocks else None
-        if block is None:
-            block = np.empty(nbytes, np.uint8)
+        if block is None:  # (aligned as JAX's CPU device shares a host array's memory)
+            raw = np.empty(nbytes + BATCH_ALIGN, np.uint8)
+            at = -raw.ctypes.data % BATCH_ALIGN
+            block = raw[at:at + nbytes]
         owner = _owner_type(nbytes).from_buffer(block)
         weakref.finalize(owner, self._give_back, block).atexit = False
         return np.frombuffer(owner, dtype).reshape(shape)
