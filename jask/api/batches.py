@@ -24,7 +24,9 @@ batches are cut there by one compiled program (a gather permuting the window,
 then slices): the host's work per batch is a list pop, its memory the two
 windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
 The reading threads and the two host windows are the loader's, kept from
-iteration to iteration until :meth:`Batches.close`; an iteration waiting on
+iteration to iteration until :meth:`Batches.close`, and so is the memory of
+the host's numpy batches of a MiB or more, reused once nothing holds a batch
+(:class:`_BatchMemory`: fresh pages are slow to touch); an iteration waiting on
 its consumer for :data:`IDLE_RELEASE_S` closes the chunk files it holds open.
 Onto a ``NamedSharding`` over several devices a window
 is put with its rows split as the batches' (each device gets its share), and
@@ -37,6 +39,7 @@ put there.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import queue
@@ -48,6 +51,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +63,7 @@ from jask.base import forks, memory
 from jask.base.memory import BudgetError
 from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
+from jask.engine.execute import MMAP_THRESHOLD
 from jask.store.space import check_unchanged, stamp
 from jask.store.tiles import OpenFiles, read_model, reads_runs, rows_of_runs
 from jask.store.versions import held, read_runs_of_version
@@ -131,11 +136,19 @@ CUT_BATCHES = 64
 #: The most of a device's memory a loader keeps for its windows and batches.
 DEVICE_SHARE = 1 / 4
 #: Platforms whose device memory is the host's: batches are cut there on the host,
-#: as numpy ones, and each is put on the device (a batch is a fresh array, never a
-#: reused buffer, so the CPU device may share its memory). Copying windows to the
-#: device and gathering there measured 4-5x slower on the CPU device
+#: as numpy ones, and each is put on the device (a batch's memory is reused only once
+#: nothing holds the batch, :class:`_BatchMemory`: the CPU device may share it).
+#: Copying windows to the device and gathering there measured 4-5x slower on the CPU device
 #: (benchmarks/RESULTS.md, the loader), and would count a few windows twice.
 HOST_CUT_PLATFORMS = ("cpu",)
+#: The bytes from which a host feed's batch of an array is cut into recycled memory
+#: (:class:`_BatchMemory`): from glibc's mmap threshold, pinned by jask, each fresh
+#: allocation is fresh pages, slow to touch (0.5-0.8 GB/s here: jask.store.buffers);
+#: below it malloc reuses what was freed. 0: never.
+RECYCLE_BYTES = MMAP_THRESHOLD
+#: The alignment of a recycled batch's memory: JAX's CPU device shares a numpy array's
+#: memory aligned so (and copies it otherwise).
+BATCH_ALIGN = 64
 #: Platforms whose loaders read with threads by default (``readers=None``); onto
 #: any other a child process reads (benchmarks/RESULTS.md: faster beside a TPU's
 #: steps, slower on a 2-core host).
@@ -345,6 +358,8 @@ class Batches:
         #: the next epoch's first window, read into a host slot at the end of a device
         #: feed's epoch for the next iteration (:class:`_Ahead`)
         self._ahead: _Ahead | None = None
+        #: a host feed's batches' memory, recycled, kept with the host windows
+        self._batch_memory: _BatchMemory | None = None
 
     def _reading_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -367,9 +382,16 @@ class Batches:
             self._slots = [_Slot(self._arrays, rows) for _ in range(SLOTS)]
             self._release_kept()
             row = sum(_row_bytes(a) for a in self._arrays)
-            self._kept_bytes = min(self.held_bytes, SLOTS * rows * row + sum(
+            kept = SLOTS * rows * row + sum(
                 a.shape[0] * _row_bytes(a) for a, whole in zip(self._arrays, self._resident)
-                if whole))
+                if whole)
+            if not self.device_bytes:  # a host feed: its batches' recycled memory too
+                ahead = 2 * self.prefetch + 2
+                self._batch_memory = _BatchMemory(ahead)
+                kept += ahead * self.plan.batch_size * sum(
+                    _row_bytes(a) for a in self._arrays
+                    if RECYCLE_BYTES and self.plan.batch_size * _row_bytes(a) >= RECYCLE_BYTES)
+            self._kept_bytes = min(self.held_bytes, kept)
             self._kept = weakref.finalize(self, _config.hold(self._kept_bytes))
         return self._slots
 
@@ -389,6 +411,9 @@ class Batches:
         # its slot goes with the others, not waited for: its reads hold the buffers they
         # write (a stuck child's would hold the idle timer, and _idle_lock, for ever)
         self._ahead = None
+        if self._batch_memory is not None:
+            self._batch_memory.close()
+            self._batch_memory = None
         if self._kept is not None:
             self._kept()
             self._kept, self._kept_bytes = None, 0
@@ -701,6 +726,8 @@ class _Feeder:
         span = _Span(plan, epoch, start)
         windows, sizes, w0, offset = span.windows, span.sizes, span.w0, span.offset
         slots = self.slots
+        batch_memory = self.loader._batch_memory
+        assert batch_memory is not None  # (made with the host slots)
         pending: dict = {}
         # each window's order drawn into one buffer (its batches copy their rows out)
         orders = np.empty(max(sizes[w0:], default=0), np.int64)
@@ -738,7 +765,7 @@ class _Feeder:
                 need = B - (len(carry[0]) if carry else 0)
                 take = order[pos:pos + need]
                 reads.wait_for(take, before=self._hand_cut)
-                parts = [buf.take(take, axis=0) for buf in slot.buffers]  # (2x a fancy index)
+                parts = [batch_memory.take(buf, take) for buf in slot.buffers]  # (2x a fancy index)
                 pos += len(take)
                 if carry:
                     parts = [np.concatenate([c, p]) for c, p in zip(carry, parts)]
@@ -1211,6 +1238,64 @@ class _InMemory:
         self.ready = ready or []
         self.shape = value.shape
         self.dtype = value.dtype
+
+
+@lru_cache(maxsize=None)
+def _owner_type(nbytes: int) -> Any:
+    """A ctypes array type of ``nbytes`` bytes whose instances take weak references."""
+    return type(f"_BatchOwner{nbytes}", (ctypes.c_char * nbytes,), {})
+
+
+class _BatchMemory:
+    """Memory for a host feed's batches, recycled: pages already in place.
+
+    A batch is a view of a block owned by a ctypes object (not an ndarray:
+    numpy's base of every view of the batch, or of a view of one, stops at it,
+    and a memoryview or a JAX array sharing its memory holds the batch), so the
+    block comes back only when nothing can read it any more, once the owner
+    dies. A block the consumer keeps is never reused; of those given back, at
+    most ``keep`` of a size are kept (:func:`_fit` counts ``2 * prefetch + 2``
+    batches), the rest freed."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.free: dict[int, list[np.ndarray]] = {}
+        #: reentrant: a collection inside the lock may give a block back
+        self.lock = threading.RLock()
+
+    def empty(self, shape: tuple, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        with self.lock:
+            blocks = self.free.get(nbytes)
+            block = blocks.pop() if blocks else None
+        if block is None:  # (aligned as JAX's CPU device shares a host array's memory)
+            raw = np.empty(nbytes + BATCH_ALIGN, np.uint8)
+            at = -raw.ctypes.data % BATCH_ALIGN
+            block = raw[at:at + nbytes]
+        owner = _owner_type(nbytes).from_buffer(block)
+        weakref.finalize(owner, self._give_back, block).atexit = False
+        return np.frombuffer(owner, dtype).reshape(shape)
+
+    def _give_back(self, block: np.ndarray) -> None:
+        with self.lock:
+            blocks = self.free.setdefault(block.nbytes, [])
+            if len(blocks) < self.keep:
+                blocks.append(block)
+
+    def close(self) -> None:
+        """Free the blocks kept (those still lent are freed when their owners die)."""
+        with self.lock:
+            self.keep, self.free = 0, {}
+
+    def take(self, buf: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``buf.take(rows, axis=0)``, into a recycled block where it is of at
+        least :data:`RECYCLE_BYTES`."""
+        shape = (len(rows),) + buf.shape[1:]
+        if not RECYCLE_BYTES or math.prod(shape) * buf.itemsize < RECYCLE_BYTES:
+            return buf.take(rows, axis=0)
+        # ("clip": the rows are in the window; "raise" would take into a fresh buffer first)
+        return np.take(buf, rows, axis=0, out=self.empty(shape, buf.dtype), mode="clip")
 
 
 class _Slot:

@@ -39,7 +39,7 @@ from jask.store.buffers import scope as buffer_scope
 _blas = ThreadpoolController()
 
 
-def _fix_mmap_threshold() -> None:
+def _fix_mmap_threshold() -> int:
     """Give tile-sized buffers back to the system as soon as they are freed.
 
     glibc serves allocations above its mmap threshold with fresh pages and
@@ -52,15 +52,18 @@ def _fix_mmap_threshold() -> None:
     import ctypes
     threshold = int(os.environ.get("JASK_MMAP_THRESHOLD", 1 << 20))
     if threshold <= 0:
-        return
+        return 0
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):  # not glibc: nothing to pin
-        pass
+        return 0
+    return threshold
 
 
-_fix_mmap_threshold()
+#: The size from which every allocation is fresh memory, given back when freed
+#: (0: glibc's own threshold, which reuses what was freed).
+MMAP_THRESHOLD = _fix_mmap_threshold()
 
 
 def _trim_heap() -> None:
