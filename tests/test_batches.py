@@ -357,6 +357,64 @@ def test_the_reading_child_reads_the_next_epochs_first_window_ahead(tmp_path, de
                 np.testing.assert_array_equal(xv, x[yv])
 
 
+@pytest.mark.parametrize("readers, shuffle, rows, drop_last", [
+    ("threads", False, 1600, False), ("threads", True, 1600, False),
+    ("threads", False, 1400, True), ("threads", True, 1400, True),
+    ("threads", True, 1600, True), ("threads", False, 1400, False),
+    ("processes", True, 1600, False), ("processes", False, 1400, True),
+], ids=["in order", "shuffled", "odd, drop_last, in order", "odd, drop_last, shuffled",
+        "drop_last, shuffled", "odd, in order", "child, shuffled", "child, odd, drop_last"])
+def test_the_window_read_ahead_is_used_on_every_epoch_after_pauses(
+        tmp_path, monkeypatch, device_feed, readers, shuffle, rows, drop_last):
+    """Each epoch's iteration begins with the window the one before read
+    ahead, however long the pauses between them: a pause frees what the loader
+    keeps only :data:`KEEP_IDLE_S` after the LAST iteration ended (the release
+    timer of an iteration before freed the windows and the read ahead in the
+    pause after the next: every other epoch's first batch waited for a whole
+    window on a TPU). Here the timers fire when the test says."""
+    timers: list = []
+    real_timer = threading.Timer
+
+    class Timer:  # fired by hand, even once cancelled (it may have fired already)
+        def __init__(self, seconds, fn, args=(), kwargs=None):
+            self.fire, self.daemon = lambda: fn(*args), True
+
+        def start(self):
+            timers.append(self)
+
+        def cancel(self):
+            pass
+
+    monkeypatch.setattr(threading, "Timer", lambda seconds, fn, *a: (
+        Timer if fn is jask.api.batches._free_later else real_timer)(seconds, fn, *a))
+    X, y, x = _stores(tmp_path, rows, 4, 100, 100, False)
+    loader = jask.batches(X, y, batch_size=48, shuffle=shuffle, seed=2, buffer=200, device=CPU,
+                          drop_last=drop_last, readers=readers)
+    plan = loader.plan
+    assert len(plan.windows(0)) == rows // 200
+
+    def rows_of(epoch, windows):
+        return sum(plan.rows_in(plan.windows(epoch)[w]) for w in windows)
+
+    assert _rows(loader) == [b.tolist() for b in plan.batch_rows(0)]
+    for epoch in range(1, 6):
+        for timer in timers[:-1]:  # a second has passed since each iteration but the last
+            timer.fire()
+        assert loader._ahead is not None and loader._ahead.epoch == epoch
+        with jask.track() as t:
+            got = [(np.asarray(a), np.asarray(b)) for a, b in loader]
+            wait(loader._ahead.work)
+        assert [b.tolist() for _, b in got] == [b.tolist() for b in plan.batch_rows(epoch)]
+        for xv, yv in got:
+            np.testing.assert_array_equal(xv, x[yv])
+        # its first window not read again: the rest of its own, and the next's first
+        windows = range(1, len(plan.windows(epoch)))
+        assert t.passes(X) == (rows_of(epoch, windows) + rows_of(epoch + 1, [0])) / rows
+    timers[-1].fire()  # the last iteration's: what the loader keeps is freed
+    assert loader._slots == [] and loader._ahead is None
+    loader.close()
+
+
 def test_a_window_read_ahead_is_dropped_for_a_changed_store_or_a_restored_state(
         tmp_path, device_feed):
     X, y, _ = _stores(tmp_path, 1600, 4, 100, 100, False)

@@ -186,10 +186,10 @@ def _free_idle_loaders() -> None:
         loader._free_kept()
 
 
-def _free_later(ref: "weakref.ref[Batches]") -> None:
+def _free_later(ref: "weakref.ref[Batches]", iterations: int) -> None:
     loader = ref()
     if loader is not None:
-        loader._free_kept()
+        loader._free_kept(iterations)
 
 
 @dataclass(frozen=True)
@@ -355,6 +355,12 @@ class Batches:
         #: the loader's collection
         self._kept: weakref.finalize | None = None
         self._kept_bytes = 0
+        #: iterations begun, and the timer freeing what is kept after the last one: a
+        #: timer of an iteration before frees nothing (one left running freed the
+        #: windows, and the next epoch's first window read ahead, in the pause after
+        #: the following iteration, every other epoch on a TPU: RESULTS.md, session 7)
+        self._iterations = 0
+        self._idle_timer: threading.Timer | None = None
         #: the next epoch's first window, read into a host slot at the end of a device
         #: feed's epoch for the next iteration (:class:`_Ahead`)
         self._ahead: _Ahead | None = None
@@ -418,11 +424,12 @@ class Batches:
             self._kept()
             self._kept, self._kept_bytes = None, 0
 
-    def _free_kept(self) -> None:
+    def _free_kept(self, iterations: int | None = None) -> None:
         """Free the windows kept between iterations and their budget share,
-        unless an iteration is using them."""
+        unless an iteration is using them (or, given ``iterations``, one has
+        begun since that many had)."""
         with _idle_lock:
-            if self._running:
+            if self._running or iterations not in (None, self._iterations):
                 return
             _idle_loaders.discard(self)
             self._slots, self._whole = [], {}
@@ -434,9 +441,11 @@ class Batches:
             if self._kept is None:
                 return
             _idle_loaders.add(self)
-        timer = threading.Timer(KEEP_IDLE_S, _free_later, (weakref.ref(self),))
+            iterations = self._iterations
+        timer = threading.Timer(KEEP_IDLE_S, _free_later, (weakref.ref(self), iterations))
         timer.daemon = True
         timer.start()
+        self._idle_timer = timer
 
     def close(self) -> None:
         """End the loader's reading threads and free its host windows (both
@@ -526,7 +535,11 @@ class Batches:
             self._release_kept()
         with _idle_lock:
             self._running = True
+            self._iterations += 1
             _idle_loaders.discard(self)
+        if self._idle_timer is not None:  # (no thread left waiting per iteration)
+            self._idle_timer.cancel()
+            self._idle_timer = None
         try:
             if self._batch >= self.plan.batches_in(self._epoch):  # a finished epoch
                 self._epoch, self._batch = self._epoch + 1, 0
