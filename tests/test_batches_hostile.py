@@ -1,6 +1,7 @@
 """jask.batches under a hostile user: stores and arrays changed between
 epochs, chunks missing and written later, chunk files written mid-epoch and
 first read in its last window, many epochs in one iteration."""
+import collections
 import glob
 import os
 import time
@@ -164,4 +165,58 @@ def test_a_compressed_store_written_between_epochs_is_new_in_the_whole_next_epoc
     assert len(got) == loader.plan.batches_in(1)
     for xb, yb in got:
         np.testing.assert_array_equal(xb[:, 0], -yb - 1)
+    loader.close()
+
+
+def _count_chunk_stats(monkeypatch, root: str) -> collections.Counter:
+    """The ``os.stat`` calls on the chunk files under ``root``, per file."""
+    counts: collections.Counter = collections.Counter()
+    stat = os.stat
+
+    def counted(path, *args, **kwargs):
+        if isinstance(path, str) and path.startswith(root) and os.sep + "c" + os.sep in path:
+            counts[path] += 1
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(jask.store.chunkio.os, "stat", counted)
+    return counts
+
+
+def test_a_window_read_ahead_has_its_chunk_files_stated_once_in_its_epoch(
+        tmp_path, monkeypatch, device_feed):
+    """The window read ahead is checked as its epoch takes it (after its
+    reads): its epoch's check of it then would stat each of its files again."""
+    X, y, x = _stores(tmp_path)  # 2 x 16 chunk files, 2 of each a window
+    loader = jask.batches(X, y, batch_size=50, shuffle=False, buffer=200, device=CPU,
+                          threads=1)
+    _epoch(loader)
+    wait(loader._ahead.work)
+    ahead = dict(loader._ahead.files.seen())
+    assert len(ahead) == 4
+    counts = _count_chunk_stats(monkeypatch, str(tmp_path))
+    got = _epoch(loader)
+    for xb, yb in got:
+        np.testing.assert_array_equal(xb, x[yb])
+    assert len(counts) == 32 and max(counts.values()) == 1, counts  # (main: 2 of the 4)
+    loader.close()
+
+
+def test_an_epochs_start_stats_only_the_chunk_files_held_open(tmp_path, monkeypatch):
+    """Each epoch after the first checks the chunk files it holds open (a
+    rewritten one would be read through its old inode), not every file seen:
+    the others are opened again, and their identity recorded then."""
+    monkeypatch.setattr(jask.store.chunkio.OpenFiles, "MOST", 4)
+    X, y, x = _stores(tmp_path)  # 2 x 16 chunk files
+    chunk_files = {p for p in glob.glob(str(tmp_path / "*" / "c" / "**"), recursive=True)
+                   if os.path.isfile(p)}
+    counts = _count_chunk_stats(monkeypatch, str(tmp_path))
+    loader = jask.batches(X, y, batch_size=50, shuffle=False, buffer=200, epochs=3, threads=1)
+    got = _epoch(loader)
+    assert len(got) == 3 * 32
+    for xb, yb in got:
+        np.testing.assert_array_equal(xb, x[yb])
+    # a check per window of its files (the first window's in pieces: a few twice), and at
+    # each later epoch's start those 4 held (main: all 32 each, 164 in all)
+    assert set(counts) == chunk_files and len(chunk_files) == 32
+    assert sum(counts.values()) <= 3 * 32 + 8 + 2 * 4, sum(counts.values())
     loader.close()

@@ -618,9 +618,10 @@ class _Feeder:
         """The chunk files held open for an epoch that reads the stores at ``stamps``
         (the same as the epoch before's, unless a store was replaced in between or
         a chunk file read was rewritten: each epoch reads one version, checked
-        against what it saw as each window is read)."""
-        if self.files_per_epoch or stamps != self.files_stamps or self.files.changed(
-                every=True):
+        against what it saw as each window is read). Of the epoch before's, only
+        those held open are checked here (a rewritten one would be read through its
+        old inode); the others are recorded anew as they are opened again."""
+        if self.files_per_epoch or stamps != self.files_stamps or not self.files.renew():
             if self.files_stamps is not None:
                 self.retired.append(self.files)
                 self.files = OpenFiles()
@@ -963,8 +964,11 @@ class _DeviceFeeder(_Feeder):
                 if ahead is not None and (ahead.epoch, ahead.window, ahead.slot) == (
                         epoch, w, k) and ahead.stamps == stamps and not ahead.files.changed(
                             every=True):
-                    # the chunk files it read are checked with the epoch's, once copied
-                    files.merge(ahead.files.seen())
+                    # the chunk files it read, checked just now, after its reads and after
+                    # the epoch began (files_for ran for this job): as the epoch's start held
+                    # them. Not marked read (its check would stat each again); one read
+                    # again later in the epoch is checked with the window reading it.
+                    files.merge(ahead.files.seen(), read=False)
                     orders[k], ahead = ahead.order, None
                     # read already (checked once copied), but for the arrays in memory,
                     # taken again: a resident one's rows from this epoch's read of it, a

@@ -587,11 +587,24 @@ class OpenFiles:
         """{path: identity} of the chunk files seen (for :meth:`merge`)."""
         return dict(self._seen)
 
-    def merge(self, seen: dict) -> None:
-        """Remember the chunk files another reader (a reading process) saw."""
+    def merge(self, seen: dict, read: bool = True) -> None:
+        """Remember the chunk files another reader (a reading process) saw;
+        ``read``: as read here (checked at the next :meth:`changed`), not where
+        the caller has just checked them after their reads (a window read ahead)."""
         for path, identity in seen.items():
             self._seen.setdefault(path, identity)
-        self.were_read(seen)
+        if read:
+            self.were_read(seen)
+
+    def renew(self) -> bool:
+        """Ready for another pass over the store (an epoch): False where a file
+        held open was rewritten since first seen (a ``stat`` each; the caller
+        reads with new ones). Those not held are forgotten, not checked: their
+        next open records them anew (an ``fstat``), as one first seen, so that a
+        store of many chunk files costs a ``stat`` per file held, not per file seen."""
+        with self._lock:
+            self._seen = {p: i for p, i in self._seen.items() if p in self._open}
+        return not self.changed(every=True)
 
     def changed(self, every: bool = False) -> list[str]:
         """The chunk files read since the last call (``every``: all seen) that
