@@ -1,0 +1,74 @@
+"""jask.batches under a hostile user, round 7: a host feed's recycled batch
+memory across a fork, the idle-release timer against abandoned and
+interleaved iterations, and stores rewritten while few chunk files are held."""
+import gc
+import os
+import threading
+
+import numpy as np
+import pytest
+import zarr
+
+import jask
+from helpers import wait_for_fork
+from jask.api import batches as batches_module
+
+
+@pytest.fixture
+def recycled(monkeypatch):
+    """Every batch recycled, however small (loaders recycle from 1 MiB)."""
+    monkeypatch.setattr(batches_module, "RECYCLE_BYTES", 1)
+
+
+def _stores(tmp_path, rows=3000, cols=8, chunk=100):
+    x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=x.shape, chunks=(chunk, cols),
+                          dtype="f4", compressors=None)
+    X[:] = x
+    Y = zarr.create_array(str(tmp_path / "y.zarr"), shape=(rows,), chunks=(chunk,), dtype="i8",
+                          compressors=None)
+    Y[:] = np.arange(rows)
+    return jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr")), x
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_a_child_forked_while_the_cutter_lends_a_block_gives_back_and_iterates(
+        tmp_path, recycled):
+    """The parent's cutting thread takes the batch memory's lock for every batch:
+    a fork at that moment copies it held, with no thread left to release it.
+    The child, dropping a batch it inherited (its block given back) and iterating
+    the loader (its batch memory freed), must not wait for it forever."""
+    X, y, x = _stores(tmp_path)
+    loader = jask.batches(X, y, batch_size=50, buffer=400, seed=1, epochs=2, prefetch=2,
+                          threads=2)
+    it = iter(loader)
+    held = next(it)
+    memory = loader._batch_memory
+    taken, fork_done = threading.Event(), threading.Event()
+
+    def lend():  # the cutter's moment in _BatchMemory.empty, made to last over the fork
+        with memory.lock:
+            taken.set()
+            fork_done.wait(10)
+
+    lender = threading.Thread(target=lend)
+    lender.start()
+    taken.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            del held
+            gc.collect()
+            it.close()
+            ok = all(np.array_equal(xb, x[yb]) for xb, yb in loader)
+        finally:
+            os._exit(0 if ok else 1)
+    fork_done.set()
+    lender.join()
+    code = wait_for_fork(pid, 60)
+    assert code is not None, "the forked child hung on the batch memory's lock"
+    assert code == 0
+    assert np.array_equal(held[0], x[held[1]])
+    it.close()
+    loader.close()
