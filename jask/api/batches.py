@@ -1277,8 +1277,9 @@ class _BatchMemory:
     def __init__(self, keep: int):
         self.keep = keep
         self.free: dict[int, list[np.ndarray]] = {}
-        #: reentrant: a collection inside the lock may give a block back
-        self.lock = threading.RLock()
+        #: reentrant: a collection inside the lock may give a block back; renewed in a
+        #: forked child (the cutting thread takes it for every batch, and is not there)
+        self.lock = forks.rlock()
 
     def empty(self, shape: tuple, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
