@@ -73,3 +73,24 @@ def test_a_child_forked_while_the_cutter_lends_a_block_gives_back_and_iterates(
     assert np.array_equal(held[0], x[held[1]])
     it.close()
     loader.close()
+
+
+def test_close_leaves_no_thread_behind_not_even_the_idle_timer(tmp_path, monkeypatch):
+    """An iteration ended starts a timer freeing the windows after KEEP_IDLE_S;
+    close() frees them at once: its timer, left waiting, was a thread alive
+    after close() (one per loader closed so)."""
+    monkeypatch.setattr(batches_module, "KEEP_IDLE_S", 30.0)
+    X, y, x = _stores(tmp_path, rows=600)
+    before = set(threading.enumerate())
+    for abandon in (False, True):
+        loader = jask.batches(X, y, batch_size=50, buffer=200, seed=1, threads=2)
+        for xb, yb in loader:
+            assert np.array_equal(xb, x[yb])
+            if abandon:
+                break
+        loader.close()
+        assert [t for t in threading.enumerate() if t not in before] == []
+        # a closed loader iterates again, and its timer goes with the next close()
+        assert sorted(np.concatenate([yb for _, yb in loader])) == list(range(600))
+        loader.close()
+        assert [t for t in threading.enumerate() if t not in before] == []
