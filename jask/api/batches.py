@@ -459,8 +459,14 @@ class Batches:
         if self._process is not None:
             self._process.close()
             self._process = None
-        self._slots, self._whole = [], {}
-        self._release_kept()
+        if self._idle_timer is not None:  # (what it would free goes now: no thread left)
+            self._idle_timer.cancel()
+            self._idle_timer.join()
+            self._idle_timer = None
+        with _idle_lock:  # (not beside a timer's _free_kept of a moment before)
+            _idle_loaders.discard(self)
+            self._slots, self._whole = [], {}
+            self._release_kept()
 
     def __enter__(self) -> "Batches":
         return self
