@@ -385,6 +385,9 @@ def test_the_window_read_ahead_is_used_on_every_epoch_after_pauses(
         def cancel(self):
             pass
 
+        def join(self):
+            pass
+
     monkeypatch.setattr(threading, "Timer", lambda seconds, fn, *a: (
         Timer if fn is jask.api.batches._free_later else real_timer)(seconds, fn, *a))
     X, y, x = _stores(tmp_path, rows, 4, 100, 100, False)

@@ -99,3 +99,63 @@ def test_close_leaves_no_thread_behind_not_even_the_idle_timer(tmp_path, monkeyp
             not abandon)))
         loader.close()
         assert [t for t in threading.enumerate() if t not in before] == []
+
+
+@pytest.mark.parametrize("readers", ["threads", "processes"])
+def test_few_files_held_and_a_store_written_three_ways_between_epochs(
+        tmp_path, readers, monkeypatch):
+    """Two chunk files held open (the others forgotten at each epoch's start and
+    opened again): a store written between epochs by zarr whole, by one chunk,
+    and one chunk file in place gives each next epoch the store as it is then."""
+    monkeypatch.setattr(jask.store.chunkio.OpenFiles, "MOST", 2)
+    X, y, x = _stores(tmp_path, rows=2000, cols=4)
+    loader = jask.batches(X, y, batch_size=40, buffer=400, seed=3, threads=2, prefetch=1,
+                          readers=readers)
+    now = x.copy()
+    for epoch, how in enumerate(["whole", "chunk", "in place", "whole", None]):
+        got = [(xb.copy(), yb.copy()) for xb, yb in loader]
+        assert len(got) == loader.plan.batches_in(epoch)
+        for xb, yb in got:
+            np.testing.assert_array_equal(xb, now[yb])
+        now = now.copy()
+        if how == "whole":
+            now += 1e5
+            zarr.open_array(X.filename)[...] = now
+        elif how == "chunk":
+            now[700:800] += 1e5
+            zarr.open_array(X.filename)[700:800] = now[700:800]
+        elif how == "in place":
+            now[1200, 0] = -1
+            with open(os.path.join(X.filename, "c", "12", "0"), "r+b") as f:
+                f.write(np.float32(-1).tobytes())
+    loader.close()
+
+
+@pytest.mark.parametrize("most", [0, 2, 1024])
+def test_a_store_rewritten_as_the_feeder_begins_the_next_epoch_gives_it_the_new_one(
+        tmp_path, most, monkeypatch):
+    """One iteration of three epochs, the store rewritten by zarr just as the
+    feeder begins epochs 1 and 2 (before their chunk files are renewed): the
+    files held open across the epoch's start are of the old version, the
+    others forgotten and opened anew. Each epoch is one version, the new one,
+    and nothing is raised (none was written during an epoch)."""
+    monkeypatch.setattr(jask.store.chunkio.OpenFiles, "MOST", most)
+    X, y, x = _stores(tmp_path, rows=2000, cols=4)
+    versions = [x]
+    files_for = batches_module._Feeder.files_for
+
+    def written_first(self, stamps):
+        if self.files_stamps is not None:  # (epoch 1 on)
+            versions.append(versions[-1] + 1e5)
+            zarr.open_array(X.filename)[...] = versions[-1]  # (its metadata unchanged)
+        return files_for(self, stamps)
+
+    monkeypatch.setattr(batches_module._Feeder, "files_for", written_first)
+    loader = jask.batches(X, y, batch_size=40, buffer=400, seed=3, threads=2, prefetch=1,
+                          epochs=3)
+    got = [(xb.copy(), yb.copy()) for xb, yb in loader]
+    assert len(versions) == 3
+    per = loader.plan.batches_in(0)
+    for b, (xb, yb) in enumerate(got):
+        np.testing.assert_array_equal(xb, versions[b // per][yb])
+    loader.close()
