@@ -1200,7 +1200,7 @@ def _put_pieces(host: list, target, in_flight: int | None) -> tuple:
     """Each array's host pieces (``host[i]``) put on ``target``, a
     ``device_put`` each, at most ``in_flight`` of them (None: any number) not
     yet copied (the last ones left in flight: the caller waits for them)."""
-    flying: list = []
+    flying: list = []  # (with a bound: the pieces put and not waited for, oldest first)
     out = []
     for array in host:
         put = []
@@ -1208,7 +1208,8 @@ def _put_pieces(host: list, target, in_flight: int | None) -> tuple:
             if in_flight is not None and len(flying) == in_flight:
                 flying.pop(0).block_until_ready()
             put.append(jax.device_put(piece, target))
-            flying.append(put[-1])
+            if in_flight is not None:
+                flying.append(put[-1])
         out.append(tuple(put))
     return tuple(out)
 
@@ -1570,7 +1571,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
             or not 0 <= shard[0] < shard[1]):
         raise ValueError(f"jask.batches: shard must be (index, count) with 0 <= index < count, "
                          f"not {shard!r}")
-    if epochs is not None and (not isinstance(epochs, (int, np.integer)) or epochs < 1):
+    if epochs is not None and not _count(epochs):
         raise ValueError(f"jask.batches: epochs must be a positive int or None, not {epochs!r}")
     if threads is not None and not _count(threads):
         raise ValueError(f"jask.batches: threads must be a positive int, not {threads!r}")
@@ -1586,8 +1587,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         if not isinstance(flag, (bool, np.bool_)) and not (_count(flag, least=0) and flag <= 1):
             raise ValueError(f"jask.batches: {name} must be True or False, not {flag!r}")
     batch_size = int(batch_size)
-    if buffer is not None and (isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer))
-                               or buffer < 1):
+    if buffer is not None and not _count(buffer):
         raise ValueError(f"jask.batches: buffer must be a positive number of rows, not "
                          f"{buffer!r}")
     lead = max(held_arrays, key=_row_bytes)
