@@ -1615,3 +1615,19 @@ def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
         code = wait_for_fork(pid, 120)
     assert code == 0
     loader.close()
+
+
+@pytest.mark.parametrize("in_flight", [None, 1, 2])
+def test_a_window_put_with_few_pieces_in_flight_gives_the_same_batches(
+        tmp_path, monkeypatch, device_feed, in_flight):
+    """``PUTS_IN_FLIGHT`` bounds how many of a window's pieces are being copied
+    at once (waiting for the oldest): the batches are the plan's rows whatever it is."""
+    monkeypatch.setattr(jask.api.batches, "PUTS_IN_FLIGHT", in_flight)
+    monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 1024)  # several pieces a window
+    X, y, x = _stores(tmp_path, 1600, 4, 100, 100, False)
+    with jask.batches(X, y, batch_size=50, shuffle=True, seed=3, buffer=400,
+                      device=CPU) as loader:
+        got = [(np.asarray(a), np.asarray(b)) for a, b in loader]
+        assert [b.tolist() for _, b in got] == [b.tolist() for b in loader.plan.batch_rows(0)]
+    for xv, yv in got:
+        np.testing.assert_array_equal(xv, x[yv])
