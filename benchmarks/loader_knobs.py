@@ -2,7 +2,9 @@
 loader's knobs set between rounds: the bytes of a ``device_put`` piece
 (``jask.api.batches.TRANSFER_BYTES``), the reading threads (``--knobs
 threads``: ``DEFAULT_THREADS``, in the reading child), the pieces copied at once
-(``--knobs flight``: ``PUTS_IN_FLIGHT``) and the interpreter's switch interval
+(``--knobs flight``: ``PUTS_IN_FLIGHT``), how an in-order window is cut on the
+device (``--knobs cut``: sliced, or gathered by its identity order as before
+session 8; in order only) and the interpreter's switch interval
 (``sys.setswitchinterval``: how long a thread holding the GIL keeps it while
 another waits, 5 ms by default; the consumer's step dispatches wait behind
 the stager's and the reading child's collector threads). Each setting: the
@@ -11,7 +13,7 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight]``; prints a
+[--knobs pieces|threads|flight|cut]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -46,17 +48,56 @@ SETTINGS = {
         ("2 pieces in flight", {"PUTS_IN_FLIGHT": 2}, 0.005),
         ("1 piece in flight", {"PUTS_IN_FLIGHT": 1}, 0.005),
     ],
+    "cut": [
+        ("in order sliced (default)", {}, 0.005),
+        # the cut of a shuffled window (a gather) for every window
+        ("in order gathered (before)", {"_programs": lambda target, shuffle=True: (
+            _PROGRAMS(target, True))}, 0.005),
+    ],
 }
+#: The orders measured, by knobs (the cut changes nothing shuffled)
+ORDERS = {"cut": (False,)}
+
+
+def _programs_before_knobs():
+    from jask.api import batches
+    return batches._programs
+
+
+_PROGRAMS = _programs_before_knobs()  # (what a knob's programs call, whatever is set)
+
+
+#: Reads of X's chunk files beside the floor's steps and puts, in another process
+#: (as the reading child's): ``preadv`` of whole files into reused buffers, 4 threads
+READER = """
+import os, sys, threading
+files = sys.argv[1:]
+def read(part):
+    buf = bytearray(64 * 2**20)
+    view = memoryview(buf)
+    for f in part:
+        fd = os.open(f, os.O_RDONLY)
+        n = os.fstat(fd).st_size
+        os.preadv(fd, [view[:n]], 0)
+        os.close(fd)
+sys.stdin.readline()  # go
+ts = [threading.Thread(target=read, args=(files[i::4],)) for i in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+"""
 
 
 def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
-              in_flight: int = 8, repeat: int = 3) -> dict:
+              in_flight: int = 8, repeat: int = 3, files: list | None = None) -> dict:
     """What JAX alone does with the same work, no jask: ``n_steps`` MLP
     steps on batches already on the device; ``nbytes`` put on the device in
     ``piece``-byte ``device_put`` calls from reused host buffers,
     ``in_flight`` at a time (as the loader's pieces are); and both at once,
-    from two threads. Medians of ``repeat`` (seconds). A loader cannot feed
-    an epoch faster than "both"."""
+    from two threads; with ``files``, also those files read whole by another
+    process alone ("reads") and beside both ("all": what a loader does at
+    best). Medians of ``repeat`` (seconds). A loader cannot feed an epoch
+    faster than "both" ("all" where it reads as it feeds)."""
+    import subprocess
     import threading
 
     import jax
@@ -85,8 +126,34 @@ def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
         steps()
         t.join()
 
+    took: dict = {}
+
+    def reads(then=None) -> None:
+        child = subprocess.Popen([sys.executable, "-c", READER, *files], stdin=subprocess.PIPE)
+        time.sleep(0.3)  # (started: only its reads timed)
+        start = time.perf_counter()
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        if then is not None:
+            then()
+        child.wait()
+        took["reads"] = time.perf_counter() - start
+
+    def all_three() -> None:
+        reads(then=both)
+
     out = {}
-    for name, fn in [("steps", steps), ("puts", puts), ("both", both)]:
+    measures = [("steps", steps), ("puts", puts), ("both", both)]
+    if files:
+        measures += [("reads", reads), ("all", all_three)]
+    for name, fn in measures:
+        if name in ("reads", "all"):
+            times = []
+            for _ in range(repeat):
+                fn()
+                times.append(took["reads"])
+            out[name] = statistics.median(times)
+            continue
         times = []
         for _ in range(repeat):
             start = time.perf_counter()
@@ -104,7 +171,7 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     p.add_argument("--knobs", choices=sorted(SETTINGS), default="pieces",
                    help="which settings: device_put pieces and switch interval, reading threads, "
-                        "or pieces in flight")
+                        "pieces in flight, or the in-order cut")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     args = p.parse_args(argv)
     import jax
@@ -115,9 +182,11 @@ def main(argv=None) -> int:
     device = jax.devices()[0]
     paths = ld.prepare(args.data_dir, args.gib)
     steps = ld.steps_alone(device, paths["rows"] // ld.BATCH, args.repeat)
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(paths["X"]) for f in fs
+                   if f != "zarr.json")
     for in_flight in (8, 2):
         floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH,
-                          in_flight=in_flight)
+                          in_flight=in_flight, files=files)
         print(f"jax alone (no jask), {in_flight} puts in flight: "
               + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()), flush=True)
     if args.floor_only:
@@ -130,7 +199,7 @@ def main(argv=None) -> int:
             for attr, value in {**defaults, **overrides}.items():
                 setattr(B, attr, value)
             sys.setswitchinterval(interval)
-            for shuffle in (True, False):
+            for shuffle in ORDERS.get(args.knobs, (True, False)):
                 alone, _ = ld.loader_alone(paths, device, shuffle, args.repeat)
                 fed = ld.together(paths, device, shuffle, args.repeat)
                 got.setdefault((name, shuffle), []).append((alone, fed))

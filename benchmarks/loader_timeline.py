@@ -152,6 +152,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--gib", type=float, default=1.0)
     p.add_argument("--buffer", type=int, default=None, help="the loader's rows mixed")
+    p.add_argument("--orders", choices=["both", "shuffled", "in-order"], default="both")
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     args = p.parse_args(argv)
     import jax
@@ -164,11 +165,12 @@ def main(argv=None) -> int:
     r = jax_only(device, n_batches, n_batches // 8)
     print("jax only (no jask):", {k: round(v, 3) for k, v in r.items()})
     print("steps alone s", round(ld.steps_alone(device, n_batches, 2), 3))
-    for shuffle in (True, False):
+    orders = {"both": (True, False), "shuffled": (True,), "in-order": (False,)}[args.orders]
+    for shuffle in orders:
         alone, _ = ld.loader_alone(paths, device, shuffle, 2, args.buffer)
         both = ld.together(paths, device, shuffle, 2, args.buffer)
         print(f"shuffle={shuffle}: loader alone {alone:.3f} s, together {both:.3f} s")
-    for shuffle in (True, False):
+    for shuffle in orders:
         seconds, events = timeline(paths, device, shuffle, args.buffer)
         steps = [(b - a, a) for n, w, a, b in events if w == "step"]
         longest = max(steps, default=(0.0, 0.0))

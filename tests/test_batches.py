@@ -15,6 +15,7 @@ import time
 from concurrent.futures import wait
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
@@ -1631,3 +1632,52 @@ def test_a_window_put_with_few_pieces_in_flight_gives_the_same_batches(
         assert [b.tolist() for _, b in got] == [b.tolist() for b in loader.plan.batch_rows(0)]
     for xv, yv in got:
         np.testing.assert_array_equal(xv, x[yv])
+
+
+@pytest.mark.parametrize("rows,bs,buffer", [(1600, 50, 400), (1003, 64, 300), (97, 10, 40)])
+def test_in_order_the_device_feed_slices_its_windows_without_a_gather(
+        tmp_path, monkeypatch, device_feed, rows, bs, buffer):
+    """In order a window's batches are slices of it (a gather of the identity
+    order cost a TPU's time at its gather rate, not its memory's): the plan's rows
+    every epoch, with batches going on into the next window and a short last one."""
+    monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 1024)  # several pieces a window
+    X, y, x = _stores(tmp_path, rows, 4, 100, 100, False)
+    with jask.batches(X, y, batch_size=bs, shuffle=False, buffer=buffer, epochs=2,
+                      device=CPU) as loader:
+        got = [(np.asarray(a), np.asarray(b)) for a, b in loader]
+    assert [b.tolist() for _, b in got] == [list(range(lo, min(lo + bs, rows)))
+                                            for lo in range(0, rows, bs)] * 2
+    for xv, yv in got:
+        np.testing.assert_array_equal(xv, x[yv])
+    cut, _ = jask.api.batches._programs(CPU, False)
+    pieces = ((jnp.zeros((8, 4)), jnp.zeros((8, 4))),)
+    hlo = cut.lower(pieces, jnp.zeros(24, jnp.int32), 3, 4, 2).as_text()
+    assert "gather" not in hlo and "dynamic_slice" in hlo
+    shuffled, _ = jask.api.batches._programs(CPU, True)
+    assert "gather" in shuffled.lower(pieces, jnp.zeros(24, jnp.int32), 3, 4, 2).as_text()
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in order", "shuffled"])
+def test_the_device_feed_raises_what_fails_before_its_first_window(
+        tmp_path, monkeypatch, device_feed, shuffle):
+    """An error in the device feed's setup (its programs, its pieces) reaches
+    the consumer at its first batch; the consumer never waits on a feed that died."""
+    def broken(target, shuffle=True):
+        raise RuntimeError("no program for this device")
+
+    monkeypatch.setattr(jask.api.batches, "_programs", broken)
+    X, y, _ = _stores(tmp_path, 200, 4, 50, 50, False)
+    got: list = []
+
+    def first_batch() -> None:
+        with jask.batches(X, y, batch_size=20, shuffle=shuffle, device=CPU) as loader:
+            try:
+                next(iter(loader))
+            except RuntimeError as err:
+                got.append(err)
+
+    reader = threading.Thread(target=first_batch, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "the consumer waits on a device feed that died"
+    assert "no program for this device" in str(got[0])
