@@ -1,10 +1,14 @@
 """A cold shuffled epoch's timeline (issue 44): per window, when its reads are
 submitted (its slot free), when they are all done, when the cutting thread
-begins and ends it; beside it the disk's requests in flight (``/proc/diskstats``,
-sampled every ~2 ms in a side thread): how long the disk idles, how long
-the cutting thread waits for reads.
+begins it (``--events``); beside it the disk's requests in flight
+(``/proc/diskstats``, sampled every ~2 ms in a side thread) and the cutting
+thread's own CPU and time waiting for a core (``/proc/self/task/*/schedstat``):
+how long the disk idles, how long the cutting thread waits for reads, for a
+core, or for neither (the GIL, the consumer).
 
-``PYTHONPATH=$PWD python -m benchmarks.shuffled_timeline --data-dir .bench_data [--runs 3]``
+``PYTHONPATH=$PWD python -m benchmarks.shuffled_timeline --data-dir .bench_data [--runs 3]
+[--events] [--nice N] [--switch S]`` (Linux; the page cache dropped as root, else
+by ``POSIX_FADV_DONTNEED``, as :mod:`benchmarks.minibatches` does)
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ def _disk() -> str:
     with open("/proc/diskstats") as f:
         for line in f:
             p = line.split()
-            if p[2].startswith(("loop", "ram")) or p[2][-1].isdigit() and not p[2].startswith("nvme"):
+            # (whole disks only: /sys/block names them, not their partitions)
+            if p[2].startswith(("loop", "ram")) or not os.path.exists(f"/sys/block/{p[2]}"):
                 continue
             if int(p[5]) > best:
                 best, name = int(p[5]), p[2]
@@ -41,24 +46,18 @@ def _sample(disk: str, stop: threading.Event, out: list) -> None:
         time.sleep(0.002)
 
 
-def run(paths: dict, nice: int | None = None, ahead: bool = True, once: bool = False) -> dict:
+def run(paths: dict, nice: int | None = None, slots: int | None = None,
+        threads: int | None = None) -> dict:
+    """One cold shuffled epoch of X and y, timed (``nice``: the reading threads'
+    niceness, set at their first read; ``slots``: host windows in place of
+    ``jask.api.batches.SLOTS``, counted by the loader's memory as well;
+    ``threads``: the loader's reading threads)."""
     import jask
     from jask.api import batches as B
-    from jask.store import chunkio
 
-    orig_runs_advice, orig_ahead = chunkio._advise_runs, chunkio.advise_runs
-    if once:  # windows advised only ahead, their reads' own advice left out (from window 2)
-        def advise_ahead(where, store, starts, stops, files):
-            chunkio._advise_runs = orig_runs_advice
-            try:
-                orig_ahead(where, store, starts, stops, files)
-            finally:
-                chunkio._advise_runs = lambda *a: None
-        chunkio.advise_runs, chunkio._advise_runs = advise_ahead, lambda *a: None
-
-    orig_advise = B._advise_window
-    if not ahead:  # as before: a window asked for only once its slot is free
-        B._advise_window = lambda *a: None
+    orig_slots = B.SLOTS
+    if slots is not None:
+        B.SLOTS = slots
 
     orig_read = B._read_runs
     niced: set = set()
@@ -70,6 +69,17 @@ def run(paths: dict, nice: int | None = None, ahead: bool = True, once: bool = F
             niced.add(tid)
         return orig_read(*a, **k)
     B._read_runs = read_runs
+
+    handed = [0.0]  # the cutting thread's time in handing batches over (a full queue, the GIL)
+    orig_put = B._Feeder._put_batch
+
+    def put_batch(self, item):
+        t = time.perf_counter()
+        try:
+            return orig_put(self, item)
+        finally:
+            handed[0] += time.perf_counter() - t
+    B._Feeder._put_batch = put_batch
 
     events: list = []  # (t, kind, window)
     cutter: list = []  # the cutting thread's (CPU, ran, waited for a core) at each window
@@ -108,15 +118,15 @@ def run(paths: dict, nice: int | None = None, ahead: bool = True, once: bool = F
         sampler = threading.Thread(target=_sample, args=(disk, stop, samples), daemon=True)
         sampler.start()
         cpu0, t0 = os.times(), time.perf_counter()
-        for _xb, _yb in jask.batches(X, y, batch_size=BATCH, shuffle=True, seed=0):
+        for _xb, _yb in jask.batches(X, y, batch_size=BATCH, shuffle=True, seed=0,
+                                      threads=threads):
             pass
         t1, cpu1 = time.perf_counter(), os.times()
         stop.set()
         sampler.join()
     finally:
         B._Slot.fill, B.BatchPlan.window_order_into = orig_fill, orig_order
-        B._read_runs, B._advise_window = orig_read, orig_advise
-        chunkio._advise_runs, chunkio.advise_runs = orig_runs_advice, orig_ahead
+        B._read_runs, B.SLOTS, B._Feeder._put_batch = orig_read, orig_slots, orig_put
     inside = [s for s in samples if t0 <= s[0] <= t1]
     idle = sum(b[0] - a[0] for a, b in zip(inside, inside[1:]) if a[1] == 0)
     cuts = sorted((t, w) for t, k, w in events if k == "cut")
@@ -125,7 +135,8 @@ def run(paths: dict, nice: int | None = None, ahead: bool = True, once: bool = F
     # the window) to the window's reads done, where later
     waited = sum(max(0.0, reads.get(w, t) - t) for t, w in cuts)
     cut_cpu, cut_queued = cutter[-1][0] - cutter[0][0], cutter[-1][2] - cutter[0][2]
-    return {"cut cpu": cut_cpu, "cut queued": cut_queued, "cut span": cuts[-1][0] - cuts[0][0],
+    return {"handing": handed[0], "cut cpu": cut_cpu, "cut queued": cut_queued,
+            "cut span": cuts[-1][0] - cuts[0][0],
             "wall": t1 - t0, "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
             "disk idle": idle, "cut waits": waited, "events": events, "t0": t0,
             "MB read": (inside[-1][2] - inside[0][2]) * 512 / 1e6 if inside else 0.0,
@@ -141,22 +152,23 @@ def main(argv=None) -> None:
                         help="sys.setswitchinterval (seconds) for the runs")
     parser.add_argument("--nice", type=int, default=None,
                         help="the reading threads' niceness (an experiment)")
-    parser.add_argument("--no-ahead", action="store_true",
-                        help="no window asked for ahead of its slot (as before)")
-    parser.add_argument("--once", action="store_true",
-                        help="with the advice ahead, none by the reads themselves")
+    parser.add_argument("--slots", type=int, default=None,
+                        help="host windows (jask.api.batches.SLOTS) for the runs")
+    parser.add_argument("--threads", type=int, default=None, help="reading threads")
     args = parser.parse_args(argv)
     if args.switch is not None:
         import sys
         sys.setswitchinterval(args.switch)
     paths = prepare(args.data_dir, 2.0)
     for i in range(args.runs):
-        r = run(paths, args.nice, not args.no_ahead, args.once)
+        r = run(paths, args.nice, args.slots, args.threads)
         print(f"run {i + 1}: wall {r['wall']:.2f} s, CPU {r['cpu']:.2f} s, disk idle "
               f"{r['disk idle']:.2f} s (no request in flight), cutting thread waiting for reads "
-              f"{r['cut waits']:.2f} s, {r['MB read']:.0f} MB from the disk, load {r['load']:.1f}; cutting thread, "
+              f"{r['cut waits']:.2f} s, {r['MB read']:.0f} MB from the disk, load "
+              f"{r['load']:.1f}; cutting thread, "
               f"windows 0-{len(r['events']) // 3 - 1} began over {r['cut span']:.2f} s: "
-              f"{r['cut cpu']:.2f} CPU s, {r['cut queued']:.2f} s runnable waiting for a core")
+              f"{r['cut cpu']:.2f} CPU s, {r['cut queued']:.2f} s runnable waiting for a core, "
+              f"{r['handing']:.2f} s in handing batches over")
         if args.events:
             for t, kind, w in sorted(r["events"]):
                 print(f"  {t - r['t0']:7.3f} {kind:6s} {w}")

@@ -65,7 +65,7 @@ from jask.base.sizes import exact_bytes
 from jask.core.array import DiskArray
 from jask.engine.execute import MMAP_THRESHOLD
 from jask.store.space import check_unchanged, stamp
-from jask.store.tiles import OpenFiles, advise_runs, read_model, reads_runs, rows_of_runs
+from jask.store.tiles import OpenFiles, read_model, reads_runs, rows_of_runs
 from jask.store.versions import held, read_runs_of_version
 
 from .reader_process import ReaderProcess, SharedArray, shared_room
@@ -768,18 +768,8 @@ class _Feeder:
                                                    *((first_piece, offset) if w == w0
                                                      else (None, 0)))
 
-        def advise(w: int) -> None:
-            # the window after those submitted asked of the kernel now (the page cache
-            # holds it, not this process): the disk reads it while the cutting thread
-            # works, and once its slot is free its reads copy pages from memory
-            if w < len(windows) and getattr(self.pool, "process", None) is None:
-                starts = np.asarray(windows[w], np.int64) * plan.unit
-                self.pool.submit(_advise_window, slots[0].arrays, whole, starts,
-                                 np.minimum(starts + plan.unit, plan.rows), files)
-
         for ahead in range(SLOTS):
             submit(w0 + ahead)
-        advise(w0 + SLOTS)
         carry: list | None = None  # rows of a batch begun in the previous window
         b = start
         for w in range(w0, len(windows)):
@@ -810,7 +800,6 @@ class _Feeder:
                 return False
             reads.wait_for(None)  # (drop_last may leave rows unread by any batch)
             submit(w + SLOTS)  # the slot of window w is free again
-            advise(w + SLOTS + 1)
         for work in pending.values():  # windows past the last batch (drop_last): the next
             for f in work:             # epoch reads into their slots
                 f.result()
@@ -1407,18 +1396,6 @@ class _Slot:
                                              files))
                 self.task_rows.append((lo, hi))
         return tasks
-
-
-def _advise_window(arrays: tuple, whole: list, starts: np.ndarray, stops: np.ndarray,
-                   files: OpenFiles) -> None:
-    """Ask the system to start reading runs ``starts[i]:stops[i]`` of the
-    arrays read from their chunk files (not those in memory, ``whole``)."""
-    for a, held_whole in zip(arrays, whole):
-        if held_whole is None and isinstance(a, DiskArray):
-            try:
-                advise_runs(a._store(), starts, stops, files)
-            except Exception:  # (a hint: the window's own reads raise what is wrong)
-                pass
 
 
 def _read_runs(a, starts: np.ndarray, stops: np.ndarray, into: np.ndarray, stamps: list,

@@ -670,8 +670,16 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
     flat = out.reshape(len(out), -1).view(np.uint8) if out.size else out
     starts, stops = np.asarray(starts, np.int64), np.asarray(stops, np.int64)
     counters.stored_read(layout.root, int(np.sum(stops - starts)) * row)
-    bounds, chunks, paths, spans = _runs_by_chunk(layout, starts, stops)
+    chunk_of = starts // per
+    # the chunks' groups of runs: [bounds[k], bounds[k + 1])
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(chunk_of)) + 1, [len(starts)]]).tolist()
     ends = np.cumsum(stops - starts).tolist()  # where each run ends in out
+    # worked out once for the whole call, as plain ints: the reading threads hold the
+    # GIL for it, and the thread cutting batches waits for it after each take
+    chunks = chunk_of[bounds[:-1]].tolist()
+    paths = [_row_chunk_file(layout.root, layout.encode_key, len(layout.chunks), c)
+             for c in chunks]
+    spans = _spans(chunk_of, starts, stops, bounds, per)
     if files is not None:
         _hold_open(files, layout, paths, chunks, row * per)
         _advise_runs(files, paths, spans, row)
@@ -711,43 +719,6 @@ def read_runs(where, store: StoreSpec, starts, stops, out: np.ndarray,
     if files is not None:
         files.were_read(paths)  # (after their reads: a check then covers them)
     return out
-
-
-def _runs_by_chunk(layout: ChunkLayout, starts: np.ndarray, stops: np.ndarray) -> tuple:
-    """Sorted runs (each within one chunk row) grouped by chunk: the groups'
-    bounds ``[bounds[k], bounds[k + 1])`` in the runs, their chunks, chunk
-    files and spans (:func:`_spans`)."""
-    per = layout.chunks[0]
-    chunk_of = starts // per
-    bounds = np.concatenate([[0], np.flatnonzero(np.diff(chunk_of)) + 1, [len(starts)]]).tolist()
-    # worked out once for the whole call, as plain ints: the reading threads hold the
-    # GIL for it, and the thread cutting batches waits for it after each take
-    chunks = chunk_of[bounds[:-1]].tolist()
-    paths = [_row_chunk_file(layout.root, layout.encode_key, len(layout.chunks), c)
-             for c in chunks]
-    return bounds, chunks, paths, _spans(chunk_of, starts, stops, bounds, per)
-
-
-def advise_runs(where, store: StoreSpec, starts, stops, files: OpenFiles) -> None:
-    """Ask the kernel to start reading rows ``starts[i]:stops[i]`` (sorted
-    runs, each within one chunk row) of a store :func:`read_runs` reads, into
-    the page cache (:func:`_advise_runs`, the chunk files held open in
-    ``files``), ahead of the :func:`read_runs` that will copy them: the disk
-    has them in flight while this process does other work. A hint: the reads
-    check what they read (nothing where the chunks are narrower than the
-    array, or where :func:`_advise_runs` advises nothing)."""
-    layout = _raw_layout(where)
-    if layout is None or tuple(layout.chunks[1:]) != tuple(store.shape[1:]):
-        return
-    if not _asks_cached or not hasattr(os, "posix_fadvise"):
-        return
-    starts, stops = np.asarray(starts, np.int64), np.asarray(stops, np.int64)
-    if not len(starts):
-        return
-    row = math.prod(layout.chunks[1:]) * layout.dtype.itemsize
-    _bounds, chunks, paths, spans = _runs_by_chunk(layout, starts, stops)
-    _hold_open(files, layout, paths, chunks, row * layout.chunks[0])
-    _advise_runs(files, paths, spans, row)
 
 
 #: A chunk's runs are copied from a mapping of its file (one ``mmap``, one

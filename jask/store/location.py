@@ -127,11 +127,6 @@ class Location(abc.ABC):
         decoded whole)."""
         return False
 
-    def advise_runs(self, store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
-                    files: OpenFiles) -> None:
-        """Start reading runs :meth:`read_runs` will read soon, at no cost to
-        the budget (where the kind can: nothing by default)."""
-
     def read_runs(self, store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
                   out: np.ndarray, files: OpenFiles | None = None) -> np.ndarray:
         """Rows ``starts[i]:stops[i]`` of ``store`` (all of its other axes;

@@ -61,16 +61,6 @@ def reads_runs(store: StoreSpec) -> bool:
     return store.view is None and location_of(store).reads_runs(store)
 
 
-def advise_runs(store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
-                files: OpenFiles) -> None:
-    """Start reading runs that :func:`read_runs` with ``files`` will read soon
-    (sorted runs, each within one chunk row), into the system's page cache
-    where the store's kind can: a hint, at no cost to the budget."""
-    if store.view is None:
-        location_of(store).advise_runs(store, np.asarray(starts, np.int64),
-                                       np.asarray(stops, np.int64), files)
-
-
 def read_runs(store: StoreSpec, starts: np.ndarray, stops: np.ndarray,
               out: np.ndarray, files: OpenFiles | None = None) -> np.ndarray:
     """Rows ``starts[i]:stops[i]`` of ``store`` (all its other axes; sorted

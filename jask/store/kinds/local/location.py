@@ -62,10 +62,6 @@ class LocalFolder(Location):
     def reads_runs(self, store: StoreSpec) -> bool:
         return chunkio.reads_runs(self, store)
 
-    def advise_runs(self, store: StoreSpec, starts, stops, files: chunkio.OpenFiles) -> None:
-        if chunkio.reads_runs(self, store):
-            chunkio.advise_runs(self, store, starts, stops, files)
-
     def read_runs(self, store: StoreSpec, starts, stops, out: np.ndarray,
                   files: chunkio.OpenFiles | None = None) -> np.ndarray:
         if chunkio.reads_runs(self, store):
