@@ -13,7 +13,7 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight|cut]``; prints a
+[--knobs pieces|threads|flight|cut|dispatch] [--floor-reads]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -54,9 +54,17 @@ SETTINGS = {
         ("in order gathered (before)", {"_programs": lambda target, shuffle=True: (
             _PROGRAMS(target, True))}, 0.005),
     ],
+    # the stager's host calls beside the consumer's step dispatch: a cut of 64 batches
+    # makes 128 arrays in one call (3-12 ms in the in-order timeline, session 8)
+    "dispatch": [
+        ("cut 64 batches a call (default)", {}, 0.005),
+        ("cut 16 batches a call", {"CUT_BATCHES": 16}, 0.005),
+        ("cut 8 batches a call", {"CUT_BATCHES": 8}, 0.005),
+        ("cut 16 a call, 2 pieces in flight", {"CUT_BATCHES": 16, "PUTS_IN_FLIGHT": 2}, 0.005),
+    ],
 }
 #: The orders measured, by knobs (the cut changes nothing shuffled)
-ORDERS = {"cut": (False,)}
+ORDERS = {"cut": (False,), "dispatch": (False,)}
 
 
 def _programs_before_knobs():
@@ -88,15 +96,19 @@ ts = [threading.Thread(target=read, args=(files[i::4],)) for i in range(4)]
 
 
 def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
-              in_flight: int = 8, repeat: int = 3, files: list | None = None) -> dict:
+              in_flight: int = 8, repeat: int = 3, files: list | None = None,
+              cuts: bool = False) -> dict:
     """What JAX alone does with the same work, no jask: ``n_steps`` MLP
     steps on batches already on the device; ``nbytes`` put on the device in
     ``piece``-byte ``device_put`` calls from reused host buffers,
     ``in_flight`` at a time (as the loader's pieces are); and both at once,
     from two threads; with ``files``, also those files read whole by another
     process alone ("reads") and beside both ("all": what a loader does at
-    best). Medians of ``repeat`` (seconds). A loader cannot feed an epoch
-    faster than "both" ("all" where it reads as it feeds)."""
+    best); with ``cuts``, the puts' thread also dispatches a program making 64
+    batches of X and y (128 arrays) of a window already on the device each
+    8 pieces, as the device feed's stager does. Medians of
+    ``repeat`` (seconds). A loader cannot feed an epoch faster than "both"
+    ("all" where it reads as it feeds)."""
     import subprocess
     import threading
 
@@ -112,12 +124,20 @@ def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
             p, s, v = step(p, s, *held[i % 4])
         jax.block_until_ready(v)
 
+    cut = jax.jit(lambda x, y: tuple(t[i * ld.BATCH:(i + 1) * ld.BATCH]
+                                     for i in range(64) for t in (x, y)))
+    window = (jax.device_put(np.ones((64 * ld.BATCH, ld.COLS), np.float32), device),
+              jax.device_put(np.ones(64 * ld.BATCH, np.float32), device))
+    jax.block_until_ready(cut(*window))
+
     def puts() -> None:
         flying: list = []
         for i in range(-(-nbytes // piece)):
             if len(flying) == in_flight:
                 jax.block_until_ready(flying.pop(0))
             flying.append(jax.device_put(host[i % in_flight], device))
+            if cuts and i % 8 == 7:  # (a window: 8 pieces of 32 MiB)
+                cut(*window)
         jax.block_until_ready(flying)
 
     def both() -> None:
@@ -171,8 +191,12 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     p.add_argument("--knobs", choices=sorted(SETTINGS), default="pieces",
                    help="which settings: device_put pieces and switch interval, reading threads, "
-                        "pieces in flight, or the in-order cut")
+                        "pieces in flight, the in-order cut, or the cut's batches a call")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
+    p.add_argument("--floor-reads", action="store_true",
+                   help="JAX alone also beside X's files read by another process")
+    p.add_argument("--floor-cuts", action="store_true",
+                   help="JAX alone with puts also dispatching a cut of 64 batches each 8 pieces")
     args = p.parse_args(argv)
     import jax
 
@@ -186,8 +210,14 @@ def main(argv=None) -> int:
                    if f != "zarr.json")
     for in_flight in (8, 2):
         floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH,
-                          in_flight=in_flight, files=files)
+                          in_flight=in_flight, files=files if args.floor_reads else None)
         print(f"jax alone (no jask), {in_flight} puts in flight: "
+              + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()), flush=True)
+        if not args.floor_cuts:
+            continue
+        floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH,
+                          in_flight=in_flight, cuts=True)
+        print(f"jax alone (no jask), {in_flight} puts in flight, a cut each 8 pieces: "
               + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()), flush=True)
     if args.floor_only:
         return 0
