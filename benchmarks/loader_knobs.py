@@ -13,7 +13,7 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight|cut|dispatch] [--floor-reads]``; prints a
+[--knobs pieces|threads|flight|cut|dispatch|slots] [--floor-reads]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -61,6 +61,14 @@ SETTINGS = {
         ("cut 16 batches a call", {"CUT_BATCHES": 16}, 0.005),
         ("cut 8 batches a call", {"CUT_BATCHES": 8}, 0.005),
         ("cut 16 a call, 2 pieces in flight", {"CUT_BATCHES": 16, "PUTS_IN_FLIGHT": 2}, 0.005),
+    ],
+    # the host slots a window is read into: with two, a window's reads wait for the copy of
+    # the window two before (the in-order chain of reads and copies, session 8)
+    "slots": [
+        ("2 host slots (default)", {}, 0.005),
+        ("3 host slots", {"SLOTS": 3}, 0.005),
+        ("2 slots, 2 pieces in flight", {"PUTS_IN_FLIGHT": 2}, 0.005),
+        ("3 slots, 2 pieces in flight", {"SLOTS": 3, "PUTS_IN_FLIGHT": 2}, 0.005),
     ],
 }
 #: The orders measured, by knobs (the cut changes nothing shuffled)
@@ -191,7 +199,7 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     p.add_argument("--knobs", choices=sorted(SETTINGS), default="pieces",
                    help="which settings: device_put pieces and switch interval, reading threads, "
-                        "pieces in flight, the in-order cut, or the cut's batches a call")
+                        "pieces in flight, the in-order cut, the cut's batches a call, host slots")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     p.add_argument("--floor-reads", action="store_true",
                    help="JAX alone also beside X's files read by another process")

@@ -1618,12 +1618,14 @@ def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
     loader.close()
 
 
-@pytest.mark.parametrize("in_flight", [None, 1, 2])
+@pytest.mark.parametrize("in_flight,slots", [(None, 2), (1, 2), (2, 2), (2, 3), (None, 3)])
 def test_a_window_put_with_few_pieces_in_flight_gives_the_same_batches(
-        tmp_path, monkeypatch, device_feed, in_flight):
+        tmp_path, monkeypatch, device_feed, in_flight, slots):
     """``PUTS_IN_FLIGHT`` bounds how many of a window's pieces are being copied
-    at once (waiting for the oldest): the batches are the plan's rows whatever it is."""
+    at once (waiting for the oldest), ``SLOTS`` the host windows read into in turn
+    (benchmarks.loader_knobs sets both): the batches are the plan's rows whatever they are."""
     monkeypatch.setattr(jask.api.batches, "PUTS_IN_FLIGHT", in_flight)
+    monkeypatch.setattr(jask.api.batches, "SLOTS", slots)
     monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 1024)  # several pieces a window
     X, y, x = _stores(tmp_path, 1600, 4, 100, 100, False)
     with jask.batches(X, y, batch_size=50, shuffle=True, seed=3, buffer=400,
