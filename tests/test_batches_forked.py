@@ -15,6 +15,7 @@ import zarr
 import jask
 from helpers import wait_for_fork
 from jask.api import batches as batches_module
+from jask.api import reader_process
 
 CPU = jax.devices("cpu")[0]
 
@@ -117,3 +118,31 @@ def test_a_child_forked_while_a_window_is_read_closes_or_goes_on(
     assert all(map(_good, rest)) and got + [_rows(b) for b in rest] == expected
     it.close()
     loader.close()
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_a_forked_child_alive_lets_the_parents_reading_process_end_at_close(tmp_path):
+    """A fork inherits the pipes to the parent's reading process: holding its
+    stdin's write end, it kept the reading process from seeing its input end,
+    and the parent's close() waited END_WAIT_S, then killed it, while the fork lived."""
+    X = _store(tmp_path)
+    loader = jask.batches(X, batch_size=50, buffer=400, threads=2, readers="processes")
+    assert sorted(sum(map(_rows, loader), [])) == list(range(3000))
+    reader = loader._process._proc
+    go = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # alive until the parent has closed its loader
+        os.close(go[1])
+        os.read(go[0], 1)
+        os._exit(0)
+    os.close(go[0])
+    try:
+        began = time.monotonic()
+        loader.close()
+        took = time.monotonic() - began
+    finally:
+        os.close(go[1])
+        code = wait_for_fork(pid, 30)
+    assert code == 0
+    assert reader.returncode is not None
+    assert took < reader_process.END_WAIT_S / 2, took
