@@ -146,3 +146,45 @@ def test_a_forked_child_alive_lets_the_parents_reading_process_end_at_close(tmp_
     assert code == 0
     assert reader.returncode is not None
     assert took < reader_process.END_WAIT_S / 2, took
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_a_child_forked_while_a_thread_holds_a_read_updates_the_store(tmp_path, monkeypatch):
+    """A reading thread holds its store against this process's writers while
+    it reads; forked then, the child kept that hold with no thread to end it,
+    and its ``update_`` of the store waited SWAP_WAIT for it."""
+    monkeypatch.setattr(jask.store.versions, "SWAP_WAIT", 10.0)
+    X = _store(tmp_path)
+    x = np.asarray(zarr.open_array(str(tmp_path / "X.zarr"))[:])
+    in_read, forked = threading.Event(), threading.Event()
+    real = batches_module.read_runs_of_version
+
+    def held_read(*args):  # (inside the read's hold of its store)
+        if not forked.is_set():
+            in_read.set()
+            forked.wait(30)
+        return real(*args)
+
+    monkeypatch.setattr(batches_module, "read_runs_of_version", held_read)
+    loader = jask.batches(X, batch_size=50, buffer=400, seed=1, threads=2)
+    it = iter(loader)
+    reading = threading.Thread(target=next, args=(it,))  # (its first batch waits on the read)
+    reading.start()
+    assert in_read.wait(20)
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        forked.set()
+        try:
+            began = time.monotonic()
+            jask.update_(X, jask.from_numpy(x * 2))
+            ok = time.monotonic() - began < 5 and np.array_equal(
+                zarr.open_array(str(tmp_path / "X.zarr"))[:], x * 2)
+        finally:
+            os._exit(0 if ok else 1)
+    forked.set()
+    reading.join(20)
+    code = wait_for_fork(pid, 30)
+    assert code == 0
+    it.close()
+    loader.close()
