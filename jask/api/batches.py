@@ -447,12 +447,23 @@ class Batches:
         timer.start()
         self._idle_timer = timer
 
+    def _forget_the_parents(self) -> None:
+        """In a process forked from the loader's: drop the parent's reading pool,
+        reading process, windows and idle timer, never waited for (their threads
+        are not in this process; a read they had in flight never ends here)."""
+        if self._pid == os.getpid():
+            return
+        self._pool, self._process, self._slots, self._whole = None, None, [], {}
+        self._ahead, self._idle_timer, self._pid = None, None, os.getpid()
+        self._release_kept()
+
     def close(self) -> None:
         """End the loader's reading threads and free its host windows (both
         kept between iterations; a later iteration makes them again).
         ``with jask.batches(...) as loader:`` closes it at the block's end."""
         if self._running:
             raise RuntimeError("close() while the loader is being iterated")
+        self._forget_the_parents()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -535,10 +546,7 @@ class Batches:
         if self._running:
             raise RuntimeError("this loader is already being iterated (make another with "
                                "jask.batches for a second pass at once)")
-        if self._pid != os.getpid():  # a forked child's: the parent's pool, child and windows
-            self._pool, self._process, self._slots, self._pid = None, None, [], os.getpid()
-            self._ahead = None  # (read by the parent's pool or child: never waited for here)
-            self._release_kept()
+        self._forget_the_parents()
         with _idle_lock:
             self._running = True
             self._iterations += 1
@@ -559,6 +567,15 @@ class Batches:
                 with _config.holding(self.held_bytes - self._kept_bytes):
                     feed.start()
                     while True:
+                        if feed.pid != os.getpid():  # forked while iterated: this process's
+                            feed.stop()              # threads read the rest
+                            self._forget_the_parents()
+                            if self._batch >= self.plan.batches_in(self._epoch):
+                                self._epoch, self._batch = self._epoch + 1, 0
+                            if self._epoch > last:
+                                return
+                            feed = feeder(self, self._epoch, self._batch, last)
+                            feed.start()
                         item = feed.get()
                         if item is None:
                             return
@@ -571,7 +588,7 @@ class Batches:
                 # (a reading child that does not finish its reads, stopped or stuck, is
                 # killed after a while: leaving the loop, on Ctrl-C too, never hangs on it)
                 stuck = (self._process.kill_after()
-                         if self._process is not None else None)
+                         if self._process is not None and feed.pid == os.getpid() else None)
                 try:
                     feed.stop()
                 finally:
@@ -605,6 +622,8 @@ class _Feeder:
         self.cut: list = []  # the cutter's batches not handed over yet
         self.handing: list = []  # the consumer's batches handed over, reversed
         self.stopping = threading.Event()
+        #: the process iterating (a forked child's copy of an iteration has none of its threads)
+        self.pid = os.getpid()
         self.pool = _Tasks(loader._reading_pool(), loader._reading_process())
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
@@ -692,6 +711,10 @@ class _Feeder:
         return item
 
     def stop(self) -> None:
+        if self.pid != os.getpid():  # a forked child's copy: its threads and reads are the
+            for files in [*self.retired, self.files]:  # parent's, never waited for here
+                files.close()
+            return
         self.stopping.set()
         _drain_until_ended(self.thread, self.ready)  # let a put waiting for room end
         self.pool.cancel_and_wait()
@@ -920,8 +943,10 @@ class _DeviceFeeder(_Feeder):
         return self.handing.pop()
 
     def stop(self) -> None:
-        self.stopping.set()
         self.handing = []
+        if self.pid != os.getpid():  # (a forked child's copy: see _Feeder.stop)
+            return super().stop()
+        self.stopping.set()
         _drain_until_ended(self.stager, self.staged)  # a put waiting for room, a read waited for
         super().stop()
 

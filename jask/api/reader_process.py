@@ -109,6 +109,7 @@ class ReaderProcess:
                          name="jask-reader-process", daemon=True).start()
         self.close = weakref.finalize(self, _end, self._proc, self._lock)
         """End the child (once the reads it runs are done); also when collected."""
+        _started.add(self)
 
     @property
     def pid(self) -> int:
@@ -168,6 +169,32 @@ class ReaderProcess:
             except (OSError, ValueError):  # the child ended: _collect fails the future
                 pass
         return future
+
+
+#: the reading children this process started (:func:`_let_go_in_a_fork`)
+_started: weakref.WeakSet[ReaderProcess] = weakref.WeakSet()
+
+
+def _let_go_in_a_fork() -> None:
+    """In a forked child: its copies of the pipes to the parent's reading
+    children point at ``/dev/null`` instead (nothing buffered is ever flushed
+    into them): a fork holding a child's stdin kept it from ever seeing its
+    input's end, and the parent's ``close()`` waited :data:`END_WAIT_S`, then
+    killed it, for as long as the fork lived."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for reader in list(_started):
+            for pipe in (reader._proc.stdin, reader._proc.stdout):
+                try:
+                    os.dup2(null, pipe.fileno(), inheritable=False)  # type: ignore[union-attr]
+                except (AttributeError, OSError, ValueError):  # (closed already)
+                    pass
+    finally:
+        os.close(null)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_let_go_in_a_fork)
 
 
 def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,

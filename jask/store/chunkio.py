@@ -38,7 +38,6 @@ import math
 import mmap
 import os
 import struct
-import threading
 from collections.abc import Callable
 from typing import cast
 
@@ -550,7 +549,7 @@ class OpenFiles:
         self._open: dict[str, int] = {}
         self._seen: dict[str, tuple | None] = {}
         self._read: set[str] = set()  # files read since the last check
-        self._lock = threading.Lock()
+        self._lock = forks.lock()  # (a forked child closes those a reading thread opened)
         #: a file first seen with a change time at or after this (ns) was written meanwhile
         self.since_ns: int | None = None
 

@@ -344,6 +344,25 @@ _writers: dict[str, int] = {}              # path -> writers waiting or swapping
 _swapping: set[int] = set()                # threads in a swap: their reads are over
 
 
+def _forget_other_threads() -> None:
+    """In a forked child: only the forking thread is there. A read another
+    thread held at the fork never ends here: a writer of the store (an
+    ``update_``) waited :data:`SWAP_WAIT` for it; a swap it was in, every
+    reader :data:`READ_WAIT`."""
+    me = threading.get_ident()
+    for path in list(_readers):
+        _readers[path] = {t: n for t, n in _readers[path].items() if t == me}
+        if not _readers[path]:
+            del _readers[path]
+    if me not in _swapping:  # (the forking thread's own swap, if any, keeps its count)
+        _writers.clear()
+    _swapping.intersection_update({me})
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_other_threads)
+
+
 def _others_read(path: str, me: int) -> bool:
     return any(t != me and t not in _swapping for t in _readers.get(path, ()))
 
