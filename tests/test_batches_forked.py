@@ -188,3 +188,14 @@ def test_a_child_forked_while_a_thread_holds_a_read_updates_the_store(tmp_path, 
     assert code == 0
     it.close()
     loader.close()
+
+
+def test_the_process_id_asked_once_a_batch_is_the_childs_in_a_fork():
+    """``forks.pid()`` (what a loader's loop compares with its feeder's, once a
+    batch, without a system call) is the forked child's own there."""
+    from jask.base import forks
+    assert forks.pid() == os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if forks.pid() == os.getpid() != os.getppid() else 1)
+    assert wait_for_fork(pid, 30) == 0

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import queue
 import threading
 import time
@@ -318,7 +317,7 @@ class Batches:
         self.readers = readers
         self._process: ReaderProcess | None = None
         #: the process whose reading pool, child and windows these are (a fork's are its parent's)
-        self._pid = os.getpid()
+        self._pid = forks.pid()
         #: which arrays are read whole at each epoch's start and their runs taken in
         #: memory (narrow ones, beside runs of a wider one: a read per run costs more
         #: than its bytes), and the buffers they are read into, reused across epochs
@@ -451,10 +450,10 @@ class Batches:
         """In a process forked from the loader's: drop the parent's reading pool,
         reading process, windows and idle timer, never waited for (their threads
         are not in this process; a read they had in flight never ends here)."""
-        if self._pid == os.getpid():
+        if self._pid == forks.pid():
             return
         self._pool, self._process, self._slots, self._whole = None, None, [], {}
-        self._ahead, self._idle_timer, self._pid = None, None, os.getpid()
+        self._ahead, self._idle_timer, self._pid = None, None, forks.pid()
         self._release_kept()
 
     def close(self) -> None:
@@ -567,7 +566,7 @@ class Batches:
                 with _config.holding(self.held_bytes - self._kept_bytes):
                     feed.start()
                     while True:
-                        if feed.pid != os.getpid():  # forked while iterated: this process's
+                        if feed.pid != forks.pid():  # forked while iterated: this process's
                             feed.stop()              # threads read the rest
                             self._forget_the_parents()
                             if self._batch >= self.plan.batches_in(self._epoch):
@@ -588,7 +587,7 @@ class Batches:
                 # (a reading child that does not finish its reads, stopped or stuck, is
                 # killed after a while: leaving the loop, on Ctrl-C too, never hangs on it)
                 stuck = (self._process.kill_after()
-                         if self._process is not None and feed.pid == os.getpid() else None)
+                         if self._process is not None and feed.pid == forks.pid() else None)
                 try:
                     feed.stop()
                 finally:
@@ -623,7 +622,7 @@ class _Feeder:
         self.handing: list = []  # the consumer's batches handed over, reversed
         self.stopping = threading.Event()
         #: the process iterating (a forked child's copy of an iteration has none of its threads)
-        self.pid = os.getpid()
+        self.pid = forks.pid()
         self.pool = _Tasks(loader._reading_pool(), loader._reading_process())
         self.thread = threading.Thread(target=self._run, name="jask-batches", daemon=True)
         self.stores = [a._store() for a in loader._arrays if isinstance(a, DiskArray)]
@@ -711,7 +710,7 @@ class _Feeder:
         return item
 
     def stop(self) -> None:
-        if self.pid != os.getpid():  # a forked child's copy: its threads and reads are the
+        if self.pid != forks.pid():  # a forked child's copy: its threads and reads are the
             for files in [*self.retired, self.files]:  # parent's, never waited for here
                 files.close()
             return
@@ -944,7 +943,7 @@ class _DeviceFeeder(_Feeder):
 
     def stop(self) -> None:
         self.handing = []
-        if self.pid != os.getpid():  # (a forked child's copy: see _Feeder.stop)
+        if self.pid != forks.pid():  # (a forked child's copy: see _Feeder.stop)
             return super().stop()
         self.stopping.set()
         _drain_until_ended(self.stager, self.staged)  # a put waiting for room, a read waited for

@@ -28,9 +28,10 @@ import threading
 import weakref
 from typing import Any, Callable
 
-__all__ = ["lock", "rlock", "condition", "made"]
+__all__ = ["lock", "rlock", "condition", "made", "pid"]
 
 _made: weakref.WeakSet[_ForkSafe] = weakref.WeakSet()
+_pid = os.getpid()
 
 
 class _ForkSafe:
@@ -78,7 +79,16 @@ def made() -> list:
     return list(_made)
 
 
+def pid() -> int:
+    """This process's id, without a system call (``os.getpid`` makes one each
+    time, dearer under gVisor, a TPU host's sandbox), set anew in a forked
+    child: what a loop may ask once an item."""
+    return _pid
+
+
 def _renew_all() -> None:
+    global _pid
+    _pid = os.getpid()
     for each in list(_made):
         each.renew()
 
