@@ -73,8 +73,13 @@ CASES = [
     ("pow-scalar", "compute", lambda ns, d: ns.pow(d["p"], 2.0)),
     ("clip", "compute", lambda ns, d: ns.clip(d["x"], -0.5, 0.25)),
     ("where", "compute", lambda ns, d: ns.where(d["b"], d["x"], -1.0)),
-    ("sum-int8", lambda ns, d: ns.sum(d["i"], axis=1)),
+    ("sum-int8", "compute", lambda ns, d: ns.sum(d["i"], axis=1)),
     ("sum-dtype", "compute", lambda ns, d: ns.sum(d["p"], axis=0, dtype=ns.float64, keepdims=True)),
+    # a small integer dtype asked for: the result in it, wrapped as numpy's (not in 64 bits)
+    ("sum-uint8-in-uint8", "compute", lambda ns, d: ns.sum(d["u"], dtype=ns.uint8)),
+    ("sum-int8-in-int8", "compute", lambda ns, d: ns.sum(d["i"], axis=0, dtype=ns.int8)),
+    ("prod-int8-in-int8", "compute",
+     lambda ns, d: ns.prod(d["i"], axis=1, dtype=ns.int8, keepdims=True)),
     ("mean", "compute", lambda ns, d: ns.mean(d["x"], axis=0)),
     ("var-correction", "compute", lambda ns, d: ns.var(d["x"], axis=1, correction=1)),
     ("std-all", "compute", lambda ns, d: ns.std(d["p"])),
@@ -128,8 +133,15 @@ def x64():
     with jax.enable_x64(True):
         yield
 
+FAMILIES = ["creation", "compute", "manipulation", "complex"]
 
-@pytest.mark.parametrize("family", ["creation", "compute", "manipulation", "complex"])
+
+def test_every_case_runs_in_a_family():
+    """A case without a family (or with a misspelt one) would never run."""
+    assert [c[0] for c in CASES if len(c) != 3 or c[1] not in FAMILIES] == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_matches_array_api_strict(family, small_budget, x64):
     # one test per family, not per case: each test's scratch check costs ~1 s
     ours, theirs = _inputs(xp), _inputs(strict)

@@ -226,7 +226,7 @@ def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
       >>> xp.sum(xp.ones((3, 4)), axis=0).to_numpy()
       array([3., 3., 3., 3.], dtype=float32)
     """
-    return own(reductions.sum(_cast(x, dtype), axis=axis, keepdims=keepdims))
+    return _result_in(reductions.sum(_cast(x, dtype), axis=axis, keepdims=keepdims), dtype)
 
 
 def prod(x, /, *, axis=None, dtype=None, keepdims=False):
@@ -237,7 +237,15 @@ def prod(x, /, *, axis=None, dtype=None, keepdims=False):
       >>> float(xp.prod(xp.full((3,), 2.0)))
       8.0
     """
-    return own(reductions.prod(_cast(x, dtype), axis=axis, keepdims=keepdims))
+    return _result_in(reductions.prod(_cast(x, dtype), axis=axis, keepdims=keepdims), dtype)
+
+
+def _result_in(out, dtype):
+    """A sum's or product's result in the ``dtype`` asked for: small integers
+    accumulate in 64 bits (as numpy's), and a sum taken modulo 2**64 then cast
+    wraps as one taken in ``dtype`` does (``sum([200, 100], dtype=uint8)`` is 44)."""
+    return own(out if dtype is None or np.dtype(dtype) == out.dtype
+               else elementwise.astype(out, np.dtype(dtype)))
 
 
 def mean(x, /, *, axis=None, keepdims=False):
