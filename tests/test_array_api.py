@@ -344,3 +344,17 @@ def test_docstring_examples():
             ran += len(test.examples)
     assert runner.failures == 0, out.getvalue()
     assert ran > 100
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: xp.expand_dims(x, axis=3), lambda x: xp.expand_dims(x, axis=-4),
+    lambda x: xp.squeeze(x, axis=2), lambda x: xp.flip(x, axis=-3),
+    lambda x: xp.moveaxis(x, 0, 2), lambda x: xp.roll(x, 1, axis=5)],
+    ids=["expand_dims", "expand_dims-negative", "squeeze", "flip", "moveaxis", "roll"])
+def test_an_axis_out_of_range_is_an_index_error_as_the_standard_asks(call, small_budget):
+    """The standard asks for an IndexError, numpy raises its AxisError (a ValueError too):
+    jask raises numpy's, naming the array given."""
+    x = xp.asarray(np.zeros((4, 1)))
+    with pytest.raises(IndexError, match=r"out of range for an array of shape \(4, 1\)") as err:
+        call(x)
+    assert isinstance(err.value, ValueError)

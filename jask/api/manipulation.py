@@ -44,8 +44,9 @@ def _axes(op: str, axis, ndim: int, shape) -> tuple:
     out = []
     for a in axes:
         if not isinstance(a, (numbers.Integral, np.integer)) or not -ndim <= int(a) < ndim:
-            raise ValueError(f"jask.{op}: axis {axis!r} is out of range for an array of shape "
-                             f"{tuple(shape)}")
+            # (numpy's AxisError: a ValueError and an IndexError, what the array API asks)
+            raise np.exceptions.AxisError(f"jask.{op}: axis {axis!r} is out of range for an "
+                                          f"array of shape {tuple(shape)}")
         out.append(int(a) % ndim)
     return tuple(out)
 
@@ -183,7 +184,12 @@ def expand_dims(x, axis, *, config: Config | None = None):
     if aval is None:
         return jnp.expand_dims(x, axis)
     ndim = aval.ndim + (1 if isinstance(axis, (numbers.Integral, np.integer)) else len(axis))
-    new = _unique("expand_dims", _axes("expand_dims", axis, ndim, (None,) * ndim), axis)
+    try:
+        new = _unique("expand_dims", _axes("expand_dims", axis, ndim, (None,) * ndim), axis)
+    except np.exceptions.AxisError:  # (named against the array given, not the result)
+        raise np.exceptions.AxisError(
+            f"jask.expand_dims: axis {axis!r} is out of range for an array of shape "
+            f"{tuple(aval.shape)} (from {-ndim} to {ndim - 1})") from None
     kept = [d for d in range(ndim) if d not in new]
     shape = [1] * ndim
     for d, n in zip(kept, aval.shape):

@@ -660,10 +660,16 @@ def moveaxis(x, source, destination, /):
       (3, 4, 2)
     """
     ndim = len(x.shape)
-    src = [s % ndim for s in ((source,) if isinstance(source, int) else source)]
-    dst = [d % ndim for d in ((destination,) if isinstance(destination, int) else destination)]
+    src, dst = (list((a,) if isinstance(a, int) else a) for a in (source, destination))
+    for a in src + dst:  # (wrapped modulo ndim unchecked, an axis too far moved another)
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(f"jask.moveaxis: axis {a!r} is out of range for an "
+                                          f"array of shape {tuple(x.shape)}")
+    src, dst = [a % ndim for a in src], [a % ndim for a in dst]
     if len(src) != len(dst):
         raise ValueError("jask.array_api.moveaxis: source and destination differ in length")
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError(f"jask.moveaxis: repeated axis in {source!r} or {destination!r}")
     order = [d for d in range(ndim) if d not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
