@@ -144,7 +144,7 @@ def test_a_forked_child_alive_lets_the_parents_reading_process_end_at_close(tmp_
         os.close(go[1])
         code = wait_for_fork(pid, 30)
     assert code == 0
-    assert reader.returncode is not None
+    assert reader.returncode == 0  # (it ended by itself)
     assert took < reader_process.END_WAIT_S / 2, took
 
 
