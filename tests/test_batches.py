@@ -1469,6 +1469,35 @@ def test_reader_processes_leave_no_segment_or_process_after_close_or_collection(
     assert not _left(segments)
 
 
+def test_reader_processes_exit_by_themselves_at_close_and_a_stopped_one_is_killed(
+        tmp_path, monkeypatch):
+    """An ordinary close lets the reading process finish its reads and exit on
+    its own (code 0: it was killed as soon as its output ended, before its exit);
+    one that does not end (stopped, SIGSTOP) is killed after END_WAIT_S."""
+    import signal
+
+    from jask.api import reader_process
+    X, y, _ = _stores(tmp_path, 2000, 4, 100, 100, False)
+    for _ in range(3):
+        loader = jask.batches(X, y, batch_size=50, threads=2, readers="processes")
+        assert len(_rows(loader)) == 40
+        proc = loader._process._proc
+        loader.close()
+        assert proc.returncode == 0
+    monkeypatch.setattr(reader_process, "END_WAIT_S", 1.0)
+    loader = jask.batches(X, y, batch_size=50, threads=2, readers="processes")
+    assert len(_rows(loader)) == 40
+    proc = loader._process._proc
+    os.kill(proc.pid, signal.SIGSTOP)
+    rescue = threading.Timer(60.0, os.kill, (proc.pid, signal.SIGKILL))  # (a failure, not a hang)
+    rescue.start()
+    began = time.monotonic()
+    loader.close()
+    took = time.monotonic() - began
+    rescue.cancel()
+    assert proc.returncode == -signal.SIGKILL and 0.9 < took < 30, (proc.returncode, took)
+
+
 def test_reader_processes_need_no_main_guard_and_end_with_an_interrupted_script(tmp_path):
     import signal
 

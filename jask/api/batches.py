@@ -560,6 +560,8 @@ class Batches:
             if self._epoch > last:
                 return
             feeder = _DeviceFeeder if self.device_bytes else _Feeder
+            if feeder is _DeviceFeeder:
+                _check_not_forked_after_jax()
             feed = feeder(self, self._epoch, self._batch, last)
             try:
                 # (what is kept between iterations is held already)
@@ -573,6 +575,8 @@ class Batches:
                                 self._epoch, self._batch = self._epoch + 1, 0
                             if self._epoch > last:
                                 return
+                            if feeder is _DeviceFeeder:
+                                _check_not_forked_after_jax()
                             feed = feeder(self, self._epoch, self._batch, last)
                             feed.start()
                         item = feed.get()
@@ -596,6 +600,18 @@ class Batches:
         finally:
             self._running = False
             self._keep_for_a_while()
+
+
+def _check_not_forked_after_jax() -> None:
+    """Raise where a device feed would compile in a forked child of a process
+    whose JAX had started: XLA's compile waits forever there (jask.base.forks)."""
+    if forks.forked_after_jax():
+        raise RuntimeError(
+            "jask.batches: this process was forked (os.fork, multiprocessing's 'fork') after "
+            "JAX had started in its parent, and a loader with device=... compiles its cut "
+            "here, which XLA cannot do in a forked process (it would wait forever). Use a "
+            "'spawn' or 'forkserver' start method, or make the loader here with device=None "
+            "(numpy batches; state=loader.state goes on from this one's next batch).")
 
 
 class _Feeder:

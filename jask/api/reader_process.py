@@ -212,7 +212,12 @@ def _collect(proc: subprocess.Popen, pending: dict, lock: threading.Lock,
                 future.set_result(None)
             else:
                 future.set_exception(error)
-    except Exception:  # EOF: the child ended (or its output cannot be read: end it)
+    except EOFError:  # its output's end: the child is ending (its input ended, or it failed)
+        try:  # (killed at once, an ordinary close's child was killed before its own exit)
+            proc.wait(END_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    except Exception:  # its output cannot be read: end it
         pass
     if proc.poll() is None:
         proc.kill()

@@ -14,7 +14,8 @@ started in the parent (any op, even a ``device_put``), a compile in a forked
 child waits forever for a compiler thread that is not there (JAX warns at
 the fork), and a fresh backend in the child aborts on XLA's inherited
 mutexes. A forked child runs the ops the parent already compiled; new work
-belongs in a "spawn" or "forkserver" process.
+belongs in a "spawn" or "forkserver" process; :func:`forked_after_jax` says
+whether this process is such a child.
 
 Example:
   >>> _lock = lock()
@@ -24,14 +25,16 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 from typing import Any, Callable
 
-__all__ = ["lock", "rlock", "condition", "made", "pid"]
+__all__ = ["lock", "rlock", "condition", "made", "pid", "forked_after_jax"]
 
 _made: weakref.WeakSet[_ForkSafe] = weakref.WeakSet()
 _pid = os.getpid()
+_forked_after_jax = False
 
 
 class _ForkSafe:
@@ -86,9 +89,22 @@ def pid() -> int:
     return _pid
 
 
+def forked_after_jax() -> bool:
+    """Whether this process was forked (or its parent, ...) from one where
+    JAX's backend had started: it cannot compile (see above)."""
+    return _forked_after_jax
+
+
+def _jax_started() -> bool:
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    # (read without its lock, which another thread of the parent may have held at the fork)
+    return bool(getattr(bridge, "_backends", None))
+
+
 def _renew_all() -> None:
-    global _pid
+    global _pid, _forked_after_jax
     _pid = os.getpid()
+    _forked_after_jax = _forked_after_jax or _jax_started()
     for each in list(_made):
         each.renew()
 
