@@ -13,7 +13,7 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight|cut|dispatch|slots] [--floor-reads]``; prints a
+[--knobs pieces|threads|flight|cut|dispatch|slots] [--floor-cuts]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -83,41 +83,17 @@ def _programs_before_knobs():
 _PROGRAMS = _programs_before_knobs()  # (what a knob's programs call, whatever is set)
 
 
-#: Reads of X's chunk files beside the floor's steps and puts, in another process
-#: (as the reading child's): ``preadv`` of whole files into reused buffers, 4 threads
-READER = """
-import os, sys, threading
-files = sys.argv[1:]
-def read(part):
-    buf = bytearray(64 * 2**20)
-    view = memoryview(buf)
-    for f in part:
-        fd = os.open(f, os.O_RDONLY)
-        n = os.fstat(fd).st_size
-        os.preadv(fd, [view[:n]], 0)
-        os.close(fd)
-sys.stdin.readline()  # go
-ts = [threading.Thread(target=read, args=(files[i::4],)) for i in range(4)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-"""
-
-
 def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
-              in_flight: int = 8, repeat: int = 3, files: list | None = None,
-              cuts: bool = False) -> dict:
+              in_flight: int = 8, repeat: int = 3, cuts: bool = False) -> dict:
     """What JAX alone does with the same work, no jask: ``n_steps`` MLP
     steps on batches already on the device; ``nbytes`` put on the device in
     ``piece``-byte ``device_put`` calls from reused host buffers,
     ``in_flight`` at a time (as the loader's pieces are); and both at once,
-    from two threads; with ``files``, also those files read whole by another
-    process alone ("reads") and beside both ("all": what a loader does at
-    best); with ``cuts``, the puts' thread also dispatches a program making 64
+    from two threads; with ``cuts``, the puts' thread also dispatches a program making 64
     batches of X and y (128 arrays) of a window already on the device each
     8 pieces, as the device feed's stager does. Medians of
     ``repeat`` (seconds). A loader cannot feed an epoch faster than "both"
     ("all" where it reads as it feeds)."""
-    import subprocess
     import threading
 
     import jax
@@ -154,34 +130,8 @@ def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
         steps()
         t.join()
 
-    took: dict = {}
-
-    def reads(then=None) -> None:
-        child = subprocess.Popen([sys.executable, "-c", READER, *files], stdin=subprocess.PIPE)
-        time.sleep(0.3)  # (started: only its reads timed)
-        start = time.perf_counter()
-        child.stdin.write(b"go\n")
-        child.stdin.flush()
-        if then is not None:
-            then()
-        child.wait()
-        took["reads"] = time.perf_counter() - start
-
-    def all_three() -> None:
-        reads(then=both)
-
     out = {}
-    measures = [("steps", steps), ("puts", puts), ("both", both)]
-    if files:
-        measures += [("reads", reads), ("all", all_three)]
-    for name, fn in measures:
-        if name in ("reads", "all"):
-            times = []
-            for _ in range(repeat):
-                fn()
-                times.append(took["reads"])
-            out[name] = statistics.median(times)
-            continue
+    for name, fn in [("steps", steps), ("puts", puts), ("both", both)]:
         times = []
         for _ in range(repeat):
             start = time.perf_counter()
@@ -201,8 +151,6 @@ def main(argv=None) -> int:
                    help="which settings: device_put pieces and switch interval, reading threads, "
                         "pieces in flight, the in-order cut, the cut's batches a call, host slots")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
-    p.add_argument("--floor-reads", action="store_true",
-                   help="JAX alone also beside X's files read by another process")
     p.add_argument("--floor-cuts", action="store_true",
                    help="JAX alone with puts also dispatching a cut of 64 batches each 8 pieces")
     args = p.parse_args(argv)
@@ -214,11 +162,9 @@ def main(argv=None) -> int:
     device = jax.devices()[0]
     paths = ld.prepare(args.data_dir, args.gib)
     steps = ld.steps_alone(device, paths["rows"] // ld.BATCH, args.repeat)
-    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(paths["X"]) for f in fs
-                   if f != "zarr.json")
     for in_flight in (8, 2):
         floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH,
-                          in_flight=in_flight, files=files if args.floor_reads else None)
+                          in_flight=in_flight)
         print(f"jax alone (no jask), {in_flight} puts in flight: "
               + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()), flush=True)
         if not args.floor_cuts:
