@@ -358,3 +358,17 @@ def test_an_axis_out_of_range_is_an_index_error_as_the_standard_asks(call, small
     with pytest.raises(IndexError, match=r"out of range for an array of shape \(4, 1\)") as err:
         call(x)
     assert isinstance(err.value, ValueError)
+
+
+def test_fills_equal_as_numbers_stay_apart(small_budget):
+    """0.0 and -0.0 compare (and hash) equal: each fill keeps its own bits, in
+    whichever order fills are made (array-api-tests' test_repeat found ``full``
+    handing back an earlier fill's sign of zero). A NaN fill keeps its bits too."""
+    z, nz = 0.0, -0.0
+    cases = [(v, d) for v in (complex(z, z), complex(z, nz), complex(nz, z), complex(nz, nz))
+             for d in ("complex64", "complex128")]
+    cases += [(v, d) for v in (z, nz, float("nan")) for d in ("float32", "float64")]
+    for order in (cases, cases[::-1]):
+        for value, dtype in order:
+            got = xp.full((3,), value, dtype=getattr(xp, dtype)).to_numpy()
+            assert got.tobytes() == np.full((3,), value, dtype).tobytes(), (value, dtype, got)
