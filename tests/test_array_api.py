@@ -351,10 +351,13 @@ def test_docstring_examples():
     lambda x: xp.squeeze(x, axis=2), lambda x: xp.flip(x, axis=-3),
     lambda x: xp.moveaxis(x, 0, 2), lambda x: xp.roll(x, 1, axis=5)],
     ids=["expand_dims", "expand_dims-negative", "squeeze", "flip", "moveaxis", "roll"])
-def test_an_axis_out_of_range_is_an_index_error_as_the_standard_asks(call, small_budget):
+@pytest.mark.parametrize("where", ["disk", "memory"])
+def test_an_axis_out_of_range_is_an_index_error_as_the_standard_asks(call, where, small_budget):
     """The standard asks for an IndexError, numpy raises its AxisError (a ValueError too):
-    jask raises numpy's, naming the array given."""
-    x = xp.asarray(np.zeros((4, 1)))
+    jask raises numpy's, naming the array given, on disk and in memory (where
+    jax.numpy raises a plain ValueError)."""
+    x = xp.asarray(np.zeros((4, 1))) if where == "disk" else _memory.own(jax.numpy.zeros((4, 1)))
+    assert isinstance(x, jask.DiskArray) == (where == "disk")
     with pytest.raises(IndexError, match=r"out of range for an array of shape \(4, 1\)") as err:
         call(x)
     assert isinstance(err.value, ValueError)
