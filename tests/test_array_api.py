@@ -351,10 +351,27 @@ def test_docstring_examples():
     lambda x: xp.squeeze(x, axis=2), lambda x: xp.flip(x, axis=-3),
     lambda x: xp.moveaxis(x, 0, 2), lambda x: xp.roll(x, 1, axis=5)],
     ids=["expand_dims", "expand_dims-negative", "squeeze", "flip", "moveaxis", "roll"])
-def test_an_axis_out_of_range_is_an_index_error_as_the_standard_asks(call, small_budget):
+@pytest.mark.parametrize("where", ["disk", "memory"])
+def test_an_axis_out_of_range_is_an_index_error_as_the_standard_asks(call, where, small_budget):
     """The standard asks for an IndexError, numpy raises its AxisError (a ValueError too):
-    jask raises numpy's, naming the array given."""
-    x = xp.asarray(np.zeros((4, 1)))
+    jask raises numpy's, naming the array given, on disk and in memory (where
+    jax.numpy raises a plain ValueError)."""
+    x = xp.asarray(np.zeros((4, 1))) if where == "disk" else _memory.own(jax.numpy.zeros((4, 1)))
+    assert isinstance(x, jask.DiskArray) == (where == "disk")
     with pytest.raises(IndexError, match=r"out of range for an array of shape \(4, 1\)") as err:
         call(x)
     assert isinstance(err.value, ValueError)
+
+
+def test_fills_equal_as_numbers_stay_apart(small_budget):
+    """0.0 and -0.0 compare (and hash) equal: each fill keeps its own bits, in
+    whichever order fills are made (array-api-tests' test_repeat found ``full``
+    handing back an earlier fill's sign of zero). A NaN fill keeps its bits too."""
+    z, nz = 0.0, -0.0
+    cases = [(v, d) for v in (complex(z, z), complex(z, nz), complex(nz, z), complex(nz, nz))
+             for d in ("complex64", "complex128")]
+    cases += [(v, d) for v in (z, nz, float("nan")) for d in ("float32", "float64")]
+    for order in (cases, cases[::-1]):
+        for value, dtype in order:
+            got = xp.full((3,), value, dtype=getattr(xp, dtype)).to_numpy()
+            assert got.tobytes() == np.full((3,), value, dtype).tobytes(), (value, dtype, got)

@@ -44,7 +44,8 @@ def _axes(op: str, axis, ndim: int, shape) -> tuple:
     out = []
     for a in axes:
         if not isinstance(a, (numbers.Integral, np.integer)) or not -ndim <= int(a) < ndim:
-            # (numpy's AxisError: a ValueError and an IndexError, what the array API asks)
+            # (numpy's AxisError: a ValueError and an IndexError, what the array API asks;
+            # jax.numpy raises a ValueError, so in-memory inputs are checked here too)
             raise np.exceptions.AxisError(f"jask.{op}: axis {axis!r} is out of range for an "
                                           f"array of shape {tuple(shape)}")
         out.append(int(a) % ndim)
@@ -89,6 +90,7 @@ def flip(x, axis=None, *, config: Config | None = None):
     """
     aval = disk_type(x)
     if aval is None:
+        _axes("flip", axis, np.ndim(x), np.shape(x))  # (see _axes)
         return jnp.flip(x, axis)
     axes = sorted(set(_axes("flip", axis, aval.ndim, aval.shape)))
     axes = [d for d in axes if aval.shape[d] > 1]
@@ -113,6 +115,7 @@ def roll(x, shift, axis=None, *, config: Config | None = None):
     """
     aval = disk_type(x)
     if aval is None:
+        _axes("roll", axis, np.ndim(x), np.shape(x))  # (see _axes)
         return jnp.roll(x, shift, axis)
     if axis is None:
         flat = _reshaped(x, (math.prod(aval.shape),), config)
@@ -156,6 +159,8 @@ def moveaxis(x, source, destination, *, config: Config | None = None):
     """
     aval = disk_type(x)
     if aval is None:
+        for axes in (source, destination):
+            _axes("moveaxis", axes, np.ndim(x), np.shape(x))  # (see _axes)
         return jnp.moveaxis(x, source, destination)
     src = _unique("moveaxis", _axes("moveaxis", source, aval.ndim, aval.shape), source)
     dst = _unique("moveaxis", _axes("moveaxis", destination, aval.ndim, aval.shape),
@@ -181,15 +186,16 @@ def expand_dims(x, axis, *, config: Config | None = None):
       (1, 2, 3, 1)
     """
     aval = disk_type(x)
-    if aval is None:
-        return jnp.expand_dims(x, axis)
-    ndim = aval.ndim + (1 if isinstance(axis, (numbers.Integral, np.integer)) else len(axis))
-    try:
+    given = tuple(aval.shape) if aval is not None else np.shape(x)
+    ndim = len(given) + (1 if isinstance(axis, (numbers.Integral, np.integer)) else len(axis))
+    try:  # (in memory too, see _axes)
         new = _unique("expand_dims", _axes("expand_dims", axis, ndim, (None,) * ndim), axis)
     except np.exceptions.AxisError:  # (named against the array given, not the result)
         raise np.exceptions.AxisError(
             f"jask.expand_dims: axis {axis!r} is out of range for an array of shape "
-            f"{tuple(aval.shape)} (from {-ndim} to {ndim - 1})") from None
+            f"{given} (from {-ndim} to {ndim - 1})") from None
+    if aval is None:
+        return jnp.expand_dims(x, axis)
     kept = [d for d in range(ndim) if d not in new]
     shape = [1] * ndim
     for d, n in zip(kept, aval.shape):
@@ -209,6 +215,7 @@ def squeeze(x, axis=None, *, config: Config | None = None):
     """
     aval = disk_type(x)
     if aval is None:
+        _axes("squeeze", axis, np.ndim(x), np.shape(x))  # (see _axes)
         return jnp.squeeze(x, axis)
     if axis is None:
         axes = tuple(d for d, n in enumerate(aval.shape) if n == 1)

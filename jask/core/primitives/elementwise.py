@@ -48,13 +48,15 @@ __all__ = ["Blockwise", "VJP", "JVP", "full", "fill", "add", "reduce", "mapped",
 @dataclass(frozen=True)
 class _Fill:
     """The kernel of a store holding one value everywhere (it ignores its
-    placeholder operand); hashable, as a compiled call keys on it."""
+    placeholder operand); hashable, as a compiled call keys on it. It holds
+    the value's bytes: 0.0 and -0.0 are equal as numbers (one would reuse the
+    other's kernel), a NaN is not equal to itself."""
 
-    value: object
+    bits: bytes
     dtype: str
 
     def __call__(self, _):
-        return np.asarray(self.value, self.dtype)
+        return np.frombuffer(self.bits, self.dtype).reshape(())
 
 
 @functools.lru_cache(maxsize=256)
@@ -70,7 +72,7 @@ def full(shape: tuple, value, dtype, config: Config | None = None):
     dtype = np.dtype(dtype)
     if tuple(shape) == ():
         return jax.numpy.asarray(value, dtype)
-    fill = _fill_row(_Fill(np.asarray(value).astype(dtype).item(), dtype.name))
+    fill = _fill_row(_Fill(np.asarray(value).astype(dtype).tobytes(), dtype.name))
     placeholder = jax.numpy.zeros((), jax.numpy.int32)
     return Blockwise(fill, (ShapedArray((), placeholder.dtype),), ((),), (None,), tuple(shape),
                      tuple(range(len(shape))), dtype, config=config)(placeholder)
