@@ -4,7 +4,10 @@ loader's knobs set between rounds: the bytes of a ``device_put`` piece
 threads``: ``DEFAULT_THREADS``, in the reading child), the pieces copied at once
 (``--knobs flight``: ``PUTS_IN_FLIGHT``), how an in-order window is cut on the
 device (``--knobs cut``: sliced, or gathered by its identity order as before
-session 8; in order only) and the interpreter's switch interval
+session 8; in order only), who reads a window (``--knobs reader``: the reading
+child into shared memory, or threads into this process's; in order only;
+``--floor-shared``: JAX alone putting from shared memory too) and the
+interpreter's switch interval
 (``sys.setswitchinterval``: how long a thread holding the GIL keeps it while
 another waits, 5 ms by default; the consumer's step dispatches wait behind
 the stager's and the reading child's collector threads). Each setting: the
@@ -13,7 +16,8 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight|cut|dispatch|slots] [--floor-cuts]``; prints a
+[--knobs pieces|threads|flight|cut|dispatch|slots|reader] [--floor-cuts]
+[--floor-shared]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -70,9 +74,19 @@ SETTINGS = {
         ("2 slots, 2 pieces in flight", {"PUTS_IN_FLIGHT": 2}, 0.005),
         ("3 slots, 2 pieces in flight", {"SLOTS": 3, "PUTS_IN_FLIGHT": 2}, 0.005),
     ],
+    # who reads a window: onto an accelerator a reading child, into shared memory (the
+    # pieces put from it); threads read into this process's memory, as JAX alone puts from
+    "reader": [
+        ("reading child (default)", {}, 0.005),
+        ("reading threads", {"THREAD_READER_PLATFORMS": ("cpu", "tpu", "gpu")}, 0.005),
+        ("reading threads, 3 slots, 2 in flight", {
+            "THREAD_READER_PLATFORMS": ("cpu", "tpu", "gpu"), "SLOTS": 3,
+            "PUTS_IN_FLIGHT": 2}, 0.005),
+        ("reading child, 3 slots, 2 in flight", {"SLOTS": 3, "PUTS_IN_FLIGHT": 2}, 0.005),
+    ],
 }
 #: The orders measured, by knobs (the cut changes nothing shuffled)
-ORDERS = {"cut": (False,), "dispatch": (False,)}
+ORDERS = {"cut": (False,), "dispatch": (False,), "reader": (False,)}
 
 
 def _programs_before_knobs():
@@ -84,14 +98,16 @@ _PROGRAMS = _programs_before_knobs()  # (what a knob's programs call, whatever i
 
 
 def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
-              in_flight: int = 8, repeat: int = 3, cuts: bool = False) -> dict:
+              in_flight: int = 8, repeat: int = 3, cuts: bool = False,
+              shared: bool = False) -> dict:
     """What JAX alone does with the same work, no jask: ``n_steps`` MLP
     steps on batches already on the device; ``nbytes`` put on the device in
     ``piece``-byte ``device_put`` calls from reused host buffers,
     ``in_flight`` at a time (as the loader's pieces are); and both at once,
     from two threads; with ``cuts``, the puts' thread also dispatches a program making 64
     batches of X and y (128 arrays) of a window already on the device each
-    8 pieces, as the device feed's stager does. Medians of
+    8 pieces, as the device feed's stager does; with ``shared``, the host
+    buffers are in shared memory (as the reading child's slots). Medians of
     ``repeat`` (seconds). A loader cannot feed an epoch faster than "both"
     ("all" where it reads as it feeds)."""
     import threading
@@ -99,7 +115,14 @@ def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
     import jax
     import numpy as np
     step, params, state, held = ld.compiled_step(device, 4)
-    host = [np.ones(piece // 4, np.float32) for _ in range(in_flight)]
+    if shared:
+        from jask.api.reader_process import SharedArray
+        kept = [SharedArray((piece // 4,), np.float32) for _ in range(in_flight)]
+        host = [k.value for k in kept]
+        for h in host:
+            h[...] = 1
+    else:
+        host = [np.ones(piece // 4, np.float32) for _ in range(in_flight)]
     jax.block_until_ready(jax.device_put(host[0], device))
 
     def steps() -> None:
@@ -149,10 +172,13 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "jask-loader"))
     p.add_argument("--knobs", choices=sorted(SETTINGS), default="pieces",
                    help="which settings: device_put pieces and switch interval, reading threads, "
-                        "pieces in flight, the in-order cut, the cut's batches a call, host slots")
+                        "pieces in flight, the in-order cut, the cut's batches a call, host slots, "
+                        "who reads (a child or threads)")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     p.add_argument("--floor-cuts", action="store_true",
                    help="JAX alone with puts also dispatching a cut of 64 batches each 8 pieces")
+    p.add_argument("--floor-shared", action="store_true",
+                   help="JAX alone with its host buffers also in shared memory")
     args = p.parse_args(argv)
     import jax
 
@@ -167,6 +193,11 @@ def main(argv=None) -> int:
                           in_flight=in_flight)
         print(f"jax alone (no jask), {in_flight} puts in flight: "
               + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()), flush=True)
+        if args.floor_shared:
+            shared = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4,
+                               paths["rows"] // ld.BATCH, in_flight=in_flight, shared=True)
+            print(f"jax alone (no jask), {in_flight} puts in flight from shared memory: "
+                  + ", ".join(f"{k} {v:.3f} s" for k, v in shared.items()), flush=True)
         if not args.floor_cuts:
             continue
         floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH,
