@@ -2,10 +2,13 @@
 loader's knobs set between rounds: the bytes of a ``device_put`` piece
 (``jask.api.batches.TRANSFER_BYTES``), the reading threads (``--knobs
 threads``: ``DEFAULT_THREADS``, in the reading child), the pieces copied at once
-(``--knobs flight``: ``PUTS_IN_FLIGHT``), how an in-order window is cut on the
+(``--knobs flight``: ``PUTS_IN_FLIGHT``), the host slots of a device feed
+(``--knobs slots``: ``DEVICE_SLOTS``), how an in-order window is cut on the
 device (``--knobs cut``: sliced, or gathered by its identity order as before
 session 8; in order only), who reads a window (``--knobs reader``: the reading
 child into shared memory, or threads into this process's; in order only;
+``--knobs reads``: none after each slot's first window, for timing only, or the
+child's threads;
 ``--floor-shared``: JAX alone putting from shared memory too) and the
 interpreter's switch interval
 (``sys.setswitchinterval``: how long a thread holding the GIL keeps it while
@@ -16,7 +19,7 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight|cut|dispatch|slots|reader] [--floor-cuts]
+[--knobs pieces|threads|flight|cut|dispatch|slots|reader|reads] [--floor-cuts]
 [--floor-shared]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
@@ -31,6 +34,25 @@ import tempfile
 import time
 
 from benchmarks import loader_device as ld
+
+
+def _slot_read_once():
+    from jask.api import batches
+
+    class SlotReadOnce(batches._Slot):
+        """A host slot read for its first window only: its later windows put
+        the rows it holds again (wrong batches: for timing a fed epoch without
+        reads, nothing else)."""
+
+        def fill(self, pool, threads, units, plan, *args, **kw):
+            if not self.buffers:
+                return super().fill(pool, threads, units, plan, *args, **kw)
+            n = plan.rows_in(units)
+            self.buffers = [buf[:n] for buf in self._whole]
+            return []
+
+    return SlotReadOnce
+
 
 #: (name, the loader's module constants set, switch interval s) in the order measured
 SETTINGS = {
@@ -48,8 +70,8 @@ SETTINGS = {
         ("4 reading threads", {"DEFAULT_THREADS": 4}, 0.005),
     ],
     "flight": [
-        ("a whole window in flight (default)", {"PUTS_IN_FLIGHT": None}, 0.005),
-        ("2 pieces in flight", {"PUTS_IN_FLIGHT": 2}, 0.005),
+        ("2 pieces in flight (default)", {}, 0.005),
+        ("a whole window in flight", {"PUTS_IN_FLIGHT": None}, 0.005),
         ("1 piece in flight", {"PUTS_IN_FLIGHT": 1}, 0.005),
     ],
     "cut": [
@@ -64,29 +86,36 @@ SETTINGS = {
         ("cut 64 batches a call (default)", {}, 0.005),
         ("cut 16 batches a call", {"CUT_BATCHES": 16}, 0.005),
         ("cut 8 batches a call", {"CUT_BATCHES": 8}, 0.005),
-        ("cut 16 a call, 2 pieces in flight", {"CUT_BATCHES": 16, "PUTS_IN_FLIGHT": 2}, 0.005),
+        ("cut 16 a call, a whole window in flight", {"CUT_BATCHES": 16, "PUTS_IN_FLIGHT": None},
+         0.005),
     ],
-    # the host slots a window is read into: with two, a window's reads wait for the copy of
-    # the window two before (the in-order chain of reads and copies, session 8)
+    # the host slots a device feed reads into: with two, a window's reads wait for the copy
+    # of the window two before (the in-order chain of reads and copies, session 8)
     "slots": [
-        ("2 host slots (default)", {}, 0.005),
-        ("3 host slots", {"SLOTS": 3}, 0.005),
-        ("2 slots, 2 pieces in flight", {"PUTS_IN_FLIGHT": 2}, 0.005),
-        ("3 slots, 2 pieces in flight", {"SLOTS": 3, "PUTS_IN_FLIGHT": 2}, 0.005),
+        ("3 slots, 2 pieces in flight (default)", {}, 0.005),
+        ("2 slots, a whole window in flight (before)", {"DEVICE_SLOTS": 2, "PUTS_IN_FLIGHT": None},
+         0.005),
+        ("3 slots, a whole window in flight", {"PUTS_IN_FLIGHT": None}, 0.005),
+        ("2 slots, 2 pieces in flight", {"DEVICE_SLOTS": 2}, 0.005),
+        ("4 slots, 2 pieces in flight", {"DEVICE_SLOTS": 4}, 0.005),
     ],
     # who reads a window: onto an accelerator a reading child, into shared memory (the
     # pieces put from it); threads read into this process's memory, as JAX alone puts from
     "reader": [
         ("reading child (default)", {}, 0.005),
         ("reading threads", {"THREAD_READER_PLATFORMS": ("cpu", "tpu", "gpu")}, 0.005),
-        ("reading threads, 3 slots, 2 in flight", {
-            "THREAD_READER_PLATFORMS": ("cpu", "tpu", "gpu"), "SLOTS": 3,
-            "PUTS_IN_FLIGHT": 2}, 0.005),
-        ("reading child, 3 slots, 2 in flight", {"SLOTS": 3, "PUTS_IN_FLIGHT": 2}, 0.005),
+    ],
+    # what the reads cost the fed epoch: none after each slot's first window (the
+    # batches repeat: timing only), or the reading child with fewer or more threads
+    "reads": [
+        ("reading child, 4 threads (default)", {}, 0.005),
+        ("no reads after each slot's first (timing only)", {"_Slot": _slot_read_once()}, 0.005),
+        ("reading child, 2 threads", {"CHILD_THREADS": 2}, 0.005),
+        ("reading child, 8 threads", {"CHILD_THREADS": 8}, 0.005),
     ],
 }
 #: The orders measured, by knobs (the cut changes nothing shuffled)
-ORDERS = {"cut": (False,), "dispatch": (False,), "reader": (False,)}
+ORDERS = {"cut": (False,), "dispatch": (False,), "reader": (False,), "reads": (False,)}
 
 
 def _programs_before_knobs():
@@ -173,7 +202,7 @@ def main(argv=None) -> int:
     p.add_argument("--knobs", choices=sorted(SETTINGS), default="pieces",
                    help="which settings: device_put pieces and switch interval, reading threads, "
                         "pieces in flight, the in-order cut, the cut's batches a call, host slots, "
-                        "who reads (a child or threads)")
+                        "who reads (a child or threads), what the reads cost")
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     p.add_argument("--floor-cuts", action="store_true",
                    help="JAX alone with puts also dispatching a cut of 64 batches each 8 pieces")

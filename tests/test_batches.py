@@ -1647,20 +1647,29 @@ def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
     loader.close()
 
 
-@pytest.mark.parametrize("in_flight,slots", [(None, 2), (1, 2), (2, 2), (2, 3), (None, 3)])
+@pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "in order"])
+@pytest.mark.parametrize("in_flight,slots", [(None, 2), (1, 2), (2, 2), (2, 3), (None, 3),
+                                             (1, 4)])
 def test_a_window_put_with_few_pieces_in_flight_gives_the_same_batches(
-        tmp_path, monkeypatch, device_feed, in_flight, slots):
+        tmp_path, monkeypatch, device_feed, in_flight, slots, shuffle):
     """``PUTS_IN_FLIGHT`` bounds how many of a window's pieces are being copied
-    at once (waiting for the oldest), ``SLOTS`` the host windows read into in turn
-    (benchmarks.loader_knobs sets both): the batches are the plan's rows whatever they are."""
+    at once (waiting for the oldest), ``DEVICE_SLOTS`` the host windows a device
+    feed reads into in turn (benchmarks.loader_knobs sets both; the defaults are
+    2 and 3): the batches are the plan's rows whatever they are, and the loader
+    holds (and counts) that many windows."""
     monkeypatch.setattr(jask.api.batches, "PUTS_IN_FLIGHT", in_flight)
-    monkeypatch.setattr(jask.api.batches, "SLOTS", slots)
+    monkeypatch.setattr(jask.api.batches, "DEVICE_SLOTS", slots)
     monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 1024)  # several pieces a window
     X, y, x = _stores(tmp_path, 1600, 4, 100, 100, False)
-    with jask.batches(X, y, batch_size=50, shuffle=True, seed=3, buffer=400,
-                      device=CPU) as loader:
+    make = lambda: jask.batches(X, y, batch_size=50, shuffle=shuffle, seed=3, buffer=400,  # noqa: E731
+                                device=CPU)
+    with make() as loader:
         got = [(np.asarray(a), np.asarray(b)) for a, b in loader]
         assert [b.tolist() for _, b in got] == [b.tolist() for b in loader.plan.batch_rows(0)]
+        assert len(loader._slots) == slots
+    monkeypatch.setattr(jask.api.batches, "DEVICE_SLOTS", slots + 1)
+    window = 400 * (4 * 4 + 4)  # (a window's rows of X, and of y at 4 bytes or more)
+    assert make().held_bytes - loader.held_bytes >= window  # one more slot, counted
     for xv, yv in got:
         np.testing.assert_array_equal(xv, x[yv])
 

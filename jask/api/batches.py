@@ -11,7 +11,8 @@ batch's count of runs from the whole store and a batch mixes about as well
 as a full shuffle's; else a whole chunk row of the array with the most bytes
 per row (or a piece of one when the buffer is smaller), read and decoded once.
 
-What a loader holds (two windows and their orders, the batches ready ahead,
+What a loader holds (two windows and their orders, three onto a device, the
+batches ready ahead,
 one unit per reading thread) is kept out of the budget the ops get while it runs
 (:func:`jask.base.config.holding`), and an epoch's order depends only on
 the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
@@ -19,11 +20,12 @@ the seed, the epoch, the shapes and chunks, ``batch_size``, ``buffer`` and
 (the default buffer halves until it fits).
 
 With a ``device`` (:class:`_DeviceFeeder`), each window goes to the device
-whole, in pieces of :data:`TRANSFER_BYTES` put one at a time, while the next is read, and its
-batches are cut there by one compiled program (a gather permuting the window,
-then slices): the host's work per batch is a list pop, its memory the two
-windows being read, and the device holds a few windows (:data:`DEVICE_WINDOWS`).
-The reading threads and the two host windows are the loader's, kept from
+whole, in pieces of :data:`TRANSFER_BYTES` (:data:`PUTS_IN_FLIGHT` copied at
+once), while the next two are read, and its batches are cut there by one
+compiled program (a gather permuting the window, then slices; in order, slices):
+the host's work per batch is a list pop, its memory the three windows
+(:data:`DEVICE_SLOTS`), and the device holds a few windows (:data:`DEVICE_WINDOWS`).
+The reading threads and the host windows are the loader's, kept from
 iteration to iteration until :meth:`Batches.close`, and so is the memory of
 the host's numpy batches of a MiB or more, reused once nothing holds a batch
 (:class:`_BatchMemory`: fresh pages are slow to touch); an iteration waiting on
@@ -124,9 +126,10 @@ TRANSFER_BYTES = 32 * 2**20
 #: Pieces of a window being copied to the device at once (None: all of them).
 #: JAX alone, fewer at once slow the copies and hide them better behind steps
 #: (TPU v5e, 2 GiB beside MLP steps taking 0.24 s: 8 at once 0.16 s alone, 0.33 s
-#: both; 2 at once 0.22 s, 0.26 s), but the fed epoch did not follow: 1, 2 or a
-#: whole window's 8 gave the same beyond the rounds' spread (RESULTS.md, session 7).
-PUTS_IN_FLIGHT: int | None = None
+#: both; 2 at once 0.22 s, 0.26 s). The fed epoch follows only with a third host
+#: slot (:data:`DEVICE_SLOTS`): alone, 1, 2 or a whole window's 8 gave the same
+#: (RESULTS.md, sessions 7 and 9).
+PUTS_IN_FLIGHT: int | None = 2
 #: The most batches a device feed cuts in one dispatch (a power of two of them
 #: at a time, so that a few programs serve every window): a TPU runs a small
 #: program in about 0.3 ms whatever it moves, and a window's permutation by one
@@ -157,9 +160,14 @@ _OP = "jask.batches"
 #: The name of a loader's reading threads (kept while it lives); its other
 #: threads, one iteration's, are named ``jask-batches``.
 POOL_THREADS = "jask-loader-read"
-#: Windows held at once: the one being cut and the next, being read (a third
-#: measured no faster: benchmarks/minibatches.py).
+#: Host windows a host feed holds at once: the one being cut and the next, being
+#: read (a third measured no faster: benchmarks/minibatches.py).
 SLOTS = 2
+#: Host windows a device feed holds at once: with two, a window's reads waited for
+#: the copy of the window two before, and reads and copies made one chain with no
+#: slack for a stalled step; with a third (and :data:`PUTS_IN_FLIGHT` 2) a TPU v5e
+#: epoch in order fed 0.36-0.39 s where it fed 0.40-0.50 s (RESULTS.md, session 9).
+DEVICE_SLOTS = 3
 #: Seconds an iteration waits on its consumer before it lets go of the chunk
 #: files it holds open (its reads in flight done first): an iterator left
 #: suspended and never collected (in a reference cycle, say) holds no
@@ -381,13 +389,14 @@ class Batches:
         return self._process
 
     def _host_slots(self, rows: int) -> list["_Slot"]:
-        """The :data:`SLOTS` host windows of ``rows`` rows, kept from iteration to
-        iteration (no two iterations of a loader run at once)."""
+        """The host windows of ``rows`` rows (:func:`_slot_count`), kept from
+        iteration to iteration (no two iterations of a loader run at once)."""
         if not self._slots or self._slots[0].rows != rows:
-            self._slots = [_Slot(self._arrays, rows) for _ in range(SLOTS)]
+            count = _slot_count(bool(self.device_bytes))
+            self._slots = [_Slot(self._arrays, rows) for _ in range(count)]
             self._release_kept()
             row = sum(_row_bytes(a) for a in self._arrays)
-            kept = SLOTS * rows * row + sum(
+            kept = count * rows * row + sum(
                 a.shape[0] * _row_bytes(a) for a, whole in zip(self._arrays, self._resident)
                 if whole)
             if not self.device_bytes:  # a host feed: its batches' recycled memory too
@@ -801,19 +810,19 @@ class _Feeder:
 
         def submit(w: int) -> None:
             if w < len(windows):
-                pending[w] = slots[w % SLOTS].fill(self.pool, self.loader.threads, windows[w],
+                pending[w] = slots[w % len(slots)].fill(self.pool, self.loader.threads, windows[w],
                                                    plan, stamps, whole, files,
                                                    *((first_piece, offset) if w == w0
                                                      else (None, 0)))
 
-        for ahead in range(SLOTS):
+        for ahead in range(len(slots)):
             submit(w0 + ahead)
         carry: list | None = None  # rows of a batch begun in the previous window
         b = start
         for w in range(w0, len(windows)):
             if b >= total:
                 break
-            slot = slots[w % SLOTS]
+            slot = slots[w % len(slots)]
             order = plan.window_order_into(epoch, w, orders[:sizes[w]])  # while it is read
             # a batch waits only for the reads of the rows it takes: in order, the first
             # window's first batches come once their rows are read, not the whole window
@@ -837,7 +846,7 @@ class _Feeder:
             if not self._hand_cut():  # (the next window's order is drawn meanwhile)
                 return False
             reads.wait_for(None)  # (drop_last may leave rows unread by any batch)
-            submit(w + SLOTS)  # the slot of window w is free again
+            submit(w + len(slots))  # the slot of window w is free again
         for work in pending.values():  # windows past the last batch (drop_last): the next
             for f in work:             # epoch reads into their slots
                 f.result()
@@ -993,7 +1002,7 @@ class _DeviceFeeder(_Feeder):
             jobs = self._jobs()
             slots = self.slots
             # each slot's order, padded by a batch of zeros (so a slice never clamps)
-            orders = [np.zeros(window_rows + B, np.int32) for _ in range(SLOTS)]
+            orders = [np.zeros(window_rows + B, np.int32) for _ in slots]
             pending: list = []
             last_job: list = []  # the last window's job, once every window is submitted
 
@@ -1065,7 +1074,7 @@ class _DeviceFeeder(_Feeder):
                 self.loader._ahead = _Ahead(epoch, nxt.w0, stamps, k, work, order, seen)
 
             # the slot read ahead first: the iteration's first window is there
-            for k in sorted(range(SLOTS), key=lambda k: ahead is None or k != ahead.slot):
+            for k in sorted(range(len(slots)), key=lambda k: ahead is None or k != ahead.slot):
                 submit(k)
             carry: tuple | None = None  # (batch begun in the window before, its rows)
             while pending:
@@ -1574,9 +1583,10 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         or ``drop_last`` not a bool.
       TypeError: an argument not a DiskArray, numpy or jax array (a zarr
         array: open its store with :func:`jask.open`), a masked or traced one.
-      BudgetError: if the loader's buffers (two windows and their orders, the
-        batches ahead, a chunk per thread) do not fit in half the budget, or its windows on
-        ``device`` in a quarter of its memory, before anything is read.
+      BudgetError: if the loader's buffers (two windows and their orders, three
+        with a ``device`` off the CPU, the batches ahead, a chunk per thread) do
+        not fit in half the budget, or its windows on ``device`` in a quarter of
+        its memory, before anything is read.
       TypeError: ``device`` neither a Device nor a Sharding.
       ValueError: a Sharding that cannot place every batch: a spec naming
         more axes than an array has, or rows split in parts that do not
@@ -1886,8 +1896,14 @@ def _order_bytes(plan: BatchPlan, device=None) -> int:
     draws of the slots' orders, which may run at once on the reading pool."""
     if device is None:
         return 2 * 8 * plan.unit * plan.window
-    slot_rows = _slot_rows(plan, device)
-    return 4 * ((SLOTS + 1) * (slot_rows + plan.batch_size) + SLOTS * slot_rows)
+    slot_rows, slots = _slot_rows(plan, device), _slot_count(True)
+    return 4 * ((slots + 1) * (slot_rows + plan.batch_size) + slots * slot_rows)
+
+
+def _slot_count(device_feed: bool) -> int:
+    """The host windows a loader reads into in turn: :data:`DEVICE_SLOTS` for a
+    device feed, else :data:`SLOTS`."""
+    return DEVICE_SLOTS if device_feed else SLOTS
 
 
 def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
@@ -1896,7 +1912,7 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     bytes the loader holds on the host and those it holds on ``device`` (a
     device feed; else 0).
 
-    On the host: its two windows and their orders (:func:`_order_bytes`), a
+    On the host: its windows (:func:`_slot_count`) and their orders (:func:`_order_bytes`), a
     batch being cut and those ahead (each also as the copy made on the device),
     and per thread a unit being read (with what its read holds besides, as
     :func:`jask.base.memory.read_cost` counts it, and a chunk's runs' row index);
@@ -1909,7 +1925,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     share = int(budget * LOADER_SHARE)
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
-    fixed = SLOTS * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    fixed = (_slot_count(device is not None) * window_rows * row
+             + (2 * prefetch + 2) * plan.batch_size * row)
     fixed += _order_bytes(plan, device)
     fixed += sum(a.shape[0] * _row_bytes(a) for a, whole
                  in zip(arrays, _resident(arrays, plan)) if whole)
@@ -1955,7 +1972,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     if need > share:
         raise BudgetError(
             f"jask.batches: its buffers need {exact_bytes(need)}, over half the memory budget "
-            f"({exact_bytes(share)}): two shuffle windows of {window_rows} rows of "
+            f"({exact_bytes(share)}): {_slot_count(device is not None)} shuffle windows of "
+            f"{window_rows} rows of "
             f"{exact_bytes(row)} with their orders and {prefetch} batches ahead "
             f"({exact_bytes(fixed)}), and "
             f"{n} reading thread(s) holding {exact_bytes(per_thread)} each (a chunk decoded "
