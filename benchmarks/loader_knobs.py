@@ -3,8 +3,7 @@ loader's knobs set between rounds: the bytes of a ``device_put`` piece
 (``jask.api.batches.TRANSFER_BYTES``), the reading threads (``--knobs
 threads``: ``DEFAULT_THREADS``, in the reading child), the pieces copied at once
 (``--knobs flight``: ``PUTS_IN_FLIGHT``), the host slots of a device feed
-(``--knobs slots``: ``DEVICE_SLOTS``), whether copies go on across windows
-(``--knobs across``: ``COPY_ACROSS_WINDOWS``), how an in-order window is cut on the
+(``--knobs slots``: ``DEVICE_SLOTS``), how an in-order window is cut on the
 device (``--knobs cut``: sliced, or gathered by its identity order as before
 session 8; in order only), who reads a window (``--knobs reader``: the reading
 child into shared memory, or threads into this process's; in order only;
@@ -20,7 +19,7 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight|cut|dispatch|slots|reader|reads|across] [--floor-cuts]
+[--knobs pieces|threads|flight|cut|dispatch|slots|reader|reads] [--floor-cuts]
 [--floor-shared]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
@@ -105,13 +104,6 @@ SETTINGS = {
     "reader": [
         ("reading child (default)", {}, 0.005),
         ("reading threads", {"THREAD_READER_PLATFORMS": ("cpu", "tpu", "gpu")}, 0.005),
-    ],
-    # a window's pieces put before the window before is cut (its reads done), or after
-    "across": [
-        ("copies across windows (default)", {}, 0.005),
-        ("each window copied and cut before the next is put", {"COPY_ACROSS_WINDOWS": False},
-         0.005),
-        ("copies across windows, 2 slots", {"DEVICE_SLOTS": 2}, 0.005),
     ],
     # what the reads cost the fed epoch: none after each slot's first window (the
     # batches repeat: timing only), or the reading child with fewer or more threads

@@ -1648,19 +1648,15 @@ def test_reader_processes_of_a_forked_loader_are_its_own(tmp_path):
 
 
 @pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "in order"])
-@pytest.mark.parametrize("in_flight,slots,across", [
-    (None, 2, True), (1, 2, True), (2, 2, True), (2, 3, True), (None, 3, True), (1, 4, True),
-    (2, 3, False), (None, 2, False)])
+@pytest.mark.parametrize("in_flight,slots", [(None, 2), (1, 2), (2, 2), (2, 3), (None, 3),
+                                             (1, 4)])
 def test_a_window_put_with_few_pieces_in_flight_gives_the_same_batches(
-        tmp_path, monkeypatch, device_feed, in_flight, slots, across, shuffle):
+        tmp_path, monkeypatch, device_feed, in_flight, slots, shuffle):
     """``PUTS_IN_FLIGHT`` bounds how many of a window's pieces are being copied
-    at once (waiting for the oldest, of this window or the one before),
-    ``DEVICE_SLOTS`` the host windows a device feed reads into in turn,
-    ``COPY_ACROSS_WINDOWS`` whether a window is put before the one before is cut
-    (benchmarks.loader_knobs sets them; the defaults are 2, 3 and True): the
-    batches are the plan's rows whatever they are, and the loader holds (and
-    counts) that many windows."""
-    monkeypatch.setattr(jask.api.batches, "COPY_ACROSS_WINDOWS", across)
+    at once (waiting for the oldest), ``DEVICE_SLOTS`` the host windows a device
+    feed reads into in turn (benchmarks.loader_knobs sets both; the defaults are
+    2 and 3): the batches are the plan's rows whatever they are, and the loader
+    holds (and counts) that many windows."""
     monkeypatch.setattr(jask.api.batches, "PUTS_IN_FLIGHT", in_flight)
     monkeypatch.setattr(jask.api.batches, "DEVICE_SLOTS", slots)
     monkeypatch.setattr(jask.api.batches, "TRANSFER_BYTES", 1024)  # several pieces a window

@@ -115,11 +115,10 @@ DEFAULT_PREFETCH = 2
 #: a list per two.
 HAND_BATCHES = 2
 
-#: Windows a device feed holds on the device at most: one being copied, the one
-#: copied before it being cut (its pieces, and their join inside the program that
-#: cuts it), its batches, those of the window waiting to be handed out and those
-#: of the one being handed out.
-DEVICE_WINDOWS = 6
+#: Windows a device feed holds on the device at most: one being copied (its
+#: pieces, and their join inside the program that cuts it), its batches, those
+#: of the window waiting to be handed out and those of the one being handed out.
+DEVICE_WINDOWS = 5
 #: A window goes to the device in pieces of about this many bytes, a
 #: ``device_put`` each (32 MiB blocks: 8.7 GB/s one at a time on a TPU v5e host,
 #: 13.8 GB/s several at once: /work/shared/design.md).
@@ -164,10 +163,6 @@ POOL_THREADS = "jask-loader-read"
 #: Host windows a host feed holds at once: the one being cut and the next, being
 #: read (a third measured no faster: benchmarks/minibatches.py).
 SLOTS = 2
-#: Whether a device feed puts a window's pieces before it cuts the window put
-#: before, where the window's reads are done (the copies go on across windows);
-#: False: each window is copied and cut before the next is put (benchmarks.loader_knobs).
-COPY_ACROSS_WINDOWS = True
 #: Host windows a device feed holds at once: with two, a window's reads waited for
 #: the copy of the window two before, and reads and copies made one chain with no
 #: slack for a stalled step; with a third (and :data:`PUTS_IN_FLIGHT` 2) a TPU v5e
@@ -932,11 +927,9 @@ class _DeviceFeeder(_Feeder):
     """The background work of one iteration onto one device (or a
     ``NamedSharding``'s devices, each window's rows split over them), as a pipeline
     of one *stager* thread over the loader's reading pool: the reads of the
-    next windows run while the window before is copied (a ``device_put`` per
-    piece of :data:`TRANSFER_BYTES`, :data:`PUTS_IN_FLIGHT` at once, so that the
-    consumer's dispatch waits on one piece's copy at most; where the next
-    window is read by then its copy begins before the window before is cut, so
-    the copies go on across windows), and as
+    next window run while the window before is copied (a ``device_put`` per
+    piece of :data:`TRANSFER_BYTES`, so that the consumer's dispatch waits on
+    one piece's copy at most), and as
     soon as a window is on the device (waited for here, so that no program in
     the device's stream waits on a copy) its batches are dispatched, a power of
     two of them at a time (:data:`CUT_BATCHES` at most), by one compiled
@@ -997,7 +990,7 @@ class _DeviceFeeder(_Feeder):
             order_target = target
             if isinstance(target, jax.sharding.NamedSharding):
                 order_target = jax.sharding.NamedSharding(target.mesh, jax.sharding.PartitionSpec())
-            cut_program, merge = _programs(target, plan.shuffle)
+            cut, merge = _programs(target, plan.shuffle)
             # where the device may share the host's memory (the CPU), a slot is read into
             # again only once the programs reading its copy have run
             shares_host = _platform(target) == "cpu"
@@ -1084,41 +1077,8 @@ class _DeviceFeeder(_Feeder):
             for k in sorted(range(len(slots)), key=lambda k: ahead is None or k != ahead.slot):
                 submit(k)
             carry: tuple | None = None  # (batch begun in the window before, its rows)
-            # the pieces put and not yet copied, across windows (PUTS_IN_FLIGHT of them)
-            flying: list = []
-
-            def cut(copied: tuple) -> bool:
-                """Dispatch the batches of a window put before, once copied, and
-                read the next window into its slot; hand its batches over."""
-                nonlocal carry
-                (epoch, w, units, _stamps, _files, _whole, span), k, pieces, order = copied
-                # copied before the cut is dispatched: the device runs its programs in
-                # order, so a cut waiting on the copy would hold every step queued behind
-                # it (the consumer's steps of the window before); and the slot may then
-                # be read into again
-                jax.block_until_ready((pieces, order))
-                flying[:] = [f for f in flying if not f.is_ready()]  # (held no longer)
-                out, carry = _cut_window(pieces, order, epoch, w, plan.rows_in(units), span,
-                                         carry, B, cut_program, merge)
-                if shares_host:  # the CPU's copy may be the slot itself: cut before reading
-                    jax.block_until_ready(([v for _, _, v in out], carry))
-                del pieces, order
-                submit(k)
-                return not out or self._hand(out)
-
-            copied: tuple | None = None  # a window put, its batches not yet cut
             while pending:
-                (epoch, w, units, stamps, files, _whole, span), k, work = pending[0]
-                # the next window's pieces put before the window before is cut, so that
-                # the copies go on across windows, where its reads are done already (else
-                # the window before is cut first: its batches do not wait for reads)
-                if copied is not None and (not COPY_ACROSS_WINDOWS
-                                           or not all(f.done() for f in work)):
-                    if not cut(copied):
-                        return
-                    copied = None
-                    continue
-                pending.pop(0)
+                (epoch, w, units, stamps, files, _whole, span), k, work = pending.pop(0)
                 for f in work:
                     f.result()  # raises what a read raised
                     if self.stopping.is_set():
@@ -1130,7 +1090,7 @@ class _DeviceFeeder(_Feeder):
                 # one device_put per piece: one call of a whole window held the
                 # consumer's step dispatch for its whole copy (RESULTS.md, the fed epoch)
                 order = jax.device_put(orders[k], order_target)
-                pieces = _put_pieces(host, target, PUTS_IN_FLIGHT, flying)
+                pieces = _put_pieces(host, target, PUTS_IN_FLIGHT)
                 # the version check here, while the pieces are copied: on the reading
                 # pool it waited behind the next window's reads, and the window's
                 # batches with it (RESULTS.md, the fed epoch's timeline)
@@ -1140,12 +1100,19 @@ class _DeviceFeeder(_Feeder):
                     # first window was submitted before this one's turn came)
                     files.close()
                     self.retired.remove(files)
-                if copied is not None and not cut(copied):
-                    return
-                copied = ((epoch, w, units, stamps, files, _whole, span), k, pieces, order)
+                # copied before the cut is dispatched: the device runs its programs in
+                # order, so a cut waiting on the copy would hold every step queued behind
+                # it (the consumer's steps of the window before); and the slot may then
+                # be read into again
+                jax.block_until_ready((pieces, order))
+                out, carry = _cut_window(pieces, order, epoch, w, plan.rows_in(units), span,
+                                         carry, B, cut, merge)
+                if shares_host:  # the CPU's copy may be the slot itself: cut before reading
+                    jax.block_until_ready(([v for _, _, v in out], carry))
                 del pieces, order
-            if copied is not None and not cut(copied):
-                return
+                submit(k)
+                if out and not self._hand(out):
+                    return
             self._hand(None)
         except BaseException as err:  # raised in the consumer's thread, at its next batch
             self._hand(err)
@@ -1279,13 +1246,11 @@ def _pieces(rows: int, row_bytes: int, split: int = 1) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
 
 
-def _put_pieces(host: list, target, in_flight: int | None, flying: list | None = None) -> tuple:
+def _put_pieces(host: list, target, in_flight: int | None) -> tuple:
     """Each array's host pieces (``host[i]``) put on ``target``, a
     ``device_put`` each, at most ``in_flight`` of them (None: any number) not
-    yet copied (the last ones left in flight: the caller waits for them);
-    ``flying``, the pieces put before and maybe not yet copied, oldest first,
-    is kept up to date (a window's pieces are bounded with the window's before)."""
-    flying = [] if flying is None else flying
+    yet copied (the last ones left in flight: the caller waits for them)."""
+    flying: list = []  # (with a bound: the pieces put and not waited for, oldest first)
     out = []
     for array in host:
         put = []
