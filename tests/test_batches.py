@@ -1674,6 +1674,29 @@ def test_a_window_put_with_few_pieces_in_flight_gives_the_same_batches(
         np.testing.assert_array_equal(xv, x[yv])
 
 
+@pytest.mark.parametrize("budget,slots,fits", [("16MB", 3, 3), ("8MB", 3, 2), ("16MB", 200, 2)])
+def test_a_device_feed_takes_its_third_host_window_only_where_it_fits(
+        tmp_path, monkeypatch, device_feed, budget, slots, fits):
+    """A device feed reads into DEVICE_SLOTS host windows where they fit in the
+    loader's share, else into two, never into smaller windows than numpy
+    batches get (at 8 MB three do not fit: a smaller default buffer would
+    change the order): the plan, and so the batches, stay theirs."""
+    monkeypatch.setattr(jask.api.batches, "DEVICE_SLOTS", slots)
+    X, y, _ = _stores(tmp_path, 6000, 16, 500, 500, False)
+    jask.set_memory_budget(budget, scratch_dir=str(tmp_path / "scratch"))
+    try:
+        host = jask.batches(X, y, batch_size=64, seed=1)
+        loader = jask.batches(X, y, batch_size=64, seed=1, device=CPU)
+        assert (loader.slot_count, host.slot_count) == (fits, 2)
+        assert loader.plan == host.plan
+        with loader:
+            got = [np.asarray(b) for _, b in loader]
+            assert len(loader._slots) == fits
+        assert [b.tolist() for b in got] == [b.tolist() for b in host.plan.batch_rows(0)]
+    finally:
+        jask.set_memory_budget("1GB", scratch_dir=str(tmp_path / "scratch"))
+
+
 @pytest.mark.parametrize("rows,bs,buffer", [(1600, 50, 400), (1003, 64, 300), (97, 10, 40)])
 def test_in_order_the_device_feed_slices_its_windows_without_a_gather(
         tmp_path, monkeypatch, device_feed, rows, bs, buffer):

@@ -318,8 +318,10 @@ class Batches:
 
     def __init__(self, arrays: tuple, plan: BatchPlan, epochs: int | None, threads: int,
                  prefetch: int, device, held: int, device_bytes: int,
-                 resident: tuple = (), readers: str = "threads"):
+                 resident: tuple = (), readers: str = "threads", slots: int = SLOTS):
         self._arrays = arrays
+        #: the host windows it reads into in turn (:data:`SLOTS`, :data:`DEVICE_SLOTS`)
+        self.slot_count = slots
         #: "processes": the runs of local uncompressed stores are read by a child
         #: process into windows in shared memory (jask.api.reader_process)
         self.readers = readers
@@ -389,10 +391,10 @@ class Batches:
         return self._process
 
     def _host_slots(self, rows: int) -> list["_Slot"]:
-        """The host windows of ``rows`` rows (:func:`_slot_count`), kept from
+        """The :attr:`slot_count` host windows of ``rows`` rows, kept from
         iteration to iteration (no two iterations of a loader run at once)."""
         if not self._slots or self._slots[0].rows != rows:
-            count = _slot_count(bool(self.device_bytes))
+            count = self.slot_count
             self._slots = [_Slot(self._arrays, rows) for _ in range(count)]
             self._release_kept()
             row = sum(_row_bytes(a) for a in self._arrays)
@@ -1689,10 +1691,23 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     else:
         default_threads = DEFAULT_THREADS
     _free_idle_loaders()  # loaders left open do not shrink this one's budget
+    def fit(plan: BatchPlan) -> tuple[int, int, int, int]:
+        """_fit's figures and the host slots: a device feed's third where it
+        fits, else two, before any smaller buffer (so that the plan, and the
+        order, are those of numpy batches wherever two fit)."""
+        counts = list(dict.fromkeys((DEVICE_SLOTS, SLOTS))) if chip is not None else [SLOTS]
+        for slots in counts[:-1]:
+            try:
+                return _fit(held_arrays, plan, threads, prefetch, chip, default_threads,
+                            slots) + (slots,)
+            except BudgetError:
+                pass
+        return _fit(held_arrays, plan, threads, prefetch, chip, default_threads,
+                    counts[-1]) + (counts[-1],)
+
     if buffer is not None:
         plan = plan_for(int(buffer))
-        fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip,
-                                               default_threads)
+        fitted_threads, held, on_device, slots = fit(plan)
     else:  # the default halves until it fits (then the order depends on the budget)
         wanted = DEFAULT_BUFFER_BATCHES * batch_size
         if runs and isinstance(lead, DiskArray):  # runs of RUN_BYTES, within a chunk
@@ -1703,8 +1718,7 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
         while True:
             plan = plan_for(wanted)
             try:
-                fitted_threads, held, on_device = _fit(held_arrays, plan, threads, prefetch, chip,
-                                               default_threads)
+                fitted_threads, held, on_device, slots = fit(plan)
                 break
             except BudgetError:
                 if wanted <= batch_size:
@@ -1713,7 +1727,8 @@ def batches(*arrays, batch_size: int, shuffle: bool = True, seed: int = 0,
     threads = fitted_threads
     _check_sharding(device, held_arrays, plan)
     loader = Batches(tuple(held_arrays), plan, None if epochs is None else int(epochs), threads,
-                     prefetch, device, held, on_device, _resident(held_arrays, plan), readers)
+                     prefetch, device, held, on_device, _resident(held_arrays, plan), readers,
+                     slots)
     if state is not None:
         loader.restore(state)
     return loader
@@ -1887,7 +1902,7 @@ def _device_memory(device) -> tuple[int | None, str]:
     return stats.get("bytes_limit"), one.platform
 
 
-def _order_bytes(plan: BatchPlan, device=None) -> int:
+def _order_bytes(plan: BatchPlan, device=None, slots: int = SLOTS) -> int:
     """The host bytes of the windows' orders (positions in a window): a host
     feed's, one window's drawn into an int64 buffer (:meth:`BatchPlan.window_order_into`
     draws it through a range of its dtype); a device feed's (``device`` given),
@@ -1896,23 +1911,18 @@ def _order_bytes(plan: BatchPlan, device=None) -> int:
     draws of the slots' orders, which may run at once on the reading pool."""
     if device is None:
         return 2 * 8 * plan.unit * plan.window
-    slot_rows, slots = _slot_rows(plan, device), _slot_count(True)
+    slot_rows = _slot_rows(plan, device)
     return 4 * ((slots + 1) * (slot_rows + plan.batch_size) + slots * slot_rows)
 
 
-def _slot_count(device_feed: bool) -> int:
-    """The host windows a loader reads into in turn: :data:`DEVICE_SLOTS` for a
-    device feed, else :data:`SLOTS`."""
-    return DEVICE_SLOTS if device_feed else SLOTS
-
-
 def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
-         device=None, default_threads: int = DEFAULT_THREADS) -> tuple[int, int, int]:
+         device=None, default_threads: int = DEFAULT_THREADS,
+         slots: int = SLOTS) -> tuple[int, int, int]:
     """The reading threads (``threads``, else at most ``default_threads``), the
     bytes the loader holds on the host and those it holds on ``device`` (a
     device feed; else 0).
 
-    On the host: its windows (:func:`_slot_count`) and their orders (:func:`_order_bytes`), a
+    On the host: its ``slots`` windows and their orders (:func:`_order_bytes`), a
     batch being cut and those ahead (each also as the copy made on the device),
     and per thread a unit being read (with what its read holds besides, as
     :func:`jask.base.memory.read_cost` counts it, and a chunk's runs' row index);
@@ -1925,9 +1935,8 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     share = int(budget * LOADER_SHARE)
     row = sum(_row_bytes(a) for a in arrays)
     window_rows = plan.unit * plan.window
-    fixed = (_slot_count(device is not None) * window_rows * row
-             + (2 * prefetch + 2) * plan.batch_size * row)
-    fixed += _order_bytes(plan, device)
+    fixed = slots * window_rows * row + (2 * prefetch + 2) * plan.batch_size * row
+    fixed += _order_bytes(plan, device, slots)
     fixed += sum(a.shape[0] * _row_bytes(a) for a, whole
                  in zip(arrays, _resident(arrays, plan)) if whole)
     on_device = 0
@@ -1972,8 +1981,7 @@ def _fit(arrays: list, plan: BatchPlan, threads: int | None, prefetch: int,
     if need > share:
         raise BudgetError(
             f"jask.batches: its buffers need {exact_bytes(need)}, over half the memory budget "
-            f"({exact_bytes(share)}): {_slot_count(device is not None)} shuffle windows of "
-            f"{window_rows} rows of "
+            f"({exact_bytes(share)}): {slots} shuffle windows of {window_rows} rows of "
             f"{exact_bytes(row)} with their orders and {prefetch} batches ahead "
             f"({exact_bytes(fixed)}), and "
             f"{n} reading thread(s) holding {exact_bytes(per_thread)} each (a chunk decoded "
