@@ -750,16 +750,24 @@ def test_a_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed(tmp_path, 
     loader.close()
 
 
-@pytest.mark.parametrize("zarr_format", [3, 2])
+#: compressed layouts: (zarr_format, chunks, shards) of X (4 columns), and the readers
+COMPRESSED = {"v3": (3, (100, 4), None, "threads"), "v2": (2, (100, 4), None, "threads"),
+              "v3 column chunks": (3, (100, 2), None, "threads"),
+              "v3 sharded": (3, (50, 4), (100, 4), "threads"),
+              "v3 reading process": (3, (100, 4), None, "processes")}  # (read by threads)
+
+
+@pytest.mark.parametrize("layout", list(COMPRESSED))
 @pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "in order"])
 def test_a_compressed_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed(
-        tmp_path, shuffle, zarr_format):
+        tmp_path, shuffle, layout):
     """Compressed chunks are decoded whole (no file held open): each chunk
     file read is still recorded as it was, and checked with its window."""
     rows = 4000
+    zarr_format, chunks, shards, readers = COMPRESSED[layout]
     x = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
-    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=x.shape, chunks=(100, 4), dtype="f4",
-                          zarr_format=zarr_format)  # Zarr's default compressor
+    X = zarr.create_array(str(tmp_path / "X.zarr"), shape=x.shape, chunks=chunks, shards=shards,
+                          dtype="f4", zarr_format=zarr_format)  # Zarr's default compressor
     X[:] = x
     Y = zarr.create_array(str(tmp_path / "y.zarr"), shape=(rows,), chunks=(100,), dtype="i8",
                           zarr_format=zarr_format)
@@ -767,7 +775,7 @@ def test_a_compressed_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed
     X, y = jask.open(str(tmp_path / "X.zarr")), jask.open(str(tmp_path / "y.zarr"))
     assert not jask.store.tiles.reads_runs(X._store())  # (the case under test)
     loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
-                          shuffle=shuffle)
+                          shuffle=shuffle, readers=readers)
     it = iter(loader)
     old, new = 0, 0
 
