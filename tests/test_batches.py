@@ -806,8 +806,10 @@ def test_a_compressed_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed
     loader.close()
 
 
-def test_a_chunk_written_in_place_during_an_epoch_is_named_not_mixed(tmp_path):
-    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, False)
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_chunk_written_in_place_during_an_epoch_is_named_not_mixed(tmp_path, compressed):
+    """(A compressed one, its first bytes overwritten, is named changed, not damaged.)"""
+    X, y, _ = _stores(tmp_path, 4000, 4, 100, 100, compressed)
     loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
                           shuffle=False)
     it = iter(loader)

@@ -79,8 +79,10 @@ class LocalFolder(Location):
             except (FileNotFoundError, NotADirectoryError):  # never written: the fill value
                 info = None
             files.saw(path, info)
-        super().read_runs(store, starts, stops, out, files)
-        files.were_read(paths)  # (after their reads: a check then covers them)
+        try:
+            super().read_runs(store, starts, stops, out, files)
+        finally:  # (after their reads: a check then covers them; a failed read's
+            files.were_read(paths)  # too, so that a file rewritten meanwhile is named)
         return out
 
     def read_model(self, store):
