@@ -1055,8 +1055,7 @@ class _DeviceFeeder(_Feeder):
                 by the loader's reading child or pool as any window (tasks of their
                 own, not cancelled when this iteration ends) with no chunk file held
                 open (this iteration's close when it ends)."""
-                # (no next iteration reads; a compressed store's reads see no chunk files
-                # to check: it may be rewritten between the epochs unseen)
+                # (no next iteration reads; a compressed store's windows are not read ahead)
                 if self.loader.epochs is not None or not self.loader._runs_cheap:
                     return
                 epoch = self.last + 1  # where the next iteration begins, unless restored

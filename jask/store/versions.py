@@ -56,8 +56,9 @@ new one. Two mechanisms stop that:
   change neither token nor folder. A reader that checks often, over many
   reads (a minibatch loader), passes the :class:`jask.store.tiles.OpenFiles`
   its reads used to :func:`check_unchanged`: each chunk file's identity
-  (inode, size, modification and change times) when it was first opened is
-  compared with a ``stat`` of it now, and any difference raises
+  (inode, size, modification and change times) when it was first opened (a
+  compressed chunk's, decoded whole: a ``stat`` before its read) is compared
+  with a ``stat`` of it now, and any difference raises
   :class:`StoreChangedError`. (A write in place landing within the file
   system's clock tick after the file was opened, of the same size, leaves
   no trace: renamed-over files, zarr's, always do.)

@@ -5,6 +5,7 @@ folder (:mod:`jask.store.kinds.local.sessions`) and deleted by a rename out of s
 (:mod:`jask.store.trash`)."""
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
@@ -12,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 import zarr
+from zarr.storage import LocalStore
 
 from jask.store import chunkio, registry, tiles, trash, versions
 from jask.store.location import Location, location_of
@@ -66,7 +68,22 @@ class LocalFolder(Location):
                   files: chunkio.OpenFiles | None = None) -> np.ndarray:
         if chunkio.reads_runs(self, store):
             return chunkio.read_runs(self, store, starts, stops, out, files)
-        return super().read_runs(store, starts, stops, out, files)
+        if files is None:
+            return super().read_runs(store, starts, stops, out, files)
+        # chunks decoded whole, their files opened by path (none held): each is recorded
+        # as it was before its read (a stat), for the reader's check (OpenFiles.changed)
+        paths = _chunk_files_of_rows(self.zarr_array(), starts, stops)
+        for path in paths:
+            try:
+                info: os.stat_result | None = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):  # never written: the fill value
+                info = None
+            files.saw(path, info)
+        try:
+            super().read_runs(store, starts, stops, out, files)
+        finally:  # (after their reads: a check then covers them; a failed read's
+            files.were_read(paths)  # too, so that a file rewritten meanwhile is named)
+        return out
 
     def read_model(self, store):
         return chunkio.read_model(self, store, on_disk=os.path.isdir(self.path))
@@ -181,3 +198,21 @@ class LocalFolder(Location):
             durability.replace(target.path, note(make_staging), fill, durable=not target.managed)
         tiles.forget(target.path)
         return target
+
+
+def _chunk_files_of_rows(arr: zarr.Array, starts, stops) -> list[str]:
+    """The files a read of rows ``starts[i]:stops[i]`` (all of the other axes)
+    of the local array ``arr`` opens: every chunk file (or shard file) of the
+    chunk rows they touch, by the array's own key encoding (v3 ``c/1/0``, v2 ``1.0``)."""
+    store = arr.store
+    if not isinstance(store, LocalStore):
+        return []
+    root = os.fspath(store.root / arr.path) if arr.path else os.fspath(store.root)
+    grid = tuple(getattr(arr, "shards", None) or arr.chunks)
+    firsts = np.asarray(starts, np.int64) // grid[0]
+    lasts = (np.asarray(stops, np.int64) - 1) // grid[0]
+    rows = sorted({r for a, b in zip(firsts.tolist(), lasts.tolist()) for r in range(a, b + 1)})
+    rest = [range(-(-n // c)) for n, c in zip(arr.shape[1:], grid[1:])]
+    return [os.path.join(root, *arr.metadata.encode_chunk_key((r,) + index).split("/"))
+            for r in rows for index in itertools.product(*rest)]
+
