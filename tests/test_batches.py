@@ -717,6 +717,19 @@ def _rewrite_by_zarr(path: str, by: str) -> None:
         subprocess.run([sys.executable, "-c", _REWRITE, path], check=True, timeout=120)
 
 
+class _Versions:
+    """Rows of X's version written by ``_stores`` (``x[:, 0] == 4 * label``) and
+    of the one ``_rewrite_by_zarr`` writes (``-4 * label - 1``) seen in batches."""
+
+    def __init__(self):
+        self.old = self.new = 0
+
+    def count(self, xb, yb) -> None:
+        xb, yb = np.asarray(xb), np.asarray(yb)
+        self.old += int(np.sum(xb[:, 0] == yb * 4))
+        self.new += int(np.sum(xb[:, 0] == -yb * 4 - 1))
+
+
 @pytest.mark.parametrize("feed", ["host", "device"])
 @pytest.mark.parametrize("by", ["thread", "process"])
 @pytest.mark.parametrize("readers", ["threads", "processes"])
@@ -728,20 +741,13 @@ def test_a_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed(tmp_path, 
     loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
                           readers=readers)
     it = iter(loader)
-    old, new = 0, 0
-
-    def count(xb, yb) -> None:
-        nonlocal old, new
-        xb, yb = np.asarray(xb), np.asarray(yb)
-        old += int(np.sum(xb[:, 0] == yb * 4))
-        new += int(np.sum(xb[:, 0] == -yb * 4 - 1))
-
-    count(*next(it))
+    seen = _Versions()
+    seen.count(*next(it))
     _rewrite_by_zarr(X.filename, by)  # no folder swapped: chunk files renamed over
     with pytest.raises(jask.StoreChangedError, match="chunk file"):
         for xb, yb in it:
-            count(xb, yb)
-    assert new == 0  # (main's readers handed out the new rows after the old ones)
+            seen.count(xb, yb)
+    assert seen.new == 0  # (main's readers handed out the new rows after the old ones)
     # the epoch goes on from the batch the error stopped at, the next one whole: the new version
     for _ in range(2):
         rows = [(np.asarray(xb), np.asarray(yb)) for xb, yb in loader]
@@ -777,24 +783,17 @@ def test_a_compressed_store_rewritten_by_zarr_during_an_epoch_is_named_not_mixed
     loader = jask.batches(X, y, batch_size=10, seed=0, buffer=200, prefetch=1, threads=2,
                           shuffle=shuffle, readers=readers)
     it = iter(loader)
-    old, new = 0, 0
-
-    def count(xb, yb) -> None:
-        nonlocal old, new
-        xb, yb = np.asarray(xb), np.asarray(yb)
-        old += int(np.sum(xb[:, 0] == yb * 4))
-        new += int(np.sum(xb[:, 0] == -yb * 4 - 1))
-
-    count(*next(it))
+    seen = _Versions()
+    seen.count(*next(it))
     time.sleep(0.05)  # (past the file system's clock tick since the epoch began)
     _rewrite_by_zarr(X.filename, "process")
     raised = None
     try:
         for xb, yb in it:
-            count(xb, yb)
+            seen.count(xb, yb)
     except jask.StoreChangedError as err:
         raised = str(err)
-    assert new == 0 and old > 0  # (main handed out the new rows after the old ones)
+    assert seen.new == 0 and seen.old > 0  # (main handed out the new rows after the old ones)
     # v3's chunk files are under c/: the store's folder unchanged, each file seen changed;
     # v2's are in the folder, whose change time names the store replaced
     assert raised is not None and ("chunk file" if zarr_format == 3 else "replaced") in raised
