@@ -1309,6 +1309,33 @@ def test_a_positional_sharding_places_each_batch(tmp_path):  # pragma: no cover 
         np.testing.assert_array_equal(np.asarray(xb), x[np.asarray(yb)])
 
 
+_SUSPENDED = """
+import sys, jask
+X = jask.open(sys.argv[1])
+loader = jask.batches(X, batch_size=37, shuffle=True, seed=5, epochs=2, buffer=1000)
+it = iter(loader)
+next(it)
+if sys.argv[2] == "error":
+    undefined_name
+print("done")
+"""
+
+
+@pytest.mark.parametrize("end", ["done", "error"])
+def test_a_script_ending_with_an_iterator_suspended_exits(tmp_path, end):
+    """A script that ends (or stops at an uncaught error) with a loader's
+    iterator suspended at module level exits: the iteration is closed while
+    the interpreter ends, and its idle timer's thread, started then, never
+    started (main hung at exit, for ever, both ways)."""
+    X, _, _ = _stores(tmp_path, 10007, 3, 257, 257, False)
+    done = subprocess.run([sys.executable, "-c", _SUSPENDED, X.filename, end],
+                          capture_output=True, text=True, timeout=120)
+    if end == "error":
+        assert done.returncode == 1 and "NameError" in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
 def test_an_iterator_left_suspended_lets_go_of_its_chunk_files(tmp_path, monkeypatch):
     """An iteration whose consumer stops asking (an iterator kept alive, never

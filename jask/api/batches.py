@@ -44,6 +44,7 @@ from __future__ import annotations
 import ctypes
 import math
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -446,7 +447,12 @@ class Batches:
             self._release_kept()
 
     def _keep_for_a_while(self) -> None:
-        """After an iteration: keep the windows :data:`KEEP_IDLE_S` for the next."""
+        """After an iteration: keep the windows :data:`KEEP_IDLE_S` for the next
+        (none when the interpreter is ending: an iterator left suspended by an
+        uncaught error is closed then, and a timer's thread started then never
+        starts, which hung the process's exit)."""
+        if sys.is_finalizing():
+            return
         with _idle_lock:
             if self._kept is None:
                 return
