@@ -1310,9 +1310,14 @@ def test_a_positional_sharding_places_each_batch(tmp_path):  # pragma: no cover 
 
 
 _SUSPENDED = """
-import sys, jask
+import sys, jax, jask
 X = jask.open(sys.argv[1])
-loader = jask.batches(X, batch_size=37, shuffle=True, seed=5, epochs=2, buffer=1000)
+device = None
+if sys.argv[4] == "device":
+    jask.api.batches.HOST_CUT_PLATFORMS = ()  # (the device feed, onto JAX's CPU)
+    device = jax.devices()[0]
+loader = jask.batches(X, batch_size=37, shuffle=True, seed=5, epochs=2, buffer=1000,
+                      readers=sys.argv[3], device=device)
 it = iter(loader)
 next(it)
 if sys.argv[2] == "error":
@@ -1321,14 +1326,16 @@ print("done")
 """
 
 
+@pytest.mark.parametrize("readers,feed", [("threads", "host"), ("processes", "host"),
+                                          ("threads", "device")])
 @pytest.mark.parametrize("end", ["done", "error"])
-def test_a_script_ending_with_an_iterator_suspended_exits(tmp_path, end):
+def test_a_script_ending_with_an_iterator_suspended_exits(tmp_path, end, readers, feed):
     """A script that ends (or stops at an uncaught error) with a loader's
     iterator suspended at module level exits: the iteration is closed while
-    the interpreter ends, and its idle timer's thread, started then, never
-    started (main hung at exit, for ever, both ways)."""
+    the interpreter ends, and the threads it started then (the idle timer, the
+    reading child's kill timer) never started (main hung at exit, for ever)."""
     X, _, _ = _stores(tmp_path, 10007, 3, 257, 257, False)
-    done = subprocess.run([sys.executable, "-c", _SUSPENDED, X.filename, end],
+    done = subprocess.run([sys.executable, "-c", _SUSPENDED, X.filename, end, readers, feed],
                           capture_output=True, text=True, timeout=120)
     if end == "error":
         assert done.returncode == 1 and "NameError" in done.stderr, done.stderr

@@ -41,6 +41,7 @@ put there.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import math
 import queue
@@ -186,6 +187,27 @@ KEEP_IDLE_S = 1.0
 #: Loaders keeping windows while not iterated (see :data:`KEEP_IDLE_S`).
 _idle_loaders: "weakref.WeakSet[Batches]" = weakref.WeakSet()
 _idle_lock = forks.lock()
+#: Iterations begun and not ended (generators), closed as the interpreter begins
+#: to end (:func:`_close_suspended`)
+_suspended: "weakref.WeakSet[Iterator[tuple]]" = weakref.WeakSet()
+
+
+def _close_suspended() -> None:
+    """Close the loaders' iterations left suspended (an iterator kept at module
+    level), while threads still start and the loaders' pools still run: closed
+    later, as the interpreter's last collection drops them, their ends started
+    threads that never start (the process hung at exit) and stopped reads
+    beside threads being torn down (it crashed)."""
+    for it in list(_suspended):
+        try:
+            it.close()  # type: ignore[attr-defined]
+        except ValueError:  # ("generator already executing": its own thread ends it)
+            pass
+
+
+# (threading's own exit hooks run before its threads are joined and the thread pools
+# shut down, the newest first: atexit's run only after those)
+getattr(threading, "_register_atexit", atexit.register)(_close_suspended)
 
 
 def _free_idle_loaders() -> None:
@@ -558,7 +580,12 @@ class Batches:
         """The batches from :attr:`state` to the end of the epoch (``epochs=None``)
         or of the last of ``epochs`` epochs, read ahead on background threads
         (started at the first batch asked for: an iterator never advanced holds
-        nothing)."""
+        nothing; one left suspended is closed as the interpreter ends)."""
+        it = self._iterate()
+        _suspended.add(it)
+        return it
+
+    def _iterate(self) -> Iterator[tuple]:
         if self._running:
             raise RuntimeError("this loader is already being iterated (make another with "
                                "jask.batches for a second pass at once)")

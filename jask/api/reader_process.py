@@ -138,9 +138,14 @@ class ReaderProcess:
     def kill_after(self, seconds: float | None = None) -> threading.Timer:
         """Kill the child unless the timer returned is cancelled within
         ``seconds`` (:data:`END_WAIT_S`): its reads then fail, and no wait on them lasts forever
-        (a child stopped, SIGSTOP, or stuck on a hung mount)."""
+        (a child stopped, SIGSTOP, or stuck on a hung mount). While the
+        interpreter ends (an iteration closed then) it is killed at once: a
+        thread started then never starts, and its start would wait for ever."""
         timer = threading.Timer(END_WAIT_S if seconds is None else seconds, _kill, (self._proc,))
         timer.daemon = True
+        if sys.is_finalizing():
+            _kill(self._proc)
+            return timer  # (never started: its cancel() does nothing)
         timer.start()
         return timer
 
