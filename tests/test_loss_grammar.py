@@ -288,6 +288,9 @@ TWO_PASSES = [
     # softplus (jax.nn's, a custom derivative: a nested program, not arithmetic
     # lifted onto a store) of a row's logsumexp: the backward pass waits for it
     ("sum", ("abs", ("softplus", ("logsumexp", ("Xv",))))),  # found by the draws
+    # leaky of a row's logsumexp (its slope waits for the sign of the sum; found by the
+    # draws in session 9, at the session's start too)
+    ("sum", ("leaky", ("logsumexp", ("Xv",)))),
 ]
 
 #: In-memory arithmetic whose derivative needs a reduction's value.
@@ -299,7 +302,7 @@ def _known_two_passes(expr, waiting=False, under_op=False) -> bool:
     or a row's logsumexp under arithmetic, with a waiting cotangent above; or
     the moment of a row's logsumexp (an in-memory vector: its cotangent
     ``2 (l - mean(l))`` waits for the mean, then the softmax reads X); or
-    jax.nn's softplus of a row's logsumexp."""
+    jax.nn's softplus, or leaky, of a row's logsumexp."""
     if not isinstance(expr, tuple):
         return False
     name, *args = expr
@@ -307,7 +310,7 @@ def _known_two_passes(expr, waiting=False, under_op=False) -> bool:
         return True
     if name == "logsumexp" and waiting and under_op:
         return True
-    if name == "softplus" and "logsumexp" in repr(args):
+    if name in ("softplus", "leaky") and "logsumexp" in repr(args):
         return True
     waiting = waiting or name in WAITING
     under_op = under_op or name in UNARY + BINARY + ("select",) and name != "scale"
@@ -324,7 +327,8 @@ def test_pinned_losses_read_each_store_once(problem, loss):
 @pytest.mark.parametrize("loss", TWO_PASSES, ids=["root of centred", "root of a row's lse",
                                                  "product with a row's lse",
                                                  "centred row's lse",
-                                                 "softplus of a row's lse"])
+                                                 "softplus of a row's lse",
+                                                 "leaky of a row's lse"])
 def test_losses_needing_forward_values_still_read_X_twice(problem, loss):
     check_one_pass(problem, loss)
 
