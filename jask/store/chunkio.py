@@ -577,6 +577,18 @@ class OpenFiles:
         if path not in self._seen:
             self._seen.setdefault(path, _identity(info))
 
+    def saw_unopened(self, path: str) -> None:
+        """Remember chunk file ``path`` as a ``stat`` finds it now (none: there
+        is none), before a read that opens it by path, unless it was seen
+        already (its first identity is the one checked: no second ``stat``)."""
+        if path in self._seen:
+            return
+        try:
+            info: os.stat_result | None = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):  # never written: the fill value
+            info = None
+        self.saw(path, info)
+
     def were_read(self, paths) -> None:
         """Chunk files just read (checked at the next :meth:`changed`)."""
         with self._lock:

@@ -74,11 +74,7 @@ class LocalFolder(Location):
         # as it was before its read (a stat), for the reader's check (OpenFiles.changed)
         paths = _chunk_files_of_rows(self.zarr_array(), starts, stops)
         for path in paths:
-            try:
-                info: os.stat_result | None = os.stat(path)
-            except (FileNotFoundError, NotADirectoryError):  # never written: the fill value
-                info = None
-            files.saw(path, info)
+            files.saw_unopened(path)
         try:
             super().read_runs(store, starts, stops, out, files)
         finally:  # (after their reads: a check then covers them; a failed read's
