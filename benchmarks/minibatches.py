@@ -7,7 +7,9 @@ on a store sorted by label, against a full shuffle.
 
 Run: ``python -m benchmarks.minibatches [--gib 2] [--repeat 3] [--data-dir D]``;
 ``--quick``: only a shuffled epoch against the raw read (cold cache,
-interleaved, with the wall and CPU seconds each run costs), the mixing of
+interleaved, with the wall and CPU seconds each run costs; ``--slots 2,3``:
+the epochs with each count of host slots side by side; ``--device-cpu``:
+onto JAX's CPU device), the mixing of
 batch label means against a full shuffle, and the loader's memory (what it
 states against its peak, per feed). The raw read there is the plain best
 way to read what the loader reads: X's and y's chunk files whole, 8 threads,
@@ -171,11 +173,20 @@ def sequential_file(paths, **_):
     return total, time.perf_counter() - start
 
 
-def jask_batches(paths, shuffle, **_):
+def jask_batches(paths, shuffle, slots=None, device=None, **_):
+    """An epoch of X and y; ``slots``: the host windows its feed reads into
+    (``jask.api.batches.SLOTS`` for this loader; None: the default)."""
     import jask
+    import jask.api.batches as loader_module
     X, y = jask.open(paths["X"]), jask.open(paths["y"])
+    default = loader_module.SLOTS
+    loader_module.SLOTS = default if slots is None else slots
+    try:
+        loader = jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0, device=device)
+    finally:
+        loader_module.SLOTS = default
     total, start = 0, time.perf_counter()
-    for xb, _yb in jask.batches(X, y, batch_size=BATCH, shuffle=shuffle, seed=0):
+    for xb, _yb in loader:
         total += xb.nbytes
     return total, time.perf_counter() - start
 
@@ -501,7 +512,8 @@ def _timed_cold(paths: dict, fn) -> tuple[float, float]:
     return seconds, (after.user - before.user) + (after.system - before.system)
 
 
-def epoch_against_raw(paths: dict, repeat: int) -> list[dict]:
+def epoch_against_raw(paths: dict, repeat: int, slots: list | None = None,
+                      device=None) -> list[dict]:
     """Cold-cache runs, interleaved so that the machine's load hits all alike,
     each after the page cache is dropped: the raw read (``raw_read``: X's and
     y's chunk files, 8 threads, reused buffers) in a fresh process and in this
@@ -509,17 +521,23 @@ def epoch_against_raw(paths: dict, repeat: int) -> list[dict]:
     raw read before session 7 (X's files into fresh buffers, in this process).
     One dict per repeat: name -> (wall seconds, CPU seconds user + sys of the
     process that ran it, every thread: what a loaded machine has to find), and
-    the load average after the round."""
+    the load average after the round. ``slots``: the epochs' host slots, each
+    count's pair of epochs in each round, in a rotated order (keys suffixed
+    ``, N slots``); None:
+    the default's. ``device``: the epochs' ``device=``."""
     runs = []
-    for _ in range(repeat):
-        runs.append({
-            "raw, fresh process": raw_read_in_child(paths, RAW_THREADS)[1:],
-            "raw, this process": raw_read(paths, RAW_THREADS)[1:],
-            "shuffled": _timed_cold(paths, lambda: jask_batches(paths, shuffle=True)),
-            "in order": _timed_cold(paths, lambda: jask_batches(paths, shuffle=False)),
-            "raw, fresh buffers": _timed_cold(paths, lambda: raw_parallel(paths, RAW_THREADS)),
-            "load": os.getloadavg()[0],
-        })
+    counts = slots or [None]
+    for i in range(repeat):
+        run = {"raw, fresh process": raw_read_in_child(paths, RAW_THREADS)[1:],
+               "raw, this process": raw_read(paths, RAW_THREADS)[1:]}
+        for n in counts[i % len(counts):] + counts[:i % len(counts)]:  # each first in turn
+            tail = "" if n is None else f", {n} slots"
+            for name, shuffle in (("shuffled", True), ("in order", False)):
+                run[name + tail] = _timed_cold(paths, lambda: jask_batches(
+                    paths, shuffle=shuffle, slots=n, device=device))
+        run["raw, fresh buffers"] = _timed_cold(paths, lambda: raw_parallel(paths, RAW_THREADS))
+        run["load"] = os.getloadavg()[0]
+        runs.append(run)
     return runs
 
 
@@ -661,42 +679,57 @@ def quick(args) -> None:
     print(f"X: {paths['rows']:,} x {COLS} float32 ({args.gib} GiB), {CHUNK_ROWS}-row "
           f"uncompressed chunks, and y; batches of {BATCH}; page cache dropped before each "
           f"run; load {os.getloadavg()[0]:.1f}\n")
-    print("| run | load | raw read, fresh process | raw read, this process | jask.batches "
-          "shuffled | in order | shuffled / raw | in order / raw |\n"
-          "|---|---|---|---|---|---|---|---|")
-    runs = epoch_against_raw(paths, args.repeat)
+    slots = [int(n) for n in args.slots.split(",")] if args.slots else None
+    device = None
+    if args.device_cpu:
+        import jax
+        device = jax.devices("cpu")[0]
+    tails = [""] if slots is None else [f", {n} slots" for n in slots]
+    print("| run | load | raw read, fresh process | raw read, this process | "
+          + " | ".join(f"jask.batches shuffled{t} | in order{t}" for t in tails)
+          + " | " + " | ".join(f"shuffled{t} / raw | in order{t} / raw" for t in tails)
+          + " |\n|---|---|---|---|" + "---|---|---|---|" * len(tails))
+    runs = epoch_against_raw(paths, args.repeat, slots, device)
 
     def cell(r, name):  # wall and the CPU seconds of the run
         return f"{r[name][0]:.2f} s, {r[name][1]:.2f} CPU s"
 
-    def ratios(r):  # the raw read's wall over the epoch's: the epoch's rate as a share of raw
+    def ratios(r, tail):  # the raw read's wall over the epoch's: the epoch's rate as a share of raw
         raw = min(r["raw, fresh process"][0], r["raw, this process"][0])
-        return raw / r["shuffled"][0], raw / r["in order"][0]
+        return raw / r["shuffled" + tail][0], raw / r["in order" + tail][0]
     for i, r in enumerate(runs):
-        shuffled, in_order = ratios(r)
         print(f"| {i + 1} | {r['load']:.1f} | {cell(r, 'raw, fresh process')} | "
               f"{cell(r, 'raw, this process')} | "
-              f"{cell(r, 'shuffled')} | {cell(r, 'in order')} | {shuffled:.2f} | "
-              f"{in_order:.2f} |", flush=True)
+              + " | ".join(f"{cell(r, 'shuffled' + t)} | {cell(r, 'in order' + t)}"
+                           for t in tails) + " | "
+              + " | ".join("{:.2f} | {:.2f}".format(*ratios(r, t)) for t in tails) + " |",
+              flush=True)
     med = {k: tuple(statistics.median(r[k][j] for r in runs) for j in (0, 1))
            for k in runs[0] if k != "load"}
-    print(f"| median | | {cell(med, 'raw, fresh process')} | {cell(med, 'raw, this process')} | "
-          f"{cell(med, 'shuffled')} | {cell(med, 'in order')} | "
-          f"{statistics.median(ratios(r)[0] for r in runs):.2f} | "
-          f"{statistics.median(ratios(r)[1] for r in runs):.2f} |\n")
+    print(f"| median | {statistics.median(r['load'] for r in runs):.1f} | "
+          f"{cell(med, 'raw, fresh process')} | {cell(med, 'raw, this process')} | "
+          + " | ".join(f"{cell(med, 'shuffled' + t)} | {cell(med, 'in order' + t)}"
+                       for t in tails) + " | "
+          + " | ".join(f"{statistics.median(ratios(r, t)[0] for r in runs):.2f} | "
+                       f"{statistics.median(ratios(r, t)[1] for r in runs):.2f}"
+                       for t in tails) + " |\n")
     fresh = med["raw, fresh buffers"]
-    old_ratio = statistics.median(r["raw, fresh buffers"][0] / r["shuffled"][0] for r in runs)
+    old_ratio = statistics.median(r["raw, fresh buffers"][0] / r["shuffled" + tails[0]][0]
+                                  for r in runs)
     print(f"The raw read: X's and y's chunk files whole, {RAW_THREADS} threads, each into a "
           f"buffer of its own made before the clock starts; the ratios take the faster of its "
           f"two runs (wall). The raw read before session 7 (X's files into fresh buffers, in "
           f"this process after the epochs): median {fresh[0]:.2f} s, {fresh[1]:.2f} CPU s; "
           f"shuffled / it {old_ratio:.2f}.\n")
-    print("| store sorted by label (2^20 rows, 8,192-row chunks) | batch | a window's units "
-          "| batch-mean deviation / a full shuffle's |\n|---|---|---|---|")
-    for name, batch, units, ratio in mixing(args.data_dir):
-        print(f"| {name} | {batch} | {units} | {ratio:.2f} x |", flush=True)
-    print()
-    print_loader_memory(args)
+    skip = set(args.skip.split(","))
+    if "mixing" not in skip:
+        print("| store sorted by label (2^20 rows, 8,192-row chunks) | batch | a window's units "
+              "| batch-mean deviation / a full shuffle's |\n|---|---|---|---|")
+        for name, batch, units, ratio in mixing(args.data_dir):
+            print(f"| {name} | {batch} | {units} | {ratio:.2f} x |", flush=True)
+        print()
+    if "memory" not in skip:
+        print_loader_memory(args)
 
 
 def main(argv=None) -> None:
@@ -707,10 +740,16 @@ def main(argv=None) -> None:
     p.add_argument("--data-dir", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), ".bench_data"))
     p.add_argument("--skip", default="",
-                   help="comma-separated: readers,training,convergence,memory")
+                   help="comma-separated: readers,training,convergence,memory "
+                   "(--quick: mixing,memory)")
     p.add_argument("--quick", action="store_true",
                    help="only the shuffled epoch against the raw read, the mixing figure and "
                    "the loader's memory")
+    p.add_argument("--slots", default="", metavar="N,M",
+                   help="--quick: the epochs with these host slot counts side by side "
+                   "(jask.api.batches.SLOTS for each loader), interleaved")
+    p.add_argument("--device-cpu", action="store_true",
+                   help="--quick: the epochs onto JAX's CPU device (device=) instead of numpy")
     p.add_argument("--feed-memory", metavar="FEED", help="(internal) one row of the loader's "
                    "memory, as JSON, measured in this process")
     args = p.parse_args(argv)

@@ -163,7 +163,8 @@ _OP = "jask.batches"
 #: threads, one iteration's, are named ``jask-batches``.
 POOL_THREADS = "jask-loader-read"
 #: Host windows a host feed holds at once: the one being cut and the next, being
-#: read (a third measured no faster: benchmarks/minibatches.py).
+#: read (a third or fourth made a cold shuffled epoch no faster on a 2-core host,
+#: numpy batches or the CPU device: RESULTS.md, session 10).
 SLOTS = 2
 #: Host windows a device feed holds at once: with two, a window's reads waited for
 #: the copy of the window two before, and reads and copies made one chain with no
