@@ -113,6 +113,12 @@ SETTINGS = {
         ("reading child, 2 threads", {"CHILD_THREADS": 2}, 0.005),
         ("reading child, 8 threads", {"CHILD_THREADS": 8}, 0.005),
     ],
+    # the reading child's threads, shuffled and in order: their reads beside the copies
+    "child": [
+        ("reading child, 4 threads (default)", {}, 0.005),
+        ("reading child, 2 threads", {"CHILD_THREADS": 2}, 0.005),
+        ("reading child, 3 threads", {"CHILD_THREADS": 3}, 0.005),
+    ],
 }
 #: The orders measured, by knobs (the cut changes nothing shuffled)
 ORDERS = {"cut": (False,), "dispatch": (False,), "reader": (False,), "reads": (False,)}
@@ -193,6 +199,105 @@ def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
     return out
 
 
+def fed_floor(device, rows: int, per_piece: bool, repeat: int = 3,
+              window_rows: int = 524_288, piece: int = 32 * 2**20,
+              dependent: bool | None = True) -> float:
+    """JAX alone (no jask, no reads) feeding the MLP step as the in-order
+    device feed does: a thread puts each window's pieces of X (and y) from
+    reused host buffers, 2 in flight, and cuts them into batches on the
+    device (a slice program), handing the batches to the stepping thread
+    through a queue; with ``per_piece`` each piece is cut and handed as soon
+    as it is copied (16 batches), else a window's pieces are all waited for,
+    then cut at once (64 batches: the device feed's pattern). Median seconds
+    of an epoch of ``rows`` rows, timed from the first put, as a fed epoch is.
+    Not ``dependent``: the same calls, but each cut is of a window (or piece)
+    put before the epoch, so that no step waits on a copy."""
+    import queue
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    step, params, state, _ = ld.compiled_step(device, 1)
+    B, C = ld.BATCH, ld.COLS
+    piece_rows = piece // (C * 4)
+    per_window = window_rows // piece_rows
+    host_x = [np.ones((piece_rows, C), np.float32) for _ in range(3 * per_window)]
+    host_y = [np.ones(piece_rows if per_piece else window_rows, np.float32) for _ in range(3)]
+    n_pieces = -(-rows // piece_rows)
+    in_piece = piece_rows // B
+
+    cut_piece = jax.jit(lambda x, y: tuple((x[i * B:(i + 1) * B], y[i * B:(i + 1) * B])
+                                           for i in range(in_piece)))
+    cut_window = jax.jit(lambda xs, y: (lambda x: tuple(
+        (x[i * B:(i + 1) * B], y[i * B:(i + 1) * B]) for i in range(window_rows // B)))(
+            jnp.concatenate(xs)))
+    held_piece = (jax.device_put(host_x[0], device), jax.device_put(host_y[0], device))
+    held_window = (tuple(jax.device_put(h, device) for h in host_x[:per_window]),
+                   jax.device_put(host_y[0], device))
+    jax.block_until_ready(cut_piece(*held_piece) if per_piece else cut_window(*held_window))
+    # (``dependent=None``: no cut in the epoch, the batches of one cut made before handed
+    # again for every window: what the fresh batches and the cuts' calls cost)
+    reused = list(cut_window(*held_window)) if dependent is None else None
+    jax.block_until_ready(step(params, state, *jax.device_put(
+        (host_x[0][:B], host_y[0][:B]), device)))
+
+    def epoch() -> float:
+        handed: queue.Queue = queue.Queue(maxsize=64 if per_piece == "batch" else
+                                          4 if per_piece else 1)
+
+        def stage() -> None:
+            if per_piece == "batch":  # no cut: each batch put on its own, 8 in flight
+                flying = []
+                n = n_pieces * in_piece
+                for i in range(n):
+                    j, r = divmod(i, in_piece)
+                    flying.append(jax.device_put(
+                        (host_x[j % len(host_x)][r * B:(r + 1) * B],
+                         host_y[j % 3][r * B:(r + 1) * B]), device))
+                    while flying and (len(flying) == 8 or i == n - 1):
+                        done = flying.pop(0)
+                        jax.block_until_ready(done)
+                        handed.put([done])
+            elif per_piece:
+                flying: list = []
+                for j in range(n_pieces):
+                    flying.append((jax.device_put(host_x[j % len(host_x)], device),
+                                   jax.device_put(host_y[j % 3], device)))
+                    if len(flying) == 2 or j == n_pieces - 1:
+                        while flying and (len(flying) == 2 or j == n_pieces - 1):
+                            done = flying.pop(0)
+                            jax.block_until_ready(done)
+                            handed.put(list(cut_piece(*(done if dependent else held_piece))))
+            else:
+                for w in range(-(-n_pieces // per_window)):
+                    flying, xs = [], []
+                    for j in range(per_window):
+                        if len(flying) == 2:
+                            flying.pop(0).block_until_ready()
+                        xs.append(jax.device_put(host_x[(w % 3) * per_window + j], device))
+                        flying.append(xs[-1])
+                    y = jax.device_put(host_y[w % 3], device)
+                    jax.block_until_ready((xs, y))
+                    handed.put(reused if reused is not None else list(cut_window(
+                        *((tuple(xs), y) if dependent else held_window))))
+            handed.put(None)
+
+        start = time.perf_counter()
+        t = threading.Thread(target=stage)
+        t.start()
+        p, s, v = params, state, None
+        while (batches := handed.get()) is not None:
+            for xb, yb in batches:
+                p, s, v = step(p, s, xb, yb)
+        jax.block_until_ready(v)
+        t.join()
+        return time.perf_counter() - start
+
+    epoch()
+    return statistics.median(epoch() for _ in range(repeat))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.loader_knobs")
     p.add_argument("--gib", type=float, default=1.0)
@@ -206,6 +311,9 @@ def main(argv=None) -> int:
     p.add_argument("--floor-only", action="store_true", help="only what JAX alone does")
     p.add_argument("--floor-cuts", action="store_true",
                    help="JAX alone with puts also dispatching a cut of 64 batches each 8 pieces")
+    p.add_argument("--floor-fed", action="store_true",
+                   help="JAX alone feeding the step in order through cut batches: a window "
+                        "cut at once, or each piece as it is copied")
     p.add_argument("--floor-shared", action="store_true",
                    help="JAX alone with its host buffers also in shared memory")
     args = p.parse_args(argv)
@@ -215,7 +323,8 @@ def main(argv=None) -> int:
     from jask.api import batches as B
     jask.set_memory_budget("8GB")
     device = jax.devices()[0]
-    paths = ld.prepare(args.data_dir, args.gib)
+    paths = ({"rows": int(args.gib * 2**30) // (ld.COLS * 4) // ld.BATCH * ld.BATCH}
+             if args.floor_only else ld.prepare(args.data_dir, args.gib))
     steps = ld.steps_alone(device, paths["rows"] // ld.BATCH, args.repeat)
     for in_flight in (8, 2):
         floor = jax_floor(device, paths["rows"] * (ld.COLS + 1) * 4, paths["rows"] // ld.BATCH,
@@ -233,6 +342,21 @@ def main(argv=None) -> int:
                           in_flight=in_flight, cuts=True)
         print(f"jax alone (no jask), {in_flight} puts in flight, a cut each 8 pieces: "
               + ", ".join(f"{k} {v:.3f} s" for k, v in floor.items()), flush=True)
+    if args.floor_fed:
+        for _ in range(2):
+            fed = fed_floor(device, paths["rows"], "batch")
+            print(f"jax alone (no jask) fed in order, a device_put per batch (8 in flight): "
+                  f"{fed:.3f} s", flush=True)
+            fed = fed_floor(device, paths["rows"], False, dependent=None)
+            print(f"jax alone (no jask) fed in order, the batches of one cut handed again "
+                  f"each window (no cut in the epoch): {fed:.3f} s", flush=True)
+            for per_piece in (False, True):
+                for dependent in (True, False):
+                    fed = fed_floor(device, paths["rows"], per_piece, dependent=dependent)
+                    print(f"jax alone (no jask) fed in order, cut "
+                          f"{'a piece at a time' if per_piece else 'a window at a time'}"
+                          f"{'' if dependent else ', of windows put before (no wait)'}: "
+                          f"{fed:.3f} s", flush=True)
     if args.floor_only:
         return 0
     got: dict = {}
