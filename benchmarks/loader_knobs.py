@@ -113,6 +113,13 @@ SETTINGS = {
         ("reading child, 2 threads", {"CHILD_THREADS": 2}, 0.005),
         ("reading child, 8 threads", {"CHILD_THREADS": 8}, 0.005),
     ],
+    # more pieces copied at once, in order (JAX alone: 8 at once copy faster but slow the
+    # steps beside them, 0.32 s against 0.25 s with 2)
+    "flight-more": [
+        ("2 pieces in flight (default)", {}, 0.005),
+        ("3 pieces in flight", {"PUTS_IN_FLIGHT": 3}, 0.005),
+        ("4 pieces in flight", {"PUTS_IN_FLIGHT": 4}, 0.005),
+    ],
     # the reading child's threads, shuffled and in order: their reads beside the copies
     "child": [
         ("reading child, 4 threads (default)", {}, 0.005),
@@ -121,7 +128,8 @@ SETTINGS = {
     ],
 }
 #: The orders measured, by knobs (the cut changes nothing shuffled)
-ORDERS = {"cut": (False,), "dispatch": (False,), "reader": (False,), "reads": (False,)}
+ORDERS = {"cut": (False,), "dispatch": (False,), "reader": (False,), "reads": (False,),
+          "flight-more": (False,)}
 
 
 def _programs_before_knobs():
@@ -298,6 +306,38 @@ def fed_floor(device, rows: int, per_piece: bool, repeat: int = 3,
     return statistics.median(epoch() for _ in range(repeat))
 
 
+def steady(paths: dict, device, shuffle: bool, epochs: int, repeat: int = 2) -> tuple:
+    """Seconds an epoch (medians of ``repeat``) of one iteration of ``epochs``
+    epochs (``jask.batches(..., epochs=epochs)``: the feed goes on from one epoch
+    into the next, no window filled or drained between them): the loader
+    alone, and fed to the MLP step."""
+    import jax
+
+    import jask
+    X, y = jask.open(paths["X"]), jask.open(paths["y"])
+    step, params, state = ld.mlp(device)
+    out = []
+    for fed in (False, True):
+        times = []
+        for r in range(repeat + 1):  # (the first, compiling and starting threads, untimed)
+            loader = jask.batches(X, y, batch_size=ld.BATCH, shuffle=shuffle, seed=0,
+                                  device=device, epochs=epochs if r else 1,
+                                  readers=ld.READERS)
+            p, s, last = params, state, None
+            start = time.perf_counter()
+            for xb, yb in loader:
+                if fed:
+                    p, s, last = step(p, s, xb, yb)
+                else:
+                    last = xb
+            jax.block_until_ready(last)
+            if r:
+                times.append((time.perf_counter() - start) / epochs)
+            loader.close()
+        out.append(statistics.median(times))
+    return tuple(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.loader_knobs")
     p.add_argument("--gib", type=float, default=1.0)
@@ -314,6 +354,9 @@ def main(argv=None) -> int:
     p.add_argument("--floor-fed", action="store_true",
                    help="JAX alone feeding the step in order through cut batches: a window "
                         "cut at once, or each piece as it is copied")
+    p.add_argument("--steady", type=int, default=0, metavar="E",
+                   help="also an epoch of one iteration of E epochs (loader alone, fed), "
+                        "and JAX alone's fed floor over E epochs at once")
     p.add_argument("--floor-shared", action="store_true",
                    help="JAX alone with its host buffers also in shared memory")
     args = p.parse_args(argv)
@@ -357,6 +400,18 @@ def main(argv=None) -> int:
                           f"{'a piece at a time' if per_piece else 'a window at a time'}"
                           f"{'' if dependent else ', of windows put before (no wait)'}: "
                           f"{fed:.3f} s", flush=True)
+    if args.steady:
+        for per_piece in (False, True):
+            fed = fed_floor(device, paths["rows"] * args.steady, per_piece) / args.steady
+            print(f"jax alone (no jask) fed in order, {args.steady} epochs at once, cut "
+                  f"{'a piece at a time' if per_piece else 'a window at a time'}: "
+                  f"{fed:.3f} s an epoch", flush=True)
+        if not args.floor_only:
+            for shuffle in (False, True):
+                alone, fed = steady(paths, device, shuffle, args.steady)
+                print(f"jask, one iteration of {args.steady} epochs, "
+                      f"{'shuffled' if shuffle else 'in order'}: loader alone {alone:.3f} s, "
+                      f"fed {fed:.3f} s an epoch (steps alone {steps:.3f} s)", flush=True)
     if args.floor_only:
         return 0
     got: dict = {}
