@@ -310,7 +310,9 @@ def steady(paths: dict, device, shuffle: bool, epochs: int, repeat: int = 2) -> 
     """Seconds an epoch (medians of ``repeat``) of one iteration of ``epochs``
     epochs (``jask.batches(..., epochs=epochs)``: the feed goes on from one epoch
     into the next, no window filled or drained between them): the loader
-    alone, and fed to the MLP step."""
+    alone, and fed to the MLP step. One loader each, its reading child started
+    and its programs compiled by a few batches first, then iterated from its
+    start again (``restore``) for each measure."""
     import jax
 
     import jask
@@ -318,11 +320,16 @@ def steady(paths: dict, device, shuffle: bool, epochs: int, repeat: int = 2) -> 
     step, params, state = ld.mlp(device)
     out = []
     for fed in (False, True):
+        loader = jask.batches(X, y, batch_size=ld.BATCH, shuffle=shuffle, seed=0,
+                              device=device, epochs=epochs, readers=ld.READERS)
+        begin = loader.state
+        it = iter(loader)
+        for _, (xb, yb) in zip(range(3), it):
+            jax.block_until_ready(step(params, state, xb, yb) if fed else xb)
+        it.close()
         times = []
-        for r in range(repeat + 1):  # (the first, compiling and starting threads, untimed)
-            loader = jask.batches(X, y, batch_size=ld.BATCH, shuffle=shuffle, seed=0,
-                                  device=device, epochs=epochs if r else 1,
-                                  readers=ld.READERS)
+        for _ in range(repeat):
+            loader.restore(begin)
             p, s, last = params, state, None
             start = time.perf_counter()
             for xb, yb in loader:
@@ -331,9 +338,8 @@ def steady(paths: dict, device, shuffle: bool, epochs: int, repeat: int = 2) -> 
                 else:
                     last = xb
             jax.block_until_ready(last)
-            if r:
-                times.append((time.perf_counter() - start) / epochs)
-            loader.close()
+            times.append((time.perf_counter() - start) / epochs)
+        loader.close()
         out.append(statistics.median(times))
     return tuple(out)
 
