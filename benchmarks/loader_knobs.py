@@ -8,8 +8,12 @@ device (``--knobs cut``: sliced, or gathered by its identity order as before
 session 8; in order only), who reads a window (``--knobs reader``: the reading
 child into shared memory, or threads into this process's; in order only;
 ``--knobs reads``: none after each slot's first window, for timing only, or the
-child's threads;
-``--floor-shared``: JAX alone putting from shared memory too) and the
+child's threads; ``--knobs child``: the child's threads, both orders;
+``--knobs flight-more``: 3 or 4 pieces in flight;
+``--floor-shared``: JAX alone putting from shared memory too;
+``--floor-fed``: JAX alone feeding the step from its copies through a queue of
+cut batches, the floor of any feed of this shape; ``--steady E``: an epoch of
+one iteration of E epochs) and the
 interpreter's switch interval
 (``sys.setswitchinterval``: how long a thread holding the GIL keeps it while
 another waits, 5 ms by default; the consumer's step dispatches wait behind
@@ -19,8 +23,8 @@ and in order, against the steps alone, rounds interleaved so that drift hits
 all alike.
 
 Run: ``python -m benchmarks.loader_knobs [--gib 1] [--rounds 2]
-[--knobs pieces|threads|flight|cut|dispatch|slots|reader|reads] [--floor-cuts]
-[--floor-shared]``; prints a
+[--knobs pieces|threads|flight|flight-more|cut|dispatch|slots|reader|reads|child]
+[--floor-cuts] [--floor-shared] [--floor-fed] [--steady E]``; prints a
 markdown table, after what JAX alone does with the same steps and bytes
 (``--floor-only``: only that).
 """
@@ -207,19 +211,21 @@ def jax_floor(device, nbytes: int, n_steps: int, piece: int = 32 * 2**20,
     return out
 
 
-def fed_floor(device, rows: int, per_piece: bool, repeat: int = 3,
+def fed_floor(device, rows: int, cut: str = "window", repeat: int = 3,
               window_rows: int = 524_288, piece: int = 32 * 2**20,
               dependent: bool | None = True) -> float:
     """JAX alone (no jask, no reads) feeding the MLP step as the in-order
     device feed does: a thread puts each window's pieces of X (and y) from
     reused host buffers, 2 in flight, and cuts them into batches on the
     device (a slice program), handing the batches to the stepping thread
-    through a queue; with ``per_piece`` each piece is cut and handed as soon
-    as it is copied (16 batches), else a window's pieces are all waited for,
-    then cut at once (64 batches: the device feed's pattern). Median seconds
-    of an epoch of ``rows`` rows, timed from the first put, as a fed epoch is.
-    Not ``dependent``: the same calls, but each cut is of a window (or piece)
-    put before the epoch, so that no step waits on a copy."""
+    through a queue. ``cut``: "window", a window's pieces all waited for, then
+    cut at once (64 batches: the device feed's pattern); "piece", each piece
+    cut and handed as soon as it is copied (16 batches); "batch", no cut, each
+    batch put on its own (8 in flight). Not ``dependent``: the same calls, but
+    each cut is of a window (or piece) put before the epoch, so that no step
+    waits on a copy; None (a window at a time): no cut in the epoch, one cut's
+    batches handed again each window. Median seconds of an epoch of ``rows``
+    rows, timed from the first put, as a fed epoch is."""
     import queue
     import threading
 
@@ -231,6 +237,7 @@ def fed_floor(device, rows: int, per_piece: bool, repeat: int = 3,
     piece_rows = piece // (C * 4)
     per_window = window_rows // piece_rows
     host_x = [np.ones((piece_rows, C), np.float32) for _ in range(3 * per_window)]
+    per_piece = cut != "window"
     host_y = [np.ones(piece_rows if per_piece else window_rows, np.float32) for _ in range(3)]
     n_pieces = -(-rows // piece_rows)
     in_piece = piece_rows // B
@@ -244,19 +251,16 @@ def fed_floor(device, rows: int, per_piece: bool, repeat: int = 3,
     held_window = (tuple(jax.device_put(h, device) for h in host_x[:per_window]),
                    jax.device_put(host_y[0], device))
     jax.block_until_ready(cut_piece(*held_piece) if per_piece else cut_window(*held_window))
-    # (``dependent=None``: no cut in the epoch, the batches of one cut made before handed
-    # again for every window: what the fresh batches and the cuts' calls cost)
     reused = list(cut_window(*held_window)) if dependent is None else None
     jax.block_until_ready(step(params, state, *jax.device_put(
         (host_x[0][:B], host_y[0][:B]), device)))
 
     def epoch() -> float:
-        handed: queue.Queue = queue.Queue(maxsize=64 if per_piece == "batch" else
-                                          4 if per_piece else 1)
+        handed: queue.Queue = queue.Queue(maxsize={"batch": 64, "piece": 4}.get(cut, 1))
 
         def stage() -> None:
-            if per_piece == "batch":  # no cut: each batch put on its own, 8 in flight
-                flying = []
+            flying: list = []  # puts not waited for yet, oldest first
+            if cut == "batch":
                 n = n_pieces * in_piece
                 for i in range(n):
                     j, r = divmod(i, in_piece)
@@ -267,8 +271,7 @@ def fed_floor(device, rows: int, per_piece: bool, repeat: int = 3,
                         done = flying.pop(0)
                         jax.block_until_ready(done)
                         handed.put([done])
-            elif per_piece:
-                flying: list = []
+            elif cut == "piece":
                 for j in range(n_pieces):
                     flying.append((jax.device_put(host_x[j % len(host_x)], device),
                                    jax.device_put(host_y[j % 3], device)))
@@ -279,7 +282,7 @@ def fed_floor(device, rows: int, per_piece: bool, repeat: int = 3,
                             handed.put(list(cut_piece(*(done if dependent else held_piece))))
             else:
                 for w in range(-(-n_pieces // per_window)):
-                    flying, xs = [], []
+                    flying, xs = [], []  # (this window's)
                     for j in range(per_window):
                         if len(flying) == 2:
                             flying.pop(0).block_until_ready()
@@ -396,22 +399,20 @@ def main(argv=None) -> int:
             fed = fed_floor(device, paths["rows"], "batch")
             print(f"jax alone (no jask) fed in order, a device_put per batch (8 in flight): "
                   f"{fed:.3f} s", flush=True)
-            fed = fed_floor(device, paths["rows"], False, dependent=None)
+            fed = fed_floor(device, paths["rows"], "window", dependent=None)
             print(f"jax alone (no jask) fed in order, the batches of one cut handed again "
                   f"each window (no cut in the epoch): {fed:.3f} s", flush=True)
-            for per_piece in (False, True):
+            for cut in ("window", "piece"):
                 for dependent in (True, False):
-                    fed = fed_floor(device, paths["rows"], per_piece, dependent=dependent)
-                    print(f"jax alone (no jask) fed in order, cut "
-                          f"{'a piece at a time' if per_piece else 'a window at a time'}"
+                    fed = fed_floor(device, paths["rows"], cut, dependent=dependent)
+                    print(f"jax alone (no jask) fed in order, cut a {cut} at a time"
                           f"{'' if dependent else ', of windows put before (no wait)'}: "
                           f"{fed:.3f} s", flush=True)
     if args.steady:
-        for per_piece in (False, True):
-            fed = fed_floor(device, paths["rows"] * args.steady, per_piece) / args.steady
-            print(f"jax alone (no jask) fed in order, {args.steady} epochs at once, cut "
-                  f"{'a piece at a time' if per_piece else 'a window at a time'}: "
-                  f"{fed:.3f} s an epoch", flush=True)
+        for cut in ("window", "piece"):
+            fed = fed_floor(device, paths["rows"] * args.steady, cut) / args.steady
+            print(f"jax alone (no jask) fed in order, {args.steady} epochs at once, cut a "
+                  f"{cut} at a time: {fed:.3f} s an epoch", flush=True)
         if not args.floor_only:
             for shuffle in (False, True):
                 alone, fed = steady(paths, device, shuffle, args.steady)
