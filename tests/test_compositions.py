@@ -70,7 +70,12 @@ def _no_worse(got, want, exact, rtol, atol):
     got, want, exact = (np.asarray(a, np.float64) for a in (got, want, exact))
     close = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     no_worse = np.abs(got - exact) <= np.abs(want - exact) + atol
-    bad = ~(close | no_worse)
+    # where jax.numpy's float32 program gives NaN and the float64 one does not (exp of a
+    # sum overflowing to inf, then inf * 0), jask close to the float64 value is the better
+    with np.errstate(invalid="ignore"):
+        better = np.isnan(want) & ~np.isnan(exact) & np.isclose(got, exact, rtol=rtol,
+                                                                atol=atol)
+    bad = ~(close | no_worse | better)
     assert not bad.any(), (f"{bad.sum()} of {bad.size} elements: jask {got[bad][:5]}, "
                            f"jax.numpy {want[bad][:5]}, float64 {exact[bad][:5]}")
 
